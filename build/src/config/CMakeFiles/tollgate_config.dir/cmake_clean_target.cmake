@@ -1,0 +1,3 @@
+file(REMOVE_RECURSE
+  "libtollgate_config.a"
+)

@@ -1,0 +1,95 @@
+// Per-key buckets with bounded memory: the state a node decides against.
+//
+// Each key that a rule governs gets a TokenBucket, created full on first use. Memory is bounded
+// by max_keys: inserting past it evicts the least recently used key. An evicted bucket that had
+// not refilled (in debt, or partly spent) is remembered by its key's hash in a small bounded
+// side table, so the key comes back at its remembered balance instead of full. Keys whose
+// bucket has refilled carry no information and are removed by sweep_idle().
+//
+// The table also records the cost it admitted per key since the last take_pending(): that is
+// this node's consumption, which the Ledger seals into batches for the other nodes.
+// Not thread-safe: one owner thread (the daemon's node loop, or the simulator).
+#ifndef TOLLGATE_KEY_TABLE_H_
+#define TOLLGATE_KEY_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "tollgate/clock.h"
+#include "tollgate/consumption.h"
+#include "tollgate/token_bucket.h"
+
+namespace tollgate {
+
+class RuleSet;
+
+struct KeyTableOptions {
+  size_t max_keys = 1'000'000;  // buckets held at most; the LRU key is evicted beyond this
+  size_t max_key_bytes = 256;   // longer keys are denied with DenyReason::kKeyTooLong
+  // Evicted, not yet refilled balances remembered (about 100 bytes each). 0 disables it.
+  size_t max_remembered = 65'536;
+};
+
+struct KeyTableStats {
+  size_t keys = 0;                // buckets held now
+  size_t bytes = 0;               // estimated heap bytes held by the table, remembered balances included
+  uint64_t evictions = 0;         // keys evicted (LRU) because the table was at max_keys
+  uint64_t idle_removed = 0;      // keys removed by sweep_idle() because their bucket had refilled
+  uint64_t rejected_keys = 0;     // checks refused because the key was too long
+  size_t remembered = 0;          // evicted balances remembered now
+  uint64_t restored = 0;          // keys re-created at a remembered balance rather than full
+  uint64_t forgotten_debts = 0;   // remembered balances dropped before refilling (memory bound)
+  uint64_t remote_ignored = 0;    // remote charges ignored: no rule governs the key here, or too long
+};
+
+class KeyTable {
+ public:
+  explicit KeyTable(std::shared_ptr<const RuleSet> rules, KeyTableOptions options = {});
+  ~KeyTable();
+  KeyTable(KeyTable&&) noexcept;
+  KeyTable& operator=(KeyTable&&) noexcept;
+
+  // The local admission check. Finds or creates the key's bucket and calls try_acquire; an
+  // admitted cost is recorded as this node's consumption. A key no rule governs is admitted with
+  // Decision::limited == false and no bucket. On an existing key: no heap allocation.
+  Decision allow(std::string_view key, int64_t cost, MonoNanos now_ns);
+
+  // Charges `tokens` that another node admitted (see TokenBucket::consume_remote), creating the
+  // bucket if a rule governs the key. Returns false if the charge was ignored (no rule, or the
+  // key is too long). Not recorded as this node's consumption.
+  bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now_ns);
+
+  // Appends to `out` the cost admitted locally since the previous call, one entry per key
+  // (keys evicted in between included), and resets it. Nothing is lost or reported twice.
+  void take_pending(std::vector<ConsumptionEntry>& out);
+
+  // Examines up to `max_scan` least recently used keys and removes those whose bucket has
+  // refilled to burst and that have no pending consumption; also drops remembered balances that
+  // have refilled. Returns the number of keys removed.
+  size_t sweep_idle(MonoNanos now_ns, size_t max_scan);
+
+  // Installs new rules. A key whose governing limit is unchanged keeps its bucket untouched; a
+  // key whose limit changed keeps its balance clamped into the new [-max_debt, burst]; a key no
+  // rule governs any more is dropped.
+  void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns);
+
+  // The key's balance in microtokens after refilling to `now_ns`; nullopt if the table has no
+  // bucket for it. Does not count as a use for LRU.
+  std::optional<int64_t> balance_microtokens(std::string_view key, MonoNanos now_ns);
+
+  const RuleSet& rules() const;
+  size_t size() const;
+  KeyTableStats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_KEY_TABLE_H_

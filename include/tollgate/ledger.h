@@ -1,0 +1,144 @@
+// The consumption ledger: what a node has admitted, what it has heard, and what it can repair.
+//
+// Each node seals its own admitted consumption into Batches named (origin, incarnation, seq),
+// with seq dense from 1 within an incarnation. A receiver merges a batch into its KeyTable at
+// most once: it keeps, per origin, a SeenWindow (a watermark below which every seq has been
+// applied or given up, and a 256-bit map of the seqs just above it). So a batch delivered twice,
+// out of order or relayed by a third node is charged exactly once, and forgetting a key (LRU
+// eviction) forgets nothing about which batches were applied.
+//
+// Repair: every node retains the batches it sealed or applied for `retention_ns` (bounded by
+// bytes too). A peer's Digest (its windows) tells exactly which retained batches it lacks, and
+// missing_for() returns them, so the next exchange after a loss repairs it. A gap that is older
+// than the window (or than anyone's retention) is given up and counted: the cluster then
+// over-admits by that consumption, it never double-charges.
+//
+// Restart: a node that restarts takes a higher incarnation and seqs from 1 again. Receivers keep
+// the window of the previous incarnation too, so late copies of the old incarnation's batches
+// are still applied once, and new batches are never mistaken for old ones.
+//
+// Memory: O(origins) for windows (about 200 bytes an origin, at most max_origins) plus the
+// retained batches (at most max_retained_bytes). Nothing is kept per (key, origin).
+// Not thread-safe: one owner, like the KeyTable it charges.
+#ifndef TOLLGATE_LEDGER_H_
+#define TOLLGATE_LEDGER_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tollgate/clock.h"
+#include "tollgate/consumption.h"
+
+namespace tollgate {
+
+class KeyTable;
+
+// Which seqs of one (origin, incarnation) a node has applied: all seqs <= watermark, plus those
+// marked in `above` (bit i is seq watermark + 1 + i).
+struct SeenWindow {
+  static constexpr uint64_t kBits = 256;
+  uint64_t incarnation = 0;
+  uint64_t watermark = 0;
+  std::array<uint64_t, kBits / 64> above{};
+
+  bool contains(uint64_t seq) const;
+  // Marks `seq` seen. Returns false if it already was. A seq beyond the window slides it
+  // forward; seqs that slide out unseen are given up and added to `*abandoned`.
+  bool insert(uint64_t seq, uint64_t* abandoned);
+  // Highest seq seen (watermark if none above it).
+  uint64_t highest() const;
+  friend bool operator==(const SeenWindow&, const SeenWindow&) = default;
+};
+
+// What one node has applied, per origin: the current and the previous incarnation's windows.
+struct OriginDigest {
+  NodeId origin;
+  SeenWindow current;
+  SeenWindow previous;  // incarnation 0 when there is none
+};
+struct Digest {
+  std::vector<OriginDigest> origins;
+};
+
+struct LedgerOptions {
+  // How long sealed and applied batches are kept for repair and relaying. Longer repairs longer
+  // outages at the cost of memory; 10 s covers many gossip rounds and a push-pull period.
+  int64_t retention_ns = 10 * kNanosPerSecond;
+  // Upper bound on retained batch bytes (batch_bytes()); the oldest go first beyond it.
+  size_t max_retained_bytes = 8 << 20;
+  // Origins tracked at most. Batches from further origins are dropped and counted, so a flood of
+  // forged origins cannot grow memory. Membership forgets origins with forget_origin().
+  size_t max_origins = 4096;
+};
+
+enum class MergeResult : uint8_t {
+  kApplied,           // new: every entry charged to the key table
+  kDuplicate,         // already applied (or given up): nothing charged
+  kStaleIncarnation,  // from an incarnation older than the previous one we know: dropped
+  kTooManyOrigins,    // unknown origin and max_origins reached: dropped
+  kSelf,              // our own batch (relayed back, or from a past life of ours): dropped
+};
+const char* merge_result_name(MergeResult r);
+
+struct LedgerStats {
+  uint64_t sealed = 0;               // batches this node sealed
+  uint64_t applied = 0;              // remote batches applied
+  uint64_t duplicates = 0;           // remote batches dropped as already applied
+  uint64_t stale = 0;                // dropped: older incarnation
+  uint64_t origin_overflow = 0;      // dropped: max_origins reached
+  uint64_t self_conflicts = 0;       // dropped: claims our node id with a life or seq we never had
+  uint64_t abandoned = 0;            // seqs given up because they slid out of a window unseen
+  uint64_t entries_applied = 0;      // (key, tokens) entries charged from remote batches
+  size_t origins = 0;                // origins tracked now
+  size_t retained_batches = 0;       // batches held for repair and relay now
+  size_t retained_bytes = 0;
+  size_t bytes = 0;                  // estimated heap bytes: windows plus retained batches
+};
+
+class Ledger {
+ public:
+  Ledger(NodeId self, uint64_t incarnation, LedgerOptions options = {});
+  ~Ledger();
+  Ledger(Ledger&&) noexcept;
+  Ledger& operator=(Ledger&&) noexcept;
+
+  const NodeId& self() const;
+  uint64_t incarnation() const;
+
+  // Seals this node's consumption (as from KeyTable::take_pending; a key may appear more than
+  // once, its tokens add up) into the next batch, retains it, and returns it for sending.
+  // Returns nullptr when there is nothing to seal: empty rounds use no seq.
+  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns);
+
+  // Applies a batch heard from the network to `table`, unless it was applied before. Applied
+  // batches are retained for relaying and repair.
+  MergeResult merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns);
+
+  // True if `batch` would be applied by merge() (it is news to this node).
+  bool is_new(const Batch& batch) const;
+
+  // This node's windows, to send to a peer for repair.
+  Digest digest() const;
+  // Retained batches that the owner of `peer` has not applied, oldest first.
+  std::vector<BatchPtr> missing_for(const Digest& peer) const;
+
+  // Drops retained batches older than retention. Call once per round.
+  void expire(MonoNanos now_ns);
+  // Forgets an origin's windows (membership dropped it for good). Its batches still retained
+  // here stay until they expire. Forget only after retention has passed since its last batch,
+  // or a late copy of an old batch would be applied again.
+  void forget_origin(const NodeId& origin);
+
+  LedgerStats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_LEDGER_H_

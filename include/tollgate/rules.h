@@ -1,0 +1,68 @@
+// Which limit governs a key: exact rules, glob rules and an optional default.
+//
+// Precedence, most specific first:
+//   1. a rule whose `match` has no '*' and equals the key;
+//   2. the glob rule with the longest literal prefix (the text before its first '*');
+//      ties go to the glob with more literal characters overall, then to the earlier rule;
+//   3. the default limit, if there is one;
+//   4. otherwise the key is not limited.
+// '*' matches any run of characters (including none); every other character matches itself.
+// Immutable once built, so one RuleSet can be shared by threads and swapped on reload.
+#ifndef TOLLGATE_RULES_H_
+#define TOLLGATE_RULES_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tollgate/limit.h"
+
+namespace tollgate {
+
+struct Rule {
+  std::string match;  // exact key, or glob with '*'
+  Limit limit;
+  int line = 0;       // 1-based line in the rules file it came from, 0 if built in code
+};
+
+// True if `key` matches `pattern`, where '*' matches any run of characters.
+bool glob_match(std::string_view pattern, std::string_view key);
+
+class RuleSet {
+ public:
+  // Index returned by match() for keys that no rule (and no default) governs.
+  static constexpr uint32_t kUnlimited = UINT32_MAX;
+
+  RuleSet() = default;
+  // Rules must have valid limits (validate_limit) and distinct `match` strings; the loader
+  // checks both and reports file and line. Here a violation throws std::invalid_argument.
+  RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit);
+
+  // Index of the rule that governs `key` (see precedence above), or kUnlimited. The default
+  // limit, when present, has index rules().size().
+  uint32_t match(std::string_view key) const;
+  // The limit for an index returned by match() (not kUnlimited).
+  const Limit& limit(uint32_t index) const { return index < rules_.size() ? rules_[index].limit : *default_; }
+
+  const std::vector<Rule>& rules() const { return rules_; }
+  const std::optional<Limit>& default_limit() const { return default_; }
+
+ private:
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  std::vector<Rule> rules_;
+  std::optional<Limit> default_;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> exact_;
+  std::vector<uint32_t> globs_;  // indices into rules_, in precedence order
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_RULES_H_

@@ -1,0 +1,35 @@
+// Loads a RuleSet from the YAML rules file:
+//
+//   rules:
+//     - match: "api:login:*"   # an exact key, or a glob where * matches any run of characters
+//       rate: 5/s              # N/s, N/min or N/h
+//       burst: 10
+//       max_debt: 10           # optional; default = burst
+//   default:                   # optional; without it a key that matches no rule is not limited
+//     rate: 100/s
+//     burst: 100
+//
+// Unknown fields, duplicate fields, duplicate `match` patterns and out-of-range numbers are
+// errors, not warnings: a typo in a limit must not silently leave a key unlimited.
+// Errors are ConfigError naming the file, line and column.
+#ifndef TOLLGATE_RULES_FILE_H_
+#define TOLLGATE_RULES_FILE_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tollgate/config_error.h"
+#include "tollgate/rules.h"
+
+namespace tollgate {
+
+// Parses rules from `text`; `source` names it in errors (usually the file path).
+std::shared_ptr<const RuleSet> parse_rules(std::string_view text, const std::string& source);
+
+// Reads and parses the file at `path`. A missing or unreadable file is a ConfigError too.
+std::shared_ptr<const RuleSet> load_rules_file(const std::string& path);
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_RULES_FILE_H_

@@ -1,0 +1,154 @@
+#include "tollgate/rules_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+namespace tollgate {
+namespace {
+
+class RulesParser {
+ public:
+  explicit RulesParser(const std::string& source) : source_(source) {}
+
+  std::shared_ptr<const RuleSet> parse(std::string_view text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::ParserException& e) {
+      throw ConfigError(source_, e.mark.line + 1, e.mark.column + 1, e.msg);
+    }
+    if (root.IsNull()) return std::make_shared<RuleSet>();  // empty file: nothing is limited
+    if (!root.IsMap()) fail(root, "expected a mapping with `rules:` and optionally `default:`");
+
+    std::vector<Rule> rules;
+    std::optional<Limit> default_limit;
+    for_each_field(root, {"rules", "default"}, [&](const std::string& name, const YAML::Node& value) {
+      if (name == "rules") {
+        rules = parse_rule_list(value);
+      } else {
+        default_limit = parse_limit(value, /*with_match=*/false, nullptr).limit;
+      }
+    });
+    return std::make_shared<RuleSet>(std::move(rules), std::move(default_limit));
+  }
+
+ private:
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& problem) const {
+    const YAML::Mark m = at.Mark();
+    if (m.is_null()) throw ConfigError(source_, 0, 0, problem);
+    throw ConfigError(source_, m.line + 1, m.column + 1, problem);
+  }
+
+  // Calls fn(name, value) for each field of mapping `map`, rejecting unknown and repeated names.
+  template <typename Fn>
+  void for_each_field(const YAML::Node& map, std::initializer_list<std::string_view> allowed, Fn&& fn) const {
+    std::set<std::string, std::less<>> seen;
+    for (const auto& kv : map) {
+      const std::string name = kv.first.Scalar();
+      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+        std::string expected;
+        for (std::string_view a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
+        fail(kv.first, "unknown field \"" + name + "\" (expected one of: " + expected + ")");
+      }
+      if (!seen.insert(name).second) fail(kv.first, "field \"" + name + "\" appears twice");
+      fn(name, kv.second);
+    }
+  }
+
+  std::vector<Rule> parse_rule_list(const YAML::Node& list) const {
+    if (list.IsNull()) return {};
+    if (!list.IsSequence()) fail(list, "`rules` must be a list of rules (each starting with \"- match:\")");
+    std::vector<Rule> rules;
+    std::unordered_map<std::string, int> first_line;
+    for (const YAML::Node& item : list) {
+      Rule rule = parse_limit(item, /*with_match=*/true, &first_line);
+      rules.push_back(std::move(rule));
+    }
+    return rules;
+  }
+
+  // Parses one rule (with_match) or the default limit. `first_line` detects duplicate patterns.
+  Rule parse_limit(const YAML::Node& node, bool with_match, std::unordered_map<std::string, int>* first_line) const {
+    if (!node.IsMap()) fail(node, with_match ? "a rule must be a mapping with match, rate and burst"
+                                             : "`default` must be a mapping with rate and burst");
+    Rule rule;
+    rule.line = node.Mark().line + 1;
+    bool has_match = false, has_rate = false, has_burst = false, has_debt = false;
+    auto fields = with_match ? std::initializer_list<std::string_view>{"match", "rate", "burst", "max_debt"}
+                             : std::initializer_list<std::string_view>{"rate", "burst", "max_debt"};
+    for_each_field(node, fields, [&](const std::string& name, const YAML::Node& value) {
+      if (name == "match") {
+        has_match = true;
+        rule.match = scalar(value, "match");
+        if (rule.match.empty()) fail(value, "match must not be empty");
+        if (rule.match.size() > 256) fail(value, "match is longer than the 256-byte key limit");
+        auto [it, fresh] = first_line->emplace(rule.match, value.Mark().line + 1);
+        if (!fresh) {
+          fail(value, "match \"" + rule.match + "\" already has a rule at line " + std::to_string(it->second));
+        }
+      } else if (name == "rate") {
+        has_rate = true;
+        std::string why;
+        auto rate = parse_rate(scalar(value, "rate"), &why);
+        if (!rate) fail(value, why);
+        rule.limit.rate = *rate;
+      } else if (name == "burst") {
+        has_burst = true;
+        rule.limit.burst = integer(value, "burst", 1);
+      } else {
+        has_debt = true;
+        rule.limit.max_debt = integer(value, "max_debt", 0);
+      }
+    });
+    if (with_match && !has_match) fail(node, "rule has no `match`");
+    if (!has_rate) fail(node, std::string(with_match ? "rule" : "default") + " has no `rate` (e.g. rate: 100/s)");
+    if (!has_burst) fail(node, std::string(with_match ? "rule" : "default") + " has no `burst`");
+    if (!has_debt) rule.limit.max_debt = rule.limit.burst;
+    return rule;
+  }
+
+  std::string scalar(const YAML::Node& value, const char* field) const {
+    if (!value.IsScalar()) fail(value, std::string(field) + " must be a single value");
+    return value.Scalar();
+  }
+
+  int64_t integer(const YAML::Node& value, const char* field, int64_t min) const {
+    const std::string text = scalar(value, field);
+    int64_t n = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+      fail(value, std::string(field) + " must be a whole number, got \"" + text + "\"");
+    }
+    if (n < min || n > kMaxTokens) {
+      fail(value, std::string(field) + " must be between " + std::to_string(min) + " and " +
+                      std::to_string(kMaxTokens) + ", got " + text);
+    }
+    return n;
+  }
+
+  const std::string& source_;
+};
+
+}  // namespace
+
+std::shared_ptr<const RuleSet> parse_rules(std::string_view text, const std::string& source) {
+  return RulesParser(source).parse(text);
+}
+
+std::shared_ptr<const RuleSet> load_rules_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path, 0, 0, std::string("cannot read rules file: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_rules(text.str(), path);
+}
+
+}  // namespace tollgate

@@ -1,0 +1,324 @@
+#include "tollgate/ledger.h"
+
+#include <algorithm>
+#include <bit>
+#include <deque>
+#include <string_view>
+#include <unordered_map>
+
+#include "tollgate/key_table.h"
+
+namespace tollgate {
+
+size_t batch_bytes(const Batch& batch) {
+  size_t bytes = sizeof(Batch) + batch.origin.capacity() + batch.entries.capacity() * sizeof(ConsumptionEntry);
+  for (const ConsumptionEntry& e : batch.entries) bytes += e.key.capacity();
+  return bytes;
+}
+
+const char* merge_result_name(MergeResult r) {
+  switch (r) {
+    case MergeResult::kApplied: return "applied";
+    case MergeResult::kDuplicate: return "duplicate";
+    case MergeResult::kStaleIncarnation: return "stale incarnation";
+    case MergeResult::kTooManyOrigins: return "too many origins";
+    case MergeResult::kSelf: return "claims our node id";
+  }
+  return "unknown";
+}
+
+// ---- SeenWindow
+
+namespace {
+
+constexpr size_t kWords = SeenWindow::kBits / 64;
+
+bool test_bit(const std::array<uint64_t, kWords>& bits, uint64_t i) { return (bits[i / 64] >> (i % 64)) & 1; }
+
+// Shifts the bitmap toward bit 0 by n (bit n becomes bit 0).
+void shift_down(std::array<uint64_t, kWords>& bits, uint64_t n) {
+  if (n == 0) return;
+  if (n >= SeenWindow::kBits) {
+    bits.fill(0);
+    return;
+  }
+  const size_t words = n / 64, rem = n % 64;
+  for (size_t i = 0; i < kWords; ++i) {
+    const size_t src = i + words;
+    uint64_t v = src < kWords ? bits[src] >> rem : 0;
+    if (rem != 0 && src + 1 < kWords) v |= bits[src + 1] << (64 - rem);
+    bits[i] = v;
+  }
+}
+
+// Set bits among the lowest n.
+uint64_t count_low(const std::array<uint64_t, kWords>& bits, uint64_t n) {
+  uint64_t count = 0;
+  for (size_t i = 0; i < kWords && n > 0; ++i) {
+    const uint64_t take = std::min<uint64_t>(n, 64);
+    const uint64_t mask = take == 64 ? ~uint64_t(0) : (uint64_t(1) << take) - 1;
+    count += uint64_t(std::popcount(bits[i] & mask));
+    n -= take;
+  }
+  return count;
+}
+
+}  // namespace
+
+bool SeenWindow::contains(uint64_t seq) const {
+  if (seq <= watermark) return true;
+  const uint64_t offset = seq - watermark - 1;
+  return offset < kBits && test_bit(above, offset);
+}
+
+bool SeenWindow::insert(uint64_t seq, uint64_t* abandoned) {
+  if (seq == 0 || contains(seq)) return false;
+  if (seq - watermark > kBits) {
+    const uint64_t shift = seq - watermark - kBits;
+    const uint64_t seen_leaving = count_low(above, std::min(shift, kBits));
+    if (abandoned) *abandoned += shift - seen_leaving;
+    shift_down(above, shift);
+    watermark += shift;
+  }
+  const uint64_t offset = seq - watermark - 1;
+  above[offset / 64] |= uint64_t(1) << (offset % 64);
+  // Advance the watermark over the run of seen seqs just above it.
+  uint64_t run = 0;
+  for (size_t i = 0; i < kWords; ++i) {
+    const int ones = std::countr_one(above[i]);
+    run += uint64_t(ones);
+    if (ones < 64) break;
+  }
+  shift_down(above, run);
+  watermark += run;
+  return true;
+}
+
+uint64_t SeenWindow::highest() const {
+  for (size_t i = kWords; i-- > 0;) {
+    if (above[i] != 0) return watermark + i * 64 + uint64_t(64 - std::countl_zero(above[i]));
+  }
+  return watermark;
+}
+
+// ---- Ledger
+
+class Ledger::Impl {
+ public:
+  Impl(NodeId self, uint64_t incarnation, LedgerOptions options)
+      : self_(std::move(self)), incarnation_(incarnation), options_(options) {
+    OriginState& own = origins_[self_];
+    own.current.incarnation = incarnation_;
+  }
+
+  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now) {
+    std::sort(entries.begin(), entries.end(),
+              [](const ConsumptionEntry& a, const ConsumptionEntry& b) { return a.key < b.key; });
+    std::vector<ConsumptionEntry> combined;
+    combined.reserve(entries.size());
+    for (ConsumptionEntry& e : entries) {
+      if (e.tokens <= 0) continue;
+      if (!combined.empty() && combined.back().key == e.key) {
+        combined.back().tokens += e.tokens;
+      } else {
+        combined.push_back(std::move(e));
+      }
+    }
+    if (combined.empty()) return nullptr;
+    auto batch = std::make_shared<Batch>();
+    batch->origin = self_;
+    batch->incarnation = incarnation_;
+    batch->seq = ++last_seq_;
+    batch->entries = std::move(combined);
+    origins_[self_].current.insert(batch->seq, nullptr);
+    ++stats_.sealed;
+    retain(batch, now);
+    return batch;
+  }
+
+  MergeResult merge(const BatchPtr& batch, KeyTable& table, MonoNanos now) {
+    SeenWindow* window = nullptr;
+    const MergeResult verdict = classify(*batch, /*create=*/true, &window);
+    if (verdict != MergeResult::kApplied) {
+      count(verdict);
+      return verdict;
+    }
+    window->insert(batch->seq, &stats_.abandoned);
+    for (const ConsumptionEntry& e : batch->entries) table.charge_remote(e.key, e.tokens, now);
+    stats_.entries_applied += batch->entries.size();
+    ++stats_.applied;
+    retain(batch, now);
+    return MergeResult::kApplied;
+  }
+
+  bool is_new(const Batch& batch) {
+    SeenWindow* window = nullptr;
+    return classify(batch, /*create=*/false, &window) == MergeResult::kApplied;
+  }
+
+  Digest digest() const {
+    Digest d;
+    d.origins.reserve(origins_.size());
+    for (const auto& [origin, state] : origins_) d.origins.push_back({origin, state.current, state.previous});
+    return d;
+  }
+
+  std::vector<BatchPtr> missing_for(const Digest& peer) const {
+    std::unordered_map<std::string_view, const OriginDigest*> windows;
+    windows.reserve(peer.origins.size());
+    for (const OriginDigest& o : peer.origins) windows.emplace(o.origin, &o);
+    std::vector<BatchPtr> out;
+    for (const Retained& r : retained_) {
+      const Batch& b = *r.batch;
+      auto it = windows.find(b.origin);
+      if (it == windows.end()) {
+        out.push_back(r.batch);
+        continue;
+      }
+      const OriginDigest& o = *it->second;
+      bool lacks;
+      if (b.incarnation == o.current.incarnation) {
+        lacks = !o.current.contains(b.seq);
+      } else if (b.incarnation > o.current.incarnation) {
+        lacks = true;
+      } else if (b.incarnation == o.previous.incarnation) {
+        lacks = !o.previous.contains(b.seq);
+      } else {
+        lacks = b.incarnation > o.previous.incarnation;  // older still: the peer would drop it
+      }
+      if (lacks) out.push_back(r.batch);
+    }
+    return out;
+  }
+
+  void expire(MonoNanos now) {
+    while (!retained_.empty() && now - retained_.front().at_ns > options_.retention_ns) drop_oldest();
+  }
+
+  void forget_origin(const NodeId& origin) {
+    if (origin != self_) origins_.erase(origin);
+  }
+
+  LedgerStats stats() const {
+    LedgerStats s = stats_;
+    s.origins = origins_.size();
+    s.retained_batches = retained_.size();
+    s.retained_bytes = retained_bytes_;
+    constexpr size_t kNode = sizeof(void*) + sizeof(std::pair<const NodeId, OriginState>) + sizeof(size_t);
+    size_t window_bytes = origins_.size() * kNode + origins_.bucket_count() * sizeof(void*);
+    for (const auto& [origin, state] : origins_) window_bytes += origin.capacity() > 15 ? origin.capacity() + 1 : 0;
+    s.bytes = window_bytes + retained_bytes_ + retained_.size() * sizeof(Retained);
+    return s;
+  }
+
+  const NodeId& self() const { return self_; }
+  uint64_t incarnation() const { return incarnation_; }
+
+ private:
+  struct OriginState {
+    SeenWindow current;
+    SeenWindow previous;
+  };
+  struct Retained {
+    BatchPtr batch;
+    MonoNanos at_ns;
+    size_t bytes;
+  };
+
+  // Decides what merge() would do with `b` and, for kApplied, which window records it. With
+  // `create`, sets up state for a new origin or a new incarnation.
+  MergeResult classify(const Batch& b, bool create, SeenWindow** window) {
+    if (b.origin == self_) {
+      // Our current life: everything genuine was sealed here. A newer life, or a seq we never
+      // sealed, means another process is using our node id.
+      if (b.incarnation > incarnation_ || (b.incarnation == incarnation_ && b.seq > last_seq_)) {
+        return MergeResult::kSelf;
+      }
+    }
+    auto it = origins_.find(b.origin);
+    if (it == origins_.end()) {
+      if (origins_.size() >= options_.max_origins) return MergeResult::kTooManyOrigins;
+      if (!create) return MergeResult::kApplied;
+      it = origins_.emplace(b.origin, OriginState{}).first;
+      it->second.current.incarnation = b.incarnation;
+    }
+    OriginState& st = it->second;
+    SeenWindow* w;
+    if (b.incarnation == st.current.incarnation) {
+      w = &st.current;
+    } else if (b.incarnation > st.current.incarnation) {
+      if (!create) return MergeResult::kApplied;
+      st.previous = st.current;  // the origin restarted: keep its last life's window
+      st.current = SeenWindow{};
+      st.current.incarnation = b.incarnation;
+      w = &st.current;
+    } else if (b.incarnation == st.previous.incarnation) {
+      w = &st.previous;
+    } else if (b.incarnation > st.previous.incarnation) {
+      // A life between the two we track, heard of late: it replaces the older one.
+      if (!create) return MergeResult::kApplied;
+      st.previous = SeenWindow{};
+      st.previous.incarnation = b.incarnation;
+      w = &st.previous;
+    } else {
+      return MergeResult::kStaleIncarnation;
+    }
+    if (w->contains(b.seq) || b.seq == 0) return MergeResult::kDuplicate;
+    *window = w;
+    return MergeResult::kApplied;
+  }
+
+  void count(MergeResult r) {
+    switch (r) {
+      case MergeResult::kDuplicate: ++stats_.duplicates; break;
+      case MergeResult::kStaleIncarnation: ++stats_.stale; break;
+      case MergeResult::kTooManyOrigins: ++stats_.origin_overflow; break;
+      case MergeResult::kSelf: ++stats_.self_conflicts; break;
+      case MergeResult::kApplied: break;
+    }
+  }
+
+  void retain(const BatchPtr& batch, MonoNanos now) {
+    const size_t bytes = batch_bytes(*batch);
+    retained_.push_back({batch, now, bytes});
+    retained_bytes_ += bytes;
+    while (retained_bytes_ > options_.max_retained_bytes && retained_.size() > 1) drop_oldest();
+  }
+
+  void drop_oldest() {
+    retained_bytes_ -= retained_.front().bytes;
+    retained_.pop_front();
+  }
+
+  NodeId self_;
+  uint64_t incarnation_;
+  LedgerOptions options_;
+  uint64_t last_seq_ = 0;
+  std::unordered_map<NodeId, OriginState> origins_;
+  std::deque<Retained> retained_;
+  size_t retained_bytes_ = 0;
+  LedgerStats stats_;
+};
+
+Ledger::Ledger(NodeId self, uint64_t incarnation, LedgerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(self), incarnation, options)) {}
+Ledger::~Ledger() = default;
+Ledger::Ledger(Ledger&&) noexcept = default;
+Ledger& Ledger::operator=(Ledger&&) noexcept = default;
+
+const NodeId& Ledger::self() const { return impl_->self(); }
+uint64_t Ledger::incarnation() const { return impl_->incarnation(); }
+BatchPtr Ledger::seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns) {
+  return impl_->seal(std::move(entries), now_ns);
+}
+MergeResult Ledger::merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns) {
+  return impl_->merge(batch, table, now_ns);
+}
+bool Ledger::is_new(const Batch& batch) const { return impl_->is_new(batch); }
+Digest Ledger::digest() const { return impl_->digest(); }
+std::vector<BatchPtr> Ledger::missing_for(const Digest& peer) const { return impl_->missing_for(peer); }
+void Ledger::expire(MonoNanos now_ns) { impl_->expire(now_ns); }
+void Ledger::forget_origin(const NodeId& origin) { impl_->forget_origin(origin); }
+LedgerStats Ledger::stats() const { return impl_->stats(); }
+
+}  // namespace tollgate

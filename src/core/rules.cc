@@ -1,0 +1,79 @@
+#include "tollgate/rules.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <unordered_set>
+
+namespace tollgate {
+
+bool glob_match(std::string_view pattern, std::string_view key) {
+  // Greedy match with backtracking to the most recent '*': linear for the common one-star
+  // patterns, O(pattern * key) at worst, and no recursion.
+  size_t p = 0, k = 0;
+  size_t star = std::string_view::npos, resume = 0;
+  while (k < key.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = k;
+    } else if (p < pattern.size() && pattern[p] == key[k]) {
+      ++p;
+      ++k;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      k = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit)
+    : rules_(std::move(rules)), default_(std::move(default_limit)) {
+  if (default_ && !validate_limit(*default_).empty()) {
+    throw std::invalid_argument("default limit: " + validate_limit(*default_));
+  }
+  for (uint32_t i = 0; i < rules_.size(); ++i) {
+    const Rule& r = rules_[i];
+    if (const std::string why = validate_limit(r.limit); !why.empty()) {
+      throw std::invalid_argument("rule \"" + r.match + "\": " + why);
+    }
+    if (r.match.find('*') == std::string::npos) {
+      if (!exact_.emplace(r.match, i).second) {
+        throw std::invalid_argument("rule \"" + r.match + "\" appears twice");
+      }
+    } else {
+      globs_.push_back(i);
+    }
+  }
+  auto prefix_len = [&](uint32_t i) { return rules_[i].match.find('*'); };
+  auto literal_len = [&](uint32_t i) {
+    const std::string& m = rules_[i].match;
+    return m.size() - size_t(std::count(m.begin(), m.end(), '*'));
+  };
+  std::unordered_set<std::string_view> seen_globs;
+  for (uint32_t i : globs_) {
+    if (!seen_globs.insert(rules_[i].match).second) {
+      throw std::invalid_argument("rule \"" + rules_[i].match + "\" appears twice");
+    }
+  }
+  std::stable_sort(globs_.begin(), globs_.end(), [&](uint32_t x, uint32_t y) {
+    if (prefix_len(x) != prefix_len(y)) return prefix_len(x) > prefix_len(y);
+    return literal_len(x) > literal_len(y);
+  });
+}
+
+uint32_t RuleSet::match(std::string_view key) const {
+  if (auto it = exact_.find(key); it != exact_.end()) return it->second;
+  for (uint32_t i : globs_) {
+    const std::string& pattern = rules_[i].match;
+    const size_t prefix = pattern.find('*');
+    // Cheap reject on the literal prefix before the general matcher.
+    if (key.substr(0, prefix) != std::string_view(pattern).substr(0, prefix)) continue;
+    if (glob_match(pattern, key)) return i;
+  }
+  return default_ ? uint32_t(rules_.size()) : kUnlimited;
+}
+
+}  // namespace tollgate
