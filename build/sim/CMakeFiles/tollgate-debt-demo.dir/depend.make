@@ -1,2 +1,0 @@
-# Empty dependencies file for tollgate-debt-demo.
-# This may be replaced when dependencies are built.
