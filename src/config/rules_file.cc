@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <span>
 #include <sstream>
 #include <unordered_map>
 
@@ -30,7 +31,8 @@ class RulesParser {
 
     std::vector<Rule> rules;
     std::optional<Limit> default_limit;
-    for_each_field(root, {"rules", "default"}, [&](const std::string& name, const YAML::Node& value) {
+    static constexpr std::string_view kTopFields[] = {"rules", "default"};
+    for_each_field(root, kTopFields, [&](const std::string& name, const YAML::Node& value) {
       if (name == "rules") {
         rules = parse_rule_list(value);
       } else {
@@ -49,7 +51,7 @@ class RulesParser {
 
   // Calls fn(name, value) for each field of mapping `map`, rejecting unknown and repeated names.
   template <typename Fn>
-  void for_each_field(const YAML::Node& map, std::initializer_list<std::string_view> allowed, Fn&& fn) const {
+  void for_each_field(const YAML::Node& map, std::span<const std::string_view> allowed, Fn&& fn) const {
     std::set<std::string, std::less<>> seen;
     for (const auto& kv : map) {
       const std::string name = kv.first.Scalar();
@@ -82,8 +84,11 @@ class RulesParser {
     Rule rule;
     rule.line = node.Mark().line + 1;
     bool has_match = false, has_rate = false, has_burst = false, has_debt = false;
-    auto fields = with_match ? std::initializer_list<std::string_view>{"match", "rate", "burst", "max_debt"}
-                             : std::initializer_list<std::string_view>{"rate", "burst", "max_debt"};
+    // Arrays with static storage: an initializer_list chosen by ?: would dangle.
+    static constexpr std::string_view kRuleFields[] = {"match", "rate", "burst", "max_debt"};
+    static constexpr std::string_view kDefaultFields[] = {"rate", "burst", "max_debt"};
+    const std::span<const std::string_view> fields = with_match ? std::span<const std::string_view>(kRuleFields)
+                                                                : std::span<const std::string_view>(kDefaultFields);
     for_each_field(node, fields, [&](const std::string& name, const YAML::Node& value) {
       if (name == "match") {
         has_match = true;

@@ -1,0 +1,129 @@
+#include "tollgate/rules_file.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "test_rules.h"
+#include "tollgate/config_error.h"
+#include "tollgate/rules.h"
+
+namespace tollgate {
+namespace {
+
+using testing::per_second;
+
+// Parses `text` expecting a ConfigError; returns its message.
+std::string error_of(const std::string& text) {
+  try {
+    parse_rules(text, "rules.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return "";
+}
+
+TEST(RulesFile, ParsesTheDocumentedShapeExactlyAsWritten) {
+  const std::string text = R"(rules:
+  - match: "api:login:*"   # an exact key, or a glob where * matches any run of characters
+    rate: 5/s              # also /min and /h
+    burst: 10
+    max_debt: 10           # optional; default = burst
+default:                   # optional; without it a key that matches no rule is not limited
+  rate: 100/s
+  burst: 100
+)";
+  auto rs = parse_rules(text, "rules.yaml");
+  ASSERT_EQ(rs->rules().size(), 1u);
+  EXPECT_EQ(rs->rules()[0].match, "api:login:*");
+  EXPECT_EQ(rs->rules()[0].limit, per_second(5, 10, 10));
+  EXPECT_EQ(rs->rules()[0].line, 2);
+  ASSERT_TRUE(rs->default_limit().has_value());
+  EXPECT_EQ(*rs->default_limit(), per_second(100, 100, 100));  // max_debt defaults to burst
+  EXPECT_EQ(rs->match("api:login:alice"), 0u);
+  EXPECT_EQ(rs->match("web:index"), 1u);
+}
+
+TEST(RulesFile, MaxDebtDefaultsToBurstAndMayBeZero) {
+  auto rs = parse_rules("rules:\n  - {match: a, rate: 1/min, burst: 7}\n  - {match: b, rate: 2/h, burst: 3, max_debt: 0}\n",
+                        "r.yaml");
+  EXPECT_EQ(rs->rules()[0].limit, (Limit{Rate{1, 60 * kNanosPerSecond}, 7, 7}));
+  EXPECT_EQ(rs->rules()[1].limit, (Limit{Rate{2, 3600 * kNanosPerSecond}, 3, 0}));
+}
+
+TEST(RulesFile, EmptyFileOrNoDefaultLimitsNothing) {
+  EXPECT_EQ(parse_rules("", "r.yaml")->match("k"), RuleSet::kUnlimited);
+  EXPECT_EQ(parse_rules("rules: []\n", "r.yaml")->match("k"), RuleSet::kUnlimited);
+}
+
+TEST(RulesFile, ErrorsNameFileLineAndProblem) {
+  struct Case {
+    std::string text;
+    std::string where;    // expected "file:line:" prefix
+    std::string problem;  // expected substring
+  };
+  const Case cases[] = {
+      {"rules:\n  - match: a\n    rate: 5/s\n    burts: 10\n", "rules.yaml:4:", "unknown field \"burts\""},
+      {"rules:\n  - match: a\n    rate: 5/s\n    burst: 10\n    rate: 6/s\n", "rules.yaml:5:", "appears twice"},
+      {"rules:\n  - match: a\n    rate: 5/day\n    burst: 10\n", "rules.yaml:3:", "unknown unit"},
+      {"rules:\n  - match: a\n    rate: 5/s\n    burst: 0\n", "rules.yaml:4:", "burst must be between 1"},
+      {"rules:\n  - match: a\n    rate: 5/s\n    burst: ten\n", "rules.yaml:4:", "whole number"},
+      {"rules:\n  - match: a\n    rate: 5/s\n    burst: 10\n    max_debt: -1\n", "rules.yaml:5:", "max_debt"},
+      {"rules:\n  - match: a\n    burst: 10\n", "rules.yaml:2:", "no `rate`"},
+      {"rules:\n  - match: a\n    rate: 1/s\n", "rules.yaml:2:", "no `burst`"},
+      {"rules:\n  - rate: 1/s\n    burst: 1\n", "rules.yaml:2:", "no `match`"},
+      {"rules:\n  - {match: a, rate: 1/s, burst: 1}\n  - {match: a, rate: 2/s, burst: 1}\n", "rules.yaml:3:",
+       "already has a rule at line 2"},
+      {"rules:\n  - match: \"\"\n    rate: 1/s\n    burst: 1\n", "rules.yaml:2:", "must not be empty"},
+      {"rules: {match: a}\n", "rules.yaml:1:", "must be a list"},
+      {"default:\n  rate: 1/s\n  burst: 1\n  match: x\n", "rules.yaml:4:", "unknown field \"match\""},
+      {"limits: []\n", "rules.yaml:1:", "unknown field \"limits\""},
+      {"rules:\n  - match: [a, b]\n    rate: 1/s\n    burst: 1\n", "rules.yaml:2:", "single value"},
+      {"rules:\n  - match: a\n    rate: 1/s\n   burst: 1\n", "rules.yaml:", ""},  // bad indentation
+      {"- just\n- a list\n", "rules.yaml:1:", "expected a mapping"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = error_of(c.text);
+    EXPECT_EQ(msg.rfind(c.where, 0), 0u) << "message: " << msg << "\nfor:\n" << c.text;
+    EXPECT_NE(msg.find(c.problem), std::string::npos) << "message: " << msg << "\nfor:\n" << c.text;
+  }
+}
+
+TEST(RulesFile, LongMatchIsRejected) {
+  const std::string msg = error_of("rules:\n  - match: " + std::string(257, 'k') + "\n    rate: 1/s\n    burst: 1\n");
+  EXPECT_NE(msg.find("256-byte"), std::string::npos) << msg;
+}
+
+TEST(RulesFile, LoadsFromDiskAndReportsAMissingFile) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("tollgate_rules_test_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(path);
+    out << "rules:\n  - match: \"user:*\"\n    rate: 6000/min\n    burst: 50\n";
+  }
+  auto rs = load_rules_file(path.string());
+  EXPECT_EQ(rs->limit(rs->match("user:1")), (Limit{Rate{6000, 60 * kNanosPerSecond}, 50, 50}));
+  std::filesystem::remove(path);
+
+  try {
+    load_rules_file(path.string());
+    ADD_FAILURE() << "missing file loaded";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.file(), path.string());
+    EXPECT_NE(std::string(e.what()).find("cannot read rules file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RulesFile, ShippedExampleConfigParses) {
+  auto rs = load_rules_file(TOLLGATE_SOURCE_DIR "/config/rules.yaml");
+  EXPECT_FALSE(rs->rules().empty());
+}
+
+}  // namespace
+}  // namespace tollgate
