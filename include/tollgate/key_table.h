@@ -1,7 +1,9 @@
 // Per-key buckets with bounded memory: the state a node decides against.
 //
 // Each key that a rule governs gets a TokenBucket, created full on first use. Memory is bounded
-// by max_keys: inserting past it evicts the least recently used key. An evicted bucket that had
+// by max_keys: inserting past it evicts a key not used recently, chosen by CLOCK (second chance),
+// the O(1) approximation of LRU: a key used since the clock hand last passed it is never evicted
+// before one that was not, and a check costs no list relinking. An evicted bucket that had
 // not refilled (in debt, or partly spent) is remembered by its key's hash in a small bounded
 // side table, so the key comes back at its remembered balance instead of full. Keys whose
 // bucket has refilled carry no information and are removed by sweep_idle().
@@ -28,7 +30,7 @@ namespace tollgate {
 class RuleSet;
 
 struct KeyTableOptions {
-  size_t max_keys = 1'000'000;  // buckets held at most; the LRU key is evicted beyond this
+  size_t max_keys = 1'000'000;  // buckets held at most; a least recently used key is evicted beyond this
   size_t max_key_bytes = 256;   // longer keys are denied with DenyReason::kKeyTooLong
   // Evicted, not yet refilled balances remembered (about 100 bytes each). 0 disables it.
   size_t max_remembered = 65'536;
@@ -37,7 +39,7 @@ struct KeyTableOptions {
 struct KeyTableStats {
   size_t keys = 0;                // buckets held now
   size_t bytes = 0;               // estimated heap bytes held by the table, remembered balances included
-  uint64_t evictions = 0;         // keys evicted (LRU) because the table was at max_keys
+  uint64_t evictions = 0;         // keys evicted (CLOCK) because the table was at max_keys
   uint64_t idle_removed = 0;      // keys removed by sweep_idle() because their bucket had refilled
   uint64_t rejected_keys = 0;     // checks refused because the key was too long
   size_t remembered = 0;          // evicted balances remembered now
@@ -67,9 +69,10 @@ class KeyTable {
   // (keys evicted in between included), and resets it. Nothing is lost or reported twice.
   void take_pending(std::vector<ConsumptionEntry>& out);
 
-  // Examines up to `max_scan` least recently used keys and removes those whose bucket has
-  // refilled to burst and that have no pending consumption; also drops remembered balances that
-  // have refilled. Returns the number of keys removed.
+  // Examines up to `max_scan` keys, round-robin from where the previous call stopped, and removes
+  // those whose bucket has refilled to burst (their pending consumption is kept and still
+  // reported by take_pending); also drops remembered balances that have refilled. Returns the
+  // number of keys removed. Call it a few hundred keys at a time so no call is long.
   size_t sweep_idle(MonoNanos now_ns, size_t max_scan);
 
   // Installs new rules. A key whose governing limit is unchanged keeps its bucket untouched; a
@@ -78,7 +81,7 @@ class KeyTable {
   void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns);
 
   // The key's balance in microtokens after refilling to `now_ns`; nullopt if the table has no
-  // bucket for it. Does not count as a use for LRU.
+  // bucket for it. Does not count as a use for eviction.
   std::optional<int64_t> balance_microtokens(std::string_view key, MonoNanos now_ns);
 
   const RuleSet& rules() const;

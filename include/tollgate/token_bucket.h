@@ -27,7 +27,6 @@ enum class DenyReason : uint8_t {
   kCostExceedsBurst,   // cost > burst: no amount of waiting makes it fit
   kInvalidCost,        // cost < 0
   kKeyTooLong,         // key longer than the key table accepts
-  kTableFull,          // a new key could not be stored (key table at max_keys with nothing evictable)
 };
 
 // Human-readable reason, e.g. "cost exceeds burst". Never null.

@@ -1,7 +1,11 @@
 #include "tollgate/key_table.h"
 
+#include <bit>
+#include <cstring>
 #include <deque>
+#include <memory>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -26,7 +30,9 @@ class KeyTable::Impl {
   Impl(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
       : rules_(std::move(rules)), options_(options) {
     if (options_.max_keys == 0) options_.max_keys = 1;
-    index_.reserve(std::min<size_t>(options_.max_keys, 1 << 16));
+    options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
+    // The index never holds more than max_keys, so it stops growing at 2 * max_keys slots.
+    index_.assign(std::bit_ceil(std::min<size_t>(options_.max_keys, 1 << 15) * 2), IndexSlot{});
   }
 
   Decision allow(std::string_view key, int64_t cost, MonoNanos now) {
@@ -84,7 +90,7 @@ class KeyTable::Impl {
   void take_pending(std::vector<ConsumptionEntry>& out) {
     for (uint32_t s = dirty_head_; s != kNil;) {
       Entry& e = slots_[s];
-      if (e.pending > 0) out.push_back({e.key, e.pending});
+      if (e.pending > 0) out.push_back({std::string(e.key()), e.pending});
       e.pending = 0;
       e.dirty = false;
       const uint32_t next = e.dirty_next;
@@ -98,16 +104,17 @@ class KeyTable::Impl {
 
   size_t sweep_idle(MonoNanos now, size_t max_scan) {
     size_t removed = 0;
-    uint32_t s = tail_;
-    for (size_t n = 0; n < max_scan && s != kNil; ++n) {
+    // A cursor of its own walks the slots round-robin, so every key is examined in turn.
+    const size_t scan = std::min(max_scan, slots_.size());
+    for (size_t n = 0; n < scan; ++n) {
+      if (sweep_hand_ >= slots_.size()) sweep_hand_ = 0;
+      const uint32_t s = uint32_t(sweep_hand_++);
       Entry& e = slots_[s];
-      const uint32_t newer = e.prev;
-      if (e.bucket.full_at(rules_->limit(e.rule), now)) {
+      if (e.live && e.bucket.full_at(rules_->limit(e.rule), now)) {
         erase(s);
         ++stats_.idle_removed;
         ++removed;
       }
-      s = newer;
     }
     // Remembered balances are dropped oldest first once refilled; a stale queue entry (the key
     // came back, or was remembered again later) is skipped.
@@ -126,10 +133,10 @@ class KeyTable::Impl {
   void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
     std::shared_ptr<const RuleSet> old = std::move(rules_);
     rules_ = std::move(rules);
-    for (uint32_t s = head_; s != kNil;) {
+    for (uint32_t s = 0; s < slots_.size(); ++s) {
       Entry& e = slots_[s];
-      const uint32_t next = e.next;
-      const uint32_t rule = rules_->match(e.key);
+      if (!e.live) continue;
+      const uint32_t rule = rules_->match(e.key());
       if (rule == RuleSet::kUnlimited) {
         erase(s);
       } else {
@@ -141,7 +148,6 @@ class KeyTable::Impl {
         }
         e.rule = rule;
       }
-      s = next;
     }
   }
 
@@ -154,13 +160,12 @@ class KeyTable::Impl {
 
   KeyTableStats stats() const {
     KeyTableStats s = stats_;
-    s.keys = index_.size();
+    s.keys = indexed_;
     s.remembered = remembered_.size();
-    size_t bytes = slots_.size() * sizeof(Entry) + free_.capacity() * sizeof(uint32_t);
-    for (const Entry& e : slots_) bytes += string_heap_bytes(e.key);
-    // unordered_map: one heap node per element (next pointer, value, cached hash) plus buckets.
-    constexpr size_t kIndexNode = sizeof(void*) + sizeof(std::pair<const std::string_view, uint32_t>) + sizeof(size_t);
-    bytes += index_.size() * kIndexNode + index_.bucket_count() * sizeof(void*);
+    const size_t chunks = (slots_.size() + EntryStore::kChunk - 1) / EntryStore::kChunk;
+    size_t bytes = chunks * EntryStore::kChunk * sizeof(Entry) + free_.capacity() * sizeof(uint32_t);
+    for (size_t i = 0; i < slots_.size(); ++i) bytes += slots_[i].key_heap ? slots_[i].key_size : 0;
+    bytes += index_.capacity() * sizeof(IndexSlot);
     constexpr size_t kRememberedNode = sizeof(void*) + sizeof(std::pair<const size_t, Remembered>) + sizeof(size_t);
     bytes += remembered_.size() * kRememberedNode + remembered_.bucket_count() * sizeof(void*) +
              remembered_order_.size() * sizeof(std::pair<size_t, uint64_t>);
@@ -170,18 +175,55 @@ class KeyTable::Impl {
   }
 
   const RuleSet& rules() const { return *rules_; }
-  size_t size() const { return index_.size(); }
+  size_t size() const { return indexed_; }
 
  private:
-  struct Entry {
-    std::string key;
+  // One key's state, two cache lines. Keys up to kInlineKey bytes (nearly all real ones) live
+  // inside the entry, so a check reads the index line and this entry and nothing else.
+  static constexpr size_t kInlineKey = 72;
+  struct alignas(64) Entry {
     TokenBucket bucket;
-    int64_t pending = 0;      // tokens admitted here since the last take_pending()
-    uint32_t rule = 0;        // index into rules_
-    uint32_t prev = kNil;     // LRU neighbours: head_ is the most recently used
-    uint32_t next = kNil;
-    uint32_t dirty_next = kNil;
-    bool dirty = false;       // on the dirty list (the slot had pending since the last take)
+    int64_t pending = 0;         // tokens admitted here since the last take_pending()
+    uint32_t rule = 0;           // index into rules_
+    uint32_t dirty_next = kNil;  // next slot on the dirty list
+    uint16_t key_size = 0;
+    bool dirty = false;          // on the dirty list (the slot had pending since the last take)
+    bool live = false;           // holds a key (false: on the free list)
+    bool referenced = false;     // used since the clock hand last passed (see evict_lru)
+    char key_inline[kInlineKey];
+    std::unique_ptr<char[]> key_heap;  // keys longer than kInlineKey
+
+    std::string_view key() const { return {key_heap ? key_heap.get() : key_inline, key_size}; }
+    void set_key(std::string_view k) {
+      key_size = uint16_t(k.size());
+      if (k.size() <= kInlineKey) {
+        key_heap.reset();
+        std::memcpy(key_inline, k.data(), k.size());
+      } else {
+        key_heap = std::make_unique<char[]>(k.size());
+        std::memcpy(key_heap.get(), k.data(), k.size());
+      }
+    }
+  };
+  static_assert(sizeof(Entry) == 128);
+
+  // Entries in fixed chunks of 1,024 (128 KiB): slot numbers stay valid as the store grows, no
+  // entry ever moves, and the chunk table is small enough to stay in L1. (std::deque keeps 4 such
+  // entries per block, and its block map became one more cache miss per check at 100k keys.)
+  class EntryStore {
+   public:
+    static constexpr size_t kChunk = 1024;
+    Entry& operator[](size_t i) { return chunks_[i / kChunk][i % kChunk]; }
+    const Entry& operator[](size_t i) const { return chunks_[i / kChunk][i % kChunk]; }
+    size_t size() const { return size_; }
+    void emplace_back() {
+      if (size_ % kChunk == 0) chunks_.push_back(std::make_unique<Entry[]>(kChunk));
+      ++size_;
+    }
+
+   private:
+    std::vector<std::unique_ptr<Entry[]>> chunks_;
+    size_t size_ = 0;
   };
   // An evicted bucket that had not refilled, kept so its key does not come back full.
   struct Remembered {
@@ -189,55 +231,129 @@ class KeyTable::Impl {
     Limit limit;
     uint64_t generation = 0;
   };
-  struct ViewHash {
-    size_t operator()(std::string_view s) const { return hash_key(s); }
+  // The index: open addressing with linear probing over a power-of-two array, at most half
+  // full. Each slot holds 32 bits of the key's hash (its home position is tag & mask) and the
+  // entry number, so a lookup costs one cache line of index and, almost always, one key
+  // comparison. Chosen over std::unordered_map, whose per-key heap node adds a dependent cache
+  // miss to every check (see bench/key_table_bench.cc).
+  struct IndexSlot {
+    uint32_t tag = 0;
+    uint32_t slot = kNil;  // kNil: empty
   };
 
   uint32_t find(std::string_view key) const {
-    auto it = index_.find(key);
-    return it == index_.end() ? kNil : it->second;
+    const uint32_t tag = uint32_t(hash_key(key));
+    const size_t mask = index_.size() - 1;
+    for (size_t i = tag & mask;; i = (i + 1) & mask) {
+      const IndexSlot& x = index_[i];
+      if (x.slot == kNil) return kNil;
+      if (x.tag == tag && slots_[x.slot].key() == key) return x.slot;
+    }
+  }
+
+  void index_insert(uint32_t tag, uint32_t slot) {
+    if ((indexed_ + 1) * 2 > index_.size()) index_grow();
+    const size_t mask = index_.size() - 1;
+    size_t i = tag & mask;
+    while (index_[i].slot != kNil) i = (i + 1) & mask;
+    index_[i] = {tag, slot};
+    ++indexed_;
+  }
+
+  void index_grow() {
+    std::vector<IndexSlot> old(index_.size() * 2);
+    old.swap(index_);
+    const size_t mask = index_.size() - 1;
+    for (const IndexSlot& x : old) {
+      if (x.slot == kNil) continue;
+      size_t i = x.tag & mask;
+      while (index_[i].slot != kNil) i = (i + 1) & mask;
+      index_[i] = x;
+    }
+  }
+
+  // Removes `slot` (whose key hashes to `tag`) by backward-shift deletion: later members of the
+  // probe run move up, so no tombstones accumulate under churn.
+  void index_erase(uint32_t tag, uint32_t slot) {
+    const size_t mask = index_.size() - 1;
+    size_t i = tag & mask;
+    while (index_[i].slot != slot) i = (i + 1) & mask;
+    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+      const IndexSlot& x = index_[j];
+      if (x.slot == kNil) break;
+      const size_t home = x.tag & mask;
+      // x may fill the hole at i only if its home is not cyclically within (i, j].
+      const bool home_in_between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+      if (!home_in_between) {
+        index_[i] = x;
+        i = j;
+      }
+    }
+    index_[i] = IndexSlot{};
+    --indexed_;
   }
 
   uint32_t insert(std::string_view key, uint32_t rule, MonoNanos now) {
-    if (index_.size() >= options_.max_keys) evict_lru();
+    // Take the key's remembered balance out first: the eviction that makes room for it may
+    // remember another balance and push this one out.
+    std::optional<Remembered> restored;
+    if (!remembered_.empty()) {
+      if (auto it = remembered_.find(hash_key(key)); it != remembered_.end()) {
+        restored = it->second;
+        remembered_.erase(it);
+      }
+    }
+    if (indexed_ >= options_.max_keys) evict_lru();
     uint32_t slot;
     if (!free_.empty()) {
       slot = free_.back();
       free_.pop_back();
     } else {
       slot = uint32_t(slots_.size());
-      slots_.emplace_back();  // std::deque never moves existing entries: index_ views stay valid
+      slots_.emplace_back();
     }
     Entry& e = slots_[slot];
-    e.key.assign(key);
+    e.set_key(key);
+    e.live = true;
+    e.referenced = false;  // a new key earns its second chance by being used again
     e.rule = rule;
     e.pending = 0;  // dirty/dirty_next are left alone: a reused slot may still be on the dirty list
     const Limit& limit = rules_->limit(rule);
     e.bucket = TokenBucket(limit, now);
-    if (!remembered_.empty()) {
-      auto it = remembered_.find(hash_key(key));
-      if (it != remembered_.end()) {
-        e.bucket = it->second.bucket;
-        e.bucket.balance_microtokens(it->second.limit, now);  // refill while it was away
-        if (!(it->second.limit == limit)) e.bucket.clamp_to(limit);
-        remembered_.erase(it);
-        ++stats_.restored;
-      }
+    if (restored) {
+      e.bucket = restored->bucket;
+      e.bucket.balance_microtokens(restored->limit, now);  // refill while it was away
+      if (!(restored->limit == limit)) e.bucket.clamp_to(limit);
+      ++stats_.restored;
     }
-    index_.emplace(std::string_view(e.key), slot);
-    link_front(slot);
+    index_insert(uint32_t(hash_key(key)), slot);
     return slot;
   }
 
   void evict_lru() {
-    const uint32_t victim = tail_;
-    if (victim == kNil) return;
+    // CLOCK (second chance), the O(1) approximation of LRU: the hand skips, and clears, keys
+    // used since it last passed, and evicts the first that was not. A key used since the last
+    // pass is never evicted before one that was not, and a check only sets a flag in its own
+    // entry instead of relinking list neighbours (two more cache misses per check).
+    if (indexed_ == 0) return;
+    uint32_t victim;
+    for (;;) {
+      if (clock_hand_ >= slots_.size()) clock_hand_ = 0;
+      Entry& e = slots_[clock_hand_++];
+      if (!e.live) continue;
+      if (e.referenced) {
+        e.referenced = false;
+        continue;
+      }
+      victim = uint32_t(clock_hand_ - 1);
+      break;
+    }
     Entry& e = slots_[victim];
     const Limit& limit = rules_->limit(e.rule);
-    // The victim was the least recently used, so its bucket was last refilled when it was last
-    // used; ask at that time whether it was full, which needs no clock.
+    // The victim's bucket was last refilled when it was last used: judge whether it was full as
+    // of then, which needs no clock. One that has refilled since is dropped by sweep_idle().
     if (options_.max_remembered > 0 && e.bucket.raw_balance_microtokens() < limit.burst * kMicrotokensPerToken) {
-      remember(hash_key(e.key), e.bucket, limit);
+      remember(hash_key(e.key()), e.bucket, limit);
     }
     erase(victim);
     ++stats_.evictions;
@@ -263,42 +379,26 @@ class KeyTable::Impl {
   // pending), which keeps removal O(1).
   void erase(uint32_t slot) {
     Entry& e = slots_[slot];
-    if (e.pending > 0) orphan_pending_.emplace_back(e.key, e.pending);
-    index_.erase(std::string_view(e.key));
-    unlink(slot);
-    std::string().swap(e.key);  // release a long key's heap buffer now, not at reuse
+    if (e.pending > 0) orphan_pending_.emplace_back(e.key(), e.pending);
+    index_erase(uint32_t(hash_key(e.key())), slot);
+    e.key_heap.reset();  // release a long key's buffer now, not at reuse
+    e.key_size = 0;
+    e.live = false;
     e.pending = 0;
     free_.push_back(slot);
   }
 
-  void link_front(uint32_t slot) {
-    Entry& e = slots_[slot];
-    e.prev = kNil;
-    e.next = head_;
-    if (head_ != kNil) slots_[head_].prev = slot;
-    head_ = slot;
-    if (tail_ == kNil) tail_ = slot;
-  }
-
-  void unlink(uint32_t slot) {
-    Entry& e = slots_[slot];
-    if (e.prev != kNil) slots_[e.prev].next = e.next; else head_ = e.next;
-    if (e.next != kNil) slots_[e.next].prev = e.prev; else tail_ = e.prev;
-    e.prev = e.next = kNil;
-  }
-
-  void touch(uint32_t slot) {
-    if (slot == head_) return;
-    unlink(slot);
-    link_front(slot);
-  }
+  void touch(uint32_t slot) { slots_[slot].referenced = true; }
 
   std::shared_ptr<const RuleSet> rules_;
   KeyTableOptions options_;
-  std::deque<Entry> slots_;
+  EntryStore slots_;
   std::vector<uint32_t> free_;
-  std::unordered_map<std::string_view, uint32_t, ViewHash> index_;
-  uint32_t head_ = kNil, tail_ = kNil, dirty_head_ = kNil;
+  std::vector<IndexSlot> index_;
+  size_t indexed_ = 0;  // keys in index_
+  uint32_t dirty_head_ = kNil;
+  size_t clock_hand_ = 0;  // next slot evict_lru() examines
+  size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
   std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
   std::unordered_map<size_t, Remembered> remembered_;             // by key hash
   std::deque<std::pair<size_t, uint64_t>> remembered_order_;      // (hash, generation), oldest first

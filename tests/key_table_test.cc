@@ -1,0 +1,238 @@
+#include "tollgate/key_table.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "test_rules.h"
+#include "tollgate/rules.h"
+
+namespace tollgate {
+namespace {
+
+using testing::one_rule;
+using testing::per_second;
+constexpr int64_t kSec = kNanosPerSecond;
+constexpr int64_t kM = kMicrotokensPerToken;
+
+std::map<std::string, int64_t> drain(KeyTable& t) {
+  std::vector<ConsumptionEntry> out;
+  t.take_pending(out);
+  std::map<std::string, int64_t> sum;
+  for (const auto& e : out) sum[e.key] += e.tokens;
+  return sum;
+}
+
+TEST(KeyTable, KeysGetIndependentBuckets) {
+  KeyTable t(one_rule("user:*", per_second(1, 2, 2)));
+  EXPECT_TRUE(t.allow("user:a", 2, 0).allowed);
+  EXPECT_FALSE(t.allow("user:a", 1, 0).allowed);
+  EXPECT_TRUE(t.allow("user:b", 2, 0).allowed);
+  EXPECT_EQ(t.size(), 2u);
+}
+
+TEST(KeyTable, KeysNoRuleGovernsAreAdmittedWithoutABucket) {
+  KeyTable t(one_rule("user:*", per_second(1, 1, 1)));
+  for (int i = 0; i < 100; ++i) {
+    const Decision d = t.allow("other", 1, 0);
+    EXPECT_TRUE(d.allowed);
+    EXPECT_FALSE(d.limited);
+  }
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_TRUE(drain(t).empty());
+  EXPECT_FALSE(t.charge_remote("other", 5, 0));
+  EXPECT_EQ(t.stats().remote_ignored, 1u);
+}
+
+TEST(KeyTable, KeysLongerThanTheLimitAreRejectedWithAReason) {
+  KeyTable t(one_rule("*", per_second(1, 1, 1)));
+  const std::string ok(256, 'k'), too_long(257, 'k');
+  EXPECT_TRUE(t.allow(ok, 1, 0).allowed);
+  const Decision d = t.allow(too_long, 1, 0);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, DenyReason::kKeyTooLong);
+  EXPECT_EQ(t.stats().rejected_keys, 1u);
+  EXPECT_EQ(t.size(), 1u);
+}
+
+TEST(KeyTable, EvictsTheLeastRecentlyUsedKeyAtMaxKeys) {
+  KeyTableOptions options;
+  options.max_keys = 3;
+  KeyTable t(one_rule("*", per_second(1, 10, 10)), options);
+  t.allow("a", 1, 0);
+  t.allow("b", 1, 0);
+  t.allow("c", 1, 0);
+  t.allow("a", 1, 1);  // a is now the most recently used; b the least
+  t.allow("d", 1, 2);
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_EQ(t.stats().evictions, 1u);
+  EXPECT_FALSE(t.balance_microtokens("b", 2).has_value());
+  EXPECT_TRUE(t.balance_microtokens("a", 2).has_value());
+  EXPECT_TRUE(t.balance_microtokens("c", 2).has_value());
+  EXPECT_TRUE(t.balance_microtokens("d", 2).has_value());
+}
+
+TEST(KeyTable, AKeyInUseSurvivesAFloodOfNewKeys) {
+  KeyTableOptions options;
+  options.max_keys = 100;
+  KeyTable t(one_rule("*", per_second(1, 10'000, 10'000)), options);
+  t.allow("hot", 1, 0);
+  for (int i = 0; i < 10'000; ++i) {
+    t.allow("flood:" + std::to_string(i), 1, 0);
+    if (i % 10 == 0) {
+      ASSERT_TRUE(t.allow("hot", 1, 0).allowed);
+    }
+    ASSERT_TRUE(t.balance_microtokens("hot", 0).has_value()) << "evicted after " << i << " new keys";
+  }
+  EXPECT_EQ(t.size(), 100u);
+  EXPECT_EQ(t.stats().evictions, 10'000u - 99u);
+  EXPECT_EQ(t.balance_microtokens("hot", 0), (10'000 - 1001) * kM);  // 1 + 1,000 uses, never reset
+}
+
+TEST(KeyTable, AnEvictedKeyInDebtDoesNotComeBackFull) {
+  KeyTableOptions options;
+  options.max_keys = 1;
+  KeyTable t(one_rule("*", per_second(1, 10, 10)), options);
+  t.charge_remote("hot", 15, 0);  // -5
+  t.allow("other", 1, 0);         // evicts "hot"
+  ASSERT_FALSE(t.balance_microtokens("hot", 0).has_value());
+  const Decision d = t.allow("hot", 1, 2 * kSec);  // comes back at -5 + 2 refilled = -3
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.remaining, -3);
+  EXPECT_EQ(t.stats().restored, 1u);
+}
+
+TEST(KeyTable, RememberedBalancesAreBounded) {
+  KeyTableOptions options;
+  options.max_keys = 1;
+  options.max_remembered = 2;
+  KeyTable t(one_rule("*", per_second(1, 10, 10)), options);
+  for (const char* k : {"k1", "k2", "k3", "k4"}) t.charge_remote(k, 20, 0);
+  const KeyTableStats s = t.stats();
+  EXPECT_EQ(s.remembered, 2u);
+  EXPECT_EQ(s.forgotten_debts, 1u);  // k1 was forgotten to make room for k3
+  EXPECT_TRUE(t.allow("k1", 1, 0).allowed);  // forgotten: back full (counted above)
+  // k1 coming back evicted k4, whose remembered debt pushed out k2's: k3 and k4 remain.
+  EXPECT_EQ(t.stats().forgotten_debts, 2u);
+  EXPECT_FALSE(t.allow("k3", 1, 0).allowed);  // remembered: still in debt
+  EXPECT_EQ(t.stats().restored, 1u);
+}
+
+TEST(KeyTable, IdleKeysWhoseBucketRefilledAreSwept) {
+  KeyTable t(one_rule("*", per_second(10, 10, 10)));
+  t.allow("spent", 10, 0);
+  t.allow("untouched", 0, 0);
+  t.charge_remote("indebt", 20, 0);
+  std::vector<ConsumptionEntry> ignore;
+  t.take_pending(ignore);
+  EXPECT_EQ(t.sweep_idle(500 * kNanosPerMilli, 100), 1u);  // only "untouched" is full yet
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.sweep_idle(1 * kSec, 100), 1u);              // "spent" refilled after 1 s
+  EXPECT_EQ(t.sweep_idle(2 * kSec - 1, 100), 0u);          // "indebt" needs 2 s
+  EXPECT_EQ(t.sweep_idle(2 * kSec, 100), 1u);
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_EQ(t.stats().idle_removed, 3u);
+}
+
+TEST(KeyTable, SweepExaminesAtMostMaxScanKeys) {
+  KeyTable t(one_rule("*", per_second(10, 10, 10)));
+  for (int i = 0; i < 10; ++i) t.allow("k" + std::to_string(i), 0, 0);
+  EXPECT_EQ(t.sweep_idle(0, 4), 4u);
+  EXPECT_EQ(t.size(), 6u);
+}
+
+TEST(KeyTable, PendingConsumptionIsReportedOncePerKeyAndReset) {
+  KeyTable t(one_rule("*", per_second(1, 100, 100)));
+  t.allow("a", 3, 0);
+  t.allow("b", 1, 0);
+  t.allow("a", 2, 0);
+  t.allow("a", 1000, 0);  // denied: not consumption
+  t.charge_remote("a", 7, 0);  // remote: not ours to report
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"a", 5}, {"b", 1}}));
+  EXPECT_TRUE(drain(t).empty());
+  t.allow("b", 4, 0);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"b", 4}}));
+}
+
+TEST(KeyTable, PendingConsumptionOfEvictedKeysIsNotLost) {
+  KeyTableOptions options;
+  options.max_keys = 2;
+  KeyTable t(one_rule("*", per_second(1, 100, 100)), options);
+  int64_t admitted = 0;
+  for (int i = 0; i < 50; ++i) {
+    const std::string key = "k" + std::to_string(i % 7);
+    if (t.allow(key, 1 + i % 3, i).allowed) admitted += 1 + i % 3;
+  }
+  EXPECT_GT(t.stats().evictions, 0u);
+  int64_t reported = 0;
+  for (const auto& [key, tokens] : drain(t)) reported += tokens;
+  EXPECT_EQ(reported, admitted);
+  EXPECT_TRUE(drain(t).empty());
+}
+
+TEST(KeyTable, RemoteChargesCreateTheKeyAndDebtIt) {
+  KeyTable t(one_rule("*", per_second(10, 10, 10)));
+  EXPECT_TRUE(t.charge_remote("k", 12, 0));
+  EXPECT_EQ(t.balance_microtokens("k", 0), -2 * kM);
+  EXPECT_FALSE(t.allow("k", 1, 0).allowed);
+}
+
+TEST(KeyTable, ReloadKeepsBucketsWhoseRuleDidNotChange) {
+  const Limit same = per_second(1, 10, 10);
+  auto rules = std::make_shared<RuleSet>(
+      std::vector<Rule>{{"keep:*", same, 1}, {"change:*", per_second(1, 10, 10), 2}, {"drop:*", same, 3}},
+      std::nullopt);
+  KeyTable t(rules);
+  t.charge_remote("keep:a", 14, 0);    // -4
+  t.charge_remote("change:a", 14, 0);  // -4
+  t.charge_remote("drop:a", 14, 0);
+  auto reloaded = std::make_shared<RuleSet>(
+      std::vector<Rule>{{"extra", per_second(5, 5, 5), 1}, {"keep:*", same, 2}, {"change:*", per_second(1, 10, 2), 3}},
+      std::nullopt);
+  t.replace_rules(reloaded, 0);
+  EXPECT_EQ(t.balance_microtokens("keep:a", 0), -4 * kM);
+  EXPECT_EQ(t.balance_microtokens("change:a", 0), -2 * kM);  // clamped into the new max_debt
+  EXPECT_FALSE(t.balance_microtokens("drop:a", 0).has_value());
+  EXPECT_EQ(t.size(), 2u);
+}
+
+TEST(KeyTable, ReloadReportsPendingOfKeysThatBecameUnlimited) {
+  KeyTable t(one_rule("*", per_second(1, 10, 10)));
+  t.allow("x", 3, 0);
+  t.replace_rules(one_rule("other:*", per_second(1, 10, 10)), 0);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"x", 3}}));
+}
+
+TEST(KeyTable, ReportsBytesThatGrowWithKeys) {
+  KeyTable t(one_rule("*", per_second(1, 10, 10)));
+  const size_t empty = t.stats().bytes;
+  for (int i = 0; i < 1000; ++i) t.allow("a-rather-long-key-name-" + std::to_string(i), 1, 0);
+  const size_t full = t.stats().bytes;
+  EXPECT_GT(full, empty + 1000 * 64);
+  EXPECT_LT(full, empty + 1000 * 512);
+}
+
+TEST(KeyTable, MemoryStaysBoundedUnderAFloodOfNewKeys) {
+  KeyTableOptions options;
+  options.max_keys = 1000;
+  options.max_remembered = 100;
+  KeyTable t(one_rule("*", per_second(1, 10, 10)), options);
+  size_t bytes_at_capacity = 0;
+  for (int i = 0; i < 100'000; ++i) {
+    t.allow("flood:" + std::to_string(i), 1, i);
+    if (i % 64 == 0) {
+      std::vector<ConsumptionEntry> sink;
+      t.take_pending(sink);
+    }
+    if (i == 5'000) bytes_at_capacity = t.stats().bytes;
+  }
+  const KeyTableStats s = t.stats();
+  EXPECT_EQ(s.keys, 1000u);
+  EXPECT_EQ(s.evictions, 99'000u);
+  EXPECT_LE(s.remembered, 100u);
+  EXPECT_LE(s.bytes, bytes_at_capacity * 11 / 10);
+}
+
+}  // namespace
+}  // namespace tollgate
