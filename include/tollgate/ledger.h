@@ -9,8 +9,9 @@
 //
 // Repair: every node retains the batches it sealed or applied for `retention_ns` (bounded by
 // bytes too). A peer's Digest (its windows) tells exactly which retained batches it lacks, and
-// missing_for() returns them, so the next exchange after a loss repairs it. A gap that is older
-// than the window (or than anyone's retention) is given up and counted: the cluster then
+// missing_for() returns them, so the next exchange after a loss repairs it. A gap nobody can
+// repair any more (older than every node's retention) stays a hole in the window until 256 later
+// seqs push it out; then it is given up and counted in `abandoned`. Either way the cluster
 // over-admits by that consumption, it never double-charges.
 //
 // Restart: a node that restarts takes a higher incarnation and seqs from 1 again. Receivers keep
@@ -79,7 +80,9 @@ enum class MergeResult : uint8_t {
   kDuplicate,         // already applied (or given up): nothing charged
   kStaleIncarnation,  // from an incarnation older than the previous one we know: dropped
   kTooManyOrigins,    // unknown origin and max_origins reached: dropped
-  kSelf,              // our own batch (relayed back, or from a past life of ours): dropped
+  kSelf,              // claims our node id with a newer life or a seq we never sealed: dropped.
+                      // (Our own batches relayed back are kDuplicate; a past life's batches are
+                      // applied once, which is how a restarted node relearns its own debt.)
 };
 const char* merge_result_name(MergeResult r);
 
@@ -128,8 +131,9 @@ class Ledger {
   // Drops retained batches older than retention. Call once per round.
   void expire(MonoNanos now_ns);
   // Forgets an origin's windows (membership dropped it for good). Its batches still retained
-  // here stay until they expire. Forget only after retention has passed since its last batch,
-  // or a late copy of an old batch would be applied again.
+  // here stay until they expire. Forget only after retention, plus the time a batch takes to
+  // reach every node, has passed since the origin's last batch: a peer that still retains one
+  // would otherwise send it again and it would be applied twice.
   void forget_origin(const NodeId& origin);
 
   LedgerStats stats() const;
