@@ -90,6 +90,19 @@ TEST(KeyTable, AKeyInUseSurvivesAFloodOfNewKeys) {
   EXPECT_EQ(t.balance_microtokens("hot", 0), (10'000 - 1001) * kM);  // 1 + 1,000 uses, never reset
 }
 
+TEST(KeyTable, RateScaleSlowsRefillFromNowOn) {
+  KeyTable t(one_rule("*", per_second(10, 10, 10)));
+  ASSERT_TRUE(t.allow("k", 10, 0).allowed);
+  t.set_rate_scale(1, 2, 1 * kSec);  // the first second refilled at the full rate: 10 tokens
+  EXPECT_EQ(t.balance_microtokens("k", 1 * kSec), 10 * kM);
+  ASSERT_TRUE(t.allow("k", 10, 1 * kSec).allowed);
+  EXPECT_EQ(t.balance_microtokens("k", 2 * kSec), 5 * kM);  // then half: 5 per second
+  EXPECT_EQ(t.limit_for("k")->rate.tokens * kNanosPerSecond / t.limit_for("k")->rate.period_ns, 5);
+  EXPECT_EQ(t.limit_for("other"), (Limit{Rate{10, 2 * kSec}, 10, 10}));
+  t.set_rate_scale(1, 1, 2 * kSec);
+  EXPECT_EQ(t.balance_microtokens("k", 2 * kSec + kSec / 2), 10 * kM);
+}
+
 TEST(KeyTable, AnEvictedKeyInDebtDoesNotComeBackFull) {
   KeyTableOptions options;
   options.max_keys = 1;

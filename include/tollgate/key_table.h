@@ -84,6 +84,16 @@ class KeyTable {
   // bucket for it. Does not count as a use for eviction.
   std::optional<int64_t> balance_microtokens(std::string_view key, MonoNanos now_ns);
 
+  // The limit that governs `key` (the bucket's if the table has one, else the rules'), with the
+  // rate scale applied; nullopt if the key is not limited.
+  std::optional<Limit> limit_for(std::string_view key) const;
+
+  // Makes every bucket refill at num/den (<= 1) of its rule's rate from `now_ns` on: the
+  // proportional partition policy, where num/den = reachable / known members. Buckets are
+  // settled at the old rate first. 1/1 restores the rules' rates. num 0 is treated as 1/1000 of
+  // den so a bucket always refills eventually.
+  void set_rate_scale(uint32_t num, uint32_t den, MonoNanos now_ns);
+
   const RuleSet& rules() const;
   size_t size() const;
   KeyTableStats stats() const;

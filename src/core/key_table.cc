@@ -58,7 +58,7 @@ class KeyTable::Impl {
       touch(slot);
     }
     Entry& e = slots_[slot];
-    Decision d = e.bucket.try_acquire(rules_->limit(e.rule), cost, now);
+    Decision d = e.bucket.try_acquire(limit_of(e.rule), cost, now);
     if (d.allowed && cost > 0) {
       e.pending += cost;
       if (!e.dirty) {
@@ -83,7 +83,7 @@ class KeyTable::Impl {
       touch(slot);
     }
     Entry& e = slots_[slot];
-    e.bucket.consume_remote(rules_->limit(e.rule), tokens, now);
+    e.bucket.consume_remote(limit_of(e.rule), tokens, now);
     return true;
   }
 
@@ -110,7 +110,7 @@ class KeyTable::Impl {
       if (sweep_hand_ >= slots_.size()) sweep_hand_ = 0;
       const uint32_t s = uint32_t(sweep_hand_++);
       Entry& e = slots_[s];
-      if (e.live && e.bucket.full_at(rules_->limit(e.rule), now)) {
+      if (e.live && e.bucket.full_at(limit_of(e.rule), now)) {
         erase(s);
         ++stats_.idle_removed;
         ++removed;
@@ -140,8 +140,8 @@ class KeyTable::Impl {
       if (rule == RuleSet::kUnlimited) {
         erase(s);
       } else {
-        const Limit& before = old->limit(e.rule);
-        const Limit& after = rules_->limit(rule);
+        const Limit before = scaled(old->limit(e.rule));
+        const Limit after = scaled(rules_->limit(rule));
         if (!(before == after)) {
           e.bucket.balance_microtokens(before, now);  // settle refill under the old rate first
           e.bucket.clamp_to(after);
@@ -151,11 +151,36 @@ class KeyTable::Impl {
     }
   }
 
+  std::optional<Limit> limit_for(std::string_view key) const {
+    const uint32_t slot = find(key);
+    if (slot != kNil) return limit_of(slots_[slot].rule);
+    const uint32_t rule = key.size() > options_.max_key_bytes ? RuleSet::kUnlimited : rules_->match(key);
+    if (rule == RuleSet::kUnlimited) return std::nullopt;
+    return limit_of(rule);
+  }
+
+  void set_rate_scale(uint32_t num, uint32_t den, MonoNanos now) {
+    if (den == 0 || num > den) num = den = 1;
+    if (num == 0) num = 1, den = std::max<uint32_t>(den, 1) * 1000;  // never stop refilling entirely
+    if (int64_t(num) * scale_den_ == int64_t(den) * scale_num_) return;
+    // Settle every bucket's refill at the old rate first, so the new rate applies from now on.
+    for (uint32_t s = 0; s < slots_.size(); ++s) {
+      Entry& e = slots_[s];
+      if (e.live) e.bucket.balance_microtokens(limit_of(e.rule), now);
+    }
+    scale_num_ = num;
+    scale_den_ = den;
+    for (uint32_t s = 0; s < slots_.size(); ++s) {
+      Entry& e = slots_[s];
+      if (e.live) e.bucket.clamp_to(limit_of(e.rule));  // the carry belongs to the old period
+    }
+  }
+
   std::optional<int64_t> balance(std::string_view key, MonoNanos now) {
     const uint32_t slot = find(key);
     if (slot == kNil) return std::nullopt;
     Entry& e = slots_[slot];
-    return e.bucket.balance_microtokens(rules_->limit(e.rule), now);
+    return e.bucket.balance_microtokens(limit_of(e.rule), now);
   }
 
   KeyTableStats stats() const {
@@ -241,6 +266,17 @@ class KeyTable::Impl {
     uint32_t slot = kNil;  // kNil: empty
   };
 
+  // The limit a bucket is held to: the rule's, with the refill rate scaled by rate_scale_ (an
+  // exact fraction, so scaled refill stays drift-free).
+  Limit limit_of(uint32_t rule) const { return scaled(rules_->limit(rule)); }
+  Limit scaled(Limit limit) const {
+    if (scale_num_ != scale_den_) {
+      limit.rate.tokens *= scale_num_;
+      limit.rate.period_ns *= scale_den_;
+    }
+    return limit;
+  }
+
   uint32_t find(std::string_view key) const {
     const uint32_t tag = uint32_t(hash_key(key));
     const size_t mask = index_.size() - 1;
@@ -318,7 +354,7 @@ class KeyTable::Impl {
     e.referenced = false;  // a new key earns its second chance by being used again
     e.rule = rule;
     e.pending = 0;  // dirty/dirty_next are left alone: a reused slot may still be on the dirty list
-    const Limit& limit = rules_->limit(rule);
+    const Limit limit = limit_of(rule);
     e.bucket = TokenBucket(limit, now);
     if (restored) {
       e.bucket = restored->bucket;
@@ -349,7 +385,7 @@ class KeyTable::Impl {
       break;
     }
     Entry& e = slots_[victim];
-    const Limit& limit = rules_->limit(e.rule);
+    const Limit limit = limit_of(e.rule);
     // The victim's bucket was last refilled when it was last used: judge whether it was full as
     // of then, which needs no clock. One that has refilled since is dropped by sweep_idle().
     if (options_.max_remembered > 0 && e.bucket.raw_balance_microtokens() < limit.burst * kMicrotokensPerToken) {
@@ -397,6 +433,7 @@ class KeyTable::Impl {
   std::vector<IndexSlot> index_;
   size_t indexed_ = 0;  // keys in index_
   uint32_t dirty_head_ = kNil;
+  int64_t scale_num_ = 1, scale_den_ = 1;  // refill at num/den of each rule's rate
   size_t clock_hand_ = 0;  // next slot evict_lru() examines
   size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
   std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
@@ -421,6 +458,8 @@ size_t KeyTable::sweep_idle(MonoNanos now_ns, size_t max_scan) { return impl_->s
 void KeyTable::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns) {
   impl_->replace_rules(std::move(rules), now_ns);
 }
+std::optional<Limit> KeyTable::limit_for(std::string_view key) const { return impl_->limit_for(key); }
+void KeyTable::set_rate_scale(uint32_t num, uint32_t den, MonoNanos now_ns) { impl_->set_rate_scale(num, den, now_ns); }
 std::optional<int64_t> KeyTable::balance_microtokens(std::string_view key, MonoNanos now_ns) {
   return impl_->balance(key, now_ns);
 }

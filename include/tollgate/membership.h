@@ -1,0 +1,153 @@
+// Who is in the cluster and who is alive: gossip-style failure detection (van Renesse, Minsky and
+// Hayden, 1998), as a pure state machine driven by the caller's clock.
+//
+// Every member owns a heartbeat counter that it increments once per round and gossips, together
+// with the counters it has heard of others. A member whose counter has not advanced here for
+// fail_after is not heard from, directly or through anyone:
+//   heartbeat membership: alive -> suspect (fail_after) -> dead (dead_after) -> forgotten
+//                         (forget_after); a newer heartbeat at any point makes it alive again;
+//   static membership:    alive -> unreachable (fail_after); listed members are never removed,
+//                         only by editing the peers file.
+// Dead and unreachable members are still probed every probe_interval, so a healed node rejoins
+// without an operator. A restarted member comes back with a higher incarnation, which always wins.
+// Not thread-safe: one owner (the Node).
+#ifndef TOLLGATE_MEMBERSHIP_H_
+#define TOLLGATE_MEMBERSHIP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tollgate/clock.h"
+#include "tollgate/message.h"
+
+namespace tollgate {
+
+enum class MembershipKind : uint8_t { kStatic, kHeartbeat };
+
+struct MembershipOptions {
+  MembershipKind kind = MembershipKind::kStatic;
+  // No heartbeat advance for this long: suspect (heartbeat) or unreachable (static). Many
+  // rounds (40 at 50 ms), so a few lost messages never fail a member.
+  int64_t fail_after_ns = 2 * kNanosPerSecond;
+  // Heartbeat membership: suspect becomes dead after this long without an advance.
+  int64_t dead_after_ns = 4 * kNanosPerSecond;
+  // Heartbeat membership: a dead or departed member is forgotten after this long. It must exceed
+  // the ledger's retention plus the time a batch needs to reach everyone (see
+  // Ledger::forget_origin), so the default is well above the 10 s retention.
+  int64_t forget_after_ns = 60 * kNanosPerSecond;
+  // Dead and unreachable members (and seeds not yet joined) get a message this often.
+  int64_t probe_interval_ns = 1 * kNanosPerSecond;
+  // Rows gossiped per message at most (the sender's own row always included); the rest rotate
+  // through later messages, so messages stay small in large clusters.
+  size_t max_rows_per_message = 64;
+};
+
+// A peers-file line: `id host:port`.
+struct PeerSpec {
+  NodeId id;
+  std::string address;
+  friend bool operator==(const PeerSpec&, const PeerSpec&) = default;
+};
+
+struct MemberView {
+  NodeId id;
+  std::string address;
+  MemberState state = MemberState::kAlive;
+  uint64_t incarnation = 0;
+  uint64_t heartbeat = 0;
+  int64_t last_heard_ns = 0;  // how long since its heartbeat last advanced here (0 for self)
+  bool self = false;
+};
+
+struct MembershipStats {
+  uint64_t joined = 0;       // members added (heartbeat: learned; static: listed)
+  uint64_t failed = 0;       // transitions to suspect or unreachable
+  uint64_t recovered = 0;    // back to alive from suspect, dead or unreachable
+  uint64_t restarted = 0;    // members seen with a higher incarnation
+  uint64_t forgotten = 0;    // dead or departed members removed
+  uint64_t unknown_rows = 0; // static: rows about members not in the peers file, ignored
+};
+
+class Membership {
+ public:
+  Membership(NodeId self, std::string self_address, uint64_t incarnation, MembershipOptions options);
+
+  const NodeId& self() const { return self_.id; }
+  MembershipKind kind() const { return options_.kind; }
+  const MembershipOptions& options() const { return options_; }
+
+  // Static membership: the peers file's contents (self may be listed; it is skipped). Members no
+  // longer listed are removed; new ones start alive as of `now_ns` (they get fail_after to show
+  // up). Ids returned in `removed` should be forgotten by the ledger once safe.
+  void set_peers(const std::vector<PeerSpec>& peers, MonoNanos now_ns, std::vector<NodeId>* removed = nullptr);
+
+  // Starts a new round: increments our heartbeat and moves members through their states.
+  // Appends members forgotten this round to `forgotten`.
+  void tick(MonoNanos now_ns, std::vector<NodeId>* forgotten = nullptr);
+
+  // True if a message from `id` should be accepted: always under heartbeat membership; under
+  // static membership only from listed members (or ourselves? never: we drop our own id).
+  bool accepts_sender(const NodeId& id) const;
+
+  // Merges rows heard in a message. Rows about us are ignored (our own row is authoritative).
+  void merge(const std::vector<MemberRecord>& rows, MonoNanos now_ns);
+
+  // Marks `id` as having announced that it leaves.
+  void mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now_ns);
+
+  // Our row, with `left` set after leave().
+  MemberRecord self_row() const;
+  void leave() { self_.left = true; }
+
+  // Rows to put in the next message: ours first, then up to max_rows_per_message - 1 alive or
+  // suspect members, rotating so every row goes out regularly.
+  std::vector<MemberRecord> rows_for_message();
+
+  // Members to disseminate to: alive or suspect, not ourselves.
+  std::vector<const MemberView*> live() const;
+  // Dead or unreachable members due a probe at `now_ns` (marks them probed).
+  std::vector<std::string> due_probes(MonoNanos now_ns);
+
+  // (reachable including self, known including self): the proportional policy's scale.
+  std::pair<uint32_t, uint32_t> reachable_fraction() const;
+
+  // Everyone, self first, with last_heard relative to `now_ns`.
+  std::vector<MemberView> view(MonoNanos now_ns) const;
+  const MemberView* find(const NodeId& id) const;
+  bool knows_address(const std::string& address) const;
+  const MembershipStats& stats() const { return stats_; }
+
+ private:
+  struct Member {
+    MemberView view;             // last_heard_ns here holds the local time of the last advance
+    bool left = false;
+    MonoNanos last_probe_ns = 0;
+  };
+  struct Tombstone {
+    uint64_t incarnation = 0;
+    uint64_t heartbeat = 0;
+    MonoNanos until_ns = 0;
+  };
+  void set_state(Member& m, MemberState s);
+  Member* find_member(const NodeId& id);
+  void add_member(Member m);
+  void remove_at(size_t i);
+
+  MemberRecord self_;
+  MembershipOptions options_;
+  std::vector<Member> members_;                  // not self
+  std::unordered_map<NodeId, size_t> index_;     // id -> position in members_
+  // Forgotten members, so a stale row still circulating cannot bring one back: a row is taken
+  // again only if newer than what we forgot. Kept for forget_after.
+  std::unordered_map<NodeId, Tombstone> tombstones_;
+  size_t rotate_ = 0;
+  MembershipStats stats_;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_MEMBERSHIP_H_

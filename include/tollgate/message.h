@@ -1,0 +1,53 @@
+// What one node says to another, as the core sees it: no bytes, no sockets. The codec
+// (src/codec) turns a GossipMessage into protobuf datagrams or frames and back; the simulator
+// passes it between virtual nodes directly.
+#ifndef TOLLGATE_MESSAGE_H_
+#define TOLLGATE_MESSAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tollgate/consumption.h"
+#include "tollgate/ledger.h"
+
+namespace tollgate {
+
+// How a member is seen by the node that reports it.
+enum class MemberState : uint8_t {
+  kAlive,        // heartbeat advancing
+  kSuspect,      // heartbeat stalled for fail_after (heartbeat membership)
+  kDead,         // stalled for twice fail_after; still probed now and then, forgotten later
+  kUnreachable,  // static membership: listed in the peers file, not heard for fail_after
+  kLeft,         // announced that it leaves
+};
+const char* member_state_name(MemberState s);
+
+// One row of the membership table as gossiped: a member's own heartbeat counter only ever grows
+// within an incarnation, so the higher (incarnation, heartbeat) always wins a merge.
+struct MemberRecord {
+  NodeId id;
+  std::string address;  // gossip address, "host:port"
+  uint64_t incarnation = 0;
+  uint64_t heartbeat = 0;
+  bool left = false;    // the member announced that it leaves (this incarnation)
+  friend bool operator==(const MemberRecord&, const MemberRecord&) = default;
+};
+
+struct GossipMessage {
+  NodeId sender;
+  uint64_t sender_incarnation = 0;
+  std::string sender_address;           // where the sender listens for gossip
+  std::vector<BatchPtr> batches;        // consumption: the sender's own and relayed
+  std::vector<MemberRecord> members;    // membership rows (heartbeat gossip)
+  std::optional<Digest> digest;         // push-pull: what the sender has applied
+  bool digest_reply_wanted = false;     // push-pull request: answer with your digest too
+  bool leaving = false;                 // the sender is shutting down
+};
+using GossipMessagePtr = std::shared_ptr<const GossipMessage>;
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_MESSAGE_H_

@@ -1,0 +1,158 @@
+// One tollgate node as a pure state machine: local admission, consumption dissemination (full
+// mesh or gossip), push-pull repair and membership, driven by the caller's clock, randomness and
+// outbox. The daemon drives it from real sockets and a steady clock; the simulator drives many
+// of them over a virtual network in virtual time. Not thread-safe: one owner.
+//
+// A round (tick(), every `interval`):
+//   1. membership: our heartbeat +1; members move alive -> suspect -> dead (or unreachable);
+//   2. seal: this round's admitted consumption becomes batches (at most max_batch_entries each);
+//   3. disseminate:
+//        mesh:   our new batches go to every live member;
+//        gossip: our new batches and every batch newly applied from others are queued, and each
+//                round the queue goes to `fanout` random live members; a batch stays queued for
+//                retransmit_mult * ceil(log2(N + 1)) rounds (as memberlist scales retransmits);
+//      every message also carries membership rows (heartbeats), so members that have nothing to
+//      say still prove they are alive;
+//   4. repair: every push_pull_interval, our ledger digest goes to one random live member, which
+//      answers with the batches we lack and its own digest, and we answer with what it lacks;
+//   5. probes: dead and unreachable members, and seeds we have not joined, get a message every
+//      probe_interval, so healed nodes rejoin on their own;
+//   6. housekeeping: ledger expiry, idle-key sweep, the proportional rate scale.
+#ifndef TOLLGATE_NODE_H_
+#define TOLLGATE_NODE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tollgate/clock.h"
+#include "tollgate/key_table.h"
+#include "tollgate/ledger.h"
+#include "tollgate/membership.h"
+#include "tollgate/message.h"
+#include "tollgate/random.h"
+
+namespace tollgate {
+
+class RuleSet;
+
+enum class DisseminationMode : uint8_t { kMesh, kGossip };
+enum class PartitionPolicy : uint8_t {
+  kOpen,          // every reachable group enforces the full limit
+  kProportional,  // refill scaled by reachable / known members
+};
+const char* dissemination_mode_name(DisseminationMode m);
+const char* partition_policy_name(PartitionPolicy p);
+
+struct NodeOptions {
+  NodeId id;
+  std::string address;       // our gossip address, host:port (what peers send to)
+  uint64_t incarnation = 1;  // must grow across restarts of the same id
+  DisseminationMode mode = DisseminationMode::kGossip;
+  PartitionPolicy partition_policy = PartitionPolicy::kOpen;
+  int64_t interval_ns = 50 * kNanosPerMilli;  // one round
+  size_t fanout = 3;                          // gossip: peers per round
+  // Gossip: rounds a batch is retransmitted = retransmit_mult * ceil(log2(N + 1)), N members.
+  // 4 is memberlist's default multiplier: enough that a batch reaches every node with high
+  // probability even under loss; push-pull repairs the rest.
+  uint32_t retransmit_mult = 4;
+  int64_t push_pull_interval_ns = 1 * kNanosPerSecond;
+  // Entries per sealed batch: a batch is the unit of loss and repair and must fit one datagram
+  // (64 keys of up to 256 bytes stay well under 1400 bytes for typical keys; the codec counts the
+  // rest).
+  size_t max_batch_entries = 32;
+  // Gossip: batches held for retransmission at most; the oldest go first (push-pull repairs them).
+  size_t max_queued_batches = 4096;
+  // Push-pull answers carry at most this many batches; the next exchange sends the rest.
+  size_t max_repair_batches = 512;
+  size_t sweep_per_round = 256;  // idle keys examined per round
+  std::vector<std::string> seeds;  // heartbeat membership: addresses to join through
+  MembershipOptions membership;
+  KeyTableOptions keys;
+  LedgerOptions ledger;
+};
+
+// Where a node's messages go. The daemon encodes and sends them; the simulator delivers them.
+class Outbox {
+ public:
+  virtual ~Outbox() = default;
+  // Sends `message` to the node listening at `address`. Must not call back into the node.
+  virtual void send(const std::string& address, const GossipMessagePtr& message) = 0;
+};
+
+struct NodeStats {
+  uint64_t checks = 0, allowed = 0, denied = 0;
+  uint64_t rounds = 0;
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t dropped_unknown_sender = 0;  // static membership: sender not in the peers file
+  uint64_t dropped_self = 0;            // a message claiming our own id
+  uint64_t batches_sent = 0;            // batch copies put in messages
+  uint64_t queue_overflow = 0;          // gossip: batches dropped from a full retransmit queue
+  uint64_t push_pulls = 0;              // digests sent
+  uint64_t repairs_sent = 0;            // batches sent in answer to a digest
+};
+
+class Node {
+ public:
+  Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random);
+  ~Node();
+
+  // The local admission check: no network, answers from this node's bucket.
+  Decision check(std::string_view key, int64_t cost, MonoNanos now_ns);
+  // The limit governing `key` (rate scale applied), or nullopt if unlimited.
+  std::optional<Limit> limit_for(std::string_view key) const { return table_.limit_for(key); }
+
+  // One round; call every options().interval_ns.
+  void tick(MonoNanos now_ns);
+  // A message from the network, decoded and authenticated by the caller.
+  void receive(const GossipMessage& message, MonoNanos now_ns);
+
+  // Static membership: the peers file's contents (reloaded).
+  void set_peers(const std::vector<PeerSpec>& peers, MonoNanos now_ns);
+  // Announces to every live member that we leave (call before exiting).
+  void leave(MonoNanos now_ns);
+  // New rules: unchanged limits keep their buckets (see KeyTable::replace_rules).
+  void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns);
+
+  const NodeOptions& options() const { return options_; }
+  const NodeStats& stats() const { return stats_; }
+  const KeyTable& table() const { return table_; }
+  KeyTable& table() { return table_; }
+  const Ledger& ledger() const { return ledger_; }
+  const Membership& membership() const { return membership_; }
+
+ private:
+  struct Queued {
+    BatchPtr batch;
+    uint32_t transmits_left;
+  };
+  GossipMessagePtr message(std::vector<BatchPtr> batches);
+  void send(const std::string& address, const GossipMessagePtr& m);
+  void enqueue(const BatchPtr& b);
+  uint32_t retransmits() const;
+  void forget(const std::vector<NodeId>& ids);
+  void apply_partition_policy(MonoNanos now_ns);
+
+  NodeOptions options_;
+  Outbox& outbox_;
+  Random& random_;
+  KeyTable table_;
+  Ledger ledger_;
+  Membership membership_;
+  std::deque<Queued> queue_;     // gossip retransmit queue
+  MonoNanos next_push_pull_ns_ = 0;
+  MonoNanos next_seed_probe_ns_ = 0;
+  bool first_round_ = true;
+  NodeStats stats_;
+  std::vector<ConsumptionEntry> pending_;  // reused across rounds
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_NODE_H_

@@ -1,0 +1,254 @@
+#include "tollgate/membership.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace tollgate {
+
+const char* member_state_name(MemberState s) {
+  switch (s) {
+    case MemberState::kAlive: return "alive";
+    case MemberState::kSuspect: return "suspect";
+    case MemberState::kDead: return "dead";
+    case MemberState::kUnreachable: return "unreachable";
+    case MemberState::kLeft: return "left";
+  }
+  return "unknown";
+}
+
+Membership::Membership(NodeId self, std::string self_address, uint64_t incarnation, MembershipOptions options)
+    : options_(options) {
+  self_.id = std::move(self);
+  self_.address = std::move(self_address);
+  self_.incarnation = incarnation;
+  self_.heartbeat = 0;
+}
+
+Membership::Member* Membership::find_member(const NodeId& id) {
+  auto it = index_.find(id);
+  return it == index_.end() ? nullptr : &members_[it->second];
+}
+
+const MemberView* Membership::find(const NodeId& id) const {
+  auto it = index_.find(id);
+  return it == index_.end() ? nullptr : &members_[it->second].view;
+}
+
+bool Membership::knows_address(const std::string& address) const {
+  for (const Member& m : members_) {
+    if (m.view.address == address && (m.view.state == MemberState::kAlive || m.view.state == MemberState::kSuspect)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Membership::add_member(Member m) {
+  index_[m.view.id] = members_.size();
+  members_.push_back(std::move(m));
+  ++stats_.joined;
+}
+
+void Membership::remove_at(size_t i) {
+  index_.erase(members_[i].view.id);
+  if (i + 1 != members_.size()) {
+    members_[i] = std::move(members_.back());
+    index_[members_[i].view.id] = i;
+  }
+  members_.pop_back();
+}
+
+void Membership::set_state(Member& m, MemberState s) {
+  if (m.view.state == s) return;
+  const MemberState before = m.view.state;
+  if (s == MemberState::kSuspect || s == MemberState::kUnreachable) ++stats_.failed;
+  if (s == MemberState::kAlive && before != MemberState::kLeft) ++stats_.recovered;
+  m.view.state = s;
+}
+
+void Membership::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now, std::vector<NodeId>* removed) {
+  std::unordered_map<NodeId, const PeerSpec*> listed;
+  for (const PeerSpec& p : peers) {
+    if (p.id != self_.id) listed.emplace(p.id, &p);
+  }
+  for (size_t i = 0; i < members_.size();) {
+    auto it = listed.find(members_[i].view.id);
+    if (it == listed.end()) {
+      if (removed) removed->push_back(members_[i].view.id);
+      remove_at(i);
+      continue;
+    }
+    members_[i].view.address = it->second->address;  // an address may change with a reload
+    listed.erase(it);
+    ++i;
+  }
+  for (const PeerSpec& p : peers) {
+    if (!listed.count(p.id)) continue;
+    Member m;
+    m.view.id = p.id;
+    m.view.address = p.address;
+    m.view.state = MemberState::kAlive;
+    m.view.last_heard_ns = now;  // gets fail_after to show up
+    m.last_probe_ns = now;
+    add_member(std::move(m));
+    listed.erase(p.id);
+  }
+}
+
+void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten) {
+  ++self_.heartbeat;
+  for (size_t i = 0; i < members_.size();) {
+    Member& m = members_[i];
+    const int64_t silent = now - m.view.last_heard_ns;
+    if (options_.kind == MembershipKind::kStatic) {
+      if (m.view.state == MemberState::kAlive && silent >= options_.fail_after_ns) set_state(m, MemberState::kUnreachable);
+      ++i;
+      continue;
+    }
+    if (m.view.state == MemberState::kAlive && silent >= options_.fail_after_ns) set_state(m, MemberState::kSuspect);
+    if (m.view.state == MemberState::kSuspect && silent >= options_.dead_after_ns) set_state(m, MemberState::kDead);
+    const bool gone = m.view.state == MemberState::kDead || m.view.state == MemberState::kLeft;
+    if (gone && silent >= options_.forget_after_ns) {
+      tombstones_[m.view.id] = {m.view.incarnation, m.view.heartbeat, now + options_.forget_after_ns};
+      if (forgotten) forgotten->push_back(m.view.id);
+      ++stats_.forgotten;
+      remove_at(i);
+      continue;
+    }
+    ++i;
+  }
+  for (auto it = tombstones_.begin(); it != tombstones_.end();) {
+    it = it->second.until_ns <= now ? tombstones_.erase(it) : std::next(it);
+  }
+}
+
+bool Membership::accepts_sender(const NodeId& id) const {
+  if (id == self_.id) return false;
+  return options_.kind == MembershipKind::kHeartbeat || index_.count(id) > 0;
+}
+
+void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
+  for (const MemberRecord& r : rows) {
+    if (r.id == self_.id || r.id.empty()) continue;
+    Member* m = find_member(r.id);
+    if (!m) {
+      if (options_.kind == MembershipKind::kStatic) {
+        ++stats_.unknown_rows;
+        continue;
+      }
+      if (r.left) continue;  // do not learn of a member by its departure
+      if (auto t = tombstones_.find(r.id); t != tombstones_.end()) {
+        if (std::tie(r.incarnation, r.heartbeat) <= std::tie(t->second.incarnation, t->second.heartbeat)) continue;
+        tombstones_.erase(t);
+      }
+      Member fresh;
+      fresh.view.id = r.id;
+      fresh.view.address = r.address;
+      fresh.view.incarnation = r.incarnation;
+      fresh.view.heartbeat = r.heartbeat;
+      fresh.view.state = MemberState::kAlive;
+      fresh.view.last_heard_ns = now;
+      fresh.last_probe_ns = now;
+      add_member(std::move(fresh));
+      continue;
+    }
+    MemberView& v = m->view;
+    const bool newer = std::tie(r.incarnation, r.heartbeat) > std::tie(v.incarnation, v.heartbeat);
+    const bool departs = r.left && !m->left && r.incarnation == v.incarnation;
+    if (!newer && !departs) continue;  // nothing we did not know
+    if (r.incarnation > v.incarnation) {
+      ++stats_.restarted;
+      m->left = false;
+      v.heartbeat = 0;
+    }
+    v.incarnation = r.incarnation;
+    v.heartbeat = std::max(v.heartbeat, r.heartbeat);
+    if (!r.address.empty()) v.address = r.address;
+    v.last_heard_ns = now;
+    if (r.left) {
+      m->left = true;
+      set_state(*m, MemberState::kLeft);
+    } else if (!m->left) {
+      set_state(*m, MemberState::kAlive);
+    }
+  }
+}
+
+void Membership::mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now) {
+  Member* m = find_member(id);
+  if (!m || incarnation < m->view.incarnation) return;
+  m->left = true;
+  m->view.incarnation = incarnation;
+  m->view.last_heard_ns = now;
+  set_state(*m, MemberState::kLeft);
+}
+
+MemberRecord Membership::self_row() const { return self_; }
+
+std::vector<MemberRecord> Membership::rows_for_message() {
+  std::vector<MemberRecord> rows;
+  rows.push_back(self_);
+  const size_t budget = options_.max_rows_per_message > 0 ? options_.max_rows_per_message - 1 : 0;
+  const size_t n = members_.size();
+  for (size_t scanned = 0; scanned < n && rows.size() - 1 < budget; ++scanned) {
+    const Member& m = members_[(rotate_ + scanned) % n];
+    // Only members heard recently: a dead member's row must stop circulating so that it can be
+    // forgotten everywhere.
+    if (m.view.state != MemberState::kAlive && m.view.state != MemberState::kSuspect && m.view.state != MemberState::kLeft) {
+      continue;
+    }
+    rows.push_back({m.view.id, m.view.address, m.view.incarnation, m.view.heartbeat, m.left});
+  }
+  if (n > 0) rotate_ = (rotate_ + budget) % n;
+  return rows;
+}
+
+std::vector<const MemberView*> Membership::live() const {
+  std::vector<const MemberView*> out;
+  for (const Member& m : members_) {
+    if (m.view.state == MemberState::kAlive || m.view.state == MemberState::kSuspect) out.push_back(&m.view);
+  }
+  return out;
+}
+
+std::vector<std::string> Membership::due_probes(MonoNanos now) {
+  std::vector<std::string> out;
+  for (Member& m : members_) {
+    if (m.view.state != MemberState::kDead && m.view.state != MemberState::kUnreachable) continue;
+    if (now - m.last_probe_ns < options_.probe_interval_ns) continue;
+    m.last_probe_ns = now;
+    out.push_back(m.view.address);
+  }
+  return out;
+}
+
+std::pair<uint32_t, uint32_t> Membership::reachable_fraction() const {
+  uint32_t reachable = 1, known = 1;
+  for (const Member& m : members_) {
+    if (m.view.state == MemberState::kLeft) continue;  // departed on purpose: not missing capacity
+    ++known;
+    if (m.view.state == MemberState::kAlive || m.view.state == MemberState::kSuspect) ++reachable;
+  }
+  return {reachable, known};
+}
+
+std::vector<MemberView> Membership::view(MonoNanos now) const {
+  std::vector<MemberView> out;
+  MemberView me;
+  me.id = self_.id;
+  me.address = self_.address;
+  me.state = MemberState::kAlive;
+  me.incarnation = self_.incarnation;
+  me.heartbeat = self_.heartbeat;
+  me.self = true;
+  out.push_back(me);
+  for (const Member& m : members_) {
+    MemberView v = m.view;
+    v.last_heard_ns = now - m.view.last_heard_ns;
+    out.push_back(v);
+  }
+  std::sort(out.begin() + 1, out.end(), [](const MemberView& a, const MemberView& b) { return a.id < b.id; });
+  return out;
+}
+
+}  // namespace tollgate

@@ -1,0 +1,211 @@
+#include "tollgate/node.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "tollgate/rules.h"
+
+namespace tollgate {
+
+const char* dissemination_mode_name(DisseminationMode m) {
+  return m == DisseminationMode::kMesh ? "mesh" : "gossip";
+}
+const char* partition_policy_name(PartitionPolicy p) {
+  return p == PartitionPolicy::kOpen ? "open" : "proportional";
+}
+
+Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random)
+    : options_(std::move(options)),
+      outbox_(outbox),
+      random_(random),
+      table_(std::move(rules), options_.keys),
+      ledger_(options_.id, options_.incarnation, options_.ledger),
+      membership_(options_.id, options_.address, options_.incarnation, options_.membership) {
+  if (options_.max_batch_entries == 0) options_.max_batch_entries = 1;
+}
+
+Node::~Node() = default;
+
+Decision Node::check(std::string_view key, int64_t cost, MonoNanos now) {
+  const Decision d = table_.allow(key, cost, now);
+  ++stats_.checks;
+  d.allowed ? ++stats_.allowed : ++stats_.denied;
+  return d;
+}
+
+uint32_t Node::retransmits() const {
+  const uint64_t n = membership_.live().size() + 1;
+  const uint32_t log2n = uint32_t(std::bit_width(n));  // ceil(log2(n + 1)) for n >= 1
+  return std::max<uint32_t>(1, options_.retransmit_mult * log2n);
+}
+
+void Node::enqueue(const BatchPtr& b) {
+  if (queue_.size() >= options_.max_queued_batches) {
+    queue_.pop_front();
+    ++stats_.queue_overflow;
+  }
+  queue_.push_back({b, retransmits()});
+}
+
+GossipMessagePtr Node::message(std::vector<BatchPtr> batches) {
+  auto m = std::make_shared<GossipMessage>();
+  m->sender = options_.id;
+  m->sender_incarnation = options_.incarnation;
+  m->sender_address = options_.address;
+  m->batches = std::move(batches);
+  m->members = membership_.rows_for_message();
+  return m;
+}
+
+void Node::send(const std::string& address, const GossipMessagePtr& m) {
+  ++stats_.messages_sent;
+  stats_.batches_sent += m->batches.size();
+  outbox_.send(address, m);
+}
+
+void Node::tick(MonoNanos now) {
+  ++stats_.rounds;
+  std::vector<NodeId> forgotten;
+  membership_.tick(now, &forgotten);
+  forget(forgotten);
+
+  // Seal this round's consumption into datagram-sized batches.
+  pending_.clear();
+  table_.take_pending(pending_);
+  std::vector<BatchPtr> fresh;
+  for (size_t i = 0; i < pending_.size(); i += options_.max_batch_entries) {
+    const size_t end = std::min(pending_.size(), i + options_.max_batch_entries);
+    std::vector<ConsumptionEntry> chunk(std::make_move_iterator(pending_.begin() + long(i)),
+                                        std::make_move_iterator(pending_.begin() + long(end)));
+    if (BatchPtr b = ledger_.seal(std::move(chunk), now)) fresh.push_back(std::move(b));
+  }
+
+  const std::vector<const MemberView*> live = membership_.live();
+  if (options_.mode == DisseminationMode::kMesh) {
+    // Everyone hears from us every round: our news, or just our heartbeat.
+    if (!live.empty()) {
+      const GossipMessagePtr m = message(fresh);
+      for (const MemberView* v : live) send(v->address, m);
+    }
+  } else {
+    for (const BatchPtr& b : fresh) enqueue(b);
+    if (!live.empty()) {
+      // `fanout` distinct members, chosen uniformly (partial Fisher-Yates over indices).
+      std::vector<size_t> idx(live.size());
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+      const size_t k = std::min(options_.fanout, idx.size());
+      for (size_t i = 0; i < k; ++i) std::swap(idx[i], idx[i + random_.below(idx.size() - i)]);
+      std::vector<BatchPtr> batches;
+      batches.reserve(queue_.size());
+      for (Queued& q : queue_) {
+        batches.push_back(q.batch);
+        --q.transmits_left;
+      }
+      std::erase_if(queue_, [](const Queued& q) { return q.transmits_left == 0; });
+      const GossipMessagePtr m = message(std::move(batches));
+      for (size_t i = 0; i < k; ++i) send(live[idx[i]]->address, m);
+    }
+  }
+
+  // Push-pull repair with one random live member (at once after start, to learn recent debt).
+  if (!live.empty() && now >= next_push_pull_ns_) {
+    auto m = std::const_pointer_cast<GossipMessage>(message({}));
+    m->digest = ledger_.digest();
+    m->digest_reply_wanted = true;
+    ++stats_.push_pulls;
+    send(live[random_.below(live.size())]->address, m);
+    next_push_pull_ns_ = now + options_.push_pull_interval_ns;
+  }
+
+  // Probes: failed members, and seeds we are not yet connected through.
+  const std::vector<std::string> probes = membership_.due_probes(now);
+  const bool seeds_due = membership_.kind() == MembershipKind::kHeartbeat && now >= next_seed_probe_ns_;
+  if (!probes.empty() || seeds_due) {
+    const GossipMessagePtr m = message({});
+    for (const std::string& a : probes) send(a, m);
+    if (seeds_due) {
+      for (const std::string& seed : options_.seeds) {
+        if (seed != options_.address && !membership_.knows_address(seed)) {
+          // A digest with the first contact lets a restarted node learn recent consumption.
+          auto join = std::const_pointer_cast<GossipMessage>(message({}));
+          if (first_round_) {
+            join->digest = ledger_.digest();
+            join->digest_reply_wanted = true;
+          }
+          send(seed, join);
+        }
+      }
+      next_seed_probe_ns_ = now + options_.membership.probe_interval_ns;
+    }
+  }
+  first_round_ = false;
+
+  ledger_.expire(now);
+  table_.sweep_idle(now, options_.sweep_per_round);
+  apply_partition_policy(now);
+}
+
+void Node::receive(const GossipMessage& m, MonoNanos now) {
+  if (m.sender == options_.id) {
+    ++stats_.dropped_self;
+    return;
+  }
+  if (!membership_.accepts_sender(m.sender)) {
+    ++stats_.dropped_unknown_sender;
+    return;
+  }
+  ++stats_.messages_received;
+  membership_.merge(m.members, now);
+  if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
+
+  for (const BatchPtr& b : m.batches) {
+    if (ledger_.merge(b, table_, now) == MergeResult::kApplied && options_.mode == DisseminationMode::kGossip) {
+      enqueue(b);  // news to us: relay it
+    }
+  }
+
+  if (m.digest) {
+    std::vector<BatchPtr> missing = ledger_.missing_for(*m.digest);
+    if (missing.size() > options_.max_repair_batches) missing.resize(options_.max_repair_batches);
+    if (!missing.empty() || m.digest_reply_wanted) {
+      stats_.repairs_sent += missing.size();
+      auto reply = std::const_pointer_cast<GossipMessage>(message(std::move(missing)));
+      if (m.digest_reply_wanted) reply->digest = ledger_.digest();  // so the asker can answer in turn
+      const MemberView* v = membership_.find(m.sender);
+      send(v ? v->address : m.sender_address, reply);
+    }
+  }
+}
+
+void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {
+  std::vector<NodeId> removed;
+  membership_.set_peers(peers, now, &removed);
+  // A peer removed from the file is not forgotten by the ledger at once: its retained batches may
+  // still circulate (see Ledger::forget_origin). Its window stays until the ledger is rebuilt;
+  // at most max_origins are tracked.
+  (void)removed;
+}
+
+void Node::leave(MonoNanos now) {
+  (void)now;
+  membership_.leave();
+  auto m = std::const_pointer_cast<GossipMessage>(message({}));
+  m->leaving = true;
+  for (const MemberView* v : membership_.live()) send(v->address, m);
+}
+
+void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) { table_.replace_rules(std::move(rules), now); }
+
+void Node::forget(const std::vector<NodeId>& ids) {
+  // Membership forgets only after forget_after, which is configured above the ledger's retention
+  // plus dissemination time, so forgetting the windows cannot let an old batch in twice.
+  for (const NodeId& id : ids) ledger_.forget_origin(id);
+}
+
+void Node::apply_partition_policy(MonoNanos now) {
+  if (options_.partition_policy != PartitionPolicy::kProportional) return;
+  const auto [reachable, known] = membership_.reachable_fraction();
+  table_.set_rate_scale(reachable, known, now);
+}
+
+}  // namespace tollgate

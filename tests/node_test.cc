@@ -1,0 +1,317 @@
+// The node state machine on a virtual network in virtual time: dissemination, repair, membership
+// and the partition policy, deterministic from a seed.
+#include "tollgate/node.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "test_rules.h"
+#include "tollgate/rules.h"
+
+namespace tollgate {
+namespace {
+
+using testing::one_rule;
+using testing::per_second;
+constexpr int64_t kM = kMicrotokensPerToken;
+constexpr int64_t kRound = 50 * kNanosPerMilli;
+
+// N nodes whose outboxes put messages in one queue, delivered at the end of each round in
+// random order, with optional loss and a partition (a set of blocked (from, to) pairs).
+class VirtualCluster : public Outbox {
+ public:
+  struct Config {
+    size_t nodes = 3;
+    DisseminationMode mode = DisseminationMode::kGossip;
+    MembershipKind membership = MembershipKind::kStatic;
+    PartitionPolicy policy = PartitionPolicy::kOpen;
+    // Huge, refilling 1 token an hour: a balance shows what was charged.
+    Limit limit = Limit{Rate{1, 3600 * kNanosPerSecond}, 1'000'000, 1'000'000};
+    uint64_t seed = 1;
+    size_t fanout = 3;
+  };
+
+  explicit VirtualCluster(Config c) : config_(c), random_(c.seed), rng_(c.seed) {
+    rules_ = one_rule("*", c.limit);
+    for (size_t i = 0; i < c.nodes; ++i) start(i, 1);
+    if (c.membership == MembershipKind::kStatic) {
+      for (auto& n : nodes_) n->set_peers(peers(), now_);
+    }
+  }
+
+  std::vector<PeerSpec> peers() const {
+    std::vector<PeerSpec> out;
+    for (size_t i = 0; i < config_.nodes; ++i) out.push_back({id(i), address(i)});
+    return out;
+  }
+  static std::string id(size_t i) { return "n" + std::to_string(i); }
+  static std::string address(size_t i) { return "10.0.0." + std::to_string(i) + ":7946"; }
+
+  // (Re)starts node i with the given incarnation; its old state is gone.
+  void start(size_t i, uint64_t incarnation) {
+    NodeOptions o;
+    o.id = id(i);
+    o.address = address(i);
+    o.incarnation = incarnation;
+    o.mode = config_.mode;
+    o.partition_policy = config_.policy;
+    o.fanout = config_.fanout;
+    o.membership.kind = config_.membership;
+    if (config_.membership == MembershipKind::kHeartbeat) o.seeds = {address(0)};
+    if (nodes_.size() <= i) nodes_.resize(i + 1);
+    nodes_[i] = std::make_unique<Node>(o, rules_, *this, random_);
+    crashed_.erase(i);
+    if (config_.membership == MembershipKind::kStatic) nodes_[i]->set_peers(peers(), now_);
+  }
+  void crash(size_t i) { crashed_.insert(i); }
+
+  void send(const std::string& to, const GossipMessagePtr& m) override { in_flight_.push_back({to, m}); }
+
+  // One round: every live node ticks, then every message is delivered (or lost).
+  void round() {
+    now_ += kRound;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!crashed_.count(i)) nodes_[i]->tick(now_);
+    }
+    deliver();
+  }
+  void deliver() {
+    // Delivery can produce answers (push-pull); deliver those in the same round too.
+    for (int wave = 0; wave < 4 && !in_flight_.empty(); ++wave) {
+      std::vector<std::pair<std::string, GossipMessagePtr>> batch;
+      batch.swap(in_flight_);
+      std::shuffle(batch.begin(), batch.end(), rng_);
+      for (auto& [to, m] : batch) {
+        ++sent_;
+        const size_t dst = index_of(to), src = index_of_id(m->sender);
+        if (crashed_.count(dst) || blocked_.count({src, dst})) continue;
+        if (loss_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < loss_) continue;
+        nodes_[dst]->receive(*m, now_);
+      }
+    }
+  }
+  void rounds(int n) {
+    for (int i = 0; i < n; ++i) round();
+  }
+
+  void partition(const std::set<size_t>& side) {
+    for (size_t a = 0; a < nodes_.size(); ++a) {
+      for (size_t b = 0; b < nodes_.size(); ++b) {
+        if (side.count(a) != side.count(b)) blocked_.insert({a, b});
+      }
+    }
+  }
+  void heal() { blocked_.clear(); }
+  void set_loss(double p) { loss_ = p; }
+
+  Node& node(size_t i) { return *nodes_[i]; }
+  MonoNanos now() const { return now_; }
+  // Tokens charged to `key` at node i (the limit is huge, so nothing was clamped).
+  int64_t charged(size_t i, const std::string& key) {
+    auto b = nodes_[i]->table().balance_microtokens(key, now_);
+    if (!b) return 0;
+    return (config_.limit.burst * kM - *b + kM / 2) / kM;
+  }
+  uint64_t sent() const { return sent_; }
+
+ private:
+  size_t index_of(const std::string& address) const {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (address == VirtualCluster::address(i)) return i;
+    }
+    ADD_FAILURE() << "no node at " << address;
+    return 0;
+  }
+  size_t index_of_id(const std::string& id) const {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (id == VirtualCluster::id(i)) return i;
+    }
+    return SIZE_MAX;
+  }
+
+  Config config_;
+  SplitMix64 random_;
+  std::mt19937_64 rng_;
+  std::shared_ptr<const RuleSet> rules_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::set<size_t> crashed_;
+  std::set<std::pair<size_t, size_t>> blocked_;
+  std::vector<std::pair<std::string, GossipMessagePtr>> in_flight_;
+  double loss_ = 0;
+  MonoNanos now_ = 0;
+  uint64_t sent_ = 0;
+};
+
+TEST(Node, MeshChargesEveryNodeAfterOneRound) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh});
+  c.round();
+  ASSERT_TRUE(c.node(0).check("k", 5, c.now()).allowed);
+  ASSERT_TRUE(c.node(1).check("k", 2, c.now()).allowed);
+  c.round();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 7) << "node " << i;
+}
+
+TEST(Node, GossipReachesEveryNodeWithinLogNRounds) {
+  for (size_t n : {8u, 32u}) {
+    VirtualCluster c({.nodes = n, .mode = DisseminationMode::kGossip, .seed = n});
+    c.round();
+    ASSERT_TRUE(c.node(0).check("k", 1, c.now()).allowed);
+    const int bound = std::bit_width(n) + 2;  // ceil(log2 N) + 2
+    int rounds = 0;
+    auto everyone = [&] {
+      for (size_t i = 0; i < n; ++i) {
+        if (c.charged(i, "k") != 1) return false;
+      }
+      return true;
+    };
+    while (!everyone() && rounds < 50) {
+      c.round();
+      ++rounds;
+    }
+    EXPECT_LE(rounds, bound) << "N = " << n;
+    c.rounds(100);  // retransmits and relays must never charge twice
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(c.charged(i, "k"), 1) << "node " << i << " of " << n;
+  }
+}
+
+TEST(Node, HeavyLossIsRepairedAndNeverDoubleCharged) {
+  for (DisseminationMode mode : {DisseminationMode::kMesh, DisseminationMode::kGossip}) {
+    VirtualCluster c({.nodes = 6, .mode = mode, .seed = 7});
+    c.set_loss(0.3);
+    int64_t admitted = 0;
+    for (int r = 0; r < 40; ++r) {
+      for (size_t i = 0; i < 6; ++i) {
+        if (c.node(i).check("k" + std::to_string(r % 4), 1 + int64_t(i), c.now()).allowed) admitted += 1 + int64_t(i);
+      }
+      c.round();
+    }
+    c.set_loss(0);
+    c.rounds(60);  // a few push-pull periods
+    for (size_t i = 0; i < 6; ++i) {
+      int64_t total = 0;
+      for (int k = 0; k < 4; ++k) total += c.charged(i, "k" + std::to_string(k));
+      EXPECT_EQ(total, admitted) << dissemination_mode_name(mode) << " node " << i;
+    }
+  }
+}
+
+TEST(Node, PartitionedSidesEnforceAloneAndReconcileOnHeal) {
+  VirtualCluster c({.nodes = 4, .mode = DisseminationMode::kGossip, .seed = 3});
+  c.rounds(2);
+  c.partition({0, 1});
+  c.node(0).check("k", 10, c.now());
+  c.node(3).check("k", 20, c.now());
+  c.rounds(10);
+  EXPECT_EQ(c.charged(1, "k"), 10);  // its own side only
+  EXPECT_EQ(c.charged(2, "k"), 20);
+  c.heal();
+  c.rounds(40);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.charged(i, "k"), 30) << "node " << i;
+}
+
+TEST(Node, StaticMembersThatStopAnsweringAreUnreachableThenRecover) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh});
+  c.rounds(5);
+  c.crash(2);
+  c.rounds(int(2 * kNanosPerSecond / kRound) + 2);
+  EXPECT_EQ(c.node(0).membership().find("n2")->state, MemberState::kUnreachable);
+  EXPECT_EQ(c.node(0).membership().live().size(), 1u);
+  c.start(2, 2);  // restarted: fresh state, higher incarnation
+  c.rounds(int(kNanosPerSecond / kRound) + 2);  // within one probe interval
+  const MemberView* v = c.node(0).membership().find("n2");
+  EXPECT_EQ(v->state, MemberState::kAlive);
+  EXPECT_EQ(v->incarnation, 2u);
+}
+
+TEST(Node, StaticMembershipDropsSendersNotInThePeersFile) {
+  VirtualCluster c({.nodes = 2, .mode = DisseminationMode::kMesh});
+  GossipMessage forged;
+  forged.sender = "intruder";
+  forged.sender_address = "10.9.9.9:1";
+  auto b = std::make_shared<Batch>();
+  b->origin = "intruder";
+  b->incarnation = 1;
+  b->seq = 1;
+  b->entries = {{"k", 100}};
+  forged.batches = {b};
+  c.node(0).receive(forged, c.now());
+  EXPECT_EQ(c.node(0).stats().dropped_unknown_sender, 1u);
+  EXPECT_EQ(c.charged(0, "k"), 0);
+}
+
+TEST(Node, HeartbeatMembersJoinThroughASeedFailAndAreForgotten) {
+  VirtualCluster c({.nodes = 5, .mode = DisseminationMode::kGossip, .membership = MembershipKind::kHeartbeat});
+  c.rounds(40);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(c.node(i).membership().live().size(), 4u) << "node " << i << " knows everyone";
+  }
+  c.crash(4);
+  c.rounds(int(2 * kNanosPerSecond / kRound) + 5);
+  EXPECT_EQ(c.node(0).membership().find("n4")->state, MemberState::kSuspect);
+  c.rounds(int(2 * kNanosPerSecond / kRound) + 5);
+  EXPECT_EQ(c.node(0).membership().find("n4")->state, MemberState::kDead);
+  c.start(4, 2);  // restarts and rejoins through the seed
+  c.rounds(int(kNanosPerSecond / kRound) + 10);
+  for (size_t i = 0; i < 4; ++i) {
+    const MemberView* v = c.node(i).membership().find("n4");
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->state, MemberState::kAlive) << "node " << i;
+    EXPECT_EQ(v->incarnation, 2u);
+  }
+  c.crash(3);
+  c.rounds(int(65 * kNanosPerSecond / kRound));
+  EXPECT_EQ(c.node(0).membership().find("n3"), nullptr) << "forgotten after forget_after";
+  EXPECT_EQ(c.node(1).membership().find("n3"), nullptr);
+}
+
+TEST(Node, RestartedNodeLearnsRecentConsumptionFromItsPeers) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kGossip, .membership = MembershipKind::kHeartbeat,
+                    .limit = per_second(1, 100, 100)});
+  c.rounds(20);
+  ASSERT_TRUE(c.node(1).check("k", 60, c.now()).allowed);
+  c.rounds(5);
+  c.crash(1);
+  c.start(1, 2);
+  c.rounds(3);
+  // Its own past consumption came back from the others: the bucket is not full again.
+  EXPECT_EQ(c.charged(1, "k"), 60);
+  EXPECT_FALSE(c.node(1).check("k", 50, c.now()).allowed);
+}
+
+TEST(Node, LeavingMemberIsMarkedLeft) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh, .membership = MembershipKind::kHeartbeat});
+  c.rounds(30);
+  c.node(2).leave(c.now());
+  c.crash(2);
+  c.deliver();
+  EXPECT_EQ(c.node(0).membership().find("n2")->state, MemberState::kLeft);
+  EXPECT_EQ(c.node(1).membership().find("n2")->state, MemberState::kLeft);
+}
+
+TEST(Node, ProportionalPolicyScalesRefillByReachableMembers) {
+  VirtualCluster c({.nodes = 4, .mode = DisseminationMode::kMesh, .policy = PartitionPolicy::kProportional,
+                    .limit = per_second(100, 100, 100)});
+  c.rounds(2);
+  c.partition({0, 1});
+  c.rounds(int(2 * kNanosPerSecond / kRound) + 2);  // the other side is now unreachable
+  ASSERT_EQ(c.node(0).membership().live().size(), 1u);
+  ASSERT_TRUE(c.node(0).check("k", 100, c.now()).allowed);  // empty the bucket
+  c.rounds(20);                                             // 1 s at half of 100/s
+  auto b = c.node(0).table().balance_microtokens("k", c.now());
+  ASSERT_TRUE(b.has_value());
+  // Node 1 heard node 0's 100 tokens too; node 0's bucket refilled 50 tokens in 1 s.
+  EXPECT_EQ(*b, 50 * kM);
+  c.heal();
+  c.rounds(int(kNanosPerSecond / kRound) + 2);  // unreachable members are probed every second
+  EXPECT_EQ(c.node(0).membership().live().size(), 3u);
+  EXPECT_EQ(c.node(0).membership().reachable_fraction(), (std::pair<uint32_t, uint32_t>{4, 4}));
+}
+
+}  // namespace
+}  // namespace tollgate
