@@ -186,6 +186,19 @@ TEST(Ledger, RepairCoversOriginsAndIncarnationsThePeerHasNeverSeen) {
   EXPECT_TRUE(relay.ledger.missing_for(b.ledger.digest()).empty());
 }
 
+TEST(Ledger, APartOfADigestIsAnsweredOnlyForTheOriginsItCovers) {
+  Node a("a"), m("m"), z("z"), relay("relay"), b("b");
+  for (Node* o : {&a, &m, &z}) relay.merge(o->admit_and_seal({{"k", 1}}));
+  // b's digest travels in two parts, split at "n": [start, "n") and ["n", end).
+  const Digest empty = b.ledger.digest();
+  std::vector<BatchPtr> first = relay.ledger.missing_for(empty, "", NodeId("n"));
+  std::vector<BatchPtr> second = relay.ledger.missing_for(empty, "n", std::nullopt);
+  ASSERT_EQ(first.size(), 2u);  // a, m
+  ASSERT_EQ(second.size(), 1u);  // z
+  EXPECT_EQ(second[0]->origin, "z");
+  for (const BatchPtr& x : first) EXPECT_LT(x->origin, "n");
+}
+
 TEST(Ledger, ExpiredBatchesCanNoLongerRepairAndTheGapIsGivenUpNotDoubleCharged) {
   LedgerOptions options;
   options.retention_ns = 10 * kNanosPerSecond;

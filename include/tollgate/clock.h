@@ -19,7 +19,7 @@ inline constexpr int64_t kNanosPerMilli = 1'000'000;
 inline constexpr int64_t kNanosPerSecond = 1'000'000'000;
 
 // Source of monotonic time. Implementations must never go backwards. Thread-safety is up to the
-// implementation (SteadyClock is thread-safe; ManualClock is not).
+// implementation (the daemon's SteadyClock, src/daemon/steady_clock.h, is; ManualClock is not).
 class Clock {
  public:
   virtual ~Clock() = default;

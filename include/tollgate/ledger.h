@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tollgate/clock.h"
@@ -125,8 +126,11 @@ class Ledger {
 
   // This node's windows, to send to a peer for repair.
   Digest digest() const;
-  // Retained batches that the owner of `peer` has not applied, oldest first.
-  std::vector<BatchPtr> missing_for(const Digest& peer) const;
+  // Retained batches that the owner of `peer` has not applied, oldest first. When the digest is
+  // one part of a larger one, only origins o with `from` <= o (< *until when set) are answered
+  // for: the other origins are in other parts.
+  std::vector<BatchPtr> missing_for(const Digest& peer, const NodeId& from = {},
+                                    const std::optional<NodeId>& until = std::nullopt) const;
 
   // Drops retained batches older than retention. Call once per round.
   void expire(MonoNanos now_ns);

@@ -43,6 +43,12 @@ struct GossipMessage {
   std::vector<BatchPtr> batches;        // consumption: the sender's own and relayed
   std::vector<MemberRecord> members;    // membership rows (heartbeat gossip)
   std::optional<Digest> digest;         // push-pull: what the sender has applied
+  // Which origins `digest` speaks for: a large digest travels in parts, each covering a range of
+  // origin ids (o with digest_from <= o, and o < *digest_until when set). Within the range, an
+  // origin the digest does not list is one the sender has never seen; outside it, nothing is
+  // said. The whole digest: "" and nullopt.
+  NodeId digest_from;
+  std::optional<NodeId> digest_until;
   bool digest_reply_wanted = false;     // push-pull request: answer with your digest too
   bool leaving = false;                 // the sender is shutting down
 };

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,9 +63,10 @@ struct NodeOptions {
   // probability even under loss; push-pull repairs the rest.
   uint32_t retransmit_mult = 4;
   int64_t push_pull_interval_ns = 1 * kNanosPerSecond;
-  // Entries per sealed batch: a batch is the unit of loss and repair and must fit one datagram
-  // (64 keys of up to 256 bytes stay well under 1400 bytes for typical keys; the codec counts the
-  // rest).
+  // How a round's consumption is cut into batches: a batch is the unit of loss and repair and
+  // must fit one datagram. The daemon passes the codec's split_for_sealing (exact bytes); by
+  // default runs of at most max_batch_entries entries.
+  std::function<std::vector<std::vector<ConsumptionEntry>>(std::vector<ConsumptionEntry>)> split_for_sealing;
   size_t max_batch_entries = 32;
   // Gossip: batches held for retransmission at most; the oldest go first (push-pull repairs them).
   size_t max_queued_batches = 4096;

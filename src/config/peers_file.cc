@@ -12,7 +12,8 @@
 
 namespace tollgate {
 
-bool split_host_port(std::string_view address, std::string* host, uint16_t* port, std::string* error) {
+bool split_host_port(std::string_view address, std::string* host, uint16_t* port, std::string* error,
+                     bool allow_port_zero) {
   auto fail = [&](const std::string& why) {
     if (error) *error = "address \"" + std::string(address) + "\": " + why;
     return false;
@@ -25,7 +26,7 @@ bool split_host_port(std::string_view address, std::string* host, uint16_t* port
   if (h.empty()) return fail("missing host");
   unsigned value = 0;
   const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), value);
-  if (p.empty() || ec != std::errc() || end != p.data() + p.size() || value == 0 || value > 65535) {
+  if (p.empty() || ec != std::errc() || end != p.data() + p.size() || (value == 0 && !allow_port_zero) || value > 65535) {
     return fail("port must be a number from 1 to 65535");
   }
   if (host) *host = std::string(h);

@@ -163,13 +163,14 @@ class Ledger::Impl {
     return d;
   }
 
-  std::vector<BatchPtr> missing_for(const Digest& peer) const {
+  std::vector<BatchPtr> missing_for(const Digest& peer, const NodeId& from, const std::optional<NodeId>& until) const {
     std::unordered_map<std::string_view, const OriginDigest*> windows;
     windows.reserve(peer.origins.size());
     for (const OriginDigest& o : peer.origins) windows.emplace(o.origin, &o);
     std::vector<BatchPtr> out;
     for (const Retained& r : retained_) {
       const Batch& b = *r.batch;
+      if (b.origin < from || (until && !(b.origin < *until))) continue;  // another part's origin
       auto it = windows.find(b.origin);
       if (it == windows.end()) {
         out.push_back(r.batch);
@@ -316,7 +317,10 @@ MergeResult Ledger::merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_
 }
 bool Ledger::is_new(const Batch& batch) const { return impl_->is_new(batch); }
 Digest Ledger::digest() const { return impl_->digest(); }
-std::vector<BatchPtr> Ledger::missing_for(const Digest& peer) const { return impl_->missing_for(peer); }
+std::vector<BatchPtr> Ledger::missing_for(const Digest& peer, const NodeId& from,
+                                          const std::optional<NodeId>& until) const {
+  return impl_->missing_for(peer, from, until);
+}
 void Ledger::expire(MonoNanos now_ns) { impl_->expire(now_ns); }
 void Ledger::forget_origin(const NodeId& origin) { impl_->forget_origin(origin); }
 LedgerStats Ledger::stats() const { return impl_->stats(); }

@@ -73,11 +73,19 @@ void Node::tick(MonoNanos now) {
   pending_.clear();
   table_.take_pending(pending_);
   std::vector<BatchPtr> fresh;
-  for (size_t i = 0; i < pending_.size(); i += options_.max_batch_entries) {
-    const size_t end = std::min(pending_.size(), i + options_.max_batch_entries);
-    std::vector<ConsumptionEntry> chunk(std::make_move_iterator(pending_.begin() + long(i)),
+  if (options_.split_for_sealing) {
+    if (!pending_.empty()) {
+      for (auto& run : options_.split_for_sealing(std::move(pending_))) {
+        if (BatchPtr b = ledger_.seal(std::move(run), now)) fresh.push_back(std::move(b));
+      }
+    }
+  } else {
+    for (size_t i = 0; i < pending_.size(); i += options_.max_batch_entries) {
+      const size_t end = std::min(pending_.size(), i + options_.max_batch_entries);
+      std::vector<ConsumptionEntry> run(std::make_move_iterator(pending_.begin() + long(i)),
                                         std::make_move_iterator(pending_.begin() + long(end)));
-    if (BatchPtr b = ledger_.seal(std::move(chunk), now)) fresh.push_back(std::move(b));
+      if (BatchPtr b = ledger_.seal(std::move(run), now)) fresh.push_back(std::move(b));
+    }
   }
 
   const std::vector<const MemberView*> live = membership_.live();
@@ -165,7 +173,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   }
 
   if (m.digest) {
-    std::vector<BatchPtr> missing = ledger_.missing_for(*m.digest);
+    std::vector<BatchPtr> missing = ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
     if (missing.size() > options_.max_repair_batches) missing.resize(options_.max_repair_batches);
     if (!missing.empty() || m.digest_reply_wanted) {
       stats_.repairs_sent += missing.size();
