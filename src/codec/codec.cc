@@ -1,0 +1,536 @@
+#include "tollgate/codec.h"
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+#include "mac.h"
+#include "tollgate/v1/gossip.pb.h"
+
+namespace tollgate {
+namespace {
+
+namespace pb = ::tollgate::v1;
+using codec_internal::envelope_mac;
+using codec_internal::envelope_mac_matches;
+using codec_internal::kMacBytes;
+
+// Size arithmetic below assumes one-byte tags, i.e. field numbers below 16.
+static_assert(pb::Gossip::kLeavingFieldNumber < 16 && pb::Envelope::kMacFieldNumber < 16 &&
+              pb::Batch::kEntriesFieldNumber < 16 && pb::Member::kLeftFieldNumber < 16 &&
+              pb::Digest::kEndsBeforeFieldNumber < 16 && pb::OriginDigest::kPreviousFieldNumber < 16);
+
+size_t varint_bytes(uint64_t v) { return google::protobuf::io::CodedOutputStream::VarintSize64(v); }
+
+// A length-delimited field (bytes or message) with a `body`-byte body, one-byte tag.
+size_t field_bytes(size_t body) { return 1 + varint_bytes(body) + body; }
+
+// A varint field as proto3 writes it: left out when zero.
+size_t varint_field_bytes(uint64_t v) { return v == 0 ? 0 : 1 + varint_bytes(v); }
+
+// A bytes field as proto3 writes it: left out when empty.
+size_t bytes_field_bytes(size_t len) { return len == 0 ? 0 : field_bytes(len); }
+
+bool valid_id(std::string_view id) { return !id.empty() && id.size() <= kMaxNodeIdBytes; }
+
+bool valid_entry(const ConsumptionEntry& e) { return e.key.size() <= kMaxKeyBytes && e.tokens > 0; }
+
+bool valid_batch(const Batch& b) {
+  return valid_id(b.origin) && b.seq >= 1 && std::all_of(b.entries.begin(), b.entries.end(), valid_entry);
+}
+
+bool valid_member(const MemberRecord& m) { return valid_id(m.id) && m.address.size() <= kMaxAddressBytes; }
+
+// --- C++ -> protobuf ----------------------------------------------------------------------------
+
+void to_pb(const Batch& b, pb::Batch* out) {
+  out->set_origin(b.origin);
+  out->set_incarnation(b.incarnation);
+  out->set_seq(b.seq);
+  out->mutable_entries()->Reserve(static_cast<int>(b.entries.size()));
+  for (const ConsumptionEntry& e : b.entries) {
+    pb::Entry* entry = out->add_entries();
+    entry->set_key(e.key);
+    entry->set_tokens(e.tokens);
+  }
+}
+
+void to_pb(const MemberRecord& m, pb::Member* out) {
+  out->set_id(m.id);
+  out->set_address(m.address);
+  out->set_incarnation(m.incarnation);
+  out->set_heartbeat(m.heartbeat);
+  out->set_left(m.left);
+}
+
+// Trailing zero words of the bitmap are left out: most windows have nothing above the
+// watermark, and a digest of a thousand origins must fit in few datagrams.
+void to_pb(const SeenWindow& w, pb::Window* out) {
+  out->set_incarnation(w.incarnation);
+  out->set_watermark(w.watermark);
+  size_t words = w.above.size();
+  while (words > 0 && w.above[words - 1] == 0) --words;
+  for (size_t i = 0; i < words; ++i) out->add_above(w.above[i]);
+}
+
+void to_pb(const OriginDigest& o, pb::OriginDigest* out) {
+  out->set_origin(o.origin);
+  // An absent window reads as SeenWindow{}, so an empty one need not be sent (a node that never
+  // restarted has no previous window).
+  if (o.current != SeenWindow{}) to_pb(o.current, out->mutable_current());
+  if (o.previous != SeenWindow{}) to_pb(o.previous, out->mutable_previous());
+}
+
+// --- protobuf -> C++, with the content rules of gossip.proto -----------------------------------
+// Each returns false when the content breaks a rule.
+
+bool from_pb(const pb::Window& w, SeenWindow* out) {
+  if (static_cast<size_t>(w.above_size()) > out->above.size()) return false;
+  out->incarnation = w.incarnation();
+  out->watermark = w.watermark();
+  for (int i = 0; i < w.above_size(); ++i) out->above[static_cast<size_t>(i)] = w.above(i);
+  return true;
+}
+
+bool from_pb(const pb::Batch& b, BatchPtr* out) {
+  Batch batch;
+  batch.origin = b.origin();
+  batch.incarnation = b.incarnation();
+  batch.seq = b.seq();
+  batch.entries.reserve(static_cast<size_t>(b.entries_size()));
+  for (const pb::Entry& e : b.entries()) batch.entries.push_back({e.key(), e.tokens()});
+  if (!valid_batch(batch)) return false;
+  *out = std::make_shared<const Batch>(std::move(batch));
+  return true;
+}
+
+bool from_pb(const pb::Member& m, MemberRecord* out) {
+  *out = MemberRecord{m.id(), m.address(), m.incarnation(), m.heartbeat(), m.left()};
+  return valid_member(*out);
+}
+
+bool from_pb(const pb::Digest& d, Digest* out, DigestRange* range) {
+  out->origins.reserve(static_cast<size_t>(d.origins_size()));
+  for (const pb::OriginDigest& o : d.origins()) {
+    OriginDigest origin;
+    origin.origin = o.origin();
+    if (!valid_id(origin.origin)) return false;
+    // Strictly increasing: no origin twice, and the range of a part is well defined.
+    if (!out->origins.empty() && !(out->origins.back().origin < origin.origin)) return false;
+    if (!from_pb(o.current(), &origin.current) || !from_pb(o.previous(), &origin.previous)) return false;
+    out->origins.push_back(std::move(origin));
+  }
+  range->from.clear();
+  range->until.reset();
+  if (d.starts_at_first_origin()) {
+    if (out->origins.empty()) return false;
+    range->from = out->origins.front().origin;
+  }
+  if (d.has_ends_before()) {
+    if (!valid_id(d.ends_before())) return false;
+    if (!out->origins.empty() && !(out->origins.back().origin < d.ends_before())) return false;
+    if (!(range->from < d.ends_before())) return false;
+    range->until = d.ends_before();
+  }
+  return true;
+}
+
+// --- Envelopes ----------------------------------------------------------------------------------
+
+// Bytes of an envelope around a `payload`-byte payload.
+size_t envelope_bytes(size_t payload, bool signed_message) {
+  return varint_field_bytes(kProtocolVersionMajor) + varint_field_bytes(kProtocolVersionMinor) +
+         bytes_field_bytes(payload) + (signed_message ? field_bytes(kMacBytes) : 0);
+}
+
+// The largest payload whose envelope fits in max_bytes.
+size_t payload_budget(size_t max_bytes, bool signed_message) {
+  const size_t fixed = envelope_bytes(0, signed_message);
+  size_t budget = max_bytes - fixed - 1 - varint_bytes(max_bytes);  // at worst the length varint
+  while (envelope_bytes(budget + 1, signed_message) <= max_bytes) ++budget;
+  return budget;
+}
+
+std::string seal_envelope(const pb::Gossip& gossip, const ClusterKeys& keys) {
+  pb::Envelope envelope;
+  envelope.set_version_major(kProtocolVersionMajor);
+  envelope.set_version_minor(kProtocolVersionMinor);
+  envelope.set_payload(gossip.SerializeAsString());
+  if (!keys.empty()) {
+    const auto mac = envelope_mac(keys.signing_key(), kProtocolVersionMajor, kProtocolVersionMinor,
+                                  envelope.payload());
+    envelope.set_mac(mac.data(), mac.size());
+  }
+  return envelope.SerializeAsString();
+}
+
+// The header fields every part repeats. `reserve` sets both flags, for the size the header may
+// take in any part.
+pb::Gossip header_of(const GossipMessage& m, bool reserve) {
+  pb::Gossip header;
+  header.set_sender(m.sender);
+  header.set_sender_incarnation(m.sender_incarnation);
+  header.set_sender_address(m.sender_address);
+  header.set_leaving(m.leaving || reserve);
+  header.set_digest_reply_wanted(reserve);
+  return header;
+}
+
+// The largest header any valid sender can have.
+size_t worst_header_bytes() {
+  GossipMessage m;
+  m.sender.assign(kMaxNodeIdBytes, 'x');
+  m.sender_incarnation = std::numeric_limits<uint64_t>::max();
+  m.sender_address.assign(kMaxAddressBytes, 'x');
+  return header_of(m, /*reserve=*/true).ByteSizeLong();
+}
+
+// Splits a message into Gossip parts whose payloads each fit in `budget` bytes and the
+// per-message caps, in order: batches, members, then the digest by origin ranges.
+class Packer {
+ public:
+  Packer(const GossipMessage& message, size_t budget, EncodeStats* stats)
+      : message_(message), budget_(budget), stats_(stats) {
+    header_bytes_ = header_of(message, /*reserve=*/true).ByteSizeLong();
+    start_part();
+  }
+
+  std::vector<pb::Gossip> pack() {
+    for (const BatchPtr& batch : message_.batches) add_batch(batch);
+    for (const MemberRecord& member : message_.members) add_member(member);
+    size_t reply_part = 0;  // the part that asks for a digest back
+    if (message_.digest) reply_part = add_digest(*message_.digest);
+    if (parts_.empty() || used_ > header_bytes_) finish_part();
+    if (message_.digest_reply_wanted) parts_[reply_part].set_digest_reply_wanted(true);
+    return std::move(parts_);
+  }
+
+ private:
+  void start_part() {
+    current_ = header_of(message_, /*reserve=*/false);
+    used_ = header_bytes_;
+    batches_ = entries_ = members_ = 0;
+  }
+  void finish_part() {
+    parts_.push_back(std::move(current_));
+    start_part();
+  }
+  bool fresh() const { return used_ == header_bytes_; }
+
+  void add_batch(const BatchPtr& batch) {
+    if (!batch || !valid_batch(*batch) || batch->entries.size() > kMaxEntriesPerMessage) {
+      ++stats_->dropped_batches;
+      return;
+    }
+    pb::Batch b;
+    to_pb(*batch, &b);
+    const size_t bytes = field_bytes(b.ByteSizeLong());
+    if (header_bytes_ + bytes > budget_) {  // would not fit even alone: see max_batch_bytes_for
+      ++stats_->dropped_batches;
+      return;
+    }
+    const size_t n = batch->entries.size();
+    if (used_ + bytes > budget_ || batches_ == kMaxBatchesPerMessage || entries_ + n > kMaxEntriesPerMessage) {
+      finish_part();
+    }
+    *current_.add_batches() = std::move(b);
+    used_ += bytes;
+    ++batches_;
+    entries_ += n;
+  }
+
+  void add_member(const MemberRecord& member) {
+    if (!valid_member(member)) {
+      ++stats_->dropped_members;
+      return;
+    }
+    pb::Member m;
+    to_pb(member, &m);
+    const size_t bytes = field_bytes(m.ByteSizeLong());
+    if (used_ + bytes > budget_ || members_ == kMaxMembersPerMessage) finish_part();
+    *current_.add_members() = std::move(m);
+    used_ += bytes;
+    ++members_;
+  }
+
+  // Adds the digest, split by origin ranges over as many parts as it needs. Returns the index
+  // of the part that holds its start.
+  size_t add_digest(const Digest& digest) {
+    std::vector<const OriginDigest*> sorted;
+    sorted.reserve(digest.origins.size());
+    for (const OriginDigest& o : digest.origins) {
+      if (valid_id(o.origin)) {
+        sorted.push_back(&o);
+      } else {
+        ++stats_->dropped_digest_origins;
+      }
+    }
+    std::sort(sorted.begin(), sorted.end(),
+              [](const OriginDigest* a, const OriginDigest* b) { return a->origin < b->origin; });
+    const auto repeated = std::unique(sorted.begin(), sorted.end(), [](const OriginDigest* a, const OriginDigest* b) {
+      return a->origin == b->origin;
+    });
+    stats_->dropped_digest_origins += static_cast<size_t>(sorted.end() - repeated);
+    sorted.erase(repeated, sorted.end());
+
+    std::vector<pb::OriginDigest> origins(sorted.size());
+    std::vector<size_t> origin_bytes(sorted.size());
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      to_pb(*sorted[i], &origins[i]);
+      origin_bytes[i] = field_bytes(origins[i].ByteSizeLong());
+    }
+
+    const size_t n = sorted.size();
+    std::optional<size_t> start_part;  // where the digest's first part went
+    size_t i = 0;
+    for (;;) {
+      pb::Digest* part = current_.mutable_digest();
+      size_t body = 0;
+      if (start_part) {
+        part->set_starts_at_first_origin(true);
+        body += 2;
+      }
+      size_t count = 0;
+      for (; i < n && count < kMaxDigestOriginsPerMessage; ++i, ++count) {
+        // Room for this origin, and for the end of the range should the part end right after it.
+        const size_t end_bytes = i + 1 < n ? field_bytes(sorted[i + 1]->origin.size()) : 0;
+        if (used_ + field_bytes(body + origin_bytes[i] + end_bytes) > budget_) break;
+        *part->add_origins() = std::move(origins[i]);
+        body += origin_bytes[i];
+      }
+      if (count == 0 && (i < n || used_ + field_bytes(body) > budget_)) {
+        // Not even one origin (or an empty digest) fits beside what this part holds already.
+        current_.clear_digest();
+        if (!fresh()) {
+          finish_part();
+          continue;
+        }
+        // Alone in a part and still too large: cannot happen for a valid origin at or above
+        // kMinDatagramBytes. Leave it out rather than loop; it falls into no part's range.
+        ++stats_->dropped_digest_origins;
+        ++i;
+        if (i < n) continue;
+        if (!start_part) {  // the digest must still be there, if empty
+          current_.mutable_digest();
+          used_ += field_bytes(0);
+          start_part = parts_.size();
+        }
+        return *start_part;
+      }
+      if (i < n) {
+        part->set_ends_before(sorted[i]->origin);
+        body += field_bytes(sorted[i]->origin.size());
+      }
+      used_ += field_bytes(body);
+      if (!start_part) start_part = parts_.size();
+      if (i == n) return *start_part;
+      finish_part();
+    }
+  }
+
+  const GossipMessage& message_;
+  const size_t budget_;
+  EncodeStats* stats_;
+  size_t header_bytes_ = 0;
+  std::vector<pb::Gossip> parts_;
+  pb::Gossip current_;
+  size_t used_ = 0;  // payload bytes of current_, its header counted at the reserved size
+  size_t batches_ = 0, entries_ = 0, members_ = 0;
+};
+
+std::vector<std::string> encode_envelopes(const GossipMessage& message, const ClusterKeys& keys, size_t max_bytes,
+                                          EncodeStats* stats, const char* what) {
+  if (max_bytes < kMinDatagramBytes || max_bytes > kMaxMessageBytes) {
+    throw std::invalid_argument(std::string(what) + " of " + std::to_string(max_bytes) + " bytes: must be between " +
+                                std::to_string(kMinDatagramBytes) + " and " + std::to_string(kMaxMessageBytes));
+  }
+  if (!valid_id(message.sender)) {
+    throw std::invalid_argument("sender id must be 1 to " + std::to_string(kMaxNodeIdBytes) + " bytes");
+  }
+  if (message.sender_address.size() > kMaxAddressBytes) {
+    throw std::invalid_argument("sender address must be at most " + std::to_string(kMaxAddressBytes) + " bytes");
+  }
+  EncodeStats ignored;
+  const bool signed_message = !keys.empty();
+  const size_t budget = payload_budget(max_bytes, signed_message);
+  std::vector<pb::Gossip> parts = Packer(message, budget, stats ? stats : &ignored).pack();
+
+  std::vector<std::string> out;
+  out.reserve(parts.size());
+  for (const pb::Gossip& part : parts) {
+    out.push_back(seal_envelope(part, keys));
+    // The packer's arithmetic is exact or errs on the safe side; this guards the contract.
+    if (out.back().size() > max_bytes) throw std::logic_error("codec: an encoded part exceeds its size limit");
+  }
+  return out;
+}
+
+uint32_t get_be32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | uint32_t{u[3]};
+}
+
+DecodeResult fail(DecodeError e) {
+  DecodeResult r;
+  r.error = e;
+  return r;
+}
+
+}  // namespace
+
+const char* decode_error_name(DecodeError e) {
+  switch (e) {
+    case DecodeError::kNone: return "none";
+    case DecodeError::kMalformed: return "malformed";
+    case DecodeError::kUnknownVersion: return "unknown_version";
+    case DecodeError::kBadMac: return "bad_mac";
+    case DecodeError::kMissingMac: return "missing_mac";
+    case DecodeError::kTooLarge: return "too_large";
+    case DecodeError::kInvalidContent: return "invalid_content";
+  }
+  return "unknown";
+}
+
+std::vector<std::string> encode_datagrams(const GossipMessage& message, const ClusterKeys& keys,
+                                          size_t max_datagram_bytes, EncodeStats* stats) {
+  return encode_envelopes(message, keys, max_datagram_bytes, stats, "max datagram");
+}
+
+std::vector<std::string> encode_frames(const GossipMessage& message, const ClusterKeys& keys, size_t max_frame_bytes,
+                                       EncodeStats* stats) {
+  std::vector<std::string> frames = encode_envelopes(message, keys, max_frame_bytes, stats, "max frame");
+  for (std::string& frame : frames) {
+    const auto n = static_cast<uint32_t>(frame.size());
+    const char prefix[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                            static_cast<char>(n)};
+    frame.insert(0, prefix, sizeof prefix);
+  }
+  return frames;
+}
+
+FrameReader::FrameReader(size_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes) {
+  if (max_frame_bytes > kMaxMessageBytes) {
+    throw std::invalid_argument("max frame of " + std::to_string(max_frame_bytes) + " bytes: at most " +
+                                std::to_string(kMaxMessageBytes));
+  }
+}
+
+void FrameReader::append(std::string_view bytes) {
+  if (too_large_) return;
+  // Drop what was returned already once it is most of the buffer, so the buffer stays within
+  // about two frames without moving the rest on every append.
+  if (consumed_ > 0 && consumed_ >= buffer_.size() / 2) {
+    buffer_.erase(0, consumed_);
+    consumed_ = 0;
+  }
+  buffer_.append(bytes);
+}
+
+FrameReader::Status FrameReader::next(std::string_view* frame) {
+  if (too_large_) return Status::kTooLarge;
+  const size_t available = buffer_.size() - consumed_;
+  if (available < 4) return Status::kNeedMore;
+  const size_t length = get_be32(buffer_.data() + consumed_);
+  if (length > max_frame_bytes_) {
+    too_large_ = true;
+    buffer_.clear();
+    buffer_.shrink_to_fit();
+    consumed_ = 0;
+    return Status::kTooLarge;
+  }
+  if (available - 4 < length) return Status::kNeedMore;
+  *frame = std::string_view(buffer_).substr(consumed_ + 4, length);
+  consumed_ += 4 + length;
+  return Status::kFrame;
+}
+
+DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
+  if (bytes.size() > kMaxMessageBytes) return fail(DecodeError::kTooLarge);
+  pb::Envelope envelope;
+  if (!envelope.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return fail(DecodeError::kMalformed);
+  if (envelope.version_major() == 0) return fail(DecodeError::kMalformed);  // not one of ours
+  if (envelope.version_major() != kProtocolVersionMajor) return fail(DecodeError::kUnknownVersion);
+
+  DecodeResult result;
+  if (!keys.empty()) {
+    if (envelope.mac().empty()) return fail(DecodeError::kMissingMac);
+    if (!envelope_mac_matches(keys, envelope.version_major(), envelope.version_minor(), envelope.payload(),
+                              envelope.mac())) {
+      return fail(DecodeError::kBadMac);
+    }
+    result.authenticated = true;
+  }
+
+  pb::Gossip gossip;
+  if (!gossip.ParseFromString(envelope.payload())) return fail(DecodeError::kMalformed);
+
+  size_t entries = 0;
+  for (const pb::Batch& b : gossip.batches()) entries += static_cast<size_t>(b.entries_size());
+  if (static_cast<size_t>(gossip.batches_size()) > kMaxBatchesPerMessage || entries > kMaxEntriesPerMessage ||
+      static_cast<size_t>(gossip.members_size()) > kMaxMembersPerMessage ||
+      static_cast<size_t>(gossip.digest().origins_size()) > kMaxDigestOriginsPerMessage) {
+    return fail(DecodeError::kTooLarge);
+  }
+
+  GossipMessage m;
+  m.sender = gossip.sender();
+  m.sender_incarnation = gossip.sender_incarnation();
+  m.sender_address = gossip.sender_address();
+  m.digest_reply_wanted = gossip.digest_reply_wanted();
+  m.leaving = gossip.leaving();
+  if (!valid_id(m.sender) || m.sender_address.size() > kMaxAddressBytes) return fail(DecodeError::kInvalidContent);
+
+  m.batches.resize(static_cast<size_t>(gossip.batches_size()));
+  for (int i = 0; i < gossip.batches_size(); ++i) {
+    if (!from_pb(gossip.batches(i), &m.batches[static_cast<size_t>(i)])) return fail(DecodeError::kInvalidContent);
+  }
+  m.members.resize(static_cast<size_t>(gossip.members_size()));
+  for (int i = 0; i < gossip.members_size(); ++i) {
+    if (!from_pb(gossip.members(i), &m.members[static_cast<size_t>(i)])) return fail(DecodeError::kInvalidContent);
+  }
+  if (gossip.has_digest()) {
+    m.digest.emplace();
+    if (!from_pb(gossip.digest(), &*m.digest, &result.digest_range)) return fail(DecodeError::kInvalidContent);
+  }
+  result.message = std::move(m);
+  return result;
+}
+
+size_t encoded_batch_bytes(const Batch& batch) {
+  pb::Batch b;
+  to_pb(batch, &b);
+  return field_bytes(b.ByteSizeLong());
+}
+
+size_t max_batch_bytes_for(size_t max_datagram_bytes) {
+  if (max_datagram_bytes < kMinDatagramBytes) {
+    throw std::invalid_argument("max datagram of " + std::to_string(max_datagram_bytes) + " bytes: at least " +
+                                std::to_string(kMinDatagramBytes));
+  }
+  return payload_budget(max_datagram_bytes, /*signed_message=*/true) - worst_header_bytes();
+}
+
+std::vector<std::vector<ConsumptionEntry>> split_for_sealing(std::vector<ConsumptionEntry> entries,
+                                                             const NodeId& origin, size_t max_batch_bytes) {
+  // A batch's body: origin, then incarnation and seq at their largest, then the entries.
+  const size_t base = bytes_field_bytes(origin.size()) + 2 * varint_field_bytes(std::numeric_limits<uint64_t>::max());
+  std::vector<std::vector<ConsumptionEntry>> runs;
+  size_t body = base;
+  for (ConsumptionEntry& e : entries) {
+    const size_t entry_body =
+        bytes_field_bytes(e.key.size()) + varint_field_bytes(static_cast<uint64_t>(e.tokens));
+    const size_t bytes = field_bytes(entry_body);
+    if (runs.empty() || (body > base && field_bytes(body + bytes) > max_batch_bytes)) {
+      runs.emplace_back();
+      body = base;
+    }
+    runs.back().push_back(std::move(e));
+    body += bytes;
+  }
+  return runs;
+}
+
+}  // namespace tollgate

@@ -1,0 +1,683 @@
+#include "tollgate/codec.h"
+
+#include <google/protobuf/unknown_field_set.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codec_test_util.h"
+#include "tollgate/key_table.h"
+#include "tollgate/ledger.h"
+#include "tollgate/rules.h"
+
+namespace tollgate {
+namespace {
+
+using codec_test::batch;
+using codec_test::craft;
+using codec_test::expect_same_batches;
+using codec_test::expect_same_message;
+using codec_test::expect_same_origins;
+using codec_test::full_message;
+using codec_test::key_a;
+using codec_test::key_b;
+using codec_test::valid_gossip;
+using codec_test::window;
+
+// Decodes a datagram that must be accepted.
+GossipMessage decode_ok(const std::string& bytes, const ClusterKeys& keys) {
+  DecodeResult r = decode(bytes, keys);
+  EXPECT_EQ(r.error, DecodeError::kNone) << decode_error_name(r.error);
+  EXPECT_TRUE(r.message.has_value());
+  return r.message ? *r.message : GossipMessage{};
+}
+
+// A message big enough to need many datagrams: batches of several origins, membership rows and
+// a digest of `origins` origins, given in an order that is not sorted.
+GossipMessage big_message(size_t batches, size_t members, size_t origins) {
+  GossipMessage m;
+  m.sender = "node-000";
+  m.sender_incarnation = 77;
+  m.sender_address = "10.1.2.3:7946";
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i < batches; ++i) {
+    std::vector<ConsumptionEntry> entries;
+    const size_t n = 1 + rng() % 20;
+    for (size_t k = 0; k < n; ++k) {
+      entries.push_back({"tenant:" + std::to_string(rng() % 1000) + ":user:" + std::to_string(k),
+                         static_cast<int64_t>(1 + rng() % 100000)});
+    }
+    m.batches.push_back(batch("node-" + std::to_string(i % 17), 1 + i % 3, 1 + i, std::move(entries)));
+  }
+  for (size_t i = 0; i < members; ++i) {
+    m.members.push_back({"node-" + std::to_string(i), "10.1.2." + std::to_string(i % 250) + ":7946", i, i * 31, i % 5 == 0});
+  }
+  Digest d;
+  for (size_t i = 0; i < origins; ++i) {
+    const size_t id = (i * 7919) % origins;  // a permutation: unsorted input
+    d.origins.push_back({"origin-" + std::to_string(id), window(id + 1, id * 3, {id, 0, id % 2, 0}),
+                         id % 4 == 0 ? window(id, 9) : SeenWindow{}});
+  }
+  m.digest = d;
+  m.digest_reply_wanted = true;
+  return m;
+}
+
+TEST(Codec, RoundTripsEveryFieldSigned) {
+  const GossipMessage m = full_message();
+  const auto datagrams = encode_datagrams(m, key_a());
+  ASSERT_EQ(datagrams.size(), 1u);
+  const DecodeResult r = decode(datagrams[0], key_a());
+  ASSERT_EQ(r.error, DecodeError::kNone) << decode_error_name(r.error);
+  EXPECT_TRUE(r.authenticated);
+  EXPECT_TRUE(r.digest_range.whole());
+  expect_same_message(*r.message, m);
+}
+
+TEST(Codec, RoundTripsEveryFieldUnsignedWithoutAKey) {
+  const GossipMessage m = full_message();
+  const auto datagrams = encode_datagrams(m, ClusterKeys{});
+  ASSERT_EQ(datagrams.size(), 1u);
+  const DecodeResult r = decode(datagrams[0], ClusterKeys{});
+  ASSERT_EQ(r.error, DecodeError::kNone);
+  EXPECT_FALSE(r.authenticated);
+  expect_same_message(*r.message, m);
+}
+
+TEST(Codec, AbsentOptionalPartsStayAbsent) {
+  GossipMessage m;
+  m.sender = "n";
+  const auto datagrams = encode_datagrams(m, key_a());
+  ASSERT_EQ(datagrams.size(), 1u);
+  const GossipMessage got = decode_ok(datagrams[0], key_a());
+  expect_same_message(got, m);
+  EXPECT_FALSE(got.digest.has_value());
+
+  m.digest = Digest{};  // present but empty: "I have seen nothing", not "no digest"
+  const GossipMessage with_empty = decode_ok(encode_datagrams(m, key_a()).at(0), key_a());
+  ASSERT_TRUE(with_empty.digest.has_value());
+  EXPECT_TRUE(with_empty.digest->origins.empty());
+}
+
+TEST(Codec, DecodedBatchesAreSharedImmutableBatches) {
+  const GossipMessage got = decode_ok(encode_datagrams(full_message(), key_a()).at(0), key_a());
+  ASSERT_EQ(got.batches.size(), 2u);
+  const BatchPtr& b = got.batches[0];
+  EXPECT_EQ(b.use_count(), 1);
+  static_assert(std::is_same_v<decltype(b), const std::shared_ptr<const Batch>&>);
+}
+
+TEST(Codec, MacIsHmacSha256OverTheVersionAndThePayload) {
+  const auto datagrams = encode_datagrams(full_message(), key_a());
+  v1::Envelope e;
+  ASSERT_TRUE(e.ParseFromString(datagrams.at(0)));
+  EXPECT_EQ(e.version_major(), 1u);
+  EXPECT_EQ(e.version_minor(), 0u);
+  EXPECT_EQ(e.mac().size(), 32u);
+  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 0, e.payload()));
+}
+
+TEST(Codec, SplitsAcrossDatagramsUnderMaxDatagram) {
+  const GossipMessage m = big_message(300, 150, 700);
+  EncodeStats stats;
+  const auto datagrams = encode_datagrams(m, key_a(), kDefaultMaxDatagramBytes, &stats);
+  EXPECT_EQ(stats.dropped_batches + stats.dropped_members + stats.dropped_digest_origins, 0u);
+  ASSERT_GT(datagrams.size(), 10u);
+
+  GossipMessage merged;
+  std::vector<DigestRange> ranges;
+  std::vector<std::vector<OriginDigest>> digest_parts;
+  int reply_wanted = 0;
+  size_t total_bytes = 0;
+  for (const std::string& d : datagrams) {
+    EXPECT_LE(d.size(), kDefaultMaxDatagramBytes);
+    total_bytes += d.size();
+    const DecodeResult r = decode(d, key_a());  // each part alone
+    ASSERT_EQ(r.error, DecodeError::kNone) << decode_error_name(r.error);
+    const GossipMessage& part = *r.message;
+    EXPECT_EQ(part.sender, m.sender);
+    EXPECT_EQ(part.sender_incarnation, m.sender_incarnation);
+    EXPECT_EQ(part.sender_address, m.sender_address);
+    EXPECT_EQ(part.leaving, m.leaving);
+    reply_wanted += part.digest_reply_wanted;
+    merged.batches.insert(merged.batches.end(), part.batches.begin(), part.batches.end());
+    merged.members.insert(merged.members.end(), part.members.begin(), part.members.end());
+    if (part.digest) {
+      for (const OriginDigest& o : part.digest->origins) EXPECT_TRUE(r.digest_range.covers(o.origin)) << o.origin;
+      ranges.push_back(r.digest_range);
+      digest_parts.push_back(part.digest->origins);
+    }
+  }
+  EXPECT_EQ(reply_wanted, 1) << "a split message asks for one digest back, not one per part";
+  expect_same_batches(merged.batches, m.batches);
+  EXPECT_EQ(merged.members, m.members);
+
+  // The digest parts list every origin once, in order, and their ranges tile the id space.
+  std::vector<OriginDigest> expected = m.digest->origins;
+  std::sort(expected.begin(), expected.end(), [](const auto& a, const auto& b) { return a.origin < b.origin; });
+  std::vector<OriginDigest> listed;
+  for (const auto& p : digest_parts) listed.insert(listed.end(), p.begin(), p.end());
+  expect_same_origins(listed, expected);
+  ASSERT_GT(ranges.size(), 1u);
+  EXPECT_EQ(ranges.front().from, "");
+  EXPECT_FALSE(ranges.back().until.has_value());
+  for (size_t i = 0; i + 1 < ranges.size(); ++i) {
+    ASSERT_TRUE(ranges[i].until.has_value());
+    EXPECT_EQ(*ranges[i].until, ranges[i + 1].from) << "ranges " << i << " and " << i + 1 << " must meet";
+  }
+  // Packing is dense: fewer than one extra datagram's worth of slack per datagram on average.
+  EXPECT_GT(total_bytes, datagrams.size() * kDefaultMaxDatagramBytes * 8 / 10);
+}
+
+TEST(Codec, EveryPartRepeatsTheLeavingFlag) {
+  GossipMessage m = big_message(50, 0, 0);
+  m.leaving = true;
+  const auto datagrams = encode_datagrams(m, ClusterKeys{});
+  ASSERT_GT(datagrams.size(), 1u);
+  for (const std::string& d : datagrams) EXPECT_TRUE(decode_ok(d, ClusterKeys{}).leaving);
+}
+
+TEST(Codec, ReplyWantedWithoutADigestGoesInTheFirstPart) {
+  GossipMessage m = big_message(50, 0, 0);
+  m.digest.reset();
+  m.digest_reply_wanted = true;
+  const auto datagrams = encode_datagrams(m, ClusterKeys{});
+  ASSERT_GT(datagrams.size(), 1u);
+  for (size_t i = 0; i < datagrams.size(); ++i) {
+    EXPECT_EQ(decode_ok(datagrams[i], ClusterKeys{}).digest_reply_wanted, i == 0) << i;
+  }
+}
+
+TEST(Codec, AMessageThatFitsIsOneFrameAndFramesSplitWhenItDoesNot) {
+  const GossipMessage m = big_message(300, 150, 700);
+  const auto one = encode_frames(m, key_a());
+  ASSERT_EQ(one.size(), 1u);
+  FrameReader reader;
+  reader.append(one[0]);
+  std::string_view frame;
+  ASSERT_EQ(reader.next(&frame), FrameReader::Status::kFrame);
+  GossipMessage got = decode_ok(std::string(frame), key_a());
+  std::sort(got.digest->origins.begin(), got.digest->origins.end(),
+            [](const auto& a, const auto& b) { return a.origin < b.origin; });
+  GossipMessage sorted = m;
+  std::sort(sorted.digest->origins.begin(), sorted.digest->origins.end(),
+            [](const auto& a, const auto& b) { return a.origin < b.origin; });
+  expect_same_message(got, sorted);
+
+  const auto several = encode_frames(m, key_a(), 4096);
+  ASSERT_GT(several.size(), 1u);
+  FrameReader small(4096);
+  size_t batches = 0;
+  for (const std::string& f : several) {
+    EXPECT_LE(f.size(), 4096u + 4);
+    small.append(f);
+    ASSERT_EQ(small.next(&frame), FrameReader::Status::kFrame);
+    batches += decode_ok(std::string(frame), key_a()).batches.size();
+  }
+  EXPECT_EQ(batches, m.batches.size());
+}
+
+TEST(Codec, ABatchTooLargeForAnyDatagramIsLeftOutAndCounted) {
+  GossipMessage m;
+  m.sender = "node-a";
+  std::vector<ConsumptionEntry> huge;
+  for (int i = 0; i < 100; ++i) huge.push_back({std::string(100, 'a' + i % 26) + std::to_string(i), 1});
+  m.batches.push_back(batch("node-a", 1, 1, {{"small", 1}}));
+  m.batches.push_back(batch("node-a", 1, 2, huge));
+  m.batches.push_back(batch("node-a", 1, 3, {{"small", 2}}));
+  EncodeStats stats;
+  const auto datagrams = encode_datagrams(m, key_a(), kDefaultMaxDatagramBytes, &stats);
+  EXPECT_EQ(stats.dropped_batches, 1u);
+  ASSERT_EQ(datagrams.size(), 1u);
+  const GossipMessage got = decode_ok(datagrams[0], key_a());
+  ASSERT_EQ(got.batches.size(), 2u);
+  EXPECT_EQ(got.batches[0]->seq, 1u);
+  EXPECT_EQ(got.batches[1]->seq, 3u);
+
+  // The same batch travels in a TCP frame, whose limit is far larger.
+  EncodeStats frame_stats;
+  encode_frames(m, key_a(), kDefaultMaxFrameBytes, &frame_stats);
+  EXPECT_EQ(frame_stats.dropped_batches, 0u);
+}
+
+TEST(Codec, InvalidItemsAreLeftOutOfEncodingAndCounted) {
+  GossipMessage m;
+  m.sender = "node-a";
+  m.batches.push_back(batch("node-a", 1, 0, {{"k", 1}}));                          // seq 0
+  m.batches.push_back(batch("node-a", 1, 1, {{"k", 0}}));                          // tokens 0
+  m.batches.push_back(batch("", 1, 1, {{"k", 1}}));                                // no origin
+  m.batches.push_back(batch("node-a", 1, 2, {{std::string(257, 'k'), 1}}));        // key too long
+  m.batches.push_back(nullptr);
+  m.batches.push_back(batch("node-a", 1, 3, {{"k", 1}}));                          // fine
+  m.members.push_back({"", "a:1", 1, 1, false});
+  m.members.push_back({"node-b", std::string(257, 'a'), 1, 1, false});
+  m.members.push_back({"node-c", "c:1", 1, 1, false});
+  Digest d;
+  d.origins.push_back({"x", window(1, 1), {}});
+  d.origins.push_back({"x", window(1, 2), {}});
+  d.origins.push_back({"", window(1, 1), {}});
+  m.digest = d;
+  EncodeStats stats;
+  const auto datagrams = encode_datagrams(m, ClusterKeys{}, kDefaultMaxDatagramBytes, &stats);
+  EXPECT_EQ(stats.dropped_batches, 5u);
+  EXPECT_EQ(stats.dropped_members, 2u);
+  EXPECT_EQ(stats.dropped_digest_origins, 2u);
+  ASSERT_EQ(datagrams.size(), 1u);
+  const GossipMessage got = decode_ok(datagrams[0], ClusterKeys{});  // what is sent always decodes
+  EXPECT_EQ(got.batches.size(), 1u);
+  EXPECT_EQ(got.members.size(), 1u);
+  EXPECT_EQ(got.digest->origins.size(), 1u);
+}
+
+TEST(Codec, EncodingRefusesAnImpossibleLimitOrSender) {
+  GossipMessage m;
+  m.sender = "node-a";
+  EXPECT_THROW(encode_datagrams(m, key_a(), kMinDatagramBytes - 1), std::invalid_argument);
+  EXPECT_THROW(encode_frames(m, key_a(), kMaxMessageBytes + 1), std::invalid_argument);
+  EXPECT_NO_THROW(encode_datagrams(m, key_a(), kMinDatagramBytes));
+  m.sender = "";
+  EXPECT_THROW(encode_datagrams(m, key_a()), std::invalid_argument);
+  m.sender = std::string(kMaxNodeIdBytes + 1, 'n');
+  EXPECT_THROW(encode_datagrams(m, key_a()), std::invalid_argument);
+  m.sender = "node-a";
+  m.sender_address = std::string(kMaxAddressBytes + 1, 'a');
+  EXPECT_THROW(encode_datagrams(m, key_a()), std::invalid_argument);
+}
+
+// The largest valid items next to the largest valid header, at the smallest datagram allowed.
+TEST(Codec, TheLargestItemsFitInTheSmallestDatagram) {
+  GossipMessage m;
+  m.sender = std::string(kMaxNodeIdBytes, 's');
+  m.sender_incarnation = std::numeric_limits<uint64_t>::max();
+  m.sender_address = std::string(kMaxAddressBytes, 'a');
+  m.batches.push_back(batch(std::string(kMaxNodeIdBytes, 'o'), std::numeric_limits<uint64_t>::max(),
+                            std::numeric_limits<uint64_t>::max(),
+                            {{std::string(kMaxKeyBytes, 'k'), std::numeric_limits<int64_t>::max()}}));
+  m.members.push_back({std::string(kMaxNodeIdBytes, 'm'), std::string(kMaxAddressBytes, 'a'),
+                       std::numeric_limits<uint64_t>::max(), std::numeric_limits<uint64_t>::max(), true});
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  const SeenWindow full = window(max, max, {max, max, max, max});
+  Digest d;
+  for (char c : {'p', 'q', 'r'}) d.origins.push_back({std::string(kMaxNodeIdBytes, c), full, full});
+  m.digest = d;
+  m.digest_reply_wanted = true;
+  m.leaving = true;
+
+  EncodeStats stats;
+  const auto datagrams = encode_datagrams(m, key_a(), kMinDatagramBytes, &stats);
+  EXPECT_EQ(stats.dropped_batches + stats.dropped_members + stats.dropped_digest_origins, 0u);
+  size_t batches = 0, members = 0, origins = 0;
+  for (const std::string& dg : datagrams) {
+    EXPECT_LE(dg.size(), kMinDatagramBytes);
+    const GossipMessage got = decode_ok(dg, key_a());
+    batches += got.batches.size();
+    members += got.members.size();
+    if (got.digest) origins += got.digest->origins.size();
+  }
+  EXPECT_EQ(batches, 1u);
+  EXPECT_EQ(members, 1u);
+  EXPECT_EQ(origins, 3u);
+}
+
+TEST(Codec, SealedRunsFitInOneDatagramFromAnySender) {
+  const size_t max_batch = max_batch_bytes_for(kDefaultMaxDatagramBytes);
+  EXPECT_GT(max_batch, 800u);
+  EXPECT_LT(max_batch, kDefaultMaxDatagramBytes);
+  std::mt19937_64 rng(11);
+  std::vector<ConsumptionEntry> pending;
+  for (int i = 0; i < 500; ++i) {
+    pending.push_back({std::string(1 + rng() % kMaxKeyBytes, static_cast<char>('a' + i % 26)),
+                       static_cast<int64_t>(1 + rng() % 1'000'000'000)});
+  }
+  const NodeId origin = "node-with-a-fairly-long-id.example.internal:7946";
+  const auto runs = split_for_sealing(pending, origin, max_batch);
+  ASSERT_GT(runs.size(), 1u);
+
+  // Every entry lands in exactly one run, in order.
+  std::vector<ConsumptionEntry> rejoined;
+  for (const auto& run : runs) rejoined.insert(rejoined.end(), run.begin(), run.end());
+  EXPECT_EQ(rejoined, pending);
+
+  // The worst sender relays them: the longest id and address, signed.
+  GossipMessage m;
+  m.sender = std::string(kMaxNodeIdBytes, 's');
+  m.sender_incarnation = std::numeric_limits<uint64_t>::max();
+  m.sender_address = std::string(kMaxAddressBytes, 'a');
+  m.leaving = true;
+  m.digest_reply_wanted = true;
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    Batch sealed{origin, max, max, runs[i]};
+    EXPECT_LE(encoded_batch_bytes(sealed), max_batch) << "run " << i;
+    if (i + 1 < runs.size()) {  // and runs are full: the next entry would not have fit
+      sealed.entries.push_back(runs[i + 1].front());
+      EXPECT_GT(encoded_batch_bytes(sealed), max_batch) << "run " << i;
+      sealed.entries.pop_back();
+    }
+    m.batches = {std::make_shared<const Batch>(sealed)};
+    EncodeStats stats;
+    EXPECT_EQ(encode_datagrams(m, key_a(), kDefaultMaxDatagramBytes, &stats).size(), 1u);
+    EXPECT_EQ(stats.dropped_batches, 0u);
+  }
+  EXPECT_TRUE(split_for_sealing({}, origin, max_batch).empty());
+  EXPECT_THROW(max_batch_bytes_for(kMinDatagramBytes - 1), std::invalid_argument);
+}
+
+TEST(Codec, AMessageOfAnUnknownMajorVersionIsRejectedNotMisread) {
+  const v1::Gossip g = valid_gossip();
+  for (uint32_t major : {2u, 3u, 1000u}) {
+    EXPECT_EQ(decode(craft(g, key_a(), major), key_a()).error, DecodeError::kUnknownVersion) << major;
+    EXPECT_EQ(decode(craft(g, ClusterKeys{}, major), ClusterKeys{}).error, DecodeError::kUnknownVersion) << major;
+  }
+  // No version at all is not an envelope of ours.
+  EXPECT_EQ(decode(craft(g, ClusterKeys{}, 0), ClusterKeys{}).error, DecodeError::kMalformed);
+}
+
+TEST(Codec, AHigherMinorVersionWithUnknownFieldsIsRead) {
+  v1::Gossip g = valid_gossip();
+  // A field a newer minor version might add (number 99, a string).
+  g.GetReflection()->MutableUnknownFields(&g)->AddLengthDelimited(99, "new");
+  const DecodeResult r = decode(craft(g, key_a(), 1, 7), key_a());
+  ASSERT_EQ(r.error, DecodeError::kNone) << decode_error_name(r.error);
+  EXPECT_EQ(r.message->batches.size(), 1u);
+}
+
+TEST(Codec, TheMacCoversTheVersion) {
+  v1::Envelope e;
+  ASSERT_TRUE(e.ParseFromString(encode_datagrams(full_message(), key_a()).at(0)));
+  e.set_version_minor(1);  // same payload and MAC, another minor version
+  EXPECT_EQ(decode(e.SerializeAsString(), key_a()).error, DecodeError::kBadMac);
+}
+
+TEST(Codec, AFlippedBitInThePayloadFailsTheMac) {
+  v1::Envelope original;
+  ASSERT_TRUE(original.ParseFromString(encode_datagrams(full_message(), key_a()).at(0)));
+  for (size_t byte = 0; byte < original.payload().size(); ++byte) {
+    v1::Envelope e = original;
+    (*e.mutable_payload())[byte] ^= static_cast<char>(1 << (byte % 8));
+    EXPECT_EQ(decode(e.SerializeAsString(), key_a()).error, DecodeError::kBadMac) << "byte " << byte;
+  }
+}
+
+TEST(Codec, NoSingleBitFlipOfASignedDatagramIsAccepted) {
+  const std::string original = encode_datagrams(full_message(), key_a()).at(0);
+  for (size_t bit = 0; bit < original.size() * 8; ++bit) {
+    std::string d = original;
+    d[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    EXPECT_NE(decode(d, key_a()).error, DecodeError::kNone) << "bit " << bit;
+  }
+}
+
+TEST(Codec, KeysRotateWithoutDowntime) {
+  const std::string a(32, 'A'), b(48, 'B');
+  const std::string signed_by_a = encode_datagrams(full_message(), ClusterKeys({a})).at(0);
+  EXPECT_EQ(decode(signed_by_a, ClusterKeys({a})).error, DecodeError::kNone);
+  EXPECT_EQ(decode(signed_by_a, ClusterKeys({a, b})).error, DecodeError::kNone);
+  EXPECT_EQ(decode(signed_by_a, ClusterKeys({b, a})).error, DecodeError::kNone);
+  EXPECT_EQ(decode(signed_by_a, ClusterKeys({b})).error, DecodeError::kBadMac);
+
+  // Step 2 of a rotation: {B, A} signs with B, which {A, B} nodes (still at step 1) accept.
+  const std::string signed_by_b_a = encode_datagrams(full_message(), ClusterKeys({b, a})).at(0);
+  EXPECT_EQ(decode(signed_by_b_a, ClusterKeys({a, b})).error, DecodeError::kNone);
+  EXPECT_EQ(decode(signed_by_b_a, ClusterKeys({a})).error, DecodeError::kBadMac);
+}
+
+TEST(Codec, AnUnsignedMessageIsRejectedWhenAKeyIsConfigured) {
+  const std::string unsigned_datagram = encode_datagrams(full_message(), ClusterKeys{}).at(0);
+  EXPECT_EQ(decode(unsigned_datagram, key_a()).error, DecodeError::kMissingMac);
+}
+
+TEST(Codec, ASignedMessageIsReadUnverifiedWithoutAKey) {
+  const DecodeResult r = decode(encode_datagrams(full_message(), key_a()).at(0), ClusterKeys{});
+  EXPECT_EQ(r.error, DecodeError::kNone);
+  EXPECT_FALSE(r.authenticated);
+}
+
+TEST(Codec, AMacOfTheWrongLengthIsBad) {
+  v1::Envelope e;
+  ASSERT_TRUE(e.ParseFromString(encode_datagrams(full_message(), key_a()).at(0)));
+  e.mutable_mac()->pop_back();
+  EXPECT_EQ(decode(e.SerializeAsString(), key_a()).error, DecodeError::kBadMac);
+  e.mutable_mac()->append("xy");
+  EXPECT_EQ(decode(e.SerializeAsString(), key_a()).error, DecodeError::kBadMac);
+}
+
+TEST(Codec, TruncatedDatagramsAreRejected) {
+  for (const ClusterKeys& keys : {ClusterKeys{}, key_a()}) {
+    const std::string d = encode_datagrams(full_message(), keys).at(0);
+    for (size_t n = 0; n < d.size(); ++n) {
+      EXPECT_NE(decode(std::string_view(d).substr(0, n), keys).error, DecodeError::kNone) << n << " bytes";
+    }
+  }
+}
+
+// What every accepted message must satisfy, whatever bytes it came from.
+void expect_valid(const DecodeResult& r) {
+  ASSERT_TRUE(r.message.has_value());
+  const GossipMessage& m = *r.message;
+  EXPECT_FALSE(m.sender.empty());
+  EXPECT_LE(m.sender.size(), kMaxNodeIdBytes);
+  for (const BatchPtr& b : m.batches) {
+    ASSERT_NE(b, nullptr);
+    EXPECT_FALSE(b->origin.empty());
+    EXPECT_GE(b->seq, 1u);
+    for (const ConsumptionEntry& e : b->entries) {
+      EXPECT_GT(e.tokens, 0);
+      EXPECT_LE(e.key.size(), kMaxKeyBytes);
+    }
+  }
+  for (const MemberRecord& mr : m.members) EXPECT_FALSE(mr.id.empty());
+  if (m.digest) {
+    for (size_t i = 0; i < m.digest->origins.size(); ++i) {
+      EXPECT_TRUE(r.digest_range.covers(m.digest->origins[i].origin));
+      if (i > 0) {
+        EXPECT_LT(m.digest->origins[i - 1].origin, m.digest->origins[i].origin);
+      }
+    }
+  }
+}
+
+TEST(Codec, RandomAndMutatedInputsAreRejectedOrValidNeverACrash) {
+  std::mt19937_64 rng(20240601);
+  std::map<DecodeError, int> seen;
+  // Random bytes.
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes(rng() % 1500, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    const DecodeResult r = decode(bytes, ClusterKeys{});
+    ++seen[r.error];
+    if (r.error == DecodeError::kNone) expect_valid(r);
+  }
+  // Mutations of real datagrams: flipped, overwritten, inserted and deleted bytes.
+  const std::string unsigned_datagram = encode_datagrams(full_message(), ClusterKeys{}).at(0);
+  const std::string signed_datagram = encode_datagrams(full_message(), key_a()).at(0);
+  int accepted_unsigned = 0;
+  for (int i = 0; i < 6000; ++i) {
+    const bool with_key = i % 2 == 1;
+    std::string d = with_key ? signed_datagram : unsigned_datagram;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits && !d.empty(); ++k) {
+      const size_t at = rng() % d.size();
+      switch (rng() % 4) {
+        case 0: d[at] ^= static_cast<char>(1 << (rng() % 8)); break;
+        case 1: d[at] = static_cast<char>(rng()); break;
+        case 2: d.insert(at, 1, static_cast<char>(rng())); break;
+        default: d.erase(at, 1); break;
+      }
+    }
+    const DecodeResult r = decode(d, with_key ? key_a() : ClusterKeys{});
+    ++seen[r.error];
+    if (r.error != DecodeError::kNone) continue;
+    if (with_key) {
+      EXPECT_EQ(d, signed_datagram) << "a changed signed datagram was accepted";
+    } else {
+      ++accepted_unsigned;
+      expect_valid(r);
+    }
+  }
+  // The fuzzing reached past the envelope into every kind of rejection.
+  for (DecodeError e : {DecodeError::kMalformed, DecodeError::kBadMac, DecodeError::kInvalidContent,
+                        DecodeError::kUnknownVersion}) {
+    EXPECT_GT(seen[e], 0) << decode_error_name(e);
+  }
+  EXPECT_GT(accepted_unsigned, 0);
+}
+
+TEST(Codec, InvalidContentIsRejected) {
+  struct Case {
+    const char* what;
+    void (*breaks)(v1::Gossip&);
+  };
+  const Case cases[] = {
+      {"no sender", [](v1::Gossip& g) { g.clear_sender(); }},
+      {"sender too long", [](v1::Gossip& g) { g.set_sender(std::string(257, 's')); }},
+      {"address too long", [](v1::Gossip& g) { g.set_sender_address(std::string(257, 'a')); }},
+      {"seq 0", [](v1::Gossip& g) { g.mutable_batches(0)->set_seq(0); }},
+      {"tokens 0", [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_tokens(0); }},
+      {"negative tokens", [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_tokens(-5); }},
+      {"empty origin", [](v1::Gossip& g) { g.mutable_batches(0)->clear_origin(); }},
+      {"origin too long", [](v1::Gossip& g) { g.mutable_batches(0)->set_origin(std::string(257, 'o')); }},
+      {"key too long",
+       [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_key(std::string(257, 'k')); }},
+      {"member without id", [](v1::Gossip& g) { g.add_members()->set_address("a:1"); }},
+      {"member address too long",
+       [](v1::Gossip& g) {
+         v1::Member* m = g.add_members();
+         m->set_id("m");
+         m->set_address(std::string(257, 'a'));
+       }},
+      {"window of five words",
+       [](v1::Gossip& g) {
+         v1::OriginDigest* o = g.mutable_digest()->add_origins();
+         o->set_origin("o");
+         for (int i = 0; i < 5; ++i) o->mutable_current()->add_above(1);
+       }},
+      {"digest origin empty", [](v1::Gossip& g) { g.mutable_digest()->add_origins(); }},
+      {"digest origins out of order",
+       [](v1::Gossip& g) {
+         g.mutable_digest()->add_origins()->set_origin("b");
+         g.mutable_digest()->add_origins()->set_origin("a");
+       }},
+      {"digest origin twice",
+       [](v1::Gossip& g) {
+         g.mutable_digest()->add_origins()->set_origin("a");
+         g.mutable_digest()->add_origins()->set_origin("a");
+       }},
+      {"range starting at a first origin that is not there",
+       [](v1::Gossip& g) { g.mutable_digest()->set_starts_at_first_origin(true); }},
+      {"range ending at or before its last origin",
+       [](v1::Gossip& g) {
+         g.mutable_digest()->add_origins()->set_origin("b");
+         g.mutable_digest()->set_ends_before("b");
+       }},
+      {"range ending with an empty id", [](v1::Gossip& g) { g.mutable_digest()->set_ends_before(""); }},
+  };
+  for (const Case& c : cases) {
+    v1::Gossip g = valid_gossip();
+    c.breaks(g);
+    EXPECT_EQ(decode(craft(g, ClusterKeys{}), ClusterKeys{}).error, DecodeError::kInvalidContent) << c.what;
+    EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kInvalidContent) << c.what;
+  }
+  // And the unbroken one is fine, so each case above fails for its own reason.
+  EXPECT_EQ(decode(craft(valid_gossip(), key_a()), key_a()).error, DecodeError::kNone);
+}
+
+TEST(Codec, EmptyKeysAndEmptyBatchesAreValid) {
+  v1::Gossip g = valid_gossip();
+  g.mutable_batches(0)->mutable_entries(0)->clear_key();  // "" is a key like any other
+  v1::Batch* empty = g.add_batches();
+  empty->set_origin("node-a");
+  empty->set_seq(2);
+  EXPECT_EQ(decode(craft(g, ClusterKeys{}), ClusterKeys{}).error, DecodeError::kNone);
+}
+
+TEST(Codec, MessagesOverTheSizeOrCountCapsAreTooLarge) {
+  EXPECT_EQ(decode(std::string(kMaxMessageBytes + 1, '\0'), ClusterKeys{}).error, DecodeError::kTooLarge);
+
+  v1::Gossip g = valid_gossip();
+  v1::Batch* b = g.mutable_batches(0);
+  for (size_t i = 0; i < kMaxEntriesPerMessage; ++i) {
+    v1::Entry* e = b->add_entries();
+    e->set_key("k");
+    e->set_tokens(1);
+  }
+  EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kTooLarge);
+
+  v1::Gossip members = valid_gossip();
+  for (size_t i = 0; i <= kMaxMembersPerMessage; ++i) members.add_members()->set_id("m");
+  EXPECT_EQ(decode(craft(members, ClusterKeys{}), ClusterKeys{}).error, DecodeError::kTooLarge);
+}
+
+TEST(Codec, DecodeErrorsHaveDistinctNames) {
+  std::set<std::string> names;
+  for (DecodeError e : {DecodeError::kNone, DecodeError::kMalformed, DecodeError::kUnknownVersion,
+                        DecodeError::kBadMac, DecodeError::kMissingMac, DecodeError::kTooLarge,
+                        DecodeError::kInvalidContent}) {
+    names.insert(decode_error_name(e));
+  }
+  EXPECT_EQ(names.size(), 7u);
+  EXPECT_STREQ(decode_error_name(DecodeError::kUnknownVersion), "unknown_version");
+}
+
+TEST(DigestRange, CoversOriginsFromItsStartUpToButExcludingItsEnd) {
+  const DigestRange whole;
+  EXPECT_TRUE(whole.whole());
+  EXPECT_TRUE(whole.covers("anything"));
+  const DigestRange middle{"b", "d"};
+  EXPECT_FALSE(middle.whole());
+  EXPECT_FALSE(middle.covers("a"));
+  EXPECT_TRUE(middle.covers("b"));
+  EXPECT_TRUE(middle.covers("c-long-id"));
+  EXPECT_FALSE(middle.covers("d"));
+  // Bytewise order: bytes above 0x7f sort after ASCII, as on every node.
+  const DigestRange high{"z", std::nullopt};
+  EXPECT_TRUE(high.covers("\xc3\xa9"));
+}
+
+// The point of digest ranges: a peer that answers every part of a split digest with the
+// batches in that part's range sends exactly what one unsplit digest would draw, each batch
+// once, and nothing for the origins a part does not speak for.
+TEST(Codec, AnsweringEachDigestPartForItsRangeRepairsExactlyOnce) {
+  auto rules = std::make_shared<RuleSet>(std::vector<Rule>{}, std::nullopt);  // nothing limited
+  KeyTable table_a(rules), table_b(rules);
+  Ledger a("node-a", 1), b("node-b", 1);
+  std::mt19937_64 rng(3);
+  for (int origin = 0; origin < 400; ++origin) {
+    const std::string id = "origin-" + std::to_string(origin);
+    for (uint64_t seq = 1; seq <= 3; ++seq) {
+      const BatchPtr bp = batch(id, 1, seq, {{"k" + std::to_string(seq), 1}});
+      a.merge(bp, table_a, 0);
+      // b has all of some origins, part of others, and has never heard of the rest.
+      if (origin % 3 == 0 || (origin % 3 == 1 && seq != 2)) b.merge(bp, table_b, 0);
+    }
+  }
+  const std::vector<BatchPtr> expected = a.missing_for(b.digest());
+
+  GossipMessage request;
+  request.sender = "node-b";
+  request.digest = b.digest();
+  const auto datagrams = encode_datagrams(request, key_a());
+  ASSERT_GT(datagrams.size(), 2u);
+  std::multiset<const Batch*> answered;
+  for (const std::string& d : datagrams) {
+    const DecodeResult r = decode(d, key_a());
+    ASSERT_EQ(r.error, DecodeError::kNone);
+    ASSERT_TRUE(r.message->digest.has_value());
+    for (const BatchPtr& bp : a.missing_for(*r.message->digest)) {
+      if (r.digest_range.covers(bp->origin)) answered.insert(bp.get());
+    }
+  }
+  std::multiset<const Batch*> want;
+  for (const BatchPtr& bp : expected) want.insert(bp.get());
+  EXPECT_EQ(answered, want);
+  EXPECT_EQ(want.size(), 133u * 3 + 133u);  // origins b never heard of, and the seq-2 holes
+}
+
+}  // namespace
+}  // namespace tollgate
