@@ -1,0 +1,178 @@
+// The C++ client of the local tollgate daemon (tollgated): admission checks and admin calls over
+// the daemon's client API (a Unix socket, or TCP on loopback).
+//
+//   tollgate::Client client({.endpoint = "unix:/run/tollgate/tollgated.sock"});
+//   tollgate::CheckReply r = client.check("api:login:alice");
+//   if (!r.allowed) return reject(r.retry_after_ns);
+//
+// Availability: a check never waits longer than its deadline (2 ms by default). When the daemon
+// is unreachable, too slow, or refuses the request, the reply is made up locally: allowed =
+// options.fail_open (true by default, so a daemon outage never takes the service down), with
+// `source` saying so and `error` saying why. The connection is kept open and re-established in
+// the background with capped exponential backoff and jitter; while it is down, checks fail open
+// (or closed) at once instead of waiting for their deadline.
+//
+// Threading: every method may be called from any number of threads at once, except that the
+// destructor must not run concurrently with other calls. One background thread per Client owns
+// the connection; callers hand it their request and wait (sync) or return (async). Requests from
+// all threads are pipelined on the one connection. Create one Client per process and share it.
+//
+// Link with tollgate::client (find_package(tollgate)). This header pulls in no Asio or protobuf.
+#ifndef TOLLGATE_CLIENT_H_
+#define TOLLGATE_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tollgate/limit.h"
+#include "tollgate/token_bucket.h"
+
+namespace tollgate {
+
+// Where the daemon listens unless told otherwise (tollgated --listen, tollgate --endpoint).
+inline constexpr std::string_view kDefaultEndpoint = "unix:/run/tollgate/tollgated.sock";
+// Environment variable the `tollgate` CLI reads when --endpoint is not given. The library itself
+// reads no environment: pass ClientOptions::endpoint.
+inline constexpr std::string_view kEndpointEnvVar = "TOLLGATE_ENDPOINT";
+
+struct ClientOptions {
+  // "unix:PATH" or "tcp:HOST:PORT" (HOST an IP address or localhost).
+  std::string endpoint = std::string(kDefaultEndpoint);
+  // How long check() and check_batch() wait for the daemon's answer.
+  std::chrono::nanoseconds deadline = std::chrono::milliseconds(2);
+  // The decision when the daemon does not decide: true admits, false denies.
+  bool fail_open = true;
+  // How long members(), stats() and set_faults() wait.
+  std::chrono::nanoseconds admin_timeout = std::chrono::seconds(1);
+  // Reconnection: the first retry after a failure waits about reconnect_initial, each further
+  // failure doubles it up to reconnect_max; every wait is drawn uniformly from [d/2, d] so that
+  // many clients do not reconnect in lockstep after a daemon restart.
+  std::chrono::nanoseconds reconnect_initial = std::chrono::milliseconds(10);  // at least 1 ms is used
+  std::chrono::nanoseconds reconnect_max = std::chrono::seconds(1);
+  // A connection attempt that has not completed by then is abandoned (and retried later).
+  std::chrono::nanoseconds connect_timeout = std::chrono::seconds(1);
+  // Largest request frame sent, in bytes; must not exceed the daemon's limit (64 KiB by default).
+  // A larger request (a huge batch) fails at once without being sent.
+  uint32_t max_request_bytes = 64 * 1024;
+};
+
+// Who made a decision.
+enum class ReplySource : uint8_t {
+  kDaemon,      // the daemon decided
+  kFailOpen,    // no answer from the daemon (see error); admitted because fail_open is true
+  kFailClosed,  // no answer from the daemon (see error); denied because fail_open is false
+};
+// "daemon", "fail-open", "fail-closed". Never null.
+const char* reply_source_name(ReplySource source);
+
+struct CheckReply {
+  bool allowed = false;
+  // Set only when source == kDaemon; otherwise left at these defaults.
+  int64_t remaining = 0;        // whole tokens left, rounded down; negative while in debt
+  int64_t retry_after_ns = 0;   // 0 when allowed; kRetryNever when waiting cannot help
+  DenyReason reason = DenyReason::kNone;
+  bool limited = false;         // false: no rule governs the key
+  std::optional<Limit> limit;   // the governing limit, when limited
+  ReplySource source = ReplySource::kDaemon;
+  std::string error;            // why the daemon did not decide; empty when source == kDaemon
+
+  bool from_daemon() const { return source == ReplySource::kDaemon; }
+};
+
+struct CheckItem {
+  std::string_view key;
+  int64_t cost = 1;
+};
+
+struct MemberInfo {
+  std::string id;
+  std::string address;
+  std::string state;  // alive, suspect, dead, unreachable, left
+  uint64_t incarnation = 0;
+  int64_t last_heard_ms = 0;  // 0 for the node itself
+  bool self = false;
+};
+
+// Named counters and gauges, in the daemon's order.
+using StatsList = std::vector<std::pair<std::string, int64_t>>;
+
+// Fault injection in the daemon (tests and simulation). All defaults = no faults.
+struct FaultSettings {
+  std::vector<std::string> drop_to;    // node ids the daemon stops sending to
+  std::vector<std::string> drop_from;  // node ids whose messages it drops
+  double loss = 0;                     // probability in [0, 1]
+  int64_t delay_ms = 0;                // added to every message sent
+  double duplicate = 0;                // probability in [0, 1]
+};
+
+// What the client has seen since construction (monotonic counts).
+struct ClientCounters {
+  uint64_t daemon_replies = 0;  // checks decided by the daemon
+  uint64_t fallback_replies = 0;  // checks decided by fail_open (kFailOpen or kFailClosed)
+  uint64_t late_replies = 0;    // answers that arrived after their caller had given up
+  uint64_t connects = 0;        // connections established
+  uint64_t connect_failures = 0;  // connection attempts that failed
+  uint64_t disconnects = 0;     // established connections lost
+};
+
+class Client {
+ public:
+  // Starts the background thread and the first connection attempt; does not wait for it.
+  // Throws std::invalid_argument if options.endpoint does not parse.
+  explicit Client(ClientOptions options = {});
+  // Completes every outstanding call (async callbacks run, with an error), closes the connection
+  // and joins the background thread.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // One admission check of `cost` tokens (0 = query without taking). Blocks the calling thread
+  // for at most `deadline` (options.deadline by default), plus scheduling noise.
+  CheckReply check(std::string_view key, int64_t cost = 1);
+  CheckReply check(std::string_view key, int64_t cost, std::chrono::nanoseconds deadline);
+
+  // Several checks in one request, decided by the daemon in order; one reply per item, in the
+  // same order. All replies come from the daemon or none do.
+  std::vector<CheckReply> check_batch(std::span<const CheckItem> items);
+  std::vector<CheckReply> check_batch(std::span<const CheckItem> items, std::chrono::nanoseconds deadline);
+
+  // Asynchronous check with options.deadline. Returns at once; `done` is called exactly once, on
+  // the client's background thread, with the daemon's answer or a fail-open/closed reply (at the
+  // latest when the deadline passes, or when the Client is destroyed). `done` must be quick and
+  // must not throw; it may call check_async(), but a synchronous method called from it fails at
+  // once (it would wait on the very thread that must answer it).
+  using CheckCallback = std::function<void(CheckReply)>;
+  void check_async(std::string_view key, int64_t cost, CheckCallback done);
+
+  // Admin calls (the CLI), waiting at most options.admin_timeout. On failure they return nullopt
+  // (or a non-empty error text) and, if `error` is given, say why.
+  std::optional<std::vector<MemberInfo>> members(std::string* error = nullptr);
+  std::optional<StatsList> stats(std::string* error = nullptr);
+  // Replaces the daemon's fault settings. Returns "" on success, else the client's or the
+  // daemon's error.
+  std::string set_faults(const FaultSettings& faults);
+
+  // True while a connection to the daemon is established.
+  bool connected() const;
+  // Waits up to `timeout` for a connection to be established; true if one is.
+  bool wait_connected(std::chrono::nanoseconds timeout);
+
+  ClientCounters counters() const;
+  const ClientOptions& options() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_CLIENT_H_

@@ -1,0 +1,105 @@
+// The daemon's client API server: accepts connections on Unix and TCP endpoints, reads framed
+// protobuf Requests (api/framing.h, proto/tollgate/v1/api.proto), answers each one by calling the
+// ApiHandler, and writes the Responses back in request order.
+//
+// Threading: everything runs on the io_context passed in, which the daemon runs on its single
+// node thread; the handler is called synchronously on that thread. ApiServer itself is not
+// thread-safe: call start(), stop(), counters() and stats() on that thread, or while the
+// io_context is not running.
+//
+// Robustness: a frame whose length exceeds max_frame_bytes is rejected from its 4-byte header,
+// before anything is allocated for it; a frame that is not a Request gets an Error response and
+// the connection is closed; a request the server will not serve (wrong version, no body, too
+// many checks) gets an Error response with its id and the connection stays open. None of these
+// affects other connections. Each is counted.
+#ifndef TOLLGATE_SRC_API_API_SERVER_H_
+#define TOLLGATE_SRC_API_API_SERVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/api_handler.h"
+#include "api/endpoint.h"
+#include "api/framing.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace tollgate::api {
+
+struct ApiServerOptions {
+  // Where to listen (parse_endpoint). Unix sockets are created with `unix_socket_mode`; a stale
+  // socket file (left by a crash: nobody accepts on it) is replaced, a live one makes start()
+  // fail, and a path that exists but is not a socket is never touched.
+  std::vector<Endpoint> listen;
+  uint32_t unix_socket_mode = 0660;
+  // Connections beyond this many are accepted and closed at once (counted as rejected), so a
+  // flood of clients cannot exhaust the daemon's file descriptors.
+  size_t max_connections = 1024;
+  // Largest request frame (payload bytes). Larger frames close the connection.
+  uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // Largest number of checks in one request; more gets a BATCH_TOO_LARGE error.
+  size_t max_checks_per_batch = 1000;
+  // A connection stops reading while this many response bytes wait to be written: a client that
+  // pipelines requests but never reads answers cannot grow the daemon's memory without bound.
+  size_t max_pending_output_bytes = 1024 * 1024;
+};
+
+// Monotonic counts since construction (connections_open is a gauge).
+struct ApiServerCounters {
+  uint64_t connections_accepted = 0;  // served (not counting rejected ones)
+  uint64_t connections_rejected = 0;  // closed at once: max_connections reached
+  uint64_t connections_open = 0;      // gauge
+  uint64_t accept_errors = 0;         // accept() failed (e.g. out of file descriptors)
+  uint64_t requests = 0;              // frames read, valid or not
+  uint64_t checks = 0;                // checks answered by the handler
+  uint64_t errors_frame_too_large = 0;
+  uint64_t errors_malformed = 0;
+  uint64_t errors_unsupported_version = 0;
+  uint64_t errors_batch_too_large = 0;
+  uint64_t errors_empty_request = 0;
+  uint64_t errors_internal = 0;  // the handler threw; answered with an INTERNAL error
+};
+
+class ApiServer {
+ public:
+  // `io` and `handler` must outlive the server. Does not listen until start().
+  ApiServer(boost::asio::io_context& io, ApiHandler& handler, ApiServerOptions options);
+  // Calls stop().
+  ~ApiServer();
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Binds and listens on every endpoint of the options, then accepts in the background (on the
+  // io_context). Returns "" on success; otherwise an error naming the endpoint and the cause
+  // (e.g. `unix:/run/tollgate/tollgated.sock: another daemon is listening on this socket`), and
+  // nothing is left listening. Call once.
+  std::string start();
+
+  // Closes the listeners and every connection (requests already read are not answered), and
+  // removes the Unix socket files this server created, unless another process has replaced them
+  // since. Idempotent.
+  void stop();
+
+  // The endpoints actually listened on, in the order of options.listen; a TCP port 0 is replaced
+  // by the port the kernel chose. Empty before start().
+  std::vector<Endpoint> bound_endpoints() const;
+
+  const ApiServerCounters& counters() const;
+  // The counters as named stats ("api.connections_accepted", "api.errors.malformed", ...), in a
+  // stable order, for the daemon to append to its own StatsReport.
+  StatsReport stats() const;
+
+  class Impl;  // public only so that the implementation's connection objects can name it
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate::api
+
+#endif  // TOLLGATE_SRC_API_API_SERVER_H_

@@ -1,0 +1,81 @@
+#include "cli/json.h"
+
+#include <cstdint>
+
+namespace tollgate::cli {
+namespace {
+
+bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+// Length of the valid UTF-8 sequence starting at text[i], or 0 if the byte there does not start
+// one. Follows RFC 3629 (the well-formed byte sequences table): no overlong forms, no surrogates,
+// nothing above U+10FFFF.
+size_t utf8_sequence_length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const size_t left = text.size() - i;
+  const unsigned char c = byte(0);
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return left >= 2 && is_continuation(byte(1)) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (left < 3 || !is_continuation(byte(1)) || !is_continuation(byte(2))) return 0;
+    if (c == 0xE0 && byte(1) < 0xA0) return 0;   // overlong
+    if (c == 0xED && byte(1) > 0x9F) return 0;   // UTF-16 surrogates
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (left < 4 || !is_continuation(byte(1)) || !is_continuation(byte(2)) || !is_continuation(byte(3))) return 0;
+    if (c == 0xF0 && byte(1) < 0x90) return 0;   // overlong
+    if (c == 0xF4 && byte(1) > 0x8F) return 0;   // above U+10FFFF
+    return 4;
+  }
+  return 0;  // a continuation byte out of place, or 0xC0, 0xC1, 0xF5..0xFF
+}
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.reserve(out.size() + text.size() + 2);
+  out += '"';
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const size_t n = utf8_sequence_length(text, i);
+      if (n == 0) {
+        out += "\\ufffd";
+        ++i;
+      } else {
+        out.append(text.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 0xF];
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  out += '"';
+}
+
+std::string json_string(std::string_view text) {
+  std::string out;
+  append_json_string(out, text);
+  return out;
+}
+
+}  // namespace tollgate::cli

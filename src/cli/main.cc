@@ -1,0 +1,169 @@
+// `tollgate`: the command-line client of the local tollgated.
+//
+//   tollgate [--endpoint unix:PATH|tcp:HOST:PORT] [--timeout 1s] check KEY [--cost N] [--json]
+//   tollgate members [--json]
+//   tollgate stats [--json]
+//   tollgate admin faults [--drop-to ID,...] [--drop-from ID,...] [--loss P] [--delay 100ms]
+//                         [--duplicate P] | --clear
+//
+// Unlike a service, the CLI fails closed: a daemon that cannot be reached is an error (exit 2),
+// never a made-up decision.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli/output.h"
+#include "tollgate/client.h"
+#include "tollgate/duration.h"
+
+namespace {
+
+using tollgate::cli::kExitAllowed;
+using tollgate::cli::kExitDenied;
+using tollgate::cli::kExitError;
+
+int fail(const std::string& message) {
+  std::cerr << "tollgate: " << message << "\n";
+  return kExitError;
+}
+
+std::vector<std::string> without_empty(std::vector<std::string> ids) {
+  std::erase(ids, std::string());
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tollgate: ask the local tollgated for admission decisions, members and stats.\n"
+               "Exit status: 0 success (check: allowed), 1 check denied, 2 error (including an\n"
+               "unreachable daemon: the CLI never falls back to a made-up decision)."};
+  app.name("tollgate");
+  app.require_subcommand(1);
+  app.fallthrough();  // global options are accepted after the subcommand too
+
+  std::string endpoint(tollgate::kDefaultEndpoint);
+  app.add_option("--endpoint", endpoint,
+                 "Daemon API endpoint: unix:PATH or tcp:HOST:PORT (HOST an IP address or localhost)")
+      ->envname(std::string(tollgate::kEndpointEnvVar))
+      ->capture_default_str();
+  std::string timeout_text = "1s";
+  app.add_option("--timeout", timeout_text, "How long to wait for the daemon: a whole number and a unit (ms, s, m; also ns, us, h), e.g. 500ms")
+      ->capture_default_str();
+
+  bool json = false;
+
+  CLI::App* check = app.add_subcommand("check", "Check (and take) tokens for KEY; exit 0 allowed, 1 denied");
+  std::string key;
+  int64_t cost = 1;
+  check->add_option("KEY", key, "The key to check")->required();
+  check->add_option("--cost", cost, "Tokens to take (0 asks without taking)")->capture_default_str();
+  check->add_flag("--json", json, "Print one line of JSON");
+
+  CLI::App* members = app.add_subcommand("members", "List every member the daemon knows, itself included");
+  members->add_flag("--json", json, "Print {\"members\": [{id, address, state, incarnation, last_heard_ms}]}");
+
+  CLI::App* stats = app.add_subcommand("stats", "Print the daemon's counters");
+  stats->add_flag("--json", json, "Print {\"stats\": {name: value, ...}}");
+
+  CLI::App* admin = app.add_subcommand("admin", "Administrative commands");
+  admin->require_subcommand(1);
+  CLI::App* faults = admin->add_subcommand("faults", "Set the daemon's fault injection (tests and simulation); "
+                                                     "replaces all previous settings");
+  std::vector<std::string> drop_to;
+  std::vector<std::string> drop_from;
+  double loss = 0;
+  double duplicate = 0;
+  std::string delay_text;
+  bool clear = false;
+  auto* drop_to_opt = faults->add_option("--drop-to", drop_to, "Node ids to stop sending to (comma-separated)")
+                          ->delimiter(',');
+  auto* drop_from_opt = faults->add_option("--drop-from", drop_from, "Node ids whose messages to drop (comma-separated)")
+                            ->delimiter(',');
+  auto* loss_opt = faults->add_option("--loss", loss, "Probability in [0, 1] that a message is dropped")
+                       ->check(CLI::Range(0.0, 1.0));
+  auto* delay_opt = faults->add_option("--delay", delay_text,
+                                       "Delay added to every message sent: a duration (100ms, 1s) or a number "
+                                       "of milliseconds; whole milliseconds (finer is rounded down)");
+  auto* duplicate_opt = faults->add_option("--duplicate", duplicate, "Probability in [0, 1] that a message is sent twice")
+                            ->check(CLI::Range(0.0, 1.0));
+  faults->add_flag("--clear", clear, "Remove every fault")
+      ->excludes(drop_to_opt)
+      ->excludes(drop_from_opt)
+      ->excludes(loss_opt)
+      ->excludes(delay_opt)
+      ->excludes(duplicate_opt);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help or the error
+    return rc == 0 ? 0 : kExitError;
+  }
+
+  std::string error;
+  const std::optional<int64_t> timeout_ns = tollgate::parse_duration_ns(timeout_text, &error);
+  if (!timeout_ns) return fail("--timeout: " + error);
+
+  tollgate::ClientOptions options;
+  options.endpoint = endpoint;
+  options.deadline = std::chrono::nanoseconds(*timeout_ns);
+  options.admin_timeout = std::chrono::nanoseconds(*timeout_ns);
+  options.connect_timeout = std::chrono::nanoseconds(*timeout_ns);
+  options.fail_open = false;
+  std::optional<tollgate::Client> client;
+  try {
+    client.emplace(options);
+  } catch (const std::invalid_argument& e) {
+    return fail(std::string("--endpoint: ") + e.what());
+  }
+
+  if (check->parsed()) {
+    const tollgate::CheckReply reply = client->check(key, cost);
+    if (!reply.from_daemon()) return fail(reply.error);
+    std::cout << (json ? tollgate::cli::format_check_json(key, cost, reply)
+                       : tollgate::cli::format_check_text(key, cost, reply));
+    return reply.allowed ? kExitAllowed : kExitDenied;
+  }
+  if (members->parsed()) {
+    auto list = client->members(&error);
+    if (!list) return fail(error);
+    std::cout << (json ? tollgate::cli::format_members_json(*list) : tollgate::cli::format_members_text(*list));
+    return 0;
+  }
+  if (stats->parsed()) {
+    auto list = client->stats(&error);
+    if (!list) return fail(error);
+    std::cout << (json ? tollgate::cli::format_stats_json(*list) : tollgate::cli::format_stats_text(*list));
+    return 0;
+  }
+  if (faults->parsed()) {
+    tollgate::FaultSettings settings;
+    const bool any = !drop_to.empty() || !drop_from.empty() || loss_opt->count() > 0 || delay_opt->count() > 0 ||
+                     duplicate_opt->count() > 0;
+    if (!any && !clear) return fail("admin faults: nothing to set; give a fault option, or --clear to remove all");
+    if (!clear) {
+      settings.drop_to = without_empty(drop_to);
+      settings.drop_from = without_empty(drop_from);
+      settings.loss = loss;
+      settings.duplicate = duplicate;
+      if (!delay_text.empty()) {
+        const bool bare_number = delay_text.find_first_not_of("0123456789") == std::string::npos;
+        const std::optional<int64_t> delay_ns =
+            tollgate::parse_duration_ns(bare_number ? delay_text + "ms" : delay_text, &error);
+        if (!delay_ns) return fail("--delay: " + error);
+        settings.delay_ms = *delay_ns / 1'000'000;
+      }
+    }
+    const std::string result = client->set_faults(settings);
+    if (!result.empty()) return fail(result);
+    std::cout << (clear ? "faults cleared\n" : "faults set\n");
+    return 0;
+  }
+  return fail("no command given");  // unreachable: require_subcommand(1)
+}

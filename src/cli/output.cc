@@ -1,0 +1,138 @@
+#include "cli/output.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cli/json.h"
+
+namespace tollgate::cli {
+namespace {
+
+std::string describe_limit(const Limit& limit) {
+  return "limit " + format_rate(limit.rate) + ", burst " + std::to_string(limit.burst) + ", max debt " +
+         std::to_string(limit.max_debt);
+}
+
+constexpr int64_t kMaxMillis = INT64_MAX / 1'000'000;  // so that * 10^6 cannot overflow
+
+std::string pad(std::string text, size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+}  // namespace
+
+std::string format_duration_human(int64_t ns) {
+  if (ns == kRetryNever) return "never";
+  if (ns < 0) {
+    // -INT64_MIN overflows; one nanosecond does not matter in output.
+    return "-" + format_duration_human(ns == INT64_MIN ? -(ns + 1) : -ns);
+  }
+  struct Unit {
+    int64_t ns;
+    const char* suffix;
+  };
+  static constexpr Unit kUnits[] = {{1'000'000'000, "s"}, {1'000'000, "ms"}, {1'000, "us"}};
+  for (const Unit& u : kUnits) {
+    if (ns < u.ns) continue;
+    std::string out = std::to_string(ns / u.ns);
+    // Three decimals of the unit, truncated, trailing zeros dropped.
+    const int64_t thousandths = (ns % u.ns) / (u.ns / 1000);
+    if (thousandths != 0) {
+      std::string decimals = std::to_string(thousandths);
+      decimals.insert(0, 3 - decimals.size(), '0');
+      while (decimals.back() == '0') decimals.pop_back();
+      out += "." + decimals;
+    }
+    return out + u.suffix;
+  }
+  return std::to_string(ns) + "ns";
+}
+
+std::string format_check_text(std::string_view key, int64_t cost, const CheckReply& reply) {
+  std::string out = reply.allowed ? "allowed " : "denied ";
+  out += json_string(key) + " cost " + std::to_string(cost) + ": ";
+  if (!reply.limited) return out + "not limited (no rule governs the key)\n";
+  if (!reply.allowed) {
+    out += deny_reason_name(reply.reason);
+    out += reply.retry_after_ns == kRetryNever ? ", waiting cannot help"
+                                               : ", retry after " + format_duration_human(reply.retry_after_ns);
+    out += "; ";
+  }
+  out += std::to_string(reply.remaining) + (reply.remaining == 1 || reply.remaining == -1 ? " token" : " tokens") +
+         " left";
+  if (reply.limit) out += "; " + describe_limit(*reply.limit);
+  return out + "\n";
+}
+
+std::string format_check_json(std::string_view key, int64_t cost, const CheckReply& reply) {
+  std::string out = "{\"key\": " + json_string(key);
+  out += ", \"cost\": " + std::to_string(cost);
+  out += std::string(", \"allowed\": ") + (reply.allowed ? "true" : "false");
+  out += ", \"remaining\": " + std::to_string(reply.remaining);
+  out += ", \"retry_after_ns\": " +
+         (reply.retry_after_ns == kRetryNever ? std::string("null") : std::to_string(reply.retry_after_ns));
+  out += ", \"reason\": " + json_string(deny_reason_name(reply.reason));
+  out += std::string(", \"limited\": ") + (reply.limited ? "true" : "false");
+  out += ", \"limit\": ";
+  if (reply.limit) {
+    const Limit& l = *reply.limit;
+    out += "{\"rate\": " + json_string(format_rate(l.rate)) + ", \"rate_tokens\": " + std::to_string(l.rate.tokens) +
+           ", \"rate_period_ns\": " + std::to_string(l.rate.period_ns) + ", \"burst\": " + std::to_string(l.burst) +
+           ", \"max_debt\": " + std::to_string(l.max_debt) + "}";
+  } else {
+    out += "null";
+  }
+  return out + "}\n";
+}
+
+std::string format_members_text(const std::vector<MemberInfo>& members) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"ID", "ADDRESS", "STATE", "INCARNATION", "LAST-HEARD"});
+  for (const MemberInfo& m : members) {
+    rows.push_back({m.id + (m.self ? " (self)" : ""), m.address, m.state, std::to_string(m.incarnation),
+                    m.self ? "-" : format_duration_human(std::clamp<int64_t>(m.last_heard_ms, 0, kMaxMillis) * 1'000'000) + " ago"});
+  }
+  std::vector<size_t> widths(rows.front().size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) line += i + 1 < row.size() ? pad(row[i], widths[i] + 2) : row[i];
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string format_members_json(const std::vector<MemberInfo>& members) {
+  std::string out = "{\"members\": [";
+  for (size_t i = 0; i < members.size(); ++i) {
+    const MemberInfo& m = members[i];
+    if (i > 0) out += ", ";
+    out += "{\"id\": " + json_string(m.id) + ", \"address\": " + json_string(m.address) +
+           ", \"state\": " + json_string(m.state) + ", \"incarnation\": " + std::to_string(m.incarnation) +
+           ", \"last_heard_ms\": " + std::to_string(m.last_heard_ms) + "}";
+  }
+  return out + "]}\n";
+}
+
+std::string format_stats_text(const StatsList& stats) {
+  size_t width = 0;
+  for (const auto& [name, value] : stats) width = std::max(width, name.size());
+  std::string out;
+  for (const auto& [name, value] : stats) out += pad(name, width + 2) + std::to_string(value) + "\n";
+  return out;
+}
+
+std::string format_stats_json(const StatsList& stats) {
+  std::string out = "{\"stats\": {";
+  for (size_t i = 0; i < stats.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += json_string(stats[i].first) + ": " + std::to_string(stats[i].second);
+  }
+  return out + "}}\n";
+}
+
+}  // namespace tollgate::cli

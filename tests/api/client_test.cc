@@ -1,0 +1,368 @@
+// tollgate::Client against a real ApiServer (fake handler) on a temporary Unix socket, and against
+// sockets that never answer.
+#include "tollgate/client.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "test_support.h"
+
+namespace tollgate::api::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Generous deadline for calls that must be answered by the daemon: the machine may be loaded,
+// and these tests are about what is answered, not how fast.
+constexpr auto kPatient = 10s;
+
+ClientOptions options_for(const std::string& path) {
+  ClientOptions options;
+  options.endpoint = "unix:" + path;
+  options.deadline = kPatient;
+  options.admin_timeout = kPatient;
+  options.reconnect_initial = 1ms;
+  options.reconnect_max = 20ms;
+  return options;
+}
+
+// A Unix socket that is bound and listening but never accepts: connecting succeeds (the kernel
+// queues the connection) and requests are written into the void. A daemon that never answers.
+class SilentListener {
+ public:
+  explicit SilentListener(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+  }
+  ~SilentListener() { ::close(fd_); }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.file("api.sock");
+    ASSERT_EQ(server_.start_unix(path_), "");
+  }
+  TempDir dir_;
+  std::string path_;
+  FakeHandler handler_;
+  ServerHarness server_{handler_};
+};
+
+TEST_F(ClientTest, CheckIsDecidedByTheDaemon) {
+  Client client(options_for(path_));
+  const CheckReply reply = client.check("api:login:alice", 2);
+  EXPECT_EQ(reply.source, ReplySource::kDaemon) << reply.error;
+  EXPECT_TRUE(reply.from_daemon());
+  EXPECT_EQ(reply.error, "");
+  EXPECT_TRUE(reply.allowed);
+  EXPECT_EQ(reply.remaining, 3);
+  EXPECT_EQ(reply.retry_after_ns, 0);
+  EXPECT_EQ(reply.reason, DenyReason::kNone);
+  EXPECT_TRUE(reply.limited);
+  ASSERT_TRUE(reply.limit);
+  EXPECT_EQ(*reply.limit, fake_limit());
+
+  const CheckReply denied = client.check("k", 6);
+  EXPECT_TRUE(denied.from_daemon());
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.reason, DenyReason::kCostExceedsBurst);
+  EXPECT_EQ(denied.retry_after_ns, kRetryNever);
+
+  const CheckReply unlimited = client.check("unlimited");
+  EXPECT_TRUE(unlimited.allowed);
+  EXPECT_FALSE(unlimited.limited);
+  EXPECT_FALSE(unlimited.limit);
+
+  // Keys are bytes, not text.
+  const std::string binary_key("\xff\x00\xfe", 3);
+  EXPECT_TRUE(client.check(binary_key).from_daemon());
+  EXPECT_EQ(handler_.seen().back().first, binary_key);
+  EXPECT_EQ(client.counters().daemon_replies, 4u);
+  EXPECT_TRUE(client.connected());
+}
+
+TEST_F(ClientTest, BatchRepliesComeInOrder) {
+  Client client(options_for(path_));
+  const std::vector<CheckItem> items = {{"a", 1}, {"b", 9}, {"unlimited", 1}};
+  const std::vector<CheckReply> replies = client.check_batch(items);
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_TRUE(replies[0].allowed);
+  EXPECT_EQ(replies[0].remaining, 4);
+  EXPECT_FALSE(replies[1].allowed);
+  EXPECT_FALSE(replies[2].limited);
+  for (const CheckReply& r : replies) EXPECT_TRUE(r.from_daemon());
+  EXPECT_EQ(handler_.seen().size(), 3u);  // one request, three checks
+  EXPECT_EQ(server_.counters().requests, 1u);
+  EXPECT_TRUE(client.check_batch(std::vector<CheckItem>{}).empty());
+}
+
+TEST_F(ClientTest, AsyncCheckCallsBackOnce) {
+  Client client(options_for(path_));
+  std::promise<CheckReply> done;
+  client.check_async("k", 1, [&done](CheckReply r) { done.set_value(std::move(r)); });
+  auto future = done.get_future();
+  ASSERT_EQ(future.wait_for(kPatient), std::future_status::ready);
+  const CheckReply reply = future.get();
+  EXPECT_TRUE(reply.from_daemon()) << reply.error;
+  EXPECT_EQ(reply.remaining, 4);
+}
+
+TEST_F(ClientTest, ConcurrentCallersAreAllAnswered) {
+  Client client(options_for(path_));
+  constexpr int kThreads = 4;
+  constexpr int kChecksPerThread = 200;
+  std::atomic<int> from_daemon{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kChecksPerThread; ++i) {
+        // Each thread uses its own cost, so a reply routed to the wrong caller would show.
+        const int64_t cost = t + 1;
+        const CheckReply r = client.check("k" + std::to_string(t), cost);
+        if (r.from_daemon() && r.remaining == 5 - cost) ++from_daemon;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(from_daemon.load(), kThreads * kChecksPerThread);
+  EXPECT_EQ(handler_.seen().size(), static_cast<size_t>(kThreads * kChecksPerThread));
+}
+
+TEST_F(ClientTest, AdminCalls) {
+  Client client(options_for(path_));
+  std::string error;
+  const auto members = client.members(&error);
+  ASSERT_TRUE(members) << error;
+  ASSERT_EQ(members->size(), 2u);
+  EXPECT_EQ((*members)[0].id, "node-a");
+  EXPECT_TRUE((*members)[0].self);
+  EXPECT_EQ((*members)[1].address, "127.0.0.1:7002");
+  EXPECT_EQ((*members)[1].state, "suspect");
+  EXPECT_EQ((*members)[1].incarnation, 1u);
+  EXPECT_EQ((*members)[1].last_heard_ms, 1500);
+
+  const auto stats = client.stats(&error);
+  ASSERT_TRUE(stats) << error;
+  ASSERT_EQ(stats->size(), 2u);
+  EXPECT_EQ((*stats)[1], (std::pair<std::string, int64_t>{"keys", 2}));
+
+  FaultSettings faults;
+  faults.drop_to = {"node-b", "node-c"};
+  faults.delay_ms = 25;
+  EXPECT_EQ(client.set_faults(faults), "");
+  ASSERT_TRUE(handler_.faults());
+  EXPECT_EQ(handler_.faults()->drop_to, faults.drop_to);
+  EXPECT_EQ(handler_.faults()->delay_ms, 25);
+  faults.loss = 0.95;
+  EXPECT_EQ(client.set_faults(faults), "loss above 0.9 would stop the cluster");
+}
+
+TEST_F(ClientTest, DaemonErrorsBecomeFallbackReplies) {
+  ApiServerOptions options;
+  options.max_checks_per_batch = 2;
+  ASSERT_EQ(server_.start_unix(path_, options), "");
+  Client client(options_for(path_));
+  const std::vector<CheckItem> items = {{"a", 1}, {"b", 1}, {"c", 1}};
+  const auto replies = client.check_batch(items);
+  ASSERT_EQ(replies.size(), 3u);
+  for (const CheckReply& r : replies) {
+    EXPECT_EQ(r.source, ReplySource::kFailOpen);
+    EXPECT_TRUE(r.allowed);
+    EXPECT_NE(r.error.find("3 checks exceeds the limit of 2"), std::string::npos) << r.error;
+  }
+  EXPECT_TRUE(client.check("a").from_daemon());  // the connection is still good
+}
+
+TEST_F(ClientTest, ARequestTooLargeToSendFailsWithoutBeingSent) {
+  ClientOptions options = options_for(path_);
+  options.max_request_bytes = 100;
+  Client client(options);
+  const CheckReply reply = client.check(std::string(200, 'k'));
+  EXPECT_EQ(reply.source, ReplySource::kFailOpen);
+  EXPECT_NE(reply.error.find("exceeds max_request_bytes (100)"), std::string::npos) << reply.error;
+  EXPECT_TRUE(client.check("small").from_daemon());
+  EXPECT_EQ(handler_.seen().size(), 1u);
+}
+
+TEST_F(ClientTest, ALateReplyIsDroppedAndNotGivenToTheNextCaller) {
+  // The first check blocks in the handler until the test has seen the client give up on it.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> calls{0};
+  handler_.set_on_check([&](std::string_view, int64_t) {
+    const int n = ++calls;
+    if (n == 1) released.wait();
+    CheckResult r;
+    r.limit = fake_limit();
+    r.decision = Decision{true, /*remaining=*/n * 100, 0, DenyReason::kNone, true};
+    return r;
+  });
+  ClientOptions options = options_for(path_);
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(kPatient));
+
+  const CheckReply gave_up = client.check("slow", 1, 50ms);
+  EXPECT_EQ(gave_up.source, ReplySource::kFailOpen);
+  EXPECT_TRUE(gave_up.allowed);
+  EXPECT_NE(gave_up.error, "");
+  release.set_value();
+
+  // Answered in order on the same connection: the late answer (remaining 100) arrives first and
+  // must be dropped; this call must get its own (remaining 200).
+  const CheckReply next = client.check("next", 1);
+  ASSERT_TRUE(next.from_daemon()) << next.error;
+  EXPECT_EQ(next.remaining, 200);
+  EXPECT_EQ(client.counters().late_replies, 1u);
+}
+
+TEST(ClientOddData, NodeIdsThatAreNotUtf8DoNotBreakMembers) {
+  // Node ids can be learned from the network; the API carries them as bytes.
+  class OddHandler : public FakeHandler {
+   public:
+    std::vector<MemberReport> members() override {
+      return {{std::string("n\xff\x00d", 4), "127.0.0.1:1", "alive", 1, 0, true}};
+    }
+  };
+  TempDir dir;
+  OddHandler handler;
+  ServerHarness server(handler);
+  ASSERT_EQ(server.start_unix(dir.file("api.sock")), "");
+  Client client(options_for(dir.file("api.sock")));
+  std::string error;
+  const auto members = client.members(&error);
+  ASSERT_TRUE(members) << error;
+  ASSERT_EQ(members->size(), 1u);
+  EXPECT_EQ((*members)[0].id, std::string("n\xff\x00d", 4));
+  EXPECT_TRUE(client.check("k").from_daemon());  // and the connection is fine
+}
+
+// --- no daemon, or one that never answers --------------------------------------------------------
+
+TEST(ClientWithoutDaemon, FailsOpenAtOnceWhenNothingListens) {
+  TempDir dir;
+  ClientOptions options;
+  options.endpoint = "unix:" + dir.file("nobody.sock");
+  options.deadline = 5s;  // not what bounds the call: the connect fails at once
+  Client client(options);
+  const auto start = Clock::now();
+  const CheckReply reply = client.check("k");
+  EXPECT_LT(Clock::now() - start, 1s);
+  EXPECT_TRUE(reply.allowed);
+  EXPECT_EQ(reply.source, ReplySource::kFailOpen);
+  EXPECT_FALSE(reply.from_daemon());
+  EXPECT_NE(reply.error.find("nobody.sock"), std::string::npos) << reply.error;
+  EXPECT_FALSE(client.connected());
+  // While reconnecting in the background, later calls also fail at once.
+  const auto again = Clock::now();
+  EXPECT_EQ(client.check("k").source, ReplySource::kFailOpen);
+  EXPECT_LT(Clock::now() - again, 1s);
+  EXPECT_EQ(client.counters().fallback_replies, 2u);
+}
+
+TEST(ClientWithoutDaemon, FailClosedDenies) {
+  TempDir dir;
+  ClientOptions options;
+  options.endpoint = "unix:" + dir.file("nobody.sock");
+  options.fail_open = false;
+  Client client(options);
+  const CheckReply reply = client.check("k");
+  EXPECT_FALSE(reply.allowed);
+  EXPECT_EQ(reply.source, ReplySource::kFailClosed);
+  EXPECT_STREQ(reply_source_name(reply.source), "fail-closed");
+  const auto replies = client.check_batch(std::vector<CheckItem>{{"a", 1}, {"b", 1}});
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_FALSE(replies[1].allowed);
+  std::string error;
+  EXPECT_FALSE(client.members(&error));
+  EXPECT_NE(error, "");
+  EXPECT_NE(client.set_faults({}), "");
+}
+
+TEST(ClientWithoutDaemon, ADaemonThatNeverAnswersCostsOnlyTheDeadline) {
+  TempDir dir;
+  const std::string path = dir.file("silent.sock");
+  SilentListener silent(path);
+  ClientOptions options;
+  options.endpoint = "unix:" + path;
+  options.deadline = 2ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(kPatient));  // connected, so the deadline is what ends the call
+
+  const auto start = Clock::now();
+  const CheckReply reply = client.check("k");
+  EXPECT_LT(Clock::now() - start, 1s);
+  EXPECT_EQ(reply.source, ReplySource::kFailOpen);
+  EXPECT_TRUE(reply.allowed);
+  EXPECT_NE(reply.error, "");
+
+  // The async form is completed by the deadline too.
+  std::promise<CheckReply> done;
+  client.check_async("k", 1, [&done](CheckReply r) { done.set_value(std::move(r)); });
+  auto future = done.get_future();
+  ASSERT_EQ(future.wait_for(kPatient), std::future_status::ready);
+  EXPECT_EQ(future.get().source, ReplySource::kFailOpen);
+}
+
+TEST(ClientWithoutDaemon, DestroyingTheClientCompletesOutstandingAsyncCalls) {
+  TempDir dir;
+  const std::string path = dir.file("silent.sock");
+  SilentListener silent(path);
+  ClientOptions options;
+  options.endpoint = "unix:" + path;
+  options.deadline = 1h;  // only the destructor can end these calls
+  std::promise<CheckReply> done;
+  auto future = done.get_future();
+  {
+    Client client(options);
+    ASSERT_TRUE(client.wait_connected(kPatient));
+    client.check_async("k", 1, [&done](CheckReply r) { done.set_value(std::move(r)); });
+  }
+  ASSERT_EQ(future.wait_for(0s), std::future_status::ready);
+  const CheckReply reply = future.get();
+  EXPECT_EQ(reply.source, ReplySource::kFailOpen);
+  EXPECT_NE(reply.error.find("shutting down"), std::string::npos) << reply.error;
+}
+
+TEST(ClientOptionsTest, AnInvalidEndpointThrows) {
+  ClientOptions options;
+  options.endpoint = "http://localhost";
+  EXPECT_THROW(Client client(options), std::invalid_argument);
+}
+
+TEST_F(ClientTest, ReconnectsAfterTheDaemonRestarts) {
+  Client client(options_for(path_));
+  ASSERT_TRUE(client.check("k").from_daemon());
+
+  server_.stop();  // closes the connection and removes the socket file
+  // The client learns of the close from the socket: at the latest, a check then fails.
+  bool failed = false;
+  for (int i = 0; i < 1000 && !failed; ++i) failed = !client.check("k", 1, kPatient).from_daemon();
+  ASSERT_TRUE(failed);
+
+  ASSERT_EQ(server_.start_unix(path_), "");
+  ASSERT_TRUE(client.wait_connected(kPatient));  // the background reconnect, with backoff
+  const CheckReply reply = client.check("k");
+  EXPECT_TRUE(reply.from_daemon()) << reply.error;
+  EXPECT_GE(client.counters().connects, 2u);
+  EXPECT_GE(client.counters().disconnects, 1u);
+}
+
+}  // namespace
+}  // namespace tollgate::api::testing

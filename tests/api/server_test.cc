@@ -1,0 +1,426 @@
+// ApiServer over real sockets in a temporary directory, driven by raw frames.
+#include "api/api_server.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "test_support.h"
+
+namespace tollgate::api::testing {
+namespace {
+
+using Status = RawConnection::ReadStatus;
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    socket_path_ = dir_.file("api.sock");
+    ASSERT_EQ(server_.start_unix(socket_path_), "");
+  }
+
+  std::unique_ptr<RawConnection> connect() {
+    auto c = RawConnection::connect_unix(socket_path_);
+    EXPECT_NE(c, nullptr);
+    return c;
+  }
+
+  // Sends a one-check request and expects its answer.
+  void expect_served(RawConnection& c, uint64_t id) {
+    ASSERT_TRUE(c.send_request(check_request(id, {{"k", 1}})));
+    pb::Response r;
+    ASSERT_EQ(c.read_response(&r), Status::kFrame);
+    EXPECT_EQ(r.id(), id);
+    EXPECT_TRUE(r.has_check());
+  }
+
+  TempDir dir_;
+  std::string socket_path_;
+  FakeHandler handler_;
+  ServerHarness server_{handler_};
+};
+
+TEST_F(ApiServerTest, AnswersASingleCheck) {
+  auto c = connect();
+  ASSERT_TRUE(c->send_request(check_request(42, {{"api:login:alice", 2}})));
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.version(), kApiVersion);
+  EXPECT_EQ(r.id(), 42u);
+  ASSERT_TRUE(r.has_check());
+  ASSERT_EQ(r.check().results_size(), 1);
+  const pb::Result& result = r.check().results(0);
+  EXPECT_TRUE(result.allowed());
+  EXPECT_EQ(result.remaining(), 3);
+  EXPECT_EQ(result.retry_after_ns(), 0);
+  EXPECT_EQ(result.reason_code(), pb::DENY_REASON_NONE);
+  EXPECT_TRUE(result.limited());
+  ASSERT_TRUE(result.has_limit());
+  EXPECT_EQ(result.limit().rate_tokens(), 10);
+  EXPECT_EQ(result.limit().rate_period_ns(), 1'000'000'000);
+  EXPECT_EQ(result.limit().burst(), 5);
+  EXPECT_EQ(result.limit().max_debt(), 5);
+  EXPECT_EQ(handler_.seen(), (std::vector<std::pair<std::string, int64_t>>{{"api:login:alice", 2}}));
+}
+
+TEST_F(ApiServerTest, AnswersAPipelinedBurstInOrder) {
+  auto c = connect();
+  std::string burst;
+  for (uint64_t id = 1; id <= 100; ++id) {
+    ASSERT_TRUE(append_frame(check_request(id, {{"key" + std::to_string(id), 1}}), UINT32_MAX, burst));
+  }
+  ASSERT_TRUE(c->send_bytes(burst));  // all 100 before reading any answer
+  for (uint64_t id = 1; id <= 100; ++id) {
+    pb::Response r;
+    ASSERT_EQ(c->read_response(&r), Status::kFrame) << id;
+    EXPECT_EQ(r.id(), id);
+    EXPECT_TRUE(r.has_check());
+  }
+  const auto seen = handler_.seen();
+  ASSERT_EQ(seen.size(), 100u);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i].first, "key" + std::to_string(i + 1));
+  EXPECT_EQ(server_.counters().requests, 100u);
+}
+
+TEST_F(ApiServerTest, AnswersABatchOfChecksInOrder) {
+  auto c = connect();
+  ASSERT_TRUE(c->send_request(check_request(7, {{"a", 1}, {"unlimited", 1}, {"b", 9}, {"c", 0}})));
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  ASSERT_EQ(r.check().results_size(), 4);
+  EXPECT_TRUE(r.check().results(0).allowed());
+  EXPECT_EQ(r.check().results(0).remaining(), 4);
+  EXPECT_TRUE(r.check().results(1).allowed());
+  EXPECT_FALSE(r.check().results(1).limited());
+  EXPECT_FALSE(r.check().results(1).has_limit());
+  EXPECT_FALSE(r.check().results(2).allowed());
+  EXPECT_EQ(r.check().results(2).reason_code(), pb::DENY_REASON_COST_EXCEEDS_BURST);
+  EXPECT_EQ(r.check().results(2).reason(), "cost exceeds burst");
+  EXPECT_EQ(r.check().results(2).retry_after_ns(), kRetryNever);
+  EXPECT_EQ(r.check().results(3).remaining(), 5);
+  EXPECT_EQ(server_.counters().checks, 4u);
+}
+
+TEST_F(ApiServerTest, RequestLevelErrorsAreAnsweredAndTheConnectionStaysOpen) {
+  ApiServerOptions options;
+  options.max_checks_per_batch = 3;
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto c = connect();
+
+  // Too many checks.
+  ASSERT_TRUE(c->send_request(check_request(1, {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}})));
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 1u);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::Error::BATCH_TOO_LARGE);
+  EXPECT_NE(r.error().message().find("4 checks exceeds the limit of 3"), std::string::npos) << r.error().message();
+
+  // Wrong version.
+  pb::Request wrong_version = check_request(2, {{"a", 1}});
+  wrong_version.set_version(99);
+  ASSERT_TRUE(c->send_request(wrong_version));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 2u);
+  EXPECT_EQ(r.error().code(), pb::Error::UNSUPPORTED_VERSION);
+  EXPECT_NE(r.error().message().find("version 99"), std::string::npos);
+
+  // No body, and an empty batch.
+  pb::Request empty;
+  empty.set_version(kApiVersion);
+  empty.set_id(3);
+  ASSERT_TRUE(c->send_request(empty));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.error().code(), pb::Error::EMPTY_REQUEST);
+  ASSERT_TRUE(c->send_request(check_request(4, {})));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 4u);
+  EXPECT_EQ(r.error().code(), pb::Error::EMPTY_REQUEST);
+
+  // A handler that throws.
+  ASSERT_TRUE(c->send_request(check_request(5, {{"boom", 1}})));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 5u);
+  EXPECT_EQ(r.error().code(), pb::Error::INTERNAL);
+  EXPECT_NE(r.error().message().find("handler exploded"), std::string::npos);
+
+  expect_served(*c, 6);  // still open and serving
+  const ApiServerCounters counters = server_.counters();
+  EXPECT_EQ(counters.errors_batch_too_large, 1u);
+  EXPECT_EQ(counters.errors_unsupported_version, 1u);
+  EXPECT_EQ(counters.errors_empty_request, 2u);
+  EXPECT_EQ(counters.errors_internal, 1u);
+  EXPECT_EQ(counters.requests, 6u);
+}
+
+TEST_F(ApiServerTest, MalformedBytesGetAnErrorAndACloseWhileOtherConnectionsCarryOn) {
+  auto bystander = connect();
+  expect_served(*bystander, 1);
+
+  auto bad = connect();
+  // A frame whose payload is not a protobuf message: 0xFF is a tag with wire type 7 (invalid).
+  const std::string garbage = std::string("\x00\x00\x00\x04", 4) + "\xff\xff\xff\xff";
+  ASSERT_TRUE(bad->send_bytes(garbage));
+  pb::Response r;
+  ASSERT_EQ(bad->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 0u);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::Error::MALFORMED);
+  EXPECT_TRUE(bad->reads_eof());
+
+  expect_served(*bystander, 2);
+  auto fresh = connect();
+  expect_served(*fresh, 3);
+  EXPECT_EQ(server_.counters().errors_malformed, 1u);
+}
+
+TEST_F(ApiServerTest, AHugeLengthPrefixIsRejectedAndClosedWithoutReadingIt) {
+  auto c = connect();
+  // 2 GiB announced, nothing after it: the server must answer from the header alone (if it waited
+  // for, or allocated, the payload, this read would time out instead).
+  ASSERT_TRUE(c->send_bytes(std::string("\x80\x00\x00\x00", 4)));
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::Error::FRAME_TOO_LARGE);
+  EXPECT_NE(r.error().message().find("2147483648 bytes exceeds the limit of 65536"), std::string::npos)
+      << r.error().message();
+  EXPECT_TRUE(c->reads_eof());
+  EXPECT_EQ(server_.counters().errors_frame_too_large, 1u);
+
+  auto other = connect();
+  expect_served(*other, 1);
+}
+
+TEST_F(ApiServerTest, MaxFrameBytesIsConfigurable) {
+  ApiServerOptions options;
+  options.max_frame_bytes = 64;
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto c = connect();
+  expect_served(*c, 1);
+  ASSERT_TRUE(c->send_request(check_request(2, {{std::string(100, 'k'), 1}})));
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.error().code(), pb::Error::FRAME_TOO_LARGE);
+  EXPECT_TRUE(c->reads_eof());
+}
+
+TEST_F(ApiServerTest, AnswersWhatWasSentBeforeTheClientHalfCloses) {
+  auto c = connect();
+  std::string two;
+  ASSERT_TRUE(append_frame(check_request(1, {{"a", 1}}), UINT32_MAX, two));
+  ASSERT_TRUE(append_frame(check_request(2, {{"b", 1}}), UINT32_MAX, two));
+  ASSERT_TRUE(c->send_bytes(two));
+  c->shutdown_write();
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 1u);
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 2u);
+  EXPECT_TRUE(c->reads_eof());
+}
+
+TEST_F(ApiServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
+  ApiServerOptions options;
+  options.max_connections = 2;
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto first = connect();
+  auto second = connect();
+  expect_served(*first, 1);   // both accepted and registered before the third arrives
+  expect_served(*second, 1);
+
+  auto third = connect();  // the kernel accepts the connect; the server closes it
+  ASSERT_NE(third, nullptr);
+  EXPECT_TRUE(third->reads_eof());
+  EXPECT_EQ(server_.counters().connections_rejected, 1u);
+  EXPECT_EQ(server_.counters().connections_open, 2u);
+
+  // Once one leaves, a newcomer is served. The server notices the close asynchronously, so a
+  // newcomer may still be turned away a few times; each attempt waits on real socket events.
+  first.reset();
+  bool served = false;
+  for (int attempt = 0; attempt < 1000 && !served; ++attempt) {
+    auto c = connect();
+    ASSERT_NE(c, nullptr);
+    if (!c->send_request(check_request(9, {{"k", 1}}))) continue;
+    pb::Response r;
+    served = c->read_response(&r) == Status::kFrame && r.id() == 9u;
+  }
+  EXPECT_TRUE(served);
+  expect_served(*second, 2);
+}
+
+TEST_F(ApiServerTest, MembersStatsAndFaults) {
+  auto c = connect();
+  pb::Request request;
+  request.set_version(kApiVersion);
+  request.set_id(1);
+  request.mutable_members();
+  ASSERT_TRUE(c->send_request(request));
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  ASSERT_EQ(r.members().members_size(), 2);
+  EXPECT_EQ(r.members().members(0).id(), "node-a");
+  EXPECT_TRUE(r.members().members(0).self());
+  EXPECT_EQ(r.members().members(1).state(), "suspect");
+  EXPECT_EQ(r.members().members(1).last_heard_ms(), 1500);
+  EXPECT_EQ(r.members().members(1).incarnation(), 1u);
+
+  request.set_id(2);
+  request.mutable_stats();
+  ASSERT_TRUE(c->send_request(request));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  ASSERT_EQ(r.stats().counters_size(), 2);
+  EXPECT_EQ(r.stats().counters(0).name(), "checks");
+  EXPECT_EQ(r.stats().counters(1).name(), "keys");
+  EXPECT_EQ(r.stats().counters(1).value(), 2);
+
+  request.set_id(3);
+  pb::FaultsRequest& faults = *request.mutable_faults();
+  faults.add_drop_to("node-b");
+  faults.add_drop_from("node-c");
+  faults.set_loss(0.25);
+  faults.set_delay_ms(30);
+  faults.set_duplicate(0.5);
+  ASSERT_TRUE(c->send_request(request));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  ASSERT_TRUE(r.has_faults());
+  EXPECT_EQ(r.faults().error(), "");
+  const auto spec = handler_.faults();
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->drop_to, std::vector<std::string>{"node-b"});
+  EXPECT_EQ(spec->drop_from, std::vector<std::string>{"node-c"});
+  EXPECT_DOUBLE_EQ(spec->loss, 0.25);
+  EXPECT_EQ(spec->delay_ms, 30);
+  EXPECT_DOUBLE_EQ(spec->duplicate, 0.5);
+
+  request.set_id(4);
+  request.mutable_faults()->set_loss(0.95);
+  ASSERT_TRUE(c->send_request(request));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.faults().error(), "loss above 0.9 would stop the cluster");
+}
+
+TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
+  auto c = connect();
+  expect_served(*c, 1);
+  const StatsReport stats = server_.stats();
+  std::vector<std::string> names;
+  for (const auto& [name, value] : stats) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "api.connections_accepted", "api.connections_rejected", "api.connections_open",
+                       "api.accept_errors", "api.requests", "api.checks", "api.errors.frame_too_large",
+                       "api.errors.malformed", "api.errors.unsupported_version", "api.errors.batch_too_large",
+                       "api.errors.empty_request", "api.errors.internal"}));
+  EXPECT_EQ(stats[0].second, 1);  // accepted
+  EXPECT_EQ(stats[2].second, 1);  // open
+  EXPECT_EQ(stats[4].second, 1);  // requests
+  EXPECT_EQ(stats[5].second, 1);  // checks
+}
+
+// --- the Unix socket file ---------------------------------------------------------------------
+
+TEST(ApiServerSocketFile, IsCreatedWithMode0660AndRemovedOnStop) {
+  TempDir dir;
+  FakeHandler handler;
+  ServerHarness server(handler);
+  const std::string path = dir.file("d.sock");
+  ASSERT_EQ(server.start_unix(path), "");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  ASSERT_EQ(server.bound().size(), 1u);
+  EXPECT_EQ(server.bound()[0].path, path);
+  server.stop();
+  EXPECT_NE(::stat(path.c_str(), &st), 0);
+}
+
+TEST(ApiServerSocketFile, AStaleSocketIsReplacedButALiveOneIsRefused) {
+  TempDir dir;
+  FakeHandler handler;
+  const std::string path = dir.file("d.sock");
+  {
+    // A socket file nobody accepts on any more: what a crashed daemon leaves behind.
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ::close(fd);
+  }
+  ServerHarness live(handler);
+  ASSERT_EQ(live.start_unix(path), "");
+  auto c = RawConnection::connect_unix(path);
+  ASSERT_NE(c, nullptr);
+
+  ServerHarness second(handler);
+  const std::string error = second.start_unix(path);
+  EXPECT_EQ(error, "unix:" + path + ": another daemon is listening on this socket");
+  // The refused server did not take the file away from the live one.
+  ASSERT_TRUE(c->send_request(check_request(1, {{"k", 1}})));
+  pb::Response r;
+  EXPECT_EQ(c->read_response(&r), RawConnection::ReadStatus::kFrame);
+  auto c2 = RawConnection::connect_unix(path);
+  ASSERT_NE(c2, nullptr);
+  ASSERT_TRUE(c2->send_request(check_request(2, {{"k", 1}})));
+  EXPECT_EQ(c2->read_response(&r), RawConnection::ReadStatus::kFrame);
+}
+
+TEST(ApiServerSocketFile, APathThatIsNotASocketIsNeverTouched) {
+  TempDir dir;
+  FakeHandler handler;
+  ServerHarness server(handler);
+  const std::string path = dir.file("precious.txt");
+  std::ofstream(path) << "data";
+  const std::string error = server.start_unix(path);
+  EXPECT_NE(error.find("exists and is not a socket"), std::string::npos) << error;
+  std::ifstream in(path);
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "data");
+}
+
+TEST(ApiServerTcp, ServesOnAnEphemeralLoopbackPort) {
+  FakeHandler handler;
+  ServerHarness server(handler);
+  ApiServerOptions options;
+  options.listen = {*parse_endpoint("tcp:127.0.0.1:0")};
+  ASSERT_EQ(server.start(options), "");
+  const auto bound = server.bound();
+  ASSERT_EQ(bound.size(), 1u);
+  EXPECT_NE(bound[0].port, 0);
+
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(bound[0].port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string frame;
+  ASSERT_TRUE(append_frame(check_request(5, {{"k", 1}}), UINT32_MAX, frame));
+  ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  char header[4];
+  ASSERT_EQ(::recv(fd, header, 4, MSG_WAITALL), 4);
+  std::string payload(decode_frame_length(reinterpret_cast<unsigned char*>(header)), '\0');
+  ASSERT_EQ(::recv(fd, payload.data(), payload.size(), MSG_WAITALL), static_cast<ssize_t>(payload.size()));
+  ::close(fd);
+  pb::Response r;
+  ASSERT_TRUE(r.ParseFromString(payload));
+  EXPECT_EQ(r.id(), 5u);
+  EXPECT_TRUE(r.check().results(0).allowed());
+}
+
+TEST(ApiServerStart, ReportsTheEndpointThatFailed) {
+  FakeHandler handler;
+  ServerHarness server(handler);
+  ApiServerOptions options;
+  options.listen = {*parse_endpoint("unix:/nonexistent-dir/x.sock")};
+  const std::string error = server.start(options);
+  EXPECT_EQ(error.rfind("unix:/nonexistent-dir/x.sock: cannot bind", 0), 0u) << error;
+  EXPECT_EQ(server.start({}), "no endpoint to listen on");
+}
+
+}  // namespace
+}  // namespace tollgate::api::testing

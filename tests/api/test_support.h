@@ -1,0 +1,268 @@
+// Shared pieces of the client API tests: a temporary directory for socket files, a fake
+// ApiHandler, an ApiServer running on its own io thread, and a raw blocking connection that
+// speaks the framing by hand (so the server is tested without the client library).
+#ifndef TOLLGATE_TESTS_API_TEST_SUPPORT_H_
+#define TOLLGATE_TESTS_API_TEST_SUPPORT_H_
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "api/api_handler.h"
+#include "api/api_server.h"
+#include "api/framing.h"
+#include "tollgate/v1/api.pb.h"
+
+namespace tollgate::api::testing {
+
+namespace pb = ::tollgate::v1::api;
+
+// A fresh directory under /tmp, removed with everything in it on destruction. Short, so that
+// socket paths stay under the 108-byte limit.
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/tollgate-api-XXXXXX";
+    if (::mkdtemp(name) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = name;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// The limit the fake handler reports: 10/s, burst 5, max debt 5.
+inline Limit fake_limit() { return Limit{Rate{10, 1'000'000'000}, 5, 5}; }
+
+// Decides like a full bucket of 5 that never changes: cost <= 5 is allowed with 5 - cost left;
+// more is denied. "unlimited" is not limited; "boom" throws. Thread-safe: the server calls it on
+// its io thread while the test thread inspects it.
+class FakeHandler : public ApiHandler {
+ public:
+  CheckResult check(std::string_view key, int64_t cost) override {
+    std::function<CheckResult(std::string_view, int64_t)> hook;
+    {
+      std::lock_guard lock(mutex_);
+      seen_.emplace_back(std::string(key), cost);
+      hook = on_check_;
+    }
+    if (hook) return hook(key, cost);
+    if (key == "boom") throw std::runtime_error("handler exploded");
+    CheckResult r;
+    if (key == "unlimited") {
+      r.decision = Decision{true, 0, 0, DenyReason::kNone, false};
+      return r;
+    }
+    r.limit = fake_limit();
+    if (cost <= 5) {
+      r.decision = Decision{true, 5 - cost, 0, DenyReason::kNone, true};
+    } else {
+      r.decision = Decision{false, 5, kRetryNever, DenyReason::kCostExceedsBurst, true};
+    }
+    return r;
+  }
+
+  std::vector<MemberReport> members() override {
+    return {{"node-a", "127.0.0.1:7001", "alive", 3, 0, true}, {"node-b", "127.0.0.1:7002", "suspect", 1, 1500, false}};
+  }
+
+  StatsReport stats() override {
+    std::lock_guard lock(mutex_);
+    return {{"checks", static_cast<int64_t>(seen_.size())}, {"keys", 2}};
+  }
+
+  std::string set_faults(const FaultSpec& faults) override {
+    std::lock_guard lock(mutex_);
+    faults_ = faults;
+    return faults.loss > 0.9 ? "loss above 0.9 would stop the cluster" : "";
+  }
+
+  // Replaces the decision logic (e.g. to block, or to count calls).
+  void set_on_check(std::function<CheckResult(std::string_view, int64_t)> hook) {
+    std::lock_guard lock(mutex_);
+    on_check_ = std::move(hook);
+  }
+  std::vector<std::pair<std::string, int64_t>> seen() {
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+  std::optional<FaultSpec> faults() {
+    std::lock_guard lock(mutex_);
+    return faults_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<std::string, int64_t>> seen_;
+  std::optional<FaultSpec> faults_;
+  std::function<CheckResult(std::string_view, int64_t)> on_check_;
+};
+
+// An ApiServer on its own io thread. Runs server methods on that thread through on_io().
+class ServerHarness {
+ public:
+  explicit ServerHarness(ApiHandler& handler) : handler_(handler), work_(boost::asio::make_work_guard(io_)) {
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~ServerHarness() {
+    on_io([this] { server_.reset(); });
+    work_.reset();
+    thread_.join();
+  }
+
+  // Creates and starts a server (replacing any previous one, which is stopped first).
+  std::string start(ApiServerOptions options) {
+    return on_io([this, options]() {
+      server_.reset();
+      server_ = std::make_unique<ApiServer>(io_, handler_, options);
+      return server_->start();
+    });
+  }
+  std::string start_unix(const std::string& path, ApiServerOptions options = {}) {
+    options.listen = {Endpoint{Endpoint::Kind::kUnix, path, "", 0}};
+    return start(std::move(options));
+  }
+  void stop() {
+    on_io([this] { if (server_) server_->stop(); });
+  }
+  ApiServerCounters counters() {
+    return on_io([this] { return server_->counters(); });
+  }
+  StatsReport stats() {
+    return on_io([this] { return server_->stats(); });
+  }
+  std::vector<Endpoint> bound() {
+    return on_io([this] { return server_->bound_endpoints(); });
+  }
+
+  template <typename F>
+  auto on_io(F f) -> decltype(f()) {
+    std::packaged_task<decltype(f())()> task(std::move(f));
+    auto result = task.get_future();
+    boost::asio::post(io_, [&task] { task(); });
+    return result.get();
+  }
+
+ private:
+  ApiHandler& handler_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::unique_ptr<ApiServer> server_;
+  std::thread thread_;
+};
+
+// A blocking client socket speaking raw frames. Every read gives up after 20 s (SO_RCVTIMEO), so
+// a server that wrongly stays silent fails the test instead of hanging it; no test relies on that
+// timeout firing.
+class RawConnection {
+ public:
+  enum class ReadStatus { kFrame, kClosed, kTimedOut };
+
+  static std::unique_ptr<RawConnection> connect_unix(const std::string& path) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0) return nullptr;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      return nullptr;
+    }
+    return std::unique_ptr<RawConnection>(new RawConnection(fd));
+  }
+
+  ~RawConnection() { ::close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool send_bytes(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+  bool send_request(const pb::Request& request) {
+    std::string frame;
+    if (!append_frame(request, UINT32_MAX, frame)) return false;
+    return send_bytes(frame);
+  }
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
+  // Reads one Response frame.
+  ReadStatus read_response(pb::Response* response) {
+    unsigned char header[kFrameHeaderBytes];
+    if (ReadStatus s = read_exact(reinterpret_cast<char*>(header), sizeof header); s != ReadStatus::kFrame) return s;
+    std::string payload(decode_frame_length(header), '\0');
+    if (ReadStatus s = read_exact(payload.data(), payload.size()); s != ReadStatus::kFrame) return s;
+    if (!response->ParseFromString(payload)) ADD_FAILURE() << "server sent a frame that is not a Response";
+    return ReadStatus::kFrame;
+  }
+  // True when the server has closed the connection (reads EOF or a reset, no more frames).
+  bool reads_eof() {
+    char byte;
+    const ssize_t n = ::recv(fd_, &byte, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+ private:
+  explicit RawConnection(int fd) : fd_(fd) {
+    timeval tv{};
+    tv.tv_sec = 20;
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ReadStatus read_exact(char* out, size_t size) {
+    while (size > 0) {
+      const ssize_t n = ::recv(fd_, out, size, 0);
+      if (n == 0) return ReadStatus::kClosed;
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? ReadStatus::kTimedOut : ReadStatus::kClosed;
+      out += n;
+      size -= static_cast<size_t>(n);
+    }
+    return ReadStatus::kFrame;
+  }
+  int fd_;
+};
+
+inline pb::Request check_request(uint64_t id, const std::vector<std::pair<std::string, int64_t>>& checks) {
+  pb::Request request;
+  request.set_version(kApiVersion);
+  request.set_id(id);
+  for (const auto& [key, cost] : checks) {
+    pb::Check& c = *request.mutable_check()->add_checks();
+    c.set_key(key);
+    c.set_cost(cost);
+  }
+  return request;
+}
+
+}  // namespace tollgate::api::testing
+
+#endif  // TOLLGATE_TESTS_API_TEST_SUPPORT_H_
