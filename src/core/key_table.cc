@@ -31,8 +31,10 @@ class KeyTable::Impl {
       : rules_(std::move(rules)), options_(options) {
     if (options_.max_keys == 0) options_.max_keys = 1;
     options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
-    // The index never holds more than max_keys, so it stops growing at 2 * max_keys slots.
-    index_.assign(std::bit_ceil(std::min<size_t>(options_.max_keys, 1 << 15) * 2), IndexSlot{});
+    // Starts small (8 KiB) and doubles as keys arrive: a node with few keys (or one of the
+    // simulator's thousand) stays small. It never holds more than max_keys, so it stops growing
+    // at 2 * max_keys slots.
+    index_.assign(std::bit_ceil(std::min<size_t>(options_.max_keys, 512) * 2), IndexSlot{});
   }
 
   Decision allow(std::string_view key, int64_t cost, MonoNanos now) {

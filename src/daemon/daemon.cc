@@ -1,0 +1,280 @@
+#include "daemon.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <random>
+#include <system_error>
+
+#include "api/api_server.h"
+#include "api/endpoint.h"
+#include "fault_injection.h"
+#include "tcp_transport.h"
+#include "tollgate/codec.h"
+#include "udp_transport.h"
+#include "tollgate/cluster_key.h"
+#include "tollgate/config_error.h"
+#include "tollgate/peers_file.h"
+#include "tollgate/rules_file.h"
+
+namespace tollgate {
+namespace {
+
+uint64_t seed_from_os() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+// A restarted node must come back with a higher incarnation than its last life. Wall time is
+// used for that one number only (never for buckets or failure detection); microseconds keep
+// two restarts within a second distinct.
+uint64_t incarnation_from_wall_clock() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
+}
+
+bool is_loopback_bind(const std::string& bind) {
+  std::string host;
+  uint16_t port = 0;
+  if (!split_host_port(bind, &host, &port, nullptr, true)) return false;
+  boost::system::error_code ec;
+  const auto ip = boost::asio::ip::make_address(host, ec);
+  return !ec && ip.is_loopback();
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonOptions options)
+    : options_(std::move(options)),
+      incarnation_(options_.incarnation ? options_.incarnation : incarnation_from_wall_clock()),
+      random_(seed_from_os()),
+      tick_timer_(io_),
+      watch_timer_(io_),
+      signals_(io_, SIGTERM, SIGINT) {
+  signals_.add(SIGHUP);
+  auto rules = load_rules_file(options_.rules_file);
+
+  ClusterKeys keys;
+  if (!options_.cluster_key_file.empty()) {
+    keys = load_cluster_keys(options_.cluster_key_file);
+    if (auto w = cluster_key_file_warning(options_.cluster_key_file)) spdlog::warn("{}", *w);
+  }
+  bool all_loopback = is_loopback_bind(options_.bind);
+  std::vector<api::Endpoint> endpoints;
+  for (const std::string& l : options_.listen) {
+    std::string why;
+    auto ep = api::parse_endpoint(l, &why);
+    if (!ep) throw std::runtime_error("--listen " + why);
+    if (!ep->is_loopback()) {
+      spdlog::warn("client API listens on {}, which is not loopback: the API has no authentication", l);
+      all_loopback = false;
+    }
+    endpoints.push_back(*ep);
+  }
+  if (keys.empty() && !all_loopback) {
+    spdlog::warn("gossip is not authenticated (no --cluster-key-file) and {} is not a loopback address: anyone who "
+                 "can reach it can charge or free any bucket",
+                 options_.bind);
+  }
+
+  if (options_.transport == TransportKind::kUdp) {
+    transport_ = std::make_unique<UdpTransport>(io_, options_.bind, keys, options_.max_datagram);
+  } else {
+    transport_ = std::make_unique<TcpTransport>(io_, options_.bind, keys, TcpTransportOptions{});
+  }
+  faults_ = std::make_unique<FaultInjectingTransport>(io_, *transport_, random_);
+
+  NodeOptions node = node_options(options_, incarnation_);
+  // Every batch, sealed here or relayed by anyone, must fit one datagram.
+  const size_t max_batch_bytes = max_batch_bytes_for(options_.max_datagram);
+  node.split_for_sealing = [id = options_.node_id, max_batch_bytes](std::vector<ConsumptionEntry> entries) {
+    return split_for_sealing(std::move(entries), id, max_batch_bytes);
+  };
+  node_ = std::make_unique<Node>(node, rules, *faults_, random_);
+  if (options_.membership == MembershipKind::kStatic) {
+    node_->set_peers(load_peers_file(options_.peers_file), clock_.now_ns());
+    std::error_code ec;
+    peers_mtime_ = std::filesystem::last_write_time(options_.peers_file, ec);
+    peers_size_ = std::filesystem::file_size(options_.peers_file, ec);
+  }
+  faults_->set_receiver([this](GossipMessage&& m) { node_->receive(m, clock_.now_ns()); });
+
+  api::ApiServerOptions api_options;
+  api_options.listen = endpoints;
+  api_ = std::make_unique<api::ApiServer>(io_, *this, api_options);
+  if (std::string why = api_->start(); !why.empty()) throw std::runtime_error("--listen " + why);
+
+  spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {}", options_.node_id,
+               incarnation_, dissemination_mode_name(options_.mode), options_.bind,
+               options_.transport == TransportKind::kUdp ? "udp" : "tcp",
+               options_.membership == MembershipKind::kStatic ? "static" : "heartbeat", fmt::join(options_.listen, ", "));
+}
+
+Daemon::~Daemon() = default;
+
+int Daemon::run() {
+  wait_for_signal();
+  schedule_tick();
+  schedule_watch();
+  io_.run();
+  return 0;
+}
+
+void Daemon::wait_for_signal() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
+    if (ec) return;
+    if (signo != SIGHUP) return shutdown();
+    reload_rules();
+    wait_for_signal();
+  });
+}
+
+void Daemon::schedule_tick() {
+  // Rounds keep their cadence: the next deadline follows the previous one, not the end of the
+  // work; after a stall the node skips to now rather than running rounds back to back.
+  const auto interval = std::chrono::nanoseconds(options_.interval_ns);
+  auto next = tick_timer_.expiry() + interval;
+  if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + interval;
+  tick_timer_.expires_at(next);
+  tick_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping_) return;
+    node_->tick(clock_.now_ns());
+    schedule_tick();
+  });
+}
+
+void Daemon::schedule_watch() {
+  watch_timer_.expires_after(std::chrono::seconds(1));
+  watch_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping_) return;
+    reload_peers_if_changed();
+    schedule_watch();
+  });
+}
+
+void Daemon::reload_rules() {
+  try {
+    node_->replace_rules(load_rules_file(options_.rules_file), clock_.now_ns());
+    spdlog::info("rules reloaded from {}", options_.rules_file);
+  } catch (const std::exception& e) {
+    spdlog::error("rules not reloaded, the previous rules stay in force: {}", e.what());
+  }
+}
+
+void Daemon::reload_peers_if_changed() {
+  if (options_.membership != MembershipKind::kStatic) return;
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(options_.peers_file, ec);
+  if (ec) return;  // being replaced; try again next second
+  const auto size = std::filesystem::file_size(options_.peers_file, ec);
+  if (peers_mtime_ && *peers_mtime_ == mtime && peers_size_ == size) return;
+  try {
+    const auto peers = load_peers_file(options_.peers_file);
+    node_->set_peers(peers, clock_.now_ns());
+    peers_mtime_ = mtime;
+    peers_size_ = size;
+    spdlog::info("peers reloaded from {}: {} peers", options_.peers_file, peers.size());
+  } catch (const std::exception& e) {
+    peers_mtime_ = mtime;  // report a broken file once, not every second
+    peers_size_ = size;
+    spdlog::error("peers not reloaded, the previous list stays in force: {}", e.what());
+  }
+}
+
+void Daemon::shutdown() {
+  if (stopping_) return;
+  stopping_ = true;
+  spdlog::info("leaving the cluster");
+  node_->leave(clock_.now_ns());
+  api_->stop();
+  tick_timer_.cancel();
+  watch_timer_.cancel();
+  signals_.cancel();
+  // Give the departure datagrams a moment to leave the socket, then stop.
+  tick_timer_.expires_after(std::chrono::milliseconds(100));
+  tick_timer_.async_wait([this](const boost::system::error_code&) {
+    transport_->stop();
+    io_.stop();
+  });
+}
+
+CheckResult Daemon::check(std::string_view key, int64_t cost) {
+  CheckResult r;
+  r.decision = node_->check(key, cost, clock_.now_ns());
+  if (r.decision.limited) r.limit = node_->limit_for(key);
+  return r;
+}
+
+std::vector<MemberReport> Daemon::members() {
+  std::vector<MemberReport> out;
+  for (const MemberView& v : node_->membership().view(clock_.now_ns())) {
+    out.push_back({v.id, v.address, member_state_name(v.state), v.incarnation, v.last_heard_ns / kNanosPerMilli, v.self});
+  }
+  return out;
+}
+
+StatsReport Daemon::stats() {
+  StatsReport s;
+  auto add = [&](const std::string& name, uint64_t v) { s.emplace_back(name, int64_t(v)); };
+  const NodeStats& n = node_->stats();
+  add("checks", n.checks);
+  add("checks_allowed", n.allowed);
+  add("checks_denied", n.denied);
+  add("rounds", n.rounds);
+  const KeyTableStats k = node_->table().stats();
+  add("keys", k.keys);
+  add("key_bytes", k.bytes);
+  add("key_evictions", k.evictions);
+  add("keys_idle_removed", k.idle_removed);
+  add("keys_rejected_too_long", k.rejected_keys);
+  add("keys_restored_from_eviction", k.restored);
+  const LedgerStats l = node_->ledger().stats();
+  add("batches_sealed", l.sealed);
+  add("batches_applied", l.applied);
+  add("batches_duplicate", l.duplicates);
+  add("batches_stale_incarnation", l.stale);
+  add("batches_origin_overflow", l.origin_overflow);
+  add("batches_claiming_our_id", l.self_conflicts);
+  add("seqs_abandoned", l.abandoned);
+  add("ledger_origins", l.origins);
+  add("ledger_bytes", l.bytes);
+  add("gossip_messages_sent", n.messages_sent);
+  add("gossip_messages_received", n.messages_received);
+  add("gossip_dropped_unknown_sender", n.dropped_unknown_sender);
+  add("gossip_dropped_own_id", n.dropped_self);
+  add("gossip_queue_overflow", n.queue_overflow);
+  add("push_pulls", n.push_pulls);
+  add("repairs_sent", n.repairs_sent);
+  const TransportStats t = faults_->stats();
+  add("transport_sent", t.messages_sent);
+  add("transport_bytes_sent", t.bytes_sent);
+  add("transport_received", t.messages_received);
+  add("transport_bytes_received", t.bytes_received);
+  add("transport_send_errors", t.send_errors);
+  add("transport_send_dropped", t.send_dropped);
+  add("transport_unresolved", t.unresolved);
+  for (const auto& [reason, count] : t.dropped) add("transport_dropped_" + reason, count);
+  const FaultStats& f = faults_->fault_stats();
+  add("faults_dropped_to", f.dropped_to);
+  add("faults_dropped_from", f.dropped_from);
+  add("faults_lost", f.lost);
+  add("faults_duplicated", f.duplicated);
+  add("faults_delayed", f.delayed);
+  for (const auto& [name, value] : api_->stats()) s.emplace_back(name, value);
+  return s;
+}
+
+std::string Daemon::set_faults(const FaultSpec& faults) {
+  if (std::string why = faults.validate(); !why.empty()) return why;
+  FaultSpec spec = faults;
+  // Operators name nodes by id; the transport sees addresses. Accept both.
+  for (const std::string& id : faults.drop_to) {
+    if (const MemberView* v = node_->membership().find(id)) spec.drop_to.push_back(v->address);
+  }
+  faults_->set_faults(spec);
+  spdlog::info("fault injection {}", spec.empty() ? "cleared" : "set");
+  return {};
+}
+
+}  // namespace tollgate

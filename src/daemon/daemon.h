@@ -1,0 +1,73 @@
+// tollgated wired together: one io_context thread runs the node's rounds, the gossip transport,
+// the client API and the file watchers, so the Node (single-owner) needs no lock and a check
+// never waits for anything but its own bucket.
+#ifndef TOLLGATE_SRC_DAEMON_DAEMON_H_
+#define TOLLGATE_SRC_DAEMON_DAEMON_H_
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "api/api_handler.h"
+#include "daemon_options.h"
+#include "steady_clock.h"
+#include "tollgate/node.h"
+#include "tollgate/random.h"
+
+namespace tollgate {
+
+class Transport;
+class FaultInjectingTransport;
+namespace api {
+class ApiServer;
+}
+
+class Daemon final : public ApiHandler {
+ public:
+  // Loads the rules, peers and key files and binds every socket. Throws ConfigError for a bad
+  // file and std::runtime_error for a socket that cannot be bound, with what to fix.
+  explicit Daemon(DaemonOptions options);
+  ~Daemon() override;
+
+  // Serves until SIGTERM or SIGINT (then announces that it leaves, answers what is in flight,
+  // removes its socket files and returns 0).
+  int run();
+
+  // ApiHandler, called on the io thread.
+  CheckResult check(std::string_view key, int64_t cost) override;
+  std::vector<MemberReport> members() override;
+  StatsReport stats() override;
+  std::string set_faults(const FaultSpec& faults) override;
+
+ private:
+  void wait_for_signal();
+  void schedule_tick();
+  void schedule_watch();
+  void reload_rules();
+  void reload_peers_if_changed();
+  void shutdown();
+
+  DaemonOptions options_;
+  uint64_t incarnation_;
+  boost::asio::io_context io_;
+  SteadyClock clock_;
+  SplitMix64 random_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<FaultInjectingTransport> faults_;
+  std::unique_ptr<Node> node_;
+  std::unique_ptr<api::ApiServer> api_;
+  boost::asio::steady_timer tick_timer_;
+  boost::asio::steady_timer watch_timer_;
+  boost::asio::signal_set signals_;
+  std::optional<std::filesystem::file_time_type> peers_mtime_;
+  uintmax_t peers_size_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_SRC_DAEMON_DAEMON_H_

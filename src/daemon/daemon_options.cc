@@ -1,0 +1,207 @@
+#include "daemon_options.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <iostream>
+#include <sstream>
+
+#include "tollgate/config_error.h"
+#include "tollgate/duration.h"
+#include "tollgate/peers_file.h"
+
+namespace tollgate {
+namespace {
+
+// Reads the YAML config file for CLI11: a flat mapping whose keys are the long flag names
+// without dashes (`node-id: a`, `seeds: [h:1, h:2]`). Unknown keys and nested mappings are
+// errors naming the file, line and column; CLI11 then applies each value unless the flag was
+// given on the command line.
+class YamlConfig : public CLI::Config {
+ public:
+  explicit YamlConfig(const CLI::App* app) : app_(app) {}
+
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
+
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    const std::string file = app_->get_config_ptr()->as<std::string>();
+    std::stringstream text;
+    text << input.rdbuf();
+    YAML::Node root;
+    try {
+      root = YAML::Load(text.str());
+    } catch (const YAML::ParserException& e) {
+      throw ConfigError(file, e.mark.line + 1, e.mark.column + 1, e.msg);
+    }
+    std::vector<CLI::ConfigItem> result;
+    if (root.IsNull()) return result;
+    auto fail = [&](const YAML::Node& at, const std::string& why) {
+      const YAML::Mark m = at.Mark();
+      throw ConfigError(file, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1, why);
+    };
+    if (!root.IsMap()) fail(root, "expected a mapping of settings, e.g. `mode: gossip`");
+    for (const auto& kv : root) {
+      const std::string name = kv.first.Scalar();
+      const CLI::Option* opt = app_->get_option_no_throw("--" + name);
+      if (name == "config" || name == "help" || opt == nullptr) {
+        fail(kv.first, "unknown setting \"" + name + "\" (settings are the long flag names: see tollgated --help)");
+      }
+      CLI::ConfigItem item;
+      item.name = name;
+      if (kv.second.IsScalar()) {
+        item.inputs.push_back(kv.second.Scalar());
+      } else if (kv.second.IsSequence()) {
+        for (const auto& v : kv.second) {
+          if (!v.IsScalar()) fail(v, "\"" + name + "\": list items must be single values");
+          item.inputs.push_back(v.Scalar());
+        }
+      } else {
+        fail(kv.second, "\"" + name + "\" must be a value or a list of values");
+      }
+      result.push_back(std::move(item));
+    }
+    return result;
+  }
+
+ private:
+  const CLI::App* app_;
+};
+
+// A CLI11 check that the value is a duration ("50ms", "2s").
+CLI::Validator duration_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        std::string why;
+        return parse_duration_ns(v, &why) ? std::string() : why;
+      },
+      "DURATION");
+}
+
+CLI::Validator address_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        std::string why;
+        return split_host_port(v, nullptr, nullptr, &why) ? std::string() : why;
+      },
+      "HOST:PORT");
+}
+
+}  // namespace
+
+std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o) {
+  CLI::App app{
+      "tollgated: one per service host. Answers \"may key K spend N tokens?\" locally in microseconds and keeps\n"
+      "one token bucket per key across the cluster by sharing consumption with its peers (gossip or full mesh,\n"
+      "over UDP or TCP). Settings can also come from a YAML file (--config) whose keys are the long flag names;\n"
+      "flags override the file.",
+      "tollgated"};
+  app.option_defaults()->always_capture_default();
+  std::string mode = "gossip", transport = "udp", membership = "static", policy = "open";
+  std::string interval = "50ms", fail_after = "2s", forget_after = "60s", probe_interval = "1s", push_pull = "1s";
+  std::string seeds_csv;
+
+  app.set_config("--config", "", "YAML config file; its keys are the long flag names (e.g. `mode: mesh`)");
+  app.config_formatter(std::make_shared<YamlConfig>(&app));
+  app.add_option("--node-id", o->node_id, "This node's id in the cluster (default: the --bind address)");
+  app.add_option("--bind", o->bind, "Gossip address, UDP and TCP on this port")->check(address_check());
+  app.add_option("--listen", o->listen,
+                 "Client API endpoint: unix:PATH (mode 0660) or tcp:HOST:PORT (loopback advised); repeatable")
+      ->delimiter(',');
+  app.add_option("--rules", o->rules_file, "YAML rules file (see config/rules.yaml); reloaded on SIGHUP")->required();
+  app.add_option("--mode", mode, "Dissemination: gossip (fan-out to random peers) or mesh (everyone)")
+      ->check(CLI::IsMember({"gossip", "mesh"}));
+  app.add_option("--transport", transport, "Gossip transport: udp or tcp")->check(CLI::IsMember({"udp", "tcp"}));
+  app.add_option("--membership", membership, "static (--peers-file) or heartbeat (--seeds)")
+      ->check(CLI::IsMember({"static", "heartbeat"}));
+  app.add_option("--peers-file", o->peers_file, "Static membership: lines of `id host:port`; reloaded when it changes");
+  app.add_option("--seeds", o->seeds, "Heartbeat membership: HOST:PORT,... to join through")
+      ->delimiter(',')
+      ->check(address_check());
+  app.add_option("--interval", interval, "Dissemination round")->check(duration_check());
+  app.add_option("--fanout", o->fanout, "Gossip: peers per round")->check(CLI::Range(1, 64));
+  app.add_option("--partition-policy", policy,
+                 "open: every reachable group enforces the full limit; proportional: refill scaled by "
+                 "reachable/known members")
+      ->check(CLI::IsMember({"open", "proportional"}));
+  app.add_option("--cluster-key-file", o->cluster_key_file,
+                 "Shared secret(s) authenticating gossip (HMAC-SHA256): one or two hex keys, the first signs")
+      ->check(CLI::ExistingFile);
+  app.add_option("--log-level", o->log_level, "trace, debug, info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--max-datagram", o->max_datagram, "UDP: largest datagram sent, in bytes")->check(CLI::Range(1232, 65000));
+  app.add_option("--fail-after", fail_after, "A member silent this long is suspect (heartbeat) or unreachable (static)")
+      ->check(duration_check());
+  app.add_option("--forget-after", forget_after, "Heartbeat: a dead member is forgotten after this long")
+      ->check(duration_check());
+  app.add_option("--probe-interval", probe_interval, "Dead and unreachable members are probed this often")
+      ->check(duration_check());
+  app.add_option("--push-pull-interval", push_pull, "Anti-entropy exchange with one random peer this often")
+      ->check(duration_check());
+  app.add_option("--max-keys", o->max_keys, "Buckets held at most (least recently used evicted beyond)")
+      ->check(CLI::Range(size_t(1), size_t(100'000'000)));
+  app.add_option("--incarnation", o->incarnation, "Override the incarnation (default: microseconds of wall time at start)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const ConfigError& e) {
+    std::cerr << "tollgated: " << e.what() << "\n";
+    return 2;
+  }
+  o->config_file = app.get_config_ptr()->as<std::string>();
+  o->mode = mode == "mesh" ? DisseminationMode::kMesh : DisseminationMode::kGossip;
+  o->transport = transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
+  o->membership = membership == "heartbeat" ? MembershipKind::kHeartbeat : MembershipKind::kStatic;
+  o->partition_policy = policy == "proportional" ? PartitionPolicy::kProportional : PartitionPolicy::kOpen;
+  o->interval_ns = *parse_duration_ns(interval);
+  o->fail_after_ns = *parse_duration_ns(fail_after);
+  o->forget_after_ns = *parse_duration_ns(forget_after);
+  o->probe_interval_ns = *parse_duration_ns(probe_interval);
+  o->push_pull_interval_ns = *parse_duration_ns(push_pull);
+  if (o->node_id.empty()) o->node_id = o->bind;
+
+  auto usage_error = [](const std::string& why) {
+    std::cerr << "tollgated: " << why << "\nRun with --help for the flags.\n";
+    return 2;
+  };
+  if (o->membership == MembershipKind::kStatic && o->peers_file.empty()) {
+    return usage_error("--membership static needs --peers-file FILE");
+  }
+  if (o->membership == MembershipKind::kHeartbeat && o->seeds.empty()) {
+    return usage_error("--membership heartbeat needs --seeds HOST:PORT,... (list this node's own address to start a cluster)");
+  }
+  if (o->interval_ns < kNanosPerMilli) return usage_error("--interval must be at least 1ms");
+  if (o->fail_after_ns < 2 * o->interval_ns) return usage_error("--fail-after must be at least two --interval rounds");
+  if (o->forget_after_ns < 15 * kNanosPerSecond) {
+    return usage_error("--forget-after must be at least 15s: consumption is kept 10s for repair, and a member must not be "
+                       "forgotten while its batches can still arrive");
+  }
+  if (o->listen.empty()) return usage_error("--listen needs at least one endpoint");
+  if (o->node_id.empty() || o->node_id.size() > 256) return usage_error("--node-id must be 1 to 256 bytes");
+  if (o->bind.size() > 256) return usage_error("--bind must be at most 256 bytes");
+  return std::nullopt;
+}
+
+NodeOptions node_options(const DaemonOptions& d, uint64_t incarnation) {
+  NodeOptions n;
+  n.id = d.node_id;
+  n.address = d.bind;
+  n.incarnation = incarnation;
+  n.mode = d.mode;
+  n.partition_policy = d.partition_policy;
+  n.interval_ns = d.interval_ns;
+  n.fanout = d.fanout;
+  n.push_pull_interval_ns = d.push_pull_interval_ns;
+  n.seeds = d.seeds;
+  n.membership.kind = d.membership;
+  n.membership.fail_after_ns = d.fail_after_ns;
+  n.membership.dead_after_ns = 2 * d.fail_after_ns;
+  n.membership.forget_after_ns = d.forget_after_ns;
+  n.membership.probe_interval_ns = d.probe_interval_ns;
+  n.keys.max_keys = d.max_keys;
+  return n;
+}
+
+}  // namespace tollgate

@@ -1,0 +1,53 @@
+// tollgated's settings: every command-line flag, the YAML config file that mirrors them (flags
+// override the file), and validation that names the offending flag or file line.
+#ifndef TOLLGATE_SRC_DAEMON_DAEMON_OPTIONS_H_
+#define TOLLGATE_SRC_DAEMON_DAEMON_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tollgate/node.h"
+
+namespace tollgate {
+
+enum class TransportKind : uint8_t { kUdp, kTcp };
+
+struct DaemonOptions {
+  std::string node_id;                  // default: the bind address
+  std::string bind = "127.0.0.1:7946";  // gossip address: UDP and TCP on this port
+  // Client API endpoints; the default is the client library's (tollgate::kDefaultEndpoint).
+  std::vector<std::string> listen = {"unix:/run/tollgate/tollgated.sock"};
+  std::string rules_file;               // required
+  std::string config_file;
+  DisseminationMode mode = DisseminationMode::kGossip;
+  TransportKind transport = TransportKind::kUdp;
+  MembershipKind membership = MembershipKind::kStatic;
+  std::string peers_file;               // static membership
+  std::vector<std::string> seeds;       // heartbeat membership
+  int64_t interval_ns = 50 * kNanosPerMilli;
+  size_t fanout = 3;
+  PartitionPolicy partition_policy = PartitionPolicy::kOpen;
+  std::string cluster_key_file;
+  std::string log_level = "info";
+  size_t max_datagram = 1400;           // bytes per UDP datagram, MAC included
+  int64_t fail_after_ns = 2 * kNanosPerSecond;
+  int64_t forget_after_ns = 60 * kNanosPerSecond;
+  int64_t probe_interval_ns = 1 * kNanosPerSecond;
+  int64_t push_pull_interval_ns = 1 * kNanosPerSecond;
+  size_t max_keys = 1'000'000;
+  uint64_t incarnation = 0;             // 0: derived from the wall clock at start-up
+};
+
+// Parses argv (flags, then the --config file for whatever the flags did not set) and validates.
+// Returns nullopt to run, or the code to exit with after printing the help or the error.
+std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* options);
+
+// The NodeOptions these settings imply (peers and seeds are set separately).
+NodeOptions node_options(const DaemonOptions& options, uint64_t incarnation);
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_SRC_DAEMON_DAEMON_OPTIONS_H_

@@ -1,0 +1,263 @@
+#include "tcp_transport.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <deque>
+#include <stdexcept>
+
+#include "tollgate/codec.h"
+#include "tollgate/peers_file.h"
+
+namespace tollgate {
+
+using boost::asio::ip::tcp;
+
+// Our connection to one peer: a bounded queue of frames, written one at a time; on any error
+// the connection is dropped and retried after a jittered, growing delay.
+class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
+ public:
+  Outbound(TcpTransport& t, std::string address)
+      : t_(t), address_(std::move(address)), socket_(t.io_), timer_(t.io_), resolver_(t.io_),
+        backoff_ms_(t.options_.backoff_initial_ms) {}
+
+  void enqueue(const std::shared_ptr<const std::vector<std::string>>& frames) {
+    for (size_t i = 0; i < frames->size(); ++i) {
+      const size_t size = (*frames)[i].size();
+      if (queued_bytes_ + size > t_.options_.max_queue_bytes) {
+        ++t_.stats_.send_dropped;
+        continue;
+      }
+      queue_.push_back({frames, i});
+      queued_bytes_ += size;
+    }
+    if (state_ == State::kIdle) connect();
+    if (state_ == State::kConnected && !writing_) write();
+  }
+
+  void stop() {
+    boost::system::error_code ec;
+    socket_.close(ec);
+    timer_.cancel();
+    resolver_.cancel();
+  }
+
+ private:
+  enum class State { kIdle, kConnecting, kConnected, kWaiting };
+  struct Frame {
+    std::shared_ptr<const std::vector<std::string>> frames;
+    size_t index;
+    const std::string& bytes() const { return (*frames)[index]; }
+  };
+
+  void connect() {
+    state_ = State::kConnecting;
+    std::string host, why;
+    uint16_t port = 0;
+    if (!split_host_port(address_, &host, &port, &why)) {
+      ++t_.stats_.unresolved;
+      return retry_later();
+    }
+    resolver_.async_resolve(host, std::to_string(port),
+                            [self = shared_from_this()](const boost::system::error_code& ec, tcp::resolver::results_type r) {
+                              if (self->t_.stopped_) return;
+                              if (ec) {
+                                ++self->t_.stats_.unresolved;
+                                return self->retry_later();
+                              }
+                              boost::asio::async_connect(self->socket_, r,
+                                                         [self](const boost::system::error_code& cec, const tcp::endpoint&) {
+                                                           if (self->t_.stopped_) return;
+                                                           if (cec) return self->retry_later();
+                                                           boost::system::error_code ignored;
+                                                           self->socket_.set_option(tcp::no_delay(true), ignored);
+                                                           self->state_ = State::kConnected;
+                                                           self->backoff_ms_ = self->t_.options_.backoff_initial_ms;
+                                                           self->write();
+                                                         });
+                            });
+  }
+
+  void retry_later() {
+    boost::system::error_code ec;
+    socket_.close(ec);
+    state_ = State::kWaiting;
+    writing_ = false;
+    // Jitter in [d/2, d] so peers that lost the same node do not reconnect in lockstep.
+    const int64_t d = backoff_ms_;
+    const int64_t delay = d / 2 + int64_t(t_.jitter_() % uint64_t(d / 2 + 1));
+    backoff_ms_ = std::min(backoff_ms_ * 2, t_.options_.backoff_max_ms);
+    timer_.expires_after(std::chrono::milliseconds(delay));
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& tec) {
+      if (tec || self->t_.stopped_) return;
+      self->connect();
+    });
+  }
+
+  void write() {
+    if (queue_.empty()) {
+      writing_ = false;
+      return;
+    }
+    writing_ = true;
+    const Frame& f = queue_.front();
+    boost::asio::async_write(socket_, boost::asio::buffer(f.bytes()),
+                             [self = shared_from_this()](const boost::system::error_code& ec, size_t bytes) {
+                               if (self->t_.stopped_) return;
+                               if (ec) {
+                                 ++self->t_.stats_.send_errors;
+                                 return self->retry_later();  // the frame stays queued and goes again
+                               }
+                               ++self->t_.stats_.messages_sent;
+                               self->t_.stats_.bytes_sent += bytes;
+                               self->queued_bytes_ -= self->queue_.front().bytes().size();
+                               self->queue_.pop_front();
+                               self->write();
+                             });
+  }
+
+  TcpTransport& t_;
+  std::string address_;
+  tcp::socket socket_;
+  boost::asio::steady_timer timer_;
+  tcp::resolver resolver_;
+  State state_ = State::kIdle;
+  bool writing_ = false;
+  std::deque<Frame> queue_;
+  size_t queued_bytes_ = 0;
+  int64_t backoff_ms_;
+};
+
+// A peer's connection to us: frames in, decoded and delivered; an oversize length prefix or a
+// read error closes it.
+class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
+ public:
+  Inbound(TcpTransport& t, tcp::socket socket)
+      : t_(t), socket_(std::move(socket)), reader_(t.options_.max_frame_bytes) {}
+
+  void read() {
+    socket_.async_read_some(boost::asio::buffer(buffer_), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                                      size_t n) {
+      if (self->t_.stopped_) return;
+      if (ec) return self->close();
+      self->t_.stats_.bytes_received += n;
+      self->reader_.append(std::string_view(self->buffer_, n));
+      std::string_view frame;
+      for (;;) {
+        const FrameReader::Status s = self->reader_.next(&frame);
+        if (s == FrameReader::Status::kNeedMore) break;
+        if (s == FrameReader::Status::kTooLarge) {
+          ++self->t_.dropped_["frame_too_large"];
+          return self->close();
+        }
+        self->t_.deliver(frame);
+      }
+      self->read();
+    });
+  }
+
+  void close() {
+    close_socket();
+    t_.inbound_.erase(this);  // the running handler holds `self`, so this is not destroyed yet
+  }
+  void close_socket() {
+    boost::system::error_code ec;
+    socket_.close(ec);
+  }
+
+ private:
+  TcpTransport& t_;
+  tcp::socket socket_;
+  FrameReader reader_;
+  char buffer_[16384];
+};
+
+TcpTransport::TcpTransport(boost::asio::io_context& io, const std::string& bind, ClusterKeys keys, TcpTransportOptions options)
+    : io_(io), acceptor_(io), keys_(std::move(keys)), options_(options), jitter_(std::random_device{}()) {
+  std::string host, why;
+  uint16_t port = 0;
+  if (!split_host_port(bind, &host, &port, &why, /*allow_port_zero=*/true)) throw std::runtime_error("--bind " + why);
+  boost::system::error_code ec;
+  const auto ip = boost::asio::ip::make_address(host, ec);
+  if (ec) throw std::runtime_error("--bind " + bind + ": host must be an IP address (" + ec.message() + ")");
+  const tcp::endpoint ep(ip, port);
+  acceptor_.open(ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(ep, ec);
+  if (!ec) acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error("cannot listen on TCP " + bind + ": " + ec.message());
+  accept();
+}
+
+TcpTransport::~TcpTransport() { stop(); }
+
+uint16_t TcpTransport::port() const {
+  boost::system::error_code ec;
+  return acceptor_.local_endpoint(ec).port();
+}
+
+void TcpTransport::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  for (auto& [address, out] : outbound_) out->stop();
+  auto inbound = std::move(inbound_);
+  inbound_.clear();
+  for (auto& entry : inbound) entry.second->close_socket();
+}
+
+void TcpTransport::accept() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (stopped_ || ec == boost::asio::error::operation_aborted) return;
+    if (!ec) {
+      if (inbound_.size() >= options_.max_inbound_connections) {
+        ++inbound_rejected_;
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      } else {
+        auto in = std::make_shared<Inbound>(*this, std::move(socket));
+        inbound_.emplace(in.get(), in);
+        in->read();
+      }
+    }
+    accept();
+  });
+}
+
+void TcpTransport::deliver(std::string_view frame) {
+  DecodeResult r = decode(frame, keys_);
+  if (!r.message) {
+    ++dropped_[decode_error_name(r.error)];
+    return;
+  }
+  ++stats_.messages_received;
+  r.message->digest_from = r.digest_range.from;
+  r.message->digest_until = r.digest_range.until;
+  if (receiver_) receiver_(std::move(*r.message));
+}
+
+std::shared_ptr<const std::vector<std::string>> TcpTransport::encoded(const GossipMessagePtr& message) {
+  if (message != last_message_) {
+    last_message_ = message;
+    last_encoded_ = std::make_shared<const std::vector<std::string>>(encode_frames(*message, keys_, options_.max_frame_bytes));
+  }
+  return last_encoded_;
+}
+
+void TcpTransport::send(const std::string& address, const GossipMessagePtr& message) {
+  if (stopped_) return;
+  auto& out = outbound_[address];
+  if (!out) out = std::make_shared<Outbound>(*this, address);
+  out->enqueue(encoded(message));
+}
+
+TransportStats TcpTransport::stats() const {
+  TransportStats s = stats_;
+  s.dropped.assign(dropped_.begin(), dropped_.end());
+  if (inbound_rejected_) s.dropped.emplace_back("inbound_connection_limit", inbound_rejected_);
+  return s;
+}
+
+}  // namespace tollgate

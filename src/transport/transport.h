@@ -1,0 +1,42 @@
+// Carries gossip between daemons: the Node's Outbox on the sending side, decoded and
+// authenticated GossipMessages on the receiving side. Implementations run on the daemon's one
+// io_context thread; send() never blocks (a full queue drops and counts).
+#ifndef TOLLGATE_SRC_TRANSPORT_TRANSPORT_H_
+#define TOLLGATE_SRC_TRANSPORT_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tollgate/message.h"
+#include "tollgate/node.h"
+
+namespace tollgate {
+
+// Counters every transport keeps, reported by `tollgate stats`.
+struct TransportStats {
+  uint64_t messages_sent = 0;     // datagrams or frames handed to the kernel
+  uint64_t bytes_sent = 0;
+  uint64_t messages_received = 0; // decoded and authenticated
+  uint64_t bytes_received = 0;
+  uint64_t send_errors = 0;       // the kernel refused, or no route
+  uint64_t send_dropped = 0;      // a queue was full, or the peer was not connected
+  uint64_t unresolved = 0;        // sends to an address that could not be resolved
+  // Received and dropped, by decode error name ("bad mac", "unknown version", ...).
+  std::vector<std::pair<std::string, uint64_t>> dropped;
+};
+
+class Transport : public Outbox {
+ public:
+  using Receiver = std::function<void(GossipMessage&&)>;
+  // Delivers every message that decodes and authenticates. Set before the first message.
+  virtual void set_receiver(Receiver receiver) = 0;
+  virtual void stop() = 0;
+  virtual TransportStats stats() const = 0;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_SRC_TRANSPORT_TRANSPORT_H_

@@ -1,0 +1,137 @@
+#include "udp_transport.h"
+
+#include <boost/asio/ip/udp.hpp>
+#include <stdexcept>
+
+#include "tollgate/codec.h"
+#include "tollgate/peers_file.h"
+
+namespace tollgate {
+namespace {
+
+constexpr size_t kReceiveBuffer = 65536;  // the largest UDP payload
+constexpr size_t kMaxInFlight = 8192;     // datagrams handed to the kernel, not yet completed
+
+}  // namespace
+
+using boost::asio::ip::udp;
+
+UdpTransport::UdpTransport(boost::asio::io_context& io, const std::string& bind, ClusterKeys keys, size_t max_datagram)
+    : io_(io), socket_(io), keys_(std::move(keys)), max_datagram_(max_datagram), buffer_(new char[kReceiveBuffer]) {
+  std::string host, why;
+  uint16_t port = 0;
+  if (!split_host_port(bind, &host, &port, &why, /*allow_port_zero=*/true)) throw std::runtime_error("--bind " + why);
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(host, ec);
+  if (ec) throw std::runtime_error("--bind " + bind + ": host must be an IP address (" + ec.message() + ")");
+  const udp::endpoint ep(address, port);
+  socket_.open(ep.protocol(), ec);
+  if (!ec) socket_.bind(ep, ec);
+  if (ec) throw std::runtime_error("cannot bind UDP " + bind + ": " + ec.message());
+  receive();
+}
+
+UdpTransport::~UdpTransport() { *alive_ = false; }
+
+uint16_t UdpTransport::port() const {
+  boost::system::error_code ec;
+  return socket_.local_endpoint(ec).port();
+}
+
+void UdpTransport::stop() {
+  *alive_ = false;
+  boost::system::error_code ec;
+  socket_.close(ec);
+}
+
+bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) {
+  if (auto it = endpoints_.find(address); it != endpoints_.end()) {
+    *out = it->second;
+    return true;
+  }
+  std::string host, why;
+  uint16_t port = 0;
+  if (!split_host_port(address, &host, &port, &why)) return false;
+  boost::system::error_code ec;
+  const auto ip = boost::asio::ip::make_address(host, ec);
+  if (!ec) {
+    *out = endpoints_[address] = udp::endpoint(ip, port);
+    return true;
+  }
+  // A host name: resolve in the background (never on the node's path), drop until then.
+  if (!resolving_[address]) {
+    resolving_[address] = true;
+    auto resolver = std::make_shared<udp::resolver>(io_);
+    resolver->async_resolve(host, std::to_string(port),
+                            [this, resolver, address, alive = alive_](const boost::system::error_code& rec,
+                                                                        udp::resolver::results_type results) {
+                              if (!*alive) return;
+                              resolving_[address] = false;
+                              if (!rec && !results.empty()) endpoints_[address] = results.begin()->endpoint();
+                            });
+  }
+  return false;
+}
+
+std::shared_ptr<const std::vector<std::string>> UdpTransport::encoded(const GossipMessagePtr& message) {
+  if (message != last_message_) {
+    last_message_ = message;
+    last_encoded_ = std::make_shared<const std::vector<std::string>>(encode_datagrams(*message, keys_, max_datagram_));
+  }
+  return last_encoded_;
+}
+
+void UdpTransport::send(const std::string& address, const GossipMessagePtr& message) {
+  udp::endpoint to;
+  if (!endpoint_for(address, &to)) {
+    ++stats_.unresolved;
+    return;
+  }
+  const auto datagrams = encoded(message);
+  for (const std::string& d : *datagrams) {
+    if (in_flight_ >= kMaxInFlight) {
+      ++stats_.send_dropped;
+      continue;
+    }
+    ++in_flight_;
+    socket_.async_send_to(boost::asio::buffer(d), to,
+                          [this, datagrams, alive = alive_](const boost::system::error_code& ec, size_t bytes) {
+                            if (!*alive) return;
+                            --in_flight_;
+                            if (ec) {
+                              ++stats_.send_errors;
+                            } else {
+                              ++stats_.messages_sent;
+                              stats_.bytes_sent += bytes;
+                            }
+                          });
+  }
+}
+
+void UdpTransport::receive() {
+  socket_.async_receive_from(boost::asio::buffer(buffer_.get(), kReceiveBuffer), from_,
+                             [this, alive = alive_](const boost::system::error_code& ec, size_t bytes) {
+                               if (!*alive || ec == boost::asio::error::operation_aborted) return;
+                               if (!ec) {
+                                 stats_.bytes_received += bytes;
+                                 DecodeResult r = decode(std::string_view(buffer_.get(), bytes), keys_);
+                                 if (r.message) {
+                                   ++stats_.messages_received;
+                                   r.message->digest_from = r.digest_range.from;
+                                   r.message->digest_until = r.digest_range.until;
+                                   if (receiver_) receiver_(std::move(*r.message));
+                                 } else {
+                                   ++dropped_[decode_error_name(r.error)];
+                                 }
+                               }
+                               receive();
+                             });
+}
+
+TransportStats UdpTransport::stats() const {
+  TransportStats s = stats_;
+  s.dropped.assign(dropped_.begin(), dropped_.end());
+  return s;
+}
+
+}  // namespace tollgate
