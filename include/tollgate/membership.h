@@ -81,8 +81,8 @@ class Membership {
   const MembershipOptions& options() const { return options_; }
 
   // Static membership: the peers file's contents (self may be listed; it is skipped). Members no
-  // longer listed are removed; new ones start alive as of `now_ns` (they get fail_after to show
-  // up). Ids returned in `removed` should be forgotten by the ledger once safe.
+  // longer listed are removed; new ones start unreachable, due a probe, until they are first
+  // heard from. Ids returned in `removed` should be forgotten by the ledger once safe.
   void set_peers(const std::vector<PeerSpec>& peers, MonoNanos now_ns, std::vector<NodeId>* removed = nullptr);
 
   // Starts a new round: increments our heartbeat and moves members through their states.

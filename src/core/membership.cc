@@ -84,12 +84,14 @@ void Membership::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now, st
   }
   for (const PeerSpec& p : peers) {
     if (!listed.count(p.id)) continue;
+    // Not heard from yet: unreachable until its first message, and due a probe at once, so a
+    // listed peer is only reported alive (and counted as reachable) once it has spoken.
     Member m;
     m.view.id = p.id;
     m.view.address = p.address;
-    m.view.state = MemberState::kAlive;
-    m.view.last_heard_ns = now;  // gets fail_after to show up
-    m.last_probe_ns = now;
+    m.view.state = MemberState::kUnreachable;
+    m.view.last_heard_ns = now;
+    m.last_probe_ns = now - options_.probe_interval_ns;
     add_member(std::move(m));
     listed.erase(p.id);
   }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -72,16 +73,17 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds lim
 
 class Cluster {
  public:
-  Cluster(size_t n, Combo combo, const std::string& rules) : combo_(combo) {
+  // Extra flags for node i (e.g. a cluster key file).
+  using ExtraArgs = std::function<std::vector<std::string>(size_t)>;
+
+  // `listed`: how many nodes the peers file lists at first (all by default).
+  Cluster(size_t n, Combo combo, const std::string& rules, ExtraArgs extra = {}, size_t listed = SIZE_MAX)
+      : combo_(combo), extra_(std::move(extra)) {
     dir_ = fs::temp_directory_path() / ("tollgate-it-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     fs::create_directories(dir_);
     std::ofstream(dir_ / "rules.yaml") << rules;
-    std::ofstream peers(dir_ / "peers.txt");
-    for (size_t i = 0; i < n; ++i) {
-      ports_.push_back(free_port());
-      peers << id(i) << " 127.0.0.1:" << ports_[i] << "\n";
-    }
-    peers.close();
+    for (size_t i = 0; i < n; ++i) ports_.push_back(free_port());
+    write_peers(std::min(n, listed));
     pids_.assign(n, -1);
     for (size_t i = 0; i < n; ++i) start(i);
     for (size_t i = 0; i < n; ++i) {
@@ -100,6 +102,16 @@ class Cluster {
   }
 
   static std::string id(size_t i) { return "node-" + std::to_string(i); }
+  const std::filesystem::path& dir() const { return dir_; }
+
+  // Rewrites the peers file with the first `count` nodes (atomically: write, then rename).
+  void write_peers(size_t count) {
+    {
+      std::ofstream peers(dir_ / "peers.txt.new");
+      for (size_t i = 0; i < count; ++i) peers << id(i) << " 127.0.0.1:" << ports_[i] << "\n";
+    }
+    fs::rename(dir_ / "peers.txt.new", dir_ / "peers.txt");
+  }
   std::string socket_path(size_t i) const { return (dir_ / (id(i) + ".sock")).string(); }
   std::string address(size_t i) const { return "127.0.0.1:" + std::to_string(ports_[i]); }
 
@@ -121,6 +133,9 @@ class Cluster {
       args.insert(args.end(), {"--peers-file", (dir_ / "peers.txt").string()});
     } else {
       args.insert(args.end(), {"--seeds", address(0)});
+    }
+    if (extra_) {
+      for (std::string& a : extra_(i)) args.push_back(std::move(a));
     }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -163,6 +178,14 @@ class Cluster {
     }
     return true;
   }
+  int64_t stat(size_t i, const std::string& name) {
+    auto stats = clients_[i]->stats();
+    if (!stats) return -1;
+    for (const auto& [n, v] : *stats) {
+      if (n == name) return v;
+    }
+    return 0;
+  }
   // Whole tokens left for `key` at node i (a cost-0 query), or INT64_MIN if it did not answer.
   int64_t remaining(size_t i, const std::string& key) {
     CheckReply r = clients_[i]->check(key, 0);
@@ -176,6 +199,7 @@ class Cluster {
  private:
   static inline int counter_ = 0;
   Combo combo_;
+  ExtraArgs extra_;
   fs::path dir_;
   std::vector<uint16_t> ports_;
   std::vector<pid_t> pids_;
@@ -284,6 +308,45 @@ TEST_P(ClusterTest, PartitionedSidesEnforceAloneAndHealWithoutDoubleCharging) {
   for (size_t n = 0; n < 3; ++n) {
     EXPECT_TRUE(eventually([&] { return c.remaining(n, "k") == 870; }, 10s)) << "node " << n << " shows " << c.remaining(n, "k");
   }
+}
+
+// Nodes 0 and 1 share a cluster key; node 2 signs with another. Its gossip is dropped and
+// counted, and it never joins them.
+TEST(ClusterSecurity, GossipSignedWithAnotherKeyIsDroppedAndCounted) {
+  const std::string key_a(64, 'a'), key_b(64, 'b');
+  std::filesystem::path dir;
+  Cluster c(3, Combo{"mesh", "udp", "static"}, kSlowRules, [&](size_t i) {
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("tollgate-it-key-" + std::to_string(getpid()) + "-" + std::to_string(i));
+    std::ofstream(path) << (i < 2 ? key_a : key_b) << "\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    return std::vector<std::string>{"--cluster-key-file", path.string()};
+  });
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); }));
+  ASSERT_TRUE(c.client(2).check("k", 500).allowed);
+  ASSERT_TRUE(c.client(0).check("k", 10).allowed);
+  EXPECT_TRUE(eventually([&] { return c.remaining(1, "k") == 990; }, 5s));
+  EXPECT_TRUE(eventually([&] { return c.stat(0, "transport_dropped_bad_mac") > 0; }, 5s));
+  EXPECT_TRUE(eventually([&] { return c.state_of(0, 2) == "unreachable"; }, 5s));
+  EXPECT_EQ(c.remaining(0, "k"), 990);  // node 2's 500 never counted here
+  EXPECT_EQ(c.remaining(2, "k"), 500);  // nor node 0's there
+  for (size_t i = 0; i < 3; ++i) {
+    std::filesystem::remove(std::filesystem::temp_directory_path() /
+                            ("tollgate-it-key-" + std::to_string(getpid()) + "-" + std::to_string(i)));
+  }
+}
+
+// A node missing from the peers file is ignored until the file lists it; the daemons re-read the
+// file by themselves.
+TEST(ClusterMembership, PeersFileChangesTakeEffectWithoutRestart) {
+  Cluster c(3, Combo{"gossip", "udp", "static"}, kSlowRules, {}, /*listed=*/2);
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); }));
+  EXPECT_EQ(c.state_of(0, 2), "");
+  EXPECT_TRUE(eventually([&] { return c.stat(0, "gossip_dropped_unknown_sender") > 0; }, 5s));
+  c.write_peers(3);
+  EXPECT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); }, 10s));
+  ASSERT_TRUE(c.client(2).check("k", 7).allowed);
+  EXPECT_TRUE(eventually([&] { return c.remaining(0, "k") == 993; }, 5s));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, ClusterTest,

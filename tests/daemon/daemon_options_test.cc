@@ -1,0 +1,123 @@
+#include "daemon/daemon_options.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace tollgate {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Parsed {
+  std::optional<int> exit_code;
+  DaemonOptions options;
+  std::string stderr_text;
+};
+
+Parsed parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "tollgated");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  Parsed p;
+  ::testing::internal::CaptureStderr();
+  p.exit_code = parse_daemon_options(int(argv.size()), argv.data(), &p.options);
+  p.stderr_text = ::testing::internal::GetCapturedStderr();
+  return p;
+}
+
+class DaemonOptionsTest : public ::testing::Test {
+ protected:
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tollgate-opts-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(DaemonOptionsTest, FlagsAloneWithDefaults) {
+  const Parsed p = parse({"--rules", "r.yaml", "--peers-file", "peers.txt", "--bind", "127.0.0.1:7000"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
+  EXPECT_EQ(p.options.node_id, "127.0.0.1:7000");  // defaults to the bind address
+  EXPECT_EQ(p.options.mode, DisseminationMode::kGossip);
+  EXPECT_EQ(p.options.transport, TransportKind::kUdp);
+  EXPECT_EQ(p.options.interval_ns, 50 * kNanosPerMilli);
+  EXPECT_EQ(p.options.fanout, 3u);
+}
+
+TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
+  const std::string config = write("t.yaml",
+                                   "node-id: a\n"
+                                   "mode: mesh\n"
+                                   "transport: tcp\n"
+                                   "membership: heartbeat\n"
+                                   "seeds: [127.0.0.1:7001, 127.0.0.1:7002]\n"
+                                   "rules: r.yaml\n"
+                                   "interval: 100ms\n"
+                                   "fail-after: 3s\n");
+  const Parsed p = parse({"--config", config, "--mode", "gossip", "--interval", "20ms"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
+  EXPECT_EQ(p.options.node_id, "a");
+  EXPECT_EQ(p.options.mode, DisseminationMode::kGossip);  // the flag
+  EXPECT_EQ(p.options.transport, TransportKind::kTcp);    // the file
+  EXPECT_EQ(p.options.membership, MembershipKind::kHeartbeat);
+  EXPECT_EQ(p.options.seeds, (std::vector<std::string>{"127.0.0.1:7001", "127.0.0.1:7002"}));
+  EXPECT_EQ(p.options.interval_ns, 20 * kNanosPerMilli);
+  EXPECT_EQ(p.options.fail_after_ns, 3 * kNanosPerSecond);
+}
+
+TEST_F(DaemonOptionsTest, ConfigErrorsNameFileLineAndSetting) {
+  const std::string config = write("bad.yaml", "rules: r.yaml\nintervall: 50ms\n");
+  const Parsed p = parse({"--config", config, "--peers-file", "p"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.stderr_text.find(config + ":2:1: unknown setting \"intervall\""), std::string::npos) << p.stderr_text;
+
+  const std::string nested = write("nested.yaml", "rules: r.yaml\nmode:\n  kind: mesh\n");
+  const Parsed q = parse({"--config", nested, "--peers-file", "p"});
+  EXPECT_EQ(q.exit_code, 2);
+  EXPECT_NE(q.stderr_text.find(nested + ":3:"), std::string::npos) << q.stderr_text;
+}
+
+TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"--rules", "r", "--peers-file", "p", "--interval", "50"}, "missing unit"},
+      {{"--rules", "r", "--peers-file", "p", "--mode", "star"}, "--mode"},
+      {{"--rules", "r", "--peers-file", "p", "--bind", "nowhere"}, "expected host:port"},
+      {{"--rules", "r"}, "--membership static needs --peers-file"},
+      {{"--rules", "r", "--membership", "heartbeat"}, "needs --seeds"},
+      {{"--peers-file", "p"}, "--rules is required"},
+      {{"--rules", "r", "--peers-file", "p", "--fail-after", "60ms"}, "at least two --interval rounds"},
+      {{"--rules", "r", "--peers-file", "p", "--forget-after", "5s"}, "at least 15s"},
+      {{"--rules", "r", "--peers-file", "p", "--bogus"}, "bogus"},
+  };
+  for (const Case& c : cases) {
+    const Parsed p = parse(c.args);
+    EXPECT_TRUE(p.exit_code.has_value() && *p.exit_code != 0) << c.expected;
+    EXPECT_NE(p.stderr_text.find(c.expected), std::string::npos) << "expected \"" << c.expected << "\" in: " << p.stderr_text;
+  }
+}
+
+TEST_F(DaemonOptionsTest, HelpExitsZeroWithoutRunning) {
+  ::testing::internal::CaptureStdout();
+  const Parsed p = parse({"--help"});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(p.exit_code, 0);
+  EXPECT_NE(out.find("--partition-policy"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tollgate
