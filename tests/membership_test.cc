@@ -1,0 +1,137 @@
+// The membership state machine alone, with a fake clock: every transition of both kinds.
+#include "tollgate/membership.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace tollgate {
+namespace {
+
+constexpr int64_t kSec = kNanosPerSecond;
+
+MembershipOptions heartbeat_options() {
+  MembershipOptions o;
+  o.kind = MembershipKind::kHeartbeat;
+  o.fail_after_ns = 2 * kSec;
+  o.dead_after_ns = 4 * kSec;
+  o.forget_after_ns = 20 * kSec;
+  o.probe_interval_ns = 1 * kSec;
+  return o;
+}
+
+MemberRecord row(const std::string& id, uint64_t incarnation, uint64_t heartbeat, bool left = false) {
+  return {id, id + ":1", incarnation, heartbeat, left};
+}
+
+MemberState state(const Membership& m, const std::string& id) { return m.find(id)->state; }
+
+TEST(Membership, HeartbeatMembersGoSuspectDeadAndForgottenAsTheirHeartbeatStalls) {
+  Membership m("self", "self:1", 1, heartbeat_options());
+  m.merge({row("b", 1, 5)}, 0);
+  EXPECT_EQ(state(m, "b"), MemberState::kAlive);
+  m.tick(2 * kSec - 1);
+  EXPECT_EQ(state(m, "b"), MemberState::kAlive);
+  m.tick(2 * kSec);
+  EXPECT_EQ(state(m, "b"), MemberState::kSuspect);
+  EXPECT_EQ(m.live().size(), 1u);  // suspects still get gossip: they may only be slow
+  m.tick(4 * kSec);
+  EXPECT_EQ(state(m, "b"), MemberState::kDead);
+  EXPECT_TRUE(m.live().empty());
+  std::vector<NodeId> forgotten;
+  m.tick(20 * kSec, &forgotten);
+  EXPECT_EQ(forgotten, std::vector<NodeId>{"b"});
+  EXPECT_EQ(m.find("b"), nullptr);
+  EXPECT_EQ(m.stats().forgotten, 1u);
+}
+
+TEST(Membership, AnAdvancingHeartbeatRevivesAndAStaleOneDoesNot) {
+  Membership m("self", "self:1", 1, heartbeat_options());
+  m.merge({row("b", 1, 5)}, 0);
+  m.tick(3 * kSec);
+  ASSERT_EQ(state(m, "b"), MemberState::kSuspect);
+  m.merge({row("b", 1, 5)}, 3 * kSec);  // the same heartbeat, relayed late: no news
+  EXPECT_EQ(state(m, "b"), MemberState::kSuspect);
+  m.merge({row("b", 1, 6)}, 3 * kSec);
+  EXPECT_EQ(state(m, "b"), MemberState::kAlive);
+  EXPECT_EQ(m.stats().recovered, 1u);
+}
+
+TEST(Membership, AHigherIncarnationWinsEvenWithALowerHeartbeat) {
+  Membership m("self", "self:1", 1, heartbeat_options());
+  m.merge({row("b", 1, 900)}, 0);
+  m.merge({row("b", 2, 1)}, kSec);
+  EXPECT_EQ(m.find("b")->incarnation, 2u);
+  EXPECT_EQ(m.find("b")->heartbeat, 1u);
+  EXPECT_EQ(m.stats().restarted, 1u);
+  m.merge({row("b", 1, 1000)}, kSec);  // the old life, relayed late
+  EXPECT_EQ(m.find("b")->incarnation, 2u);
+}
+
+TEST(Membership, AForgottenMemberIsNotResurrectedByAStaleRow) {
+  Membership m("self", "self:1", 1, heartbeat_options());
+  m.merge({row("b", 1, 5)}, 0);
+  m.tick(20 * kSec);
+  ASSERT_EQ(m.find("b"), nullptr);
+  m.merge({row("b", 1, 5)}, 21 * kSec);  // someone still gossips the old row
+  EXPECT_EQ(m.find("b"), nullptr);
+  m.merge({row("b", 2, 1)}, 22 * kSec);  // but a restarted b comes back
+  ASSERT_NE(m.find("b"), nullptr);
+  EXPECT_EQ(state(m, "b"), MemberState::kAlive);
+}
+
+TEST(Membership, DepartureIsRecordedAndNotCountedAsMissingCapacity) {
+  Membership m("self", "self:1", 1, heartbeat_options());
+  m.merge({row("b", 1, 5), row("c", 1, 5)}, 0);
+  m.merge({row("b", 1, 5, /*left=*/true)}, kSec);
+  EXPECT_EQ(state(m, "b"), MemberState::kLeft);
+  EXPECT_EQ(m.reachable_fraction(), (std::pair<uint32_t, uint32_t>{2, 2}));  // self + c
+  m.merge({row("d", 1, 1, /*left=*/true)}, kSec);  // never learn of a member by its departure
+  EXPECT_EQ(m.find("d"), nullptr);
+}
+
+TEST(Membership, StaticPeersStartUnreachableAreProbedAndNeverForgotten) {
+  MembershipOptions o;
+  o.kind = MembershipKind::kStatic;
+  o.fail_after_ns = 2 * kSec;
+  o.probe_interval_ns = kSec;
+  Membership m("a", "a:1", 1, o);
+  m.set_peers({{"a", "a:1"}, {"b", "b:1"}}, 0);
+  EXPECT_EQ(state(m, "b"), MemberState::kUnreachable);
+  EXPECT_EQ(m.due_probes(0), std::vector<std::string>{"b:1"});
+  EXPECT_TRUE(m.due_probes(kSec / 2).empty());
+  EXPECT_EQ(m.due_probes(kSec), std::vector<std::string>{"b:1"});
+  m.merge({row("b", 1, 1)}, kSec);
+  EXPECT_EQ(state(m, "b"), MemberState::kAlive);
+  m.tick(100 * kSec);
+  EXPECT_EQ(state(m, "b"), MemberState::kUnreachable);  // never dead, never forgotten
+  EXPECT_TRUE(m.accepts_sender("b"));
+  EXPECT_FALSE(m.accepts_sender("stranger"));
+  m.merge({row("stranger", 1, 1)}, 100 * kSec);
+  EXPECT_EQ(m.find("stranger"), nullptr);
+  EXPECT_EQ(m.stats().unknown_rows, 1u);
+  std::vector<NodeId> removed;
+  m.set_peers({{"a", "a:1"}}, 100 * kSec, &removed);
+  EXPECT_EQ(removed, std::vector<NodeId>{"b"});
+  EXPECT_FALSE(m.accepts_sender("b"));
+}
+
+TEST(Membership, RowsRotateUnderTheCapAndAlwaysLeadWithOurOwn) {
+  MembershipOptions o = heartbeat_options();
+  o.max_rows_per_message = 4;
+  Membership m("self", "self:1", 1, o);
+  std::vector<MemberRecord> rows;
+  for (int i = 0; i < 9; ++i) rows.push_back(row("n" + std::to_string(i), 1, 1));
+  m.merge(rows, 0);
+  std::set<std::string> seen;
+  for (int message = 0; message < 3; ++message) {
+    const auto out = m.rows_for_message();
+    ASSERT_EQ(out.size(), 4u);
+    EXPECT_EQ(out[0].id, "self");
+    for (size_t i = 1; i < out.size(); ++i) seen.insert(out[i].id);
+  }
+  EXPECT_EQ(seen.size(), 9u);  // three messages of three rows cover all nine members
+}
+
+}  // namespace
+}  // namespace tollgate
