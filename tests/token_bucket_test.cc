@@ -172,6 +172,22 @@ TEST(TokenBucket, ClampToANewLimitKeepsTheBalanceInRange) {
   EXPECT_EQ(full.raw_balance_microtokens(), 10 * kMicrotokensPerToken);
 }
 
+TEST(TokenBucket, ScaledRatesSurviveGapsOfCenturies) {
+  // The proportional policy multiplies a rule's tokens by up to ~4096 (reachable members); an
+  // idle gap then must not overflow the 128-bit refill product.
+  const Limit huge{Rate{kMaxTokens * 4096, kNanosPerSecond * 4096}, kMaxTokens, kMaxTokens};
+  TokenBucket b(huge, 0);
+  b.consume_remote(huge, 2 * kMaxTokens, 0);
+  EXPECT_EQ(b.balance_microtokens(huge, 0), -kMaxTokens * kMicrotokensPerToken);
+  EXPECT_EQ(b.balance_microtokens(huge, INT64_MAX / 2), kMaxTokens * kMicrotokensPerToken);
+  const Limit slow{Rate{4096, 3600 * kNanosPerSecond * 4096}, kMaxTokens, 0};  // 1/h, scaled
+  TokenBucket s(slow, 0);
+  ASSERT_TRUE(s.try_acquire(slow, kMaxTokens, 0).allowed);
+  const int64_t t = (int64_t(1) << 62);  // ~146 years: 1,280,000-odd hours of refill
+  EXPECT_EQ(s.balance_microtokens(slow, t), (t / (3600 * kNanosPerSecond)) * kMicrotokensPerToken +
+                                                (t % (3600 * kNanosPerSecond)) * kMicrotokensPerToken / (3600 * kNanosPerSecond));
+}
+
 TEST(ManualClock, MovesOnlyForward) {
   ManualClock clock(100);
   clock.advance_ns(50);

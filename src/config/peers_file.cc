@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "read_file.h"
 #include "tollgate/config_error.h"
 
 namespace tollgate {
@@ -64,11 +65,7 @@ std::vector<PeerSpec> parse_peers(std::string_view text, const std::string& sour
 }
 
 std::vector<PeerSpec> load_peers_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path, 0, 0, std::string("cannot read peers file: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_peers(text.str(), path);
+  return parse_peers(read_config_file(path, "peers file"), path);
 }
 
 }  // namespace tollgate

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "read_file.h"
+
 namespace tollgate {
 namespace {
 
@@ -149,11 +151,7 @@ std::shared_ptr<const RuleSet> parse_rules(std::string_view text, const std::str
 }
 
 std::shared_ptr<const RuleSet> load_rules_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path, 0, 0, std::string("cannot read rules file: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_rules(text.str(), path);
+  return parse_rules(read_config_file(path, "rules file"), path);
 }
 
 }  // namespace tollgate

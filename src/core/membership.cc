@@ -165,7 +165,8 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
     }
     v.incarnation = r.incarnation;
     v.heartbeat = std::max(v.heartbeat, r.heartbeat);
-    if (!r.address.empty()) v.address = r.address;
+    // Static membership: the peers file says where a member is; its own claim does not move it.
+    if (!r.address.empty() && options_.kind == MembershipKind::kHeartbeat) v.address = r.address;
     v.last_heard_ns = now;
     if (r.left) {
       m->left = true;

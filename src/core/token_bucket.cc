@@ -52,6 +52,17 @@ void TokenBucket::refill(const Limit& limit, MonoNanos now_ns) {
     last_ns_ = now_ns;
     return;
   }
+  // elapsed * tokens * 10^6 fits 128 bits for rates up to kMaxTokens (see limit.h). A rate scaled
+  // by the proportional policy may be up to ~4096 times larger, so very long gaps are credited
+  // in steps of 2^53 ns (104 days), which keeps every product in range and the sum exact.
+  constexpr int64_t kStepNs = int64_t(1) << 53;
+  while (now_ns - last_ns_ > kStepNs && balance_ < cap) refill(limit, last_ns_ + kStepNs);
+  if (balance_ >= cap) {
+    balance_ = cap;
+    remainder_ = 0;
+    last_ns_ = now_ns;
+    return;
+  }
   const Wide acc = Wide(now_ns - last_ns_) * limit.rate.tokens * kMicrotokensPerToken + remainder_;
   // 128-bit division is a library call several times slower than the 64-bit instruction; the
   // accumulator fits 64 bits unless a bucket sat partly empty for a very long time.

@@ -8,6 +8,7 @@
 
 #include "api/api_server.h"
 #include "api/endpoint.h"
+#include "bind_address.h"
 #include "fault_injection.h"
 #include "tcp_transport.h"
 #include "tollgate/codec.h"
@@ -35,12 +36,11 @@ uint64_t incarnation_from_wall_clock() {
 }
 
 bool is_loopback_bind(const std::string& bind) {
-  std::string host;
-  uint16_t port = 0;
-  if (!split_host_port(bind, &host, &port, nullptr, true)) return false;
-  boost::system::error_code ec;
-  const auto ip = boost::asio::ip::make_address(host, ec);
-  return !ec && ip.is_loopback();
+  try {
+    return parse_bind_address(bind).first.is_loopback();
+  } catch (const std::runtime_error&) {
+    return false;  // the transport reports the bad address when it binds
+  }
 }
 
 }  // namespace
@@ -73,9 +73,9 @@ Daemon::Daemon(DaemonOptions options)
     endpoints.push_back(*ep);
   }
   if (keys.empty() && !all_loopback) {
-    spdlog::warn("gossip is not authenticated (no --cluster-key-file) and {} is not a loopback address: anyone who "
-                 "can reach it can charge or free any bucket",
-                 options_.bind);
+    spdlog::warn("gossip is not authenticated (no --cluster-key-file) and this daemon listens on addresses that "
+                 "are not loopback (--bind {}, --listen {}): anyone who can reach them can charge any bucket",
+                 options_.bind, fmt::join(options_.listen, ","));
   }
 
   if (options_.transport == TransportKind::kUdp) {
@@ -160,6 +160,14 @@ void Daemon::reload_rules() {
   } catch (const std::exception& e) {
     spdlog::error("rules not reloaded, the previous rules stay in force: {}", e.what());
   }
+  // The cluster key file too: each step of a key rotation is a SIGHUP on every node.
+  if (options_.cluster_key_file.empty()) return;
+  try {
+    faults_->set_cluster_keys(load_cluster_keys(options_.cluster_key_file));
+    spdlog::info("cluster keys reloaded from {}", options_.cluster_key_file);
+  } catch (const std::exception& e) {
+    spdlog::error("cluster keys not reloaded, the previous keys stay in force: {}", e.what());
+  }
 }
 
 void Daemon::reload_peers_if_changed() {
@@ -239,6 +247,13 @@ StatsReport Daemon::stats() {
   add("seqs_abandoned", l.abandoned);
   add("ledger_origins", l.origins);
   add("ledger_bytes", l.bytes);
+  const MembershipStats& m = node_->membership().stats();
+  add("members_joined", m.joined);
+  add("members_failed", m.failed);
+  add("members_recovered", m.recovered);
+  add("members_restarted", m.restarted);
+  add("members_forgotten", m.forgotten);
+  add("members_unknown_rows", m.unknown_rows);
   add("gossip_messages_sent", n.messages_sent);
   add("gossip_messages_received", n.messages_received);
   add("gossip_dropped_unknown_sender", n.dropped_unknown_sender);
@@ -254,6 +269,7 @@ StatsReport Daemon::stats() {
   add("transport_send_errors", t.send_errors);
   add("transport_send_dropped", t.send_dropped);
   add("transport_unresolved", t.unresolved);
+  add("transport_encode_dropped", t.encode_dropped);
   for (const auto& [reason, count] : t.dropped) add("transport_dropped_" + reason, count);
   const FaultStats& f = faults_->fault_stats();
   add("faults_dropped_to", f.dropped_to);

@@ -33,8 +33,9 @@ class Daemon final : public ApiHandler {
   explicit Daemon(DaemonOptions options);
   ~Daemon() override;
 
-  // Serves until SIGTERM or SIGINT (then announces that it leaves, answers what is in flight,
-  // removes its socket files and returns 0).
+  // Serves until SIGTERM or SIGINT, then announces that it leaves, closes the client API
+  // (checks already answered are written; requests still unread are not), removes its socket
+  // files and returns 0. SIGHUP reloads the rules and the cluster key file.
   int run();
 
   // ApiHandler, called on the io thread.

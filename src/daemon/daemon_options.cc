@@ -104,11 +104,12 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   app.set_config("--config", "", "YAML config file; its keys are the long flag names (e.g. `mode: mesh`)");
   app.config_formatter(std::make_shared<YamlConfig>(&app));
   app.add_option("--node-id", o->node_id, "This node's id in the cluster (default: the --bind address)");
-  app.add_option("--bind", o->bind, "Gossip address, UDP and TCP on this port")->check(address_check());
+  app.add_option("--bind", o->bind,
+                 "Gossip address (an IP peers can reach, never 0.0.0.0): the --transport listens on this port")->check(address_check());
   app.add_option("--listen", o->listen,
                  "Client API endpoint: unix:PATH (mode 0660) or tcp:HOST:PORT (loopback advised); repeatable")
       ->delimiter(',');
-  app.add_option("--rules", o->rules_file, "YAML rules file (see config/rules.yaml); reloaded on SIGHUP")->required();
+  app.add_option("--rules", o->rules_file, "YAML rules file (see config/rules.yaml); SIGHUP reloads it")->required();
   app.add_option("--mode", mode, "Dissemination: gossip (fan-out to random peers) or mesh (everyone)")
       ->check(CLI::IsMember({"gossip", "mesh"}));
   app.add_option("--transport", transport, "Gossip transport: udp or tcp")->check(CLI::IsMember({"udp", "tcp"}));
@@ -125,11 +126,13 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "reachable/known members")
       ->check(CLI::IsMember({"open", "proportional"}));
   app.add_option("--cluster-key-file", o->cluster_key_file,
-                 "Shared secret(s) authenticating gossip (HMAC-SHA256): one or two hex keys, the first signs")
+                 "Shared secret(s) authenticating gossip (HMAC-SHA256): one or two hex keys, the first signs; "
+                 "SIGHUP reloads it")
       ->check(CLI::ExistingFile);
   app.add_option("--log-level", o->log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
-  app.add_option("--max-datagram", o->max_datagram, "UDP: largest datagram sent, in bytes")->check(CLI::Range(1232, 65000));
+  app.add_option("--max-datagram", o->max_datagram,
+                 "Largest UDP datagram sent, in bytes; also sizes sealed batches (use one value cluster-wide)")->check(CLI::Range(1232, 65000));
   app.add_option("--fail-after", fail_after, "A member silent this long is suspect (heartbeat) or unreachable (static)")
       ->check(duration_check());
   app.add_option("--forget-after", forget_after, "Heartbeat: a dead member is forgotten after this long")

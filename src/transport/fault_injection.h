@@ -30,6 +30,7 @@ class FaultInjectingTransport final : public Transport {
 
   void send(const std::string& address, const GossipMessagePtr& message) override;
   void set_receiver(Receiver receiver) override;
+  void set_cluster_keys(ClusterKeys keys) override { inner_.set_cluster_keys(std::move(keys)); }
   void stop() override;
   TransportStats stats() const override { return inner_.stats(); }
 

@@ -7,6 +7,7 @@
 #include <deque>
 #include <stdexcept>
 
+#include "bind_address.h"
 #include "tollgate/codec.h"
 #include "tollgate/peers_file.h"
 
@@ -175,13 +176,9 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
 
 TcpTransport::TcpTransport(boost::asio::io_context& io, const std::string& bind, ClusterKeys keys, TcpTransportOptions options)
     : io_(io), acceptor_(io), keys_(std::move(keys)), options_(options), jitter_(std::random_device{}()) {
-  std::string host, why;
-  uint16_t port = 0;
-  if (!split_host_port(bind, &host, &port, &why, /*allow_port_zero=*/true)) throw std::runtime_error("--bind " + why);
-  boost::system::error_code ec;
-  const auto ip = boost::asio::ip::make_address(host, ec);
-  if (ec) throw std::runtime_error("--bind " + bind + ": host must be an IP address (" + ec.message() + ")");
+  const auto [ip, port] = parse_bind_address(bind);
   const tcp::endpoint ep(ip, port);
+  boost::system::error_code ec;
   acceptor_.open(ep.protocol(), ec);
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_.bind(ep, ec);
@@ -241,7 +238,9 @@ void TcpTransport::deliver(std::string_view frame) {
 std::shared_ptr<const std::vector<std::string>> TcpTransport::encoded(const GossipMessagePtr& message) {
   if (message != last_message_) {
     last_message_ = message;
-    last_encoded_ = std::make_shared<const std::vector<std::string>>(encode_frames(*message, keys_, options_.max_frame_bytes));
+    EncodeStats encode_stats;
+    last_encoded_ = std::make_shared<const std::vector<std::string>>(encode_frames(*message, keys_, options_.max_frame_bytes, &encode_stats));
+    stats_.encode_dropped += encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
   }
   return last_encoded_;
 }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "tollgate/cluster_key.h"
 #include "tollgate/message.h"
 #include "tollgate/node.h"
 
@@ -24,12 +25,16 @@ struct TransportStats {
   uint64_t send_errors = 0;       // the kernel refused, or no route
   uint64_t send_dropped = 0;      // a queue was full, or the peer was not connected
   uint64_t unresolved = 0;        // sends to an address that could not be resolved
-  // Received and dropped, by decode error name ("bad mac", "unknown version", ...).
+  // Received and dropped, by decode_error_name() ("bad_mac", "unknown_version", ...); a reason
+  // appears once it has happened.
+  uint64_t encode_dropped = 0;    // batches, rows or digest origins the encoder left out (codec.h)
   std::vector<std::pair<std::string, uint64_t>> dropped;
 };
 
 class Transport : public Outbox {
  public:
+  // Replaces the cluster keys (a rotation step, on SIGHUP): takes effect for the next message.
+  virtual void set_cluster_keys(ClusterKeys keys) = 0;
   using Receiver = std::function<void(GossipMessage&&)>;
   // Delivers every message that decodes and authenticates. Set before the first message.
   virtual void set_receiver(Receiver receiver) = 0;

@@ -3,6 +3,7 @@
 #include <boost/asio/ip/udp.hpp>
 #include <stdexcept>
 
+#include "bind_address.h"
 #include "tollgate/codec.h"
 #include "tollgate/peers_file.h"
 
@@ -18,12 +19,8 @@ using boost::asio::ip::udp;
 
 UdpTransport::UdpTransport(boost::asio::io_context& io, const std::string& bind, ClusterKeys keys, size_t max_datagram)
     : io_(io), socket_(io), keys_(std::move(keys)), max_datagram_(max_datagram), buffer_(new char[kReceiveBuffer]) {
-  std::string host, why;
-  uint16_t port = 0;
-  if (!split_host_port(bind, &host, &port, &why, /*allow_port_zero=*/true)) throw std::runtime_error("--bind " + why);
+  const auto [address, port] = parse_bind_address(bind);
   boost::system::error_code ec;
-  const auto address = boost::asio::ip::make_address(host, ec);
-  if (ec) throw std::runtime_error("--bind " + bind + ": host must be an IP address (" + ec.message() + ")");
   const udp::endpoint ep(address, port);
   socket_.open(ep.protocol(), ec);
   if (!ec) socket_.bind(ep, ec);
@@ -76,7 +73,9 @@ bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) 
 std::shared_ptr<const std::vector<std::string>> UdpTransport::encoded(const GossipMessagePtr& message) {
   if (message != last_message_) {
     last_message_ = message;
-    last_encoded_ = std::make_shared<const std::vector<std::string>>(encode_datagrams(*message, keys_, max_datagram_));
+    EncodeStats encode_stats;
+    last_encoded_ = std::make_shared<const std::vector<std::string>>(encode_datagrams(*message, keys_, max_datagram_, &encode_stats));
+    stats_.encode_dropped += encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
   }
   return last_encoded_;
 }

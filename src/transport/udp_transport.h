@@ -27,6 +27,10 @@ class UdpTransport final : public Transport {
 
   void send(const std::string& address, const GossipMessagePtr& message) override;
   void set_receiver(Receiver receiver) override { receiver_ = std::move(receiver); }
+  void set_cluster_keys(ClusterKeys keys) override {
+    keys_ = std::move(keys);
+    last_message_.reset();  // encoded under the old key
+  }
   void stop() override;
   TransportStats stats() const override;
 
