@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -35,6 +36,7 @@ class VirtualCluster : public Outbox {
     Limit limit = Limit{Rate{1, 3600 * kNanosPerSecond}, 1'000'000, 1'000'000};
     uint64_t seed = 1;
     size_t fanout = 3;
+    size_t max_batches_per_message = 128;
   };
 
   explicit VirtualCluster(Config c) : config_(c), random_(c.seed), rng_(c.seed) {
@@ -62,6 +64,7 @@ class VirtualCluster : public Outbox {
     o.mode = config_.mode;
     o.partition_policy = config_.policy;
     o.fanout = config_.fanout;
+    o.max_batches_per_message = config_.max_batches_per_message;
     o.membership.kind = config_.membership;
     if (config_.membership == MembershipKind::kHeartbeat) o.seeds = {address(0)};
     if (nodes_.size() <= i) nodes_.resize(i + 1);
@@ -71,7 +74,11 @@ class VirtualCluster : public Outbox {
   }
   void crash(size_t i) { crashed_.insert(i); }
 
-  void send(const std::string& to, const GossipMessagePtr& m) override { in_flight_.push_back({to, m}); }
+  void send(const std::string& to, const GossipMessagePtr& m) override {
+    largest_batch_count_ = std::max(largest_batch_count_, m->digest ? 0 : m->batches.size());
+    in_flight_.push_back({to, m});
+  }
+  size_t largest_batch_count() const { return largest_batch_count_; }
 
   // One round: every live node ticks, then every message is delivered (or lost).
   void round() {
@@ -144,6 +151,7 @@ class VirtualCluster : public Outbox {
   std::set<std::pair<size_t, size_t>> blocked_;
   std::vector<std::pair<std::string, GossipMessagePtr>> in_flight_;
   double loss_ = 0;
+  size_t largest_batch_count_ = 0;  // batches in the largest gossip message (repairs excluded)
   MonoNanos now_ = 0;
   uint64_t sent_ = 0;
 };
@@ -177,6 +185,26 @@ TEST(Node, GossipReachesEveryNodeWithinLogNRounds) {
     EXPECT_LE(rounds, bound) << "N = " << n;
     c.rounds(100);  // retransmits and relays must never charge twice
     for (size_t i = 0; i < n; ++i) EXPECT_EQ(c.charged(i, "k"), 1) << "node " << i << " of " << n;
+  }
+}
+
+TEST(Node, GossipMessagesCarryAtMostTheBatchBudgetAndEverythingStillArrives) {
+  VirtualCluster c({.nodes = 8, .mode = DisseminationMode::kGossip, .seed = 11, .max_batches_per_message = 4});
+  c.round();
+  int64_t admitted = 0;
+  for (int r = 0; r < 20; ++r) {
+    for (size_t i = 0; i < 8; ++i) {
+      // Different keys: every node seals a batch every round, far more than 4 per message.
+      if (c.node(i).check("k" + std::to_string(i), 1, c.now()).allowed) ++admitted;
+    }
+    c.round();
+  }
+  EXPECT_LE(c.largest_batch_count(), 4u);
+  c.rounds(60);  // retransmits, then push-pull for what the budget left behind
+  for (size_t i = 0; i < 8; ++i) {
+    int64_t total = 0;
+    for (size_t k = 0; k < 8; ++k) total += c.charged(i, "k" + std::to_string(k));
+    EXPECT_EQ(total, admitted) << "node " << i;
   }
 }
 

@@ -70,6 +70,10 @@ struct NodeOptions {
   size_t max_batch_entries = 32;
   // Gossip: batches held for retransmission at most; the oldest go first (push-pull repairs them).
   size_t max_queued_batches = 4096;
+  // Gossip: batches per message at most, newest first (as memberlist's transmit-limited queue):
+  // a batch only spends a retransmit when it is actually sent, so under heavy traffic old news
+  // waits (or is repaired by push-pull) instead of every message carrying the whole queue.
+  size_t max_batches_per_message = 128;
   // Push-pull answers carry at most this many batches; the next exchange sends the rest.
   size_t max_repair_batches = 512;
   size_t sweep_per_round = 256;  // idle keys examined per round

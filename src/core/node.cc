@@ -104,10 +104,11 @@ void Node::tick(MonoNanos now) {
       const size_t k = std::min(options_.fanout, idx.size());
       for (size_t i = 0; i < k; ++i) std::swap(idx[i], idx[i + random_.below(idx.size() - i)]);
       std::vector<BatchPtr> batches;
-      batches.reserve(queue_.size());
-      for (Queued& q : queue_) {
-        batches.push_back(q.batch);
-        --q.transmits_left;
+      const size_t take = std::min(queue_.size(), options_.max_batches_per_message);
+      batches.reserve(take);
+      for (auto it = queue_.rbegin(); batches.size() < take; ++it) {
+        batches.push_back(it->batch);
+        --it->transmits_left;
       }
       std::erase_if(queue_, [](const Queued& q) { return q.transmits_left == 0; });
       const GossipMessagePtr m = message(std::move(batches));
