@@ -1,0 +1,114 @@
+// A tollgate-sim scenario: the cluster, the load and a timeline of faults, read from a YAML file
+// in sim/scenarios/ (every field may be overridden on the command line).
+//
+//   name: partition-halves
+//   nodes: 8
+//   mode: gossip              # mesh | gossip
+//   transport: udp            # udp | tcp (the virtual back end models both as datagrams)
+//   membership: static        # static | heartbeat
+//   policy: open              # open | proportional
+//   interval: 50ms
+//   fanout: 3
+//   duration: 60s
+//   seed: 1
+//   network: {latency: 1ms-5ms, loss: 0%, duplicate: 0%}
+//   rules:                    # the rules file's own format, inline
+//     rules:
+//       - {match: "k*", rate: 100/s, burst: 100}
+//   load:
+//     rate: 500/s             # checks offered per second, whole cluster
+//     keys: 1                 # distinct keys "k0".."k{N-1}"
+//     distribution: uniform   # uniform | zipf (popularity of keys; zipf exponent 1.0)
+//     spread: uniform         # uniform | skewed (node i gets weight 1/(i+1)) | one (all on node 0)
+//     cost: 1
+//   timeline:
+//     - partition 0-3|4-7 at 10s for 20s
+//     - loss 20% from 5s               # (optionally "for 10s")
+//     - crash node 3 at 10s, restart at 20s
+//     - join 2 nodes at 30s
+//
+// Phases: the timeline cuts the run into named phases, in time order: "steady" before the first
+// event, then one per event ("partition", "loss", "crashed", "joined"), and after an event with an
+// end ("for", "restart at") "healed", "loss-over" or "restarted".
+#ifndef TOLLGATE_SIM_SCENARIO_H_
+#define TOLLGATE_SIM_SCENARIO_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tollgate/clock.h"
+#include "tollgate/membership.h"
+#include "tollgate/node.h"
+
+namespace tollgate::sim {
+
+struct LoadSpec {
+  double rate_per_sec = 100;
+  size_t keys = 1;
+  enum class Distribution : uint8_t { kUniform, kZipf } distribution = Distribution::kUniform;
+  enum class Spread : uint8_t { kUniform, kSkewed, kOne } spread = Spread::kUniform;
+  int64_t cost = 1;
+};
+
+struct NetworkSpec {
+  int64_t latency_min_ns = 1 * kNanosPerMilli;
+  int64_t latency_max_ns = 5 * kNanosPerMilli;  // uniform in [min, max]: reorders messages
+  double loss = 0;                              // baseline, before any `loss` event
+  double duplicate = 0;
+};
+
+struct Event {
+  enum class Kind : uint8_t { kPartition, kLoss, kCrash, kJoin };
+  Kind kind = Kind::kPartition;
+  int64_t at_ns = 0;
+  std::optional<int64_t> until_ns;          // partition/loss "for D"; crash "restart at T"
+  std::vector<std::vector<size_t>> groups;  // kPartition: node indices on each side
+  double loss = 0;                          // kLoss: probability
+  size_t node = 0;                          // kCrash: which node
+  size_t count = 0;                         // kJoin: how many new nodes
+  std::string text;                         // as written, for messages
+};
+
+struct Phase {
+  std::string name;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+
+struct Scenario {
+  std::string name;
+  size_t nodes = 8;
+  DisseminationMode mode = DisseminationMode::kGossip;
+  std::string transport = "udp";
+  MembershipKind membership = MembershipKind::kStatic;
+  PartitionPolicy policy = PartitionPolicy::kOpen;
+  int64_t interval_ns = 50 * kNanosPerMilli;
+  size_t fanout = 3;
+  int64_t duration_ns = 30 * kNanosPerSecond;
+  uint64_t seed = 1;
+  NetworkSpec network;
+  std::string rules_yaml;  // the `rules:` block, re-serialized in the rules file's format
+  LoadSpec load;
+  std::vector<Event> timeline;  // sorted by at_ns
+
+  // The phases the timeline cuts [0, duration) into, in order, covering it without gaps.
+  std::vector<Phase> phases() const;
+};
+
+// Parses a scenario; `source` names it in errors (ConfigError "file:line:col: problem"). Unknown
+// fields, bad durations/percentages/rates, node indices out of range and overlapping partition
+// groups are errors.
+Scenario parse_scenario(std::string_view text, const std::string& source);
+Scenario load_scenario_file(const std::string& path);
+
+// Parses one timeline line ("partition 0-3|4-7 at 10s for 20s"), for `nodes` nodes. Throws
+// std::invalid_argument saying what was expected.
+Event parse_event(std::string_view line, size_t nodes);
+
+}  // namespace tollgate::sim
+
+#endif  // TOLLGATE_SIM_SCENARIO_H_

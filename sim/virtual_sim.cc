@@ -1,0 +1,412 @@
+#include "virtual_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <deque>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "oracle.h"
+#include "tollgate/node.h"
+#include "tollgate/random.h"
+
+namespace tollgate::sim {
+
+double PhaseStats::convergence_ms(double p) const {
+  if (convergence_ns.empty()) return -1;
+  std::vector<int64_t> v = convergence_ns;
+  const size_t idx = std::min(v.size() - 1, size_t(std::ceil(p / 100.0 * double(v.size()))) - (p > 0 ? 1 : 0));
+  std::nth_element(v.begin(), v.begin() + long(idx), v.end());
+  return double(v[idx]) / double(kNanosPerMilli);
+}
+
+namespace {
+
+constexpr int64_t kSeriesStepNs = 100 * kNanosPerMilli;
+
+// Approximate wire size of a message (protobuf-like: a few bytes of framing per field), so the
+// cost figures compare modes without paying for real encoding of millions of messages.
+uint64_t estimated_bytes(const GossipMessage& m) {
+  uint64_t b = 48 + m.sender.size() + m.sender_address.size();  // envelope, version, MAC, header
+  for (const BatchPtr& batch : m.batches) {
+    b += 8 + batch->origin.size() + 12;
+    for (const ConsumptionEntry& e : batch->entries) b += 4 + e.key.size() + 4;
+  }
+  for (const MemberRecord& r : m.members) b += 8 + r.id.size() + r.address.size() + 12;
+  if (m.digest) {
+    for (const OriginDigest& o : m.digest->origins) b += 8 + o.origin.size() + 2 * 48;
+  }
+  return b;
+}
+
+double uniform01(Random& r) { return double(r.next_u64() >> 11) * 0x1.0p-53; }
+
+class Simulation {
+ public:
+  Simulation(const Scenario& s, std::shared_ptr<const RuleSet> rules)
+      : s_(s), rules_(std::move(rules)), oracle_(rules_), net_rng_(s.seed * 3 + 1), load_rng_(s.seed * 3 + 2),
+        node_rng_(s.seed * 3 + 3) {
+    for (const Phase& p : s_.phases()) {
+      PhaseStats ps;
+      ps.name = p.name;
+      ps.start_ns = p.start_ns;
+      ps.end_ns = p.end_ns;
+      result_.phases.push_back(ps);
+    }
+    result_.total.name = "total";
+    result_.total.end_ns = s_.duration_ns;
+    if (!rules_->rules().empty()) {
+      const Rate& r = rules_->rules()[0].limit.rate;
+      result_.limit_per_sec = double(r.tokens) * double(kNanosPerSecond) / double(r.period_ns);
+    }
+    loss_ = s_.network.loss;
+    // Key popularity: cumulative weights, uniform or Zipf(1).
+    key_cdf_.resize(std::max<size_t>(1, s_.load.keys));
+    double acc = 0;
+    for (size_t k = 0; k < key_cdf_.size(); ++k) {
+      acc += s_.load.distribution == LoadSpec::Distribution::kZipf ? 1.0 / double(k + 1) : 1.0;
+      key_cdf_[k] = acc;
+      keys_.push_back("k" + std::to_string(k));
+    }
+    for (size_t i = 0; i < s_.nodes; ++i) add_node();
+    for (size_t i = 0; i < nodes_.size(); ++i) start_node(i, 1);
+    schedule_next_check(0);
+    for (size_t e = 0; e < s_.timeline.size(); ++e) {
+      push(s_.timeline[e].at_ns, Kind::kEventStart, uint32_t(e));
+      if (s_.timeline[e].until_ns) push(*s_.timeline[e].until_ns, Kind::kEventEnd, uint32_t(e));
+    }
+  }
+
+  SimResult run() {
+    while (!queue_.empty()) {
+      Item it = queue_.top();
+      if (it.t >= s_.duration_ns) break;
+      queue_.pop();
+      now_ = it.t;
+      switch (it.kind) {
+        case Kind::kTick: tick(it.node, it.epoch); break;
+        case Kind::kDeliver: deliver(it.node, it.epoch, it.message); break;
+        case Kind::kCheck: check(); break;
+        case Kind::kEventStart: event_start(s_.timeline[it.node]); break;
+        case Kind::kEventEnd: event_end(s_.timeline[it.node]); break;
+      }
+    }
+    now_ = s_.duration_ns;
+    account_alive(now_);
+    result_.unconverged += tracks_.size();
+    count_under_admission();
+    return std::move(result_);
+  }
+
+ private:
+  enum class Kind : uint8_t { kTick, kDeliver, kCheck, kEventStart, kEventEnd };
+  struct Item {
+    int64_t t;
+    uint64_t order;  // ties resolved by insertion order: deterministic
+    Kind kind;
+    uint32_t node;
+    uint64_t epoch;
+    GossipMessagePtr message;
+    bool operator>(const Item& o) const { return t != o.t ? t > o.t : order > o.order; }
+  };
+  struct SimNode;
+  class SimOutbox final : public Outbox {
+   public:
+    SimOutbox(Simulation& sim, size_t index) : sim_(sim), index_(index) {}
+    void send(const std::string& address, const GossipMessagePtr& m) override { sim_.send(index_, address, m); }
+
+   private:
+    Simulation& sim_;
+    size_t index_;
+  };
+  struct SimNode {
+    std::string id, address;
+    std::unique_ptr<SimOutbox> outbox;
+    std::unique_ptr<Node> node;
+    bool up = false;
+    uint64_t epoch = 0;        // bumps at every crash/restart: stale events are ignored
+    uint64_t incarnation = 0;
+    double weight = 1;         // share of the load
+  };
+  // A batch on its way to every node: for convergence.
+  struct Track {
+    int64_t sealed_ns;
+    size_t remaining;  // live nodes that have not applied it yet
+    BatchPtr batch;    // held, so no other batch can take its address while it is tracked
+  };
+
+  void push(int64_t t, Kind k, uint32_t node, uint64_t epoch = 0, GossipMessagePtr m = nullptr) {
+    queue_.push(Item{t, order_++, k, node, epoch, std::move(m)});
+  }
+
+  void add_node() {
+    const size_t i = nodes_.size();
+    SimNode n;
+    n.id = "node-" + std::to_string(i);
+    n.address = "sim:" + std::to_string(i);
+    n.outbox = std::make_unique<SimOutbox>(*this, i);
+    switch (s_.load.spread) {
+      case LoadSpec::Spread::kUniform: n.weight = 1; break;
+      case LoadSpec::Spread::kSkewed: n.weight = 1.0 / double(i + 1); break;
+      case LoadSpec::Spread::kOne: n.weight = i == 0 ? 1 : 0; break;
+    }
+    index_of_[n.address] = i;
+    nodes_.push_back(std::move(n));
+    side_.push_back(0);
+  }
+
+  std::vector<PeerSpec> peers() const {
+    std::vector<PeerSpec> p;
+    for (const SimNode& n : nodes_) p.push_back({n.id, n.address});
+    return p;
+  }
+
+  void start_node(size_t i, uint64_t incarnation) {
+    account_alive(now_);
+    SimNode& n = nodes_[i];
+    NodeOptions o;
+    o.id = n.id;
+    o.address = n.address;
+    o.incarnation = incarnation;
+    o.mode = s_.mode;
+    o.partition_policy = s_.policy;
+    o.interval_ns = s_.interval_ns;
+    o.fanout = s_.fanout;
+    o.membership.kind = s_.membership;
+    if (s_.membership == MembershipKind::kHeartbeat) o.seeds = {nodes_[0].address};
+    n.node = std::make_unique<Node>(o, rules_, *n.outbox, node_rng_);
+    if (s_.membership == MembershipKind::kStatic) n.node->set_peers(peers(), now_);
+    n.up = true;
+    n.incarnation = incarnation;
+    ++n.epoch;
+    push(now_ + int64_t(node_rng_.below(uint64_t(s_.interval_ns))), Kind::kTick, uint32_t(i), n.epoch);
+  }
+
+  void tick(uint32_t i, uint64_t epoch) {
+    SimNode& n = nodes_[i];
+    if (!n.up || n.epoch != epoch) return;
+    n.node->tick(now_);
+    push(now_ + s_.interval_ns, Kind::kTick, i, epoch);
+  }
+
+  void send(size_t from, const std::string& address, const GossipMessagePtr& m) {
+    PhaseStats& ps = phase_at(now_);
+    const uint64_t bytes = estimated_bytes(*m);
+    ++ps.messages;
+    ps.bytes += bytes;
+    ++result_.total.messages;
+    result_.total.bytes += bytes;
+    // A batch its origin sends for the first time: start timing its spread.
+    for (const BatchPtr& b : m->batches) {
+      // Seqs grow within a life: a batch newer than the last one tracked is sent for the first time.
+      auto& last = last_tracked_[from];
+      if (b->origin != nodes_[from].id || std::pair(b->incarnation, b->seq) <= last) continue;
+      last = {b->incarnation, b->seq};
+      size_t live = 0;
+      for (const SimNode& n : nodes_) live += n.up ? 1 : 0;
+      tracks_.emplace(b.get(), Track{now_, live - 1, b});
+      if (live == 1) finish(b.get());
+    }
+    if (now_ >= next_track_sweep_ns_) {  // batches that never reach everyone (a crash, a partition)
+      next_track_sweep_ns_ = now_ + kNanosPerSecond;
+      std::erase_if(tracks_, [&](const auto& kv) {
+        const bool stale = kv.second.sealed_ns < now_ - 30 * kNanosPerSecond;
+        result_.unconverged += stale;
+        return stale;
+      });
+    }
+    auto it = index_of_.find(address);
+    if (it == index_of_.end()) return;
+    const size_t to = it->second;
+    if (side_[from] != side_[to]) return;
+    if (uniform01(net_rng_) < loss_) return;
+    const int copies = uniform01(net_rng_) < s_.network.duplicate ? 2 : 1;
+    for (int c = 0; c < copies; ++c) {
+      const int64_t span = s_.network.latency_max_ns - s_.network.latency_min_ns;
+      const int64_t latency = s_.network.latency_min_ns + (span > 0 ? int64_t(net_rng_.below(uint64_t(span) + 1)) : 0);
+      push(now_ + latency, Kind::kDeliver, uint32_t(to), nodes_[to].epoch, m);
+    }
+  }
+
+  void deliver(uint32_t to, uint64_t epoch, const GossipMessagePtr& m) {
+    SimNode& n = nodes_[to];
+    if (!n.up || n.epoch != epoch) return;  // crashed (or restarted) since it was sent
+    if (!tracks_.empty() && n.node->membership().accepts_sender(m->sender)) {
+      for (const BatchPtr& b : m->batches) {
+        auto t = tracks_.find(b.get());
+        if (t != tracks_.end() && b->origin != n.id && n.node->ledger().is_new(*b) && --t->second.remaining == 0) {
+          finish(b.get());
+        }
+      }
+    }
+    n.node->receive(*m, now_);
+  }
+
+  void finish(const Batch* b) {
+    auto t = tracks_.find(b);
+    phase_at(t->second.sealed_ns).convergence_ns.push_back(now_ - t->second.sealed_ns);
+    result_.total.convergence_ns.push_back(now_ - t->second.sealed_ns);
+    tracks_.erase(t);
+  }
+
+  void schedule_next_check(int64_t from) {
+    const double gap_s = -std::log(1.0 - uniform01(load_rng_)) / s_.load.rate_per_sec;
+    push(from + std::max<int64_t>(1, int64_t(gap_s * double(kNanosPerSecond))), Kind::kCheck, 0);
+  }
+
+  void check() {
+    schedule_next_check(now_);
+    // Which node: by weight among the live ones (a crashed host's service is down too).
+    double total = 0;
+    for (const SimNode& n : nodes_) total += n.up ? n.weight : 0;
+    if (total <= 0) return;
+    double pick = uniform01(load_rng_) * total;
+    size_t i = 0;
+    for (; i + 1 < nodes_.size(); ++i) {
+      if (!nodes_[i].up) continue;
+      if (pick < nodes_[i].weight) break;
+      pick -= nodes_[i].weight;
+    }
+    if (!nodes_[i].up) return;
+    const double k = uniform01(load_rng_) * key_cdf_.back();
+    const size_t key = size_t(std::upper_bound(key_cdf_.begin(), key_cdf_.end(), k) - key_cdf_.begin());
+    const std::string& name = keys_[std::min(key, keys_.size() - 1)];
+    const bool allowed = nodes_[i].node->check(name, s_.load.cost, now_).allowed;
+    const bool ideal = oracle_.admit(name, s_.load.cost, now_);
+    for (PhaseStats* ps : {&phase_at(now_), &result_.total}) {
+      ++ps->offered;
+      ps->admitted += allowed;
+      ps->oracle_admitted += ideal;
+    }
+    SeriesPoint& pt = series_at(now_);
+    pt.admitted += allowed;
+    pt.oracle_admitted += ideal;
+    if (pt.admitted_by_side.size() <= side_[i]) pt.admitted_by_side.resize(side_[i] + 1);
+    pt.admitted_by_side[side_[i]] += allowed;
+  }
+
+  void event_start(const Event& e) {
+    switch (e.kind) {
+      case Event::Kind::kPartition:
+        for (size_t g = 0; g < e.groups.size(); ++g) {
+          for (size_t i : e.groups[g]) {
+            if (i < side_.size()) side_[i] = g;
+          }
+        }
+        break;
+      case Event::Kind::kLoss: loss_ = e.loss; break;
+      case Event::Kind::kCrash:
+        if (e.node < nodes_.size() && nodes_[e.node].up) {
+          account_alive(now_);
+          nodes_[e.node].up = false;
+          ++nodes_[e.node].epoch;
+        }
+        break;
+      case Event::Kind::kJoin:
+        for (size_t c = 0; c < e.count; ++c) {
+          add_node();
+          start_node(nodes_.size() - 1, 1);
+        }
+        if (s_.membership == MembershipKind::kStatic) {  // the operator adds them to the peers file
+          for (SimNode& n : nodes_) {
+            if (n.up) n.node->set_peers(peers(), now_);
+          }
+        }
+        break;
+    }
+  }
+
+  void event_end(const Event& e) {
+    switch (e.kind) {
+      case Event::Kind::kPartition: std::fill(side_.begin(), side_.end(), 0); break;
+      case Event::Kind::kLoss: loss_ = s_.network.loss; break;
+      case Event::Kind::kCrash:
+        if (e.node < nodes_.size() && !nodes_[e.node].up) start_node(e.node, nodes_[e.node].incarnation + 1);
+        break;
+      case Event::Kind::kJoin: break;
+    }
+  }
+
+  // See PhaseStats::under: 1 s windows (ten series steps), cut at phase boundaries.
+  void count_under_admission() {
+    for (PhaseStats* p : phase_pointers()) {
+      uint64_t admitted = 0, oracle = 0;
+      int steps = 0;
+      auto flush = [&] {
+        p->under += oracle > admitted ? oracle - admitted : 0;
+        admitted = oracle = 0;
+        steps = 0;
+      };
+      for (const SeriesPoint& pt : result_.series) {
+        if (pt.t_ns < p->start_ns || pt.t_ns >= p->end_ns) continue;
+        admitted += pt.admitted;
+        oracle += pt.oracle_admitted;
+        if (++steps == 10) flush();
+      }
+      flush();
+    }
+  }
+  std::vector<PhaseStats*> phase_pointers() {
+    std::vector<PhaseStats*> out;
+    for (PhaseStats& p : result_.phases) out.push_back(&p);
+    out.push_back(&result_.total);
+    return out;
+  }
+
+  PhaseStats& phase_at(int64_t t) {
+    for (PhaseStats& p : result_.phases) {
+      if (t >= p.start_ns && t < p.end_ns) return p;
+    }
+    return result_.phases.empty() ? result_.total : result_.phases.back();
+  }
+
+  SeriesPoint& series_at(int64_t t) {
+    const size_t step = size_t(t / kSeriesStepNs);
+    while (result_.series.size() <= step) {
+      SeriesPoint p;
+      p.t_ns = int64_t(result_.series.size()) * kSeriesStepNs;
+      result_.series.push_back(p);
+    }
+    return result_.series[step];
+  }
+
+  // Adds live node-time since the last call to each phase it overlaps (for per-node rates).
+  void account_alive(int64_t until) {
+    size_t live = 0;
+    for (const SimNode& n : nodes_) live += n.up ? 1 : 0;
+    for (PhaseStats& p : result_.phases) {
+      const int64_t a = std::max(p.start_ns, alive_since_), b = std::min(p.end_ns, until);
+      if (b > a) p.node_seconds += double(live) * double(b - a) / double(kNanosPerSecond);
+    }
+    if (until > alive_since_) result_.total.node_seconds += double(live) * double(until - alive_since_) / double(kNanosPerSecond);
+    alive_since_ = until;
+  }
+
+  const Scenario& s_;
+  std::shared_ptr<const RuleSet> rules_;
+  Oracle oracle_;
+  SplitMix64 net_rng_, load_rng_, node_rng_;
+  std::vector<SimNode> nodes_;
+  std::unordered_map<std::string, size_t> index_of_;
+  std::vector<size_t> side_;  // partition side of each node (0 when none)
+  double loss_ = 0;
+  std::vector<double> key_cdf_;
+  std::vector<std::string> keys_;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_;
+  uint64_t order_ = 0;
+  int64_t now_ = 0;
+  int64_t alive_since_ = 0;
+  std::unordered_map<const Batch*, Track> tracks_;
+  std::unordered_map<size_t, std::pair<uint64_t, uint64_t>> last_tracked_;  // node -> (incarnation, seq)
+  int64_t next_track_sweep_ns_ = 0;
+  SimResult result_;
+};
+
+}  // namespace
+
+SimResult run_virtual(const Scenario& scenario, std::shared_ptr<const RuleSet> rules) {
+  return Simulation(scenario, std::move(rules)).run();
+}
+
+}  // namespace tollgate::sim
