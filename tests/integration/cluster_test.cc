@@ -89,7 +89,7 @@ class Cluster {
     for (size_t i = 0; i < n; ++i) {
       ClientOptions o;
       o.endpoint = "unix:" + socket_path(i);
-      o.deadline = 200ms;  // a loaded 2-core machine: a late answer must not read as a decision
+      o.deadline = 1s;  // a loaded 2-core machine (and ASan): a late answer must not read as a decision
       o.fail_open = false;
       clients_.push_back(std::make_unique<Client>(o));
     }
@@ -323,6 +323,7 @@ TEST(ClusterSecurity, GossipSignedWithAnotherKeyIsDroppedAndCounted) {
     return std::vector<std::string>{"--cluster-key-file", path.string()};
   });
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); }));
+  ASSERT_TRUE(eventually([&] { return c.remaining(2, "k") == 1000; }));  // node 2 is up and answering
   ASSERT_TRUE(c.client(2).check("k", 500).allowed);
   ASSERT_TRUE(c.client(0).check("k", 10).allowed);
   EXPECT_TRUE(eventually([&] { return c.remaining(1, "k") == 990; }, 5s));
