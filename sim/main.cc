@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Override: random seed (same seed, same output)");
   app.add_option("--json", json_path, "Write the summary as JSON to FILE");
   app.add_option("--csv", csv_path, "Write the 100 ms time series as CSV to FILE");
+  std::string plot_path;
+  app.add_option("--plot", plot_path, "Draw admitted vs oracle vs limit over time into FILE.png (gnuplot)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -75,6 +77,9 @@ int main(int argc, char** argv) {
       std::ofstream out(csv_path);
       sim::write_csv(out, result);
       if (!out) throw std::runtime_error("cannot write " + csv_path);
+    }
+    if (!plot_path.empty()) {
+      if (std::string why = sim::write_plot(plot_path, s, result); !why.empty()) throw std::runtime_error(why);
     }
   } catch (const ConfigError& e) {
     std::cerr << "tollgate-sim: " << e.what() << "\n";

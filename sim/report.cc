@@ -1,6 +1,7 @@
 #include "report.h"
 
 #include <cstdio>
+#include <fstream>
 
 namespace tollgate::sim {
 namespace {
@@ -93,6 +94,35 @@ void write_csv(std::ostream& out, const SimResult& r) {
     for (size_t i = 0; i < sides; ++i) out << "," << (i < p.admitted_by_side.size() ? p.admitted_by_side[i] : 0);
     out << "\n";
   }
+}
+
+std::string write_plot(const std::string& png_path, const Scenario& s, const SimResult& r) {
+  const std::string csv_path = png_path + ".csv";
+  {
+    std::ofstream csv(csv_path);
+    write_csv(csv, r);
+    if (!csv) return "cannot write " + csv_path;
+  }
+  FILE* gp = popen("gnuplot", "w");
+  if (!gp) return "cannot run gnuplot (scripts/deps installs gnuplot-nox)";
+  std::string script = "set terminal pngcairo size 1100,500\nset output '" + png_path + "'\n" +
+                       "set datafile separator ','\nset key top right\nset xlabel 'time (s)'\n" +
+                       "set ylabel 'admitted per second'\nset title '" + s.name + ": " +
+                       dissemination_mode_name(s.mode) + ", " + partition_policy_name(s.policy) + ", " +
+                       std::to_string(s.nodes) + " nodes'\n";
+  for (const Event& e : s.timeline) {
+    if (e.kind != Event::Kind::kPartition && e.kind != Event::Kind::kCrash && e.kind != Event::Kind::kLoss) continue;
+    const double from = double(e.at_ns) / 1e9, to = double(e.until_ns.value_or(s.duration_ns)) / 1e9;
+    script += "set object rect from " + fixed(from, 1) + ", graph 0 to " + fixed(to, 1) +
+              ", graph 1 fc rgb '#e8e8e8' fs solid noborder behind\n";
+  }
+  // Series are per 100 ms: x10 for per-second rates, smoothed over 1 s.
+  script += "plot '" + csv_path + "' using 1:($2*10) every ::1 with lines lw 2 title 'cluster admitted', '" + csv_path +
+            "' using 1:($3*10) every ::1 with lines lw 1 title 'oracle (one ideal bucket)', '" + csv_path +
+            "' using 1:($4*10) every ::1 with lines dt 2 lc rgb 'black' title 'limit'\n";
+  fputs(script.c_str(), gp);
+  const int status = pclose(gp);
+  return status == 0 ? "" : "gnuplot failed (exit status " + std::to_string(status) + ")";
 }
 
 }  // namespace tollgate::sim

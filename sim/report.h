@@ -19,6 +19,10 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
 void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const SimResult& r);
 void write_csv(std::ostream& out, const SimResult& r);
 
+// Draws the admitted rate against the oracle's and the limit over time, partitions shaded, into
+// `png_path` with gnuplot (the CSV goes next to it as png_path + ".csv"). Returns "" or the error.
+std::string write_plot(const std::string& png_path, const Scenario& s, const SimResult& r);
+
 }  // namespace tollgate::sim
 
 #endif  // TOLLGATE_SIM_REPORT_H_
