@@ -116,6 +116,26 @@ TEST(Membership, StaticPeersStartUnreachableAreProbedAndNeverForgotten) {
   EXPECT_FALSE(m.accepts_sender("b"));
 }
 
+TEST(Membership, ProbesPerRoundAreCappedAndEveryFailedMemberGetsItsTurn) {
+  MembershipOptions o;
+  o.kind = MembershipKind::kStatic;
+  o.probe_interval_ns = kSec;
+  o.max_probes_per_round = 3;
+  o.probe_scan_per_round = 5;
+  Membership m("self", "self:1", 1, o);
+  std::vector<PeerSpec> peers;
+  for (int i = 0; i < 10; ++i) peers.push_back({"n" + std::to_string(i), "n" + std::to_string(i) + ":1"});
+  m.set_peers(peers, 0);  // all ten unreachable and due
+  std::set<std::string> probed;
+  for (int round = 0; round < 4; ++round) {
+    const auto due = m.due_probes(round);
+    EXPECT_LE(due.size(), 3u);
+    probed.insert(due.begin(), due.end());
+  }
+  EXPECT_EQ(probed.size(), 10u);       // four rounds of three cover all ten
+  EXPECT_TRUE(m.due_probes(5).empty());  // and none is due again within the interval
+}
+
 TEST(Membership, RowsRotateUnderTheCapAndAlwaysLeadWithOurOwn) {
   MembershipOptions o = heartbeat_options();
   o.max_rows_per_message = 4;

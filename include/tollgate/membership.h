@@ -44,6 +44,8 @@ struct MembershipOptions {
   // Rows gossiped per message at most (the sender's own row always included); the rest rotate
   // through later messages, so messages stay small in large clusters.
   size_t max_rows_per_message = 64;
+  size_t max_probes_per_round = 8;
+  size_t probe_scan_per_round = 128;
 };
 
 // A peers-file line: `id host:port`.
@@ -109,7 +111,11 @@ class Membership {
 
   // Members to disseminate to: alive or suspect, not ourselves.
   std::vector<const MemberView*> live() const;
-  // Dead or unreachable members due a probe at `now_ns` (marks them probed).
+  // Dead or unreachable members due a probe at `now_ns` (marks them probed): at most
+  // max_probes_per_round, found by a cursor that examines at most probe_scan_per_round members
+  // per call. So a large cluster that starts with every peer unreachable (or heals a large
+  // partition) sends a few probes per round, not one to every peer: the first answer's rows
+  // then make many members alive at once.
   std::vector<std::string> due_probes(MonoNanos now_ns);
 
   // (reachable including self, known including self): the proportional policy's scale.
@@ -145,6 +151,7 @@ class Membership {
   // again only if newer than what we forgot. Kept for forget_after.
   std::unordered_map<NodeId, Tombstone> tombstones_;
   size_t rotate_ = 0;
+  size_t probe_cursor_ = 0;
   MembershipStats stats_;
 };
 

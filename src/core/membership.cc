@@ -216,12 +216,16 @@ std::vector<const MemberView*> Membership::live() const {
 
 std::vector<std::string> Membership::due_probes(MonoNanos now) {
   std::vector<std::string> out;
-  for (Member& m : members_) {
+  const size_t n = members_.size();
+  const size_t scan = std::min(n, options_.probe_scan_per_round);
+  for (size_t k = 0; k < scan && out.size() < options_.max_probes_per_round; ++k) {
+    Member& m = members_[probe_cursor_++ % n];
     if (m.view.state != MemberState::kDead && m.view.state != MemberState::kUnreachable) continue;
     if (now - m.last_probe_ns < options_.probe_interval_ns) continue;
     m.last_probe_ns = now;
     out.push_back(m.view.address);
   }
+  if (n) probe_cursor_ %= n;
   return out;
 }
 
