@@ -1,6 +1,7 @@
 #include "virtual_sim.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <queue>
 #include <deque>
@@ -151,7 +152,6 @@ class Simulation {
       case LoadSpec::Spread::kSkewed: n.weight = 1.0 / double(i + 1); break;
       case LoadSpec::Spread::kOne: n.weight = i == 0 ? 1 : 0; break;
     }
-    index_of_[n.address] = i;
     nodes_.push_back(std::move(n));
     side_.push_back(0);
   }
@@ -216,9 +216,13 @@ class Simulation {
         return stale;
       });
     }
-    auto it = index_of_.find(address);
-    if (it == index_of_.end()) return;
-    const size_t to = it->second;
+    // Addresses are "sim:N": read N rather than hashing the string (millions of sends per run).
+    size_t to = 0;
+    const auto [end, ec] = std::from_chars(address.data() + 4, address.data() + address.size(), to);
+    if (address.compare(0, 4, "sim:") != 0 || ec != std::errc() || end != address.data() + address.size() ||
+        to >= nodes_.size()) {
+      return;
+    }
     if (side_[from] != side_[to]) return;
     if (uniform01(net_rng_) < loss_) return;
     const int copies = uniform01(net_rng_) < s_.network.duplicate ? 2 : 1;
@@ -388,7 +392,6 @@ class Simulation {
   Oracle oracle_;
   SplitMix64 net_rng_, load_rng_, node_rng_;
   std::vector<SimNode> nodes_;
-  std::unordered_map<std::string, size_t> index_of_;
   std::vector<size_t> side_;  // partition side of each node (0 when none)
   double loss_ = 0;
   std::vector<double> key_cdf_;
