@@ -141,6 +141,8 @@ class Node {
   GossipMessagePtr message(std::vector<BatchPtr> batches);
   void send(const std::string& address, const GossipMessagePtr& m);
   void enqueue(const BatchPtr& b);
+  // Rounds a newly queued batch is retransmitted, from the live members counted at the last
+  // tick (not recounted per batch: enqueue runs for every batch sealed or applied).
   uint32_t retransmits() const;
   void forget(const std::vector<NodeId>& ids);
   void apply_partition_policy(MonoNanos now_ns);
@@ -155,6 +157,7 @@ class Node {
   MonoNanos next_push_pull_ns_ = 0;
   MonoNanos next_seed_probe_ns_ = 0;
   bool first_round_ = true;
+  size_t live_members_ = 0;
   NodeStats stats_;
   std::vector<ConsumptionEntry> pending_;  // reused across rounds
 };

@@ -34,7 +34,7 @@ Decision Node::check(std::string_view key, int64_t cost, MonoNanos now) {
 }
 
 uint32_t Node::retransmits() const {
-  const uint64_t n = membership_.live().size() + 1;
+  const uint64_t n = live_members_ + 1;
   const uint32_t log2n = uint32_t(std::bit_width(n));  // ceil(log2(n + 1)) for n >= 1
   return std::max<uint32_t>(1, options_.retransmit_mult * log2n);
 }
@@ -89,6 +89,7 @@ void Node::tick(MonoNanos now) {
   }
 
   const std::vector<const MemberView*> live = membership_.live();
+  live_members_ = live.size();  // sizes the retransmit budget until the next round
   if (options_.mode == DisseminationMode::kMesh) {
     // Everyone hears from us every round: our news, or just our heartbeat.
     if (!live.empty()) {
