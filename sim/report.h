@@ -7,7 +7,7 @@
 #include <string>
 
 #include "scenario.h"
-#include "virtual_sim.h"
+#include "result.h"
 
 namespace tollgate::sim {
 

@@ -8,23 +8,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "oracle.h"
+#include "recorder.h"
 #include "tollgate/node.h"
 #include "tollgate/random.h"
 
 namespace tollgate::sim {
 
-double PhaseStats::convergence_ms(double p) const {
-  if (convergence_ns.empty()) return -1;
-  std::vector<int64_t> v = convergence_ns;
-  const size_t idx = std::min(v.size() - 1, size_t(std::ceil(p / 100.0 * double(v.size()))) - (p > 0 ? 1 : 0));
-  std::nth_element(v.begin(), v.begin() + long(idx), v.end());
-  return double(v[idx]) / double(kNanosPerMilli);
-}
-
 namespace {
-
-constexpr int64_t kSeriesStepNs = 100 * kNanosPerMilli;
 
 // Approximate wire size of a message (protobuf-like: a few bytes of framing per field), so the
 // cost figures compare modes without paying for real encoding of millions of messages.
@@ -46,21 +36,8 @@ double uniform01(Random& r) { return double(r.next_u64() >> 11) * 0x1.0p-53; }
 class Simulation {
  public:
   Simulation(const Scenario& s, std::shared_ptr<const RuleSet> rules)
-      : s_(s), rules_(std::move(rules)), oracle_(rules_), net_rng_(s.seed * 3 + 1), load_rng_(s.seed * 3 + 2),
+      : s_(s), rules_(std::move(rules)), recorder_(s, rules_), net_rng_(s.seed * 3 + 1), load_rng_(s.seed * 3 + 2),
         node_rng_(s.seed * 3 + 3) {
-    for (const Phase& p : s_.phases()) {
-      PhaseStats ps;
-      ps.name = p.name;
-      ps.start_ns = p.start_ns;
-      ps.end_ns = p.end_ns;
-      result_.phases.push_back(ps);
-    }
-    result_.total.name = "total";
-    result_.total.end_ns = s_.duration_ns;
-    if (!rules_->rules().empty()) {
-      const Rate& r = rules_->rules()[0].limit.rate;
-      result_.limit_per_sec = double(r.tokens) * double(kNanosPerSecond) / double(r.period_ns);
-    }
     loss_ = s_.network.loss;
     // Key popularity: cumulative weights, uniform or Zipf(1).
     key_cdf_.resize(std::max<size_t>(1, s_.load.keys));
@@ -94,10 +71,9 @@ class Simulation {
       }
     }
     now_ = s_.duration_ns;
-    account_alive(now_);
-    result_.unconverged += tracks_.size();
-    count_under_admission();
-    return std::move(result_);
+    recorder_.alive(now_, live_);
+    recorder_.unconverged(tracks_.size());
+    return recorder_.finish();
   }
 
  private:
@@ -163,7 +139,7 @@ class Simulation {
   }
 
   void start_node(size_t i, uint64_t incarnation) {
-    account_alive(now_);
+    recorder_.alive(now_, live_);
     SimNode& n = nodes_[i];
     NodeOptions o;
     o.id = n.id;
@@ -178,6 +154,7 @@ class Simulation {
     n.node = std::make_unique<Node>(o, rules_, *n.outbox, node_rng_);
     if (s_.membership == MembershipKind::kStatic) n.node->set_peers(peers(), now_);
     n.up = true;
+    ++live_;
     n.incarnation = incarnation;
     ++n.epoch;
     push(now_ + int64_t(node_rng_.below(uint64_t(s_.interval_ns))), Kind::kTick, uint32_t(i), n.epoch);
@@ -191,28 +168,21 @@ class Simulation {
   }
 
   void send(size_t from, const std::string& address, const GossipMessagePtr& m) {
-    PhaseStats& ps = phase_at(now_);
-    const uint64_t bytes = estimated_bytes(*m);
-    ++ps.messages;
-    ps.bytes += bytes;
-    ++result_.total.messages;
-    result_.total.bytes += bytes;
+    recorder_.sent(now_, 1, estimated_bytes(*m));
     // A batch its origin sends for the first time: start timing its spread.
     for (const BatchPtr& b : m->batches) {
       // Seqs grow within a life: a batch newer than the last one tracked is sent for the first time.
       auto& last = last_tracked_[from];
       if (b->origin != nodes_[from].id || std::pair(b->incarnation, b->seq) <= last) continue;
       last = {b->incarnation, b->seq};
-      size_t live = 0;
-      for (const SimNode& n : nodes_) live += n.up ? 1 : 0;
-      tracks_.emplace(b.get(), Track{now_, live - 1, b});
-      if (live == 1) finish(b.get());
+      tracks_.emplace(b.get(), Track{now_, live_ - 1, b});
+      if (live_ == 1) finish(b.get());
     }
     if (now_ >= next_track_sweep_ns_) {  // batches that never reach everyone (a crash, a partition)
       next_track_sweep_ns_ = now_ + kNanosPerSecond;
       std::erase_if(tracks_, [&](const auto& kv) {
         const bool stale = kv.second.sealed_ns < now_ - 30 * kNanosPerSecond;
-        result_.unconverged += stale;
+        if (stale) recorder_.unconverged();
         return stale;
       });
     }
@@ -249,8 +219,7 @@ class Simulation {
 
   void finish(const Batch* b) {
     auto t = tracks_.find(b);
-    phase_at(t->second.sealed_ns).convergence_ns.push_back(now_ - t->second.sealed_ns);
-    result_.total.convergence_ns.push_back(now_ - t->second.sealed_ns);
+    recorder_.converged(t->second.sealed_ns, now_ - t->second.sealed_ns);
     tracks_.erase(t);
   }
 
@@ -277,17 +246,7 @@ class Simulation {
     const size_t key = size_t(std::upper_bound(key_cdf_.begin(), key_cdf_.end(), k) - key_cdf_.begin());
     const std::string& name = keys_[std::min(key, keys_.size() - 1)];
     const bool allowed = nodes_[i].node->check(name, s_.load.cost, now_).allowed;
-    const bool ideal = oracle_.admit(name, s_.load.cost, now_);
-    for (PhaseStats* ps : {&phase_at(now_), &result_.total}) {
-      ++ps->offered;
-      ps->admitted += allowed;
-      ps->oracle_admitted += ideal;
-    }
-    SeriesPoint& pt = series_at(now_);
-    pt.admitted += allowed;
-    pt.oracle_admitted += ideal;
-    if (pt.admitted_by_side.size() <= side_[i]) pt.admitted_by_side.resize(side_[i] + 1);
-    pt.admitted_by_side[side_[i]] += allowed;
+    recorder_.check(now_, name, s_.load.cost, side_[i], allowed);
   }
 
   void event_start(const Event& e) {
@@ -302,8 +261,9 @@ class Simulation {
       case Event::Kind::kLoss: loss_ = e.loss; break;
       case Event::Kind::kCrash:
         if (e.node < nodes_.size() && nodes_[e.node].up) {
-          account_alive(now_);
+          recorder_.alive(now_, live_);
           nodes_[e.node].up = false;
+          --live_;
           ++nodes_[e.node].epoch;
         }
         break;
@@ -332,64 +292,9 @@ class Simulation {
     }
   }
 
-  // See PhaseStats::under: 1 s windows (ten series steps), cut at phase boundaries.
-  void count_under_admission() {
-    for (PhaseStats* p : phase_pointers()) {
-      uint64_t admitted = 0, oracle = 0;
-      int steps = 0;
-      auto flush = [&] {
-        p->under += oracle > admitted ? oracle - admitted : 0;
-        admitted = oracle = 0;
-        steps = 0;
-      };
-      for (const SeriesPoint& pt : result_.series) {
-        if (pt.t_ns < p->start_ns || pt.t_ns >= p->end_ns) continue;
-        admitted += pt.admitted;
-        oracle += pt.oracle_admitted;
-        if (++steps == 10) flush();
-      }
-      flush();
-    }
-  }
-  std::vector<PhaseStats*> phase_pointers() {
-    std::vector<PhaseStats*> out;
-    for (PhaseStats& p : result_.phases) out.push_back(&p);
-    out.push_back(&result_.total);
-    return out;
-  }
-
-  PhaseStats& phase_at(int64_t t) {
-    for (PhaseStats& p : result_.phases) {
-      if (t >= p.start_ns && t < p.end_ns) return p;
-    }
-    return result_.phases.empty() ? result_.total : result_.phases.back();
-  }
-
-  SeriesPoint& series_at(int64_t t) {
-    const size_t step = size_t(t / kSeriesStepNs);
-    while (result_.series.size() <= step) {
-      SeriesPoint p;
-      p.t_ns = int64_t(result_.series.size()) * kSeriesStepNs;
-      result_.series.push_back(p);
-    }
-    return result_.series[step];
-  }
-
-  // Adds live node-time since the last call to each phase it overlaps (for per-node rates).
-  void account_alive(int64_t until) {
-    size_t live = 0;
-    for (const SimNode& n : nodes_) live += n.up ? 1 : 0;
-    for (PhaseStats& p : result_.phases) {
-      const int64_t a = std::max(p.start_ns, alive_since_), b = std::min(p.end_ns, until);
-      if (b > a) p.node_seconds += double(live) * double(b - a) / double(kNanosPerSecond);
-    }
-    if (until > alive_since_) result_.total.node_seconds += double(live) * double(until - alive_since_) / double(kNanosPerSecond);
-    alive_since_ = until;
-  }
-
   const Scenario& s_;
   std::shared_ptr<const RuleSet> rules_;
-  Oracle oracle_;
+  Recorder recorder_;
   SplitMix64 net_rng_, load_rng_, node_rng_;
   std::vector<SimNode> nodes_;
   std::vector<size_t> side_;  // partition side of each node (0 when none)
@@ -399,11 +304,10 @@ class Simulation {
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_;
   uint64_t order_ = 0;
   int64_t now_ = 0;
-  int64_t alive_since_ = 0;
+  size_t live_ = 0;  // nodes up
   std::unordered_map<const Batch*, Track> tracks_;
   std::unordered_map<size_t, std::pair<uint64_t, uint64_t>> last_tracked_;  // node -> (incarnation, seq)
   int64_t next_track_sweep_ns_ = 0;
-  SimResult result_;
 };
 
 }  // namespace

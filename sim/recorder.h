@@ -1,0 +1,50 @@
+// The measuring side of tollgate-sim, shared by both back ends: every check's decision, paired
+// with the oracle's, is folded into per-phase figures and a 100 ms time series; sends, live
+// node-time and convergence samples come from the back end. The back end knows how the cluster
+// behaved; the recorder only knows what to count, so virtual and local runs are measured alike.
+#ifndef TOLLGATE_SIM_RECORDER_H_
+#define TOLLGATE_SIM_RECORDER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "oracle.h"
+#include "result.h"
+#include "scenario.h"
+
+namespace tollgate::sim {
+
+class Recorder {
+ public:
+  Recorder(const Scenario& s, std::shared_ptr<const RuleSet> rules);
+
+  // A check made at `t_ns` (times never decrease between calls: the oracle needs arrival order)
+  // to a node on partition side `side`, which the cluster answered `allowed`.
+  void check(int64_t t_ns, std::string_view key, int64_t cost, size_t side, bool allowed);
+  // A gossip message of `bytes` sent at `t_ns`.
+  void sent(int64_t t_ns, uint64_t messages, uint64_t bytes);
+  // A batch sealed at `sealed_ns` reached every live node `took_ns` later.
+  void converged(int64_t sealed_ns, int64_t took_ns);
+  // A batch that never reached every node alive when it was sealed.
+  void unconverged(uint64_t n = 1) { result_.unconverged += n; }
+  // `live` nodes were up from the previous call's `until_ns` (0 at first) to `until_ns`.
+  void alive(int64_t until_ns, size_t live);
+
+  // Completes the figures that need the whole run (under-admission) and hands them over.
+  SimResult finish();
+
+  PhaseStats& phase_at(int64_t t_ns);
+
+ private:
+  SeriesPoint& series_at(int64_t t_ns);
+
+  Oracle oracle_;
+  SimResult result_;
+  int64_t alive_since_ = 0;
+};
+
+}  // namespace tollgate::sim
+
+#endif  // TOLLGATE_SIM_RECORDER_H_

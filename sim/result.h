@@ -1,0 +1,54 @@
+// What a tollgate-sim run measured, whichever back end ran it: figures per phase of the timeline
+// and for the whole run, and a 100 ms time series.
+#ifndef TOLLGATE_SIM_RESULT_H_
+#define TOLLGATE_SIM_RESULT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tollgate::sim {
+
+// Figures for one phase of a run (or the whole run).
+struct PhaseStats {
+  std::string name;
+  int64_t start_ns = 0, end_ns = 0;
+  uint64_t offered = 0;          // checks made (to live nodes)
+  uint64_t admitted = 0;         // allowed by the cluster
+  uint64_t oracle_admitted = 0;  // allowed by one ideal bucket per key, same arrivals
+  // Throttling that was not needed: per 1 s window, how many fewer checks the cluster admitted
+  // than the oracle (0 when it admitted as many or more), summed over the phase. Not counted
+  // check by check: under saturating load both admit about the same number, but which of the
+  // many waiting checks gets a token is arbitrary, so a per-check match measures only that.
+  uint64_t under = 0;
+  uint64_t messages = 0;         // gossip messages sent
+  uint64_t bytes = 0;            // their estimated wire size
+  double node_seconds = 0;       // sum over live nodes of time alive in the phase
+  std::vector<int64_t> convergence_ns;  // per batch: sealed -> charged at every live node
+
+  double over_admission() const { return oracle_admitted ? double(admitted) / double(oracle_admitted) : 0; }
+  double under_admission() const { return oracle_admitted ? double(under) / double(oracle_admitted) : 0; }
+  // Percentile p in [0, 100] of convergence, in ms; -1 when there are no samples.
+  double convergence_ms(double p) const;
+  double msgs_per_node_s() const { return node_seconds > 0 ? double(messages) / node_seconds : 0; }
+  double bytes_per_node_s() const { return node_seconds > 0 ? double(bytes) / node_seconds : 0; }
+};
+
+// One 100 ms step of the time series.
+struct SeriesPoint {
+  int64_t t_ns = 0;
+  uint64_t admitted = 0, oracle_admitted = 0;
+  std::vector<uint64_t> admitted_by_side;  // per side of the partition in force (one side if none)
+};
+
+struct SimResult {
+  std::vector<PhaseStats> phases;
+  PhaseStats total;
+  std::vector<SeriesPoint> series;
+  uint64_t unconverged = 0;  // batches that never reached every node alive when sealed
+  double limit_per_sec = 0;  // the first rule's rate (for plots), 0 if none
+};
+
+}  // namespace tollgate::sim
+
+#endif  // TOLLGATE_SIM_RESULT_H_
