@@ -45,6 +45,24 @@ TEST(Membership, HeartbeatMembersGoSuspectDeadAndForgottenAsTheirHeartbeatStalls
   EXPECT_EQ(m.stats().forgotten, 1u);
 }
 
+// tick() skips its scan until the earliest deadline it knows of: a member that joins, or comes
+// back, after a scan that saw only far deadlines must still fail on time.
+TEST(Membership, DeadlinesSetBetweenScansAreKept) {
+  Membership m("self", "self:1", 1, heartbeat_options());
+  m.merge({row("old", 1, 1)}, 0);
+  m.tick(4 * kSec);
+  ASSERT_EQ(state(m, "old"), MemberState::kDead);  // next deadline: forgotten at 20 s
+  m.merge({row("new", 1, 1)}, 5 * kSec);
+  m.tick(7 * kSec - 1);
+  EXPECT_EQ(state(m, "new"), MemberState::kAlive);
+  m.tick(7 * kSec);
+  EXPECT_EQ(state(m, "new"), MemberState::kSuspect);
+  m.merge({row("old", 1, 2)}, 8 * kSec);  // back from the dead: fails again 2 s later
+  ASSERT_EQ(state(m, "old"), MemberState::kAlive);
+  m.tick(10 * kSec);
+  EXPECT_EQ(state(m, "old"), MemberState::kSuspect);
+}
+
 TEST(Membership, AnAdvancingHeartbeatRevivesAndAStaleOneDoesNot) {
   Membership m("self", "self:1", 1, heartbeat_options());
   m.merge({row("b", 1, 5)}, 0);

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "tollgate/id_map.h"
+
 #include "tollgate/key_table.h"
 
 namespace tollgate {
@@ -159,7 +161,9 @@ class Ledger::Impl {
   Digest digest() const {
     Digest d;
     d.origins.reserve(origins_.size());
-    for (const auto& [origin, state] : origins_) d.origins.push_back({origin, state.current, state.previous});
+    origins_.for_each([&](const NodeId& origin, const OriginState& state) {
+      d.origins.push_back({origin, state.current, state.previous});
+    });
     return d;
   }
 
@@ -205,10 +209,7 @@ class Ledger::Impl {
     s.origins = origins_.size();
     s.retained_batches = retained_.size();
     s.retained_bytes = retained_bytes_;
-    constexpr size_t kNode = sizeof(void*) + sizeof(std::pair<const NodeId, OriginState>) + sizeof(size_t);
-    size_t window_bytes = origins_.size() * kNode + origins_.bucket_count() * sizeof(void*);
-    for (const auto& [origin, state] : origins_) window_bytes += origin.capacity() > 15 ? origin.capacity() + 1 : 0;
-    s.bytes = window_bytes + retained_bytes_ + retained_.size() * sizeof(Retained);
+    s.bytes = origins_.heap_bytes() + retained_bytes_ + retained_.size() * sizeof(Retained);
     return s;
   }
 
@@ -236,14 +237,14 @@ class Ledger::Impl {
         return MergeResult::kSelf;
       }
     }
-    auto it = origins_.find(b.origin);
-    if (it == origins_.end()) {
+    OriginState* found = origins_.find(b.origin);
+    if (!found) {
       if (origins_.size() >= options_.max_origins) return MergeResult::kTooManyOrigins;
       if (!create) return MergeResult::kApplied;
-      it = origins_.emplace(b.origin, OriginState{}).first;
-      it->second.current.incarnation = b.incarnation;
+      found = origins_.try_emplace(b.origin).first;
+      found->current.incarnation = b.incarnation;
     }
-    OriginState& st = it->second;
+    OriginState& st = *found;
     SeenWindow* w;
     if (b.incarnation == st.current.incarnation) {
       w = &st.current;
@@ -295,7 +296,7 @@ class Ledger::Impl {
   uint64_t incarnation_;
   LedgerOptions options_;
   uint64_t last_seq_ = 0;
-  std::unordered_map<NodeId, OriginState> origins_;
+  IdMap<OriginState> origins_;
   std::deque<Retained> retained_;
   size_t retained_bytes_ = 0;
   LedgerStats stats_;

@@ -1,6 +1,7 @@
 #include "tollgate/membership.h"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 namespace tollgate {
@@ -25,13 +26,13 @@ Membership::Membership(NodeId self, std::string self_address, uint64_t incarnati
 }
 
 Membership::Member* Membership::find_member(const NodeId& id) {
-  auto it = index_.find(id);
-  return it == index_.end() ? nullptr : &members_[it->second];
+  const IndexEntry* at = index_.find(id);
+  return at ? &members_[at->pos] : nullptr;
 }
 
 const MemberView* Membership::find(const NodeId& id) const {
-  auto it = index_.find(id);
-  return it == index_.end() ? nullptr : &members_[it->second].view;
+  const IndexEntry* at = index_.find(id);
+  return at ? &members_[at->pos].view : nullptr;
 }
 
 bool Membership::knows_address(const std::string& address) const {
@@ -44,16 +45,36 @@ bool Membership::knows_address(const std::string& address) const {
 }
 
 void Membership::add_member(Member m) {
-  index_[m.view.id] = members_.size();
+  index_[m.view.id] = {members_.size(), m.view.incarnation, m.view.heartbeat};
+  next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
   members_.push_back(std::move(m));
   ++stats_.joined;
+}
+
+void Membership::sync_index(const Member& m) {
+  IndexEntry& e = index_[m.view.id];
+  e.incarnation = m.view.incarnation;
+  e.heartbeat = m.view.heartbeat;
+}
+
+MonoNanos Membership::deadline(const Member& m) const {
+  constexpr MonoNanos kNever = std::numeric_limits<MonoNanos>::max();
+  const MonoNanos heard = m.view.last_heard_ns;
+  switch (m.view.state) {
+    case MemberState::kAlive: return heard + options_.fail_after_ns;
+    case MemberState::kSuspect: return options_.kind == MembershipKind::kStatic ? kNever : heard + options_.dead_after_ns;
+    case MemberState::kDead:
+    case MemberState::kLeft: return options_.kind == MembershipKind::kStatic ? kNever : heard + options_.forget_after_ns;
+    case MemberState::kUnreachable: return kNever;
+  }
+  return kNever;
 }
 
 void Membership::remove_at(size_t i) {
   index_.erase(members_[i].view.id);
   if (i + 1 != members_.size()) {
     members_[i] = std::move(members_.back());
-    index_[members_[i].view.id] = i;
+    index_[members_[i].view.id].pos = i;
   }
   members_.pop_back();
 }
@@ -64,6 +85,7 @@ void Membership::set_state(Member& m, MemberState s) {
   if (s == MemberState::kSuspect || s == MemberState::kUnreachable) ++stats_.failed;
   if (s == MemberState::kAlive && before != MemberState::kLeft) ++stats_.recovered;
   m.view.state = s;
+  next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
 }
 
 void Membership::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now, std::vector<NodeId>* removed) {
@@ -99,11 +121,19 @@ void Membership::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now, st
 
 void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten) {
   ++self_.heartbeat;
+  for (auto it = tombstones_.begin(); it != tombstones_.end();) {
+    it = it->second.until_ns <= now ? tombstones_.erase(it) : std::next(it);
+  }
+  // Deadlines only move later while members are heard from, so nothing is due before the
+  // earliest deadline the last scan saw (or a state change since has set).
+  if (now < next_scan_ns_) return;
+  next_scan_ns_ = std::numeric_limits<MonoNanos>::max();
   for (size_t i = 0; i < members_.size();) {
     Member& m = members_[i];
     const int64_t silent = now - m.view.last_heard_ns;
     if (options_.kind == MembershipKind::kStatic) {
       if (m.view.state == MemberState::kAlive && silent >= options_.fail_after_ns) set_state(m, MemberState::kUnreachable);
+      next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
       ++i;
       continue;
     }
@@ -117,22 +147,24 @@ void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten) {
       remove_at(i);
       continue;
     }
+    next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
     ++i;
-  }
-  for (auto it = tombstones_.begin(); it != tombstones_.end();) {
-    it = it->second.until_ns <= now ? tombstones_.erase(it) : std::next(it);
   }
 }
 
 bool Membership::accepts_sender(const NodeId& id) const {
   if (id == self_.id) return false;
-  return options_.kind == MembershipKind::kHeartbeat || index_.count(id) > 0;
+  return options_.kind == MembershipKind::kHeartbeat || index_.contains(id);
 }
 
 void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
   for (const MemberRecord& r : rows) {
     if (r.id == self_.id || r.id.empty()) continue;
-    Member* m = find_member(r.id);
+    const IndexEntry* known = index_.find(r.id);
+    if (known && !r.left && std::tie(r.incarnation, r.heartbeat) <= std::tie(known->incarnation, known->heartbeat)) {
+      continue;  // nothing we did not know (the common case: see IndexEntry)
+    }
+    Member* m = known ? &members_[known->pos] : nullptr;
     if (!m) {
       if (options_.kind == MembershipKind::kStatic) {
         ++stats_.unknown_rows;
@@ -168,6 +200,7 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
     // Static membership: the peers file says where a member is; its own claim does not move it.
     if (!r.address.empty() && options_.kind == MembershipKind::kHeartbeat) v.address = r.address;
     v.last_heard_ns = now;
+    sync_index(*m);
     if (r.left) {
       m->left = true;
       set_state(*m, MemberState::kLeft);
@@ -183,6 +216,7 @@ void Membership::mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now
   m->left = true;
   m->view.incarnation = incarnation;
   m->view.last_heard_ns = now;
+  sync_index(*m);
   set_state(*m, MemberState::kLeft);
 }
 

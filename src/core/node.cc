@@ -34,9 +34,10 @@ Decision Node::check(std::string_view key, int64_t cost, MonoNanos now) {
 }
 
 uint32_t Node::retransmits() const {
-  const uint64_t n = live_members_ + 1;
-  const uint32_t log2n = uint32_t(std::bit_width(n));  // ceil(log2(n + 1)) for n >= 1
-  return std::max<uint32_t>(1, options_.retransmit_mult * log2n);
+  // ceil(log10(n + 1)) for the n members including us, as memberlist scales its transmit limit.
+  uint32_t digits = 1;
+  for (uint64_t n = live_members_ + 1; n >= 10; n /= 10) ++digits;
+  return std::max<uint32_t>(1, options_.retransmit_mult * digits);
 }
 
 void Node::enqueue(const BatchPtr& b) {
@@ -107,9 +108,10 @@ void Node::tick(MonoNanos now) {
       std::vector<BatchPtr> batches;
       const size_t take = std::min(queue_.size(), options_.max_batches_per_message);
       batches.reserve(take);
+      // The budget counts copies sent (one per peer), as memberlist's transmit limit does.
       for (auto it = queue_.rbegin(); batches.size() < take; ++it) {
         batches.push_back(it->batch);
-        --it->transmits_left;
+        it->transmits_left -= std::min<uint32_t>(it->transmits_left, uint32_t(k));
       }
       std::erase_if(queue_, [](const Queued& q) { return q.transmits_left == 0; });
       const GossipMessagePtr m = message(std::move(batches));
@@ -169,9 +171,9 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
 
   for (const BatchPtr& b : m.batches) {
-    if (ledger_.merge(b, table_, now) == MergeResult::kApplied && options_.mode == DisseminationMode::kGossip) {
-      enqueue(b);  // news to us: relay it
-    }
+    if (ledger_.merge(b, table_, now) != MergeResult::kApplied) continue;
+    if (options_.on_applied) options_.on_applied(*b);
+    if (options_.mode == DisseminationMode::kGossip) enqueue(b);  // news to us: relay it
   }
 
   if (m.digest) {
