@@ -111,7 +111,8 @@ class Membership {
   std::vector<MemberRecord> rows_for_message();
 
   // Members to disseminate to: alive or suspect, not ourselves.
-  std::vector<const MemberView*> live() const;
+  // Valid until the next call of a non-const method.
+  const std::vector<const MemberView*>& live() const;
   // Dead or unreachable members due a probe at `now_ns` (marks them probed): at most
   // max_probes_per_round, found by a cursor that examines at most probe_scan_per_round members
   // per call. So a large cluster that starts with every peer unreachable (or heals a large
@@ -161,6 +162,10 @@ class Membership {
   // No member can change state by tick() before this time: tick() skips its scan until then.
   // Lowered whenever a member enters a state with a deadline; recomputed by each scan.
   MonoNanos next_scan_ns_ = 0;
+  // live(), rebuilt only after a member is added, removed or changes state (every round would
+  // otherwise walk every member to find the same answer).
+  mutable std::vector<const MemberView*> live_;
+  mutable bool live_dirty_ = true;
   // Forgotten members, so a stale row still circulating cannot bring one back: a row is taken
   // again only if newer than what we forgot. Kept for forget_after.
   std::unordered_map<NodeId, Tombstone> tombstones_;

@@ -48,6 +48,7 @@ void Membership::add_member(Member m) {
   index_[m.view.id] = {members_.size(), m.view.incarnation, m.view.heartbeat};
   next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
   members_.push_back(std::move(m));
+  live_dirty_ = true;
   ++stats_.joined;
 }
 
@@ -71,6 +72,7 @@ MonoNanos Membership::deadline(const Member& m) const {
 }
 
 void Membership::remove_at(size_t i) {
+  live_dirty_ = true;
   index_.erase(members_[i].view.id);
   if (i + 1 != members_.size()) {
     members_[i] = std::move(members_.back());
@@ -85,6 +87,7 @@ void Membership::set_state(Member& m, MemberState s) {
   if (s == MemberState::kSuspect || s == MemberState::kUnreachable) ++stats_.failed;
   if (s == MemberState::kAlive && before != MemberState::kLeft) ++stats_.recovered;
   m.view.state = s;
+  live_dirty_ = true;
   next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
 }
 
@@ -240,12 +243,15 @@ std::vector<MemberRecord> Membership::rows_for_message() {
   return rows;
 }
 
-std::vector<const MemberView*> Membership::live() const {
-  std::vector<const MemberView*> out;
-  for (const Member& m : members_) {
-    if (m.view.state == MemberState::kAlive || m.view.state == MemberState::kSuspect) out.push_back(&m.view);
+const std::vector<const MemberView*>& Membership::live() const {
+  if (live_dirty_) {
+    live_.clear();
+    for (const Member& m : members_) {
+      if (m.view.state == MemberState::kAlive || m.view.state == MemberState::kSuspect) live_.push_back(&m.view);
+    }
+    live_dirty_ = false;
   }
-  return out;
+  return live_;
 }
 
 std::vector<std::string> Membership::due_probes(MonoNanos now) {

@@ -89,7 +89,7 @@ void Node::tick(MonoNanos now) {
     }
   }
 
-  const std::vector<const MemberView*> live = membership_.live();
+  const std::vector<const MemberView*>& live = membership_.live();
   live_members_ = live.size();  // sizes the retransmit budget until the next round
   if (options_.mode == DisseminationMode::kMesh) {
     // Everyone hears from us every round: our news, or just our heartbeat.
@@ -100,11 +100,31 @@ void Node::tick(MonoNanos now) {
   } else {
     for (const BatchPtr& b : fresh) enqueue(b);
     if (!live.empty()) {
-      // `fanout` distinct members, chosen uniformly (partial Fisher-Yates over indices).
-      std::vector<size_t> idx(live.size());
-      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-      const size_t k = std::min(options_.fanout, idx.size());
-      for (size_t i = 0; i < k; ++i) std::swap(idx[i], idx[i + random_.below(idx.size() - i)]);
+      // `fanout` distinct members, chosen uniformly: a partial Fisher-Yates shuffle of the
+      // indices 0..n-1 that stores only the k swaps it makes (O(k), not O(n), per round).
+      const size_t n = live.size(), k = std::min(options_.fanout, n);
+      std::vector<std::pair<size_t, size_t>> moved;  // position -> index now there, if swapped
+      auto at = [&](size_t pos) {
+        for (const auto& [p, v] : moved) {
+          if (p == pos) return v;
+        }
+        return pos;
+      };
+      auto put = [&](size_t pos, size_t v) {
+        for (auto& [p, old] : moved) {
+          if (p == pos) {
+            old = v;
+            return;
+          }
+        }
+        moved.emplace_back(pos, v);
+      };
+      std::vector<size_t> idx(k);
+      for (size_t i = 0; i < k; ++i) {
+        const size_t j = i + random_.below(n - i);
+        idx[i] = at(j);
+        put(j, at(i));
+      }
       std::vector<BatchPtr> batches;
       const size_t take = std::min(queue_.size(), options_.max_batches_per_message);
       batches.reserve(take);
