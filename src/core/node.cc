@@ -133,7 +133,10 @@ void Node::tick(MonoNanos now) {
         batches.push_back(it->batch);
         it->transmits_left -= std::min<uint32_t>(it->transmits_left, uint32_t(k));
       }
-      std::erase_if(queue_, [](const Queued& q) { return q.transmits_left == 0; });
+      // Only the newest `take` entries were sent, so only they can have run out.
+      const auto sent = queue_.end() - long(take);
+      queue_.erase(std::remove_if(sent, queue_.end(), [](const Queued& q) { return q.transmits_left == 0; }),
+                   queue_.end());
       const GossipMessagePtr m = message(std::move(batches));
       for (size_t i = 0; i < k; ++i) send(live[idx[i]]->address, m);
     }

@@ -1,0 +1,80 @@
+// Issue #4's accuracy and convergence targets, checked on the shipped scenario files with the
+// virtual back end (virtual time: not timing-sensitive, and the same every run).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "scenario.h"
+#include "tollgate/rules_file.h"
+#include "virtual_sim.h"
+
+namespace tollgate::sim {
+namespace {
+
+const std::string kScenarioDir = std::string(TOLLGATE_SOURCE_DIR) + "/sim/scenarios";
+
+SimResult run(const Scenario& s) { return run_virtual(s, parse_rules(s.rules_yaml, s.name)); }
+
+const PhaseStats& phase(const SimResult& r, const std::string& name) {
+  for (const PhaseStats& p : r.phases) {
+    if (p.name == name) return p;
+  }
+  ADD_FAILURE() << "no phase " << name;
+  return r.total;
+}
+
+// Each half of the cluster enforces the full limit while split (open), or its share of it
+// (proportional); after the heal the halves pay back what they can within max_debt.
+TEST(Targets, PartitionHalves) {
+  Scenario s = load_scenario_file(kScenarioDir + "/partition-halves.yaml");
+  const SimResult open = run(s);
+  EXPECT_LE(phase(open, "partition").over_admission(), 2.05);
+  EXPECT_GE(phase(open, "partition").over_admission(), 1.5) << "each half should admit about the limit";
+  EXPECT_LE(phase(open, "healed").over_admission(), 1.05);
+  EXPECT_GT(phase(open, "partition").offered, 5000u);
+
+  s.policy = PartitionPolicy::kProportional;
+  const SimResult proportional = run(s);
+  EXPECT_LE(phase(proportional, "partition").over_admission(), 1.15);
+  EXPECT_LE(phase(proportional, "healed").over_admission(), 1.05);
+}
+
+TEST(Targets, Loss20Gossip) {
+  const Scenario s = load_scenario_file(kScenarioDir + "/loss-20.yaml");
+  ASSERT_EQ(s.mode, DisseminationMode::kGossip);
+  const SimResult r = run(s);
+  EXPECT_LE(phase(r, "loss").over_admission(), 1.10);
+  EXPECT_LE(r.total.over_admission(), 1.10);
+  EXPECT_GT(r.total.offered, 10000u);
+}
+
+// p99 convergence within log2(N) + 2 rounds for N = 1,000 (gossip, fanout 3, no loss), over the
+// batches sealed after a 3 s warm-up: a static cluster of 1,000 starts with every peer
+// unreachable and probes at most 8 a round, so its first seconds measure membership forming,
+// not dissemination (docs/results.md gives both). A `loss 0%` event at 3 s only cuts the phase.
+TEST(Targets, GossipConvergesWithinLogNPlusTwoRoundsAtAThousandNodes) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "1,000 nodes take minutes under AddressSanitizer; the optimized build runs this";
+#endif
+  Scenario s = load_scenario_file(kScenarioDir + "/steady.yaml");
+  s.nodes = 1000;
+  s.duration_ns = 5 * kNanosPerSecond;
+  s.network.loss = 0;
+  ASSERT_EQ(s.fanout, 3u);
+  Event cut;
+  cut.kind = Event::Kind::kLoss;
+  cut.at_ns = 3 * kNanosPerSecond;
+  cut.loss = 0;
+  cut.text = "loss 0% from 3s";
+  s.timeline = {cut};
+  const SimResult r = run(s);
+  const PhaseStats& warm = phase(r, "loss");
+  const double rounds = std::log2(1000.0) + 2;  // 11.97
+  ASSERT_GT(warm.convergence_ns.size(), 100u);
+  EXPECT_LE(warm.convergence_ms(99), rounds * double(s.interval_ns) / double(kNanosPerMilli))
+      << "p50 " << warm.convergence_ms(50) << " ms";
+}
+
+}  // namespace
+}  // namespace tollgate::sim
