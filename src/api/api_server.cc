@@ -1,5 +1,6 @@
 #include "api/api_server.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -109,6 +111,9 @@ class ApiServer::Impl : public std::enable_shared_from_this<Impl> {
   void answer_too_large(uint64_t length, std::string& out);
 
   void connection_closed(Connection* connection);
+  void offense(std::string_view peer, std::string_view what) {
+    if (options_.on_offense) options_.on_offense(peer, what);
+  }
 
   asio::io_context& io_;
   ApiHandler& handler_;
@@ -146,10 +151,12 @@ namespace {
 // writes answers in order. Owned by the server's connection set and by its in-flight handlers.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<ApiServer::Impl> server, GenericStream::socket socket)
+  Connection(std::shared_ptr<ApiServer::Impl> server, GenericStream::socket socket, std::string peer)
       : server_(std::move(server)),
         socket_(std::move(socket)),
-        decoder_(server_->options_.max_frame_bytes) {}
+        decoder_(server_->options_.max_frame_bytes),
+        frame_timer_(server_->io_),
+        peer_(std::move(peer)) {}
 
   void start() { read(); }
 
@@ -157,6 +164,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    frame_timer_.cancel();
     boost::system::error_code ignored;
     socket_.shutdown(GenericStream::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -196,13 +204,39 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (status == FrameDecoder::Status::kNeedMore) break;
       if (status == FrameDecoder::Status::kTooLarge) {
         server_->answer_too_large(decoder_.rejected_length(), pending_out_);
+        server_->offense(peer_, "request frame of " + std::to_string(decoder_.rejected_length()) +
+                                    " bytes exceeds the limit; connection closed");
         close_after_flush_ = true;
         break;
       }
-      if (!server_->answer(payload, pending_out_)) close_after_flush_ = true;
+      partial_since_.reset();  // a whole frame: the next one's clock starts with its first byte
+      if (!server_->answer(payload, pending_out_)) {
+        server_->offense(peer_, "malformed request frame; connection closed");
+        close_after_flush_ = true;
+      }
     }
+    watch_partial_frame();
     flush();
     read();
+  }
+
+  // Arms the frame deadline when part of a frame is buffered, and disarms it when none is.
+  void watch_partial_frame() {
+    if (close_after_flush_ || decoder_.buffered_bytes() == 0) {
+      partial_since_.reset();
+      frame_timer_.cancel();
+      return;
+    }
+    if (partial_since_) return;  // already counting down for this frame
+    partial_since_ = std::chrono::steady_clock::now();
+    frame_timer_.expires_after(server_->options_.frame_timeout);
+    frame_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->closed_ || !self->partial_since_) return;
+      ++self->server_->counters_.connections_timed_out;
+      self->server_->offense(self->peer_, "sent part of a request frame and then nothing within the frame "
+                                          "timeout; connection closed");
+      self->close();
+    });
   }
 
   void flush() {
@@ -241,7 +275,32 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_in_flight_ = false;
   bool close_after_flush_ = false;  // a protocol error: answer it, then close
   bool closed_ = false;
+  asio::steady_timer frame_timer_;
+  std::optional<std::chrono::steady_clock::time_point> partial_since_;  // a frame has begun
+  std::string peer_;  // who the client is, for offense reports
 };
+
+// Names the client for logs: its pid and uid on a Unix socket (the kernel's word, SO_PEERCRED),
+// its address over TCP (without the port, which changes with every connection).
+std::string describe_peer(GenericStream::socket& socket, bool tcp) {
+  if (tcp) {
+    boost::system::error_code ec;
+    const GenericStream::endpoint ep = socket.remote_endpoint(ec);
+    if (ec) return "tcp client";
+    sockaddr_storage storage{};
+    std::memcpy(&storage, ep.data(), std::min(sizeof storage, static_cast<size_t>(ep.size())));
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* addr = storage.ss_family == AF_INET6
+                           ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr)
+                           : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr);
+    if (!::inet_ntop(storage.ss_family, addr, text, sizeof text)) return "tcp client";
+    return text;
+  }
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return "unix client";
+  return "pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")";
+}
 
 }  // namespace
 
@@ -337,6 +396,8 @@ void ApiServer::Impl::accept(Listener& listener) {
         }
         if (self->connections_.size() >= self->options_.max_connections) {
           ++self->counters_.connections_rejected;
+          self->offense(describe_peer(peer, tcp), "connection refused: " + std::to_string(self->options_.max_connections) +
+                                                     " client connections are open (the limit)");
           boost::system::error_code ignored;
           peer.close(ignored);
         } else {
@@ -346,7 +407,8 @@ void ApiServer::Impl::accept(Listener& listener) {
             boost::system::error_code ignored;
             peer.set_option(asio::ip::tcp::no_delay(true), ignored);  // answers are tiny and latency-bound
           }
-          auto connection = std::make_shared<Connection>(self, std::move(peer));
+          std::string who = describe_peer(peer, tcp);
+          auto connection = std::make_shared<Connection>(self, std::move(peer), std::move(who));
           self->connections_.emplace(connection.get(), connection);
           connection->start();
         }
@@ -527,6 +589,7 @@ StatsReport ApiServer::stats() const {
   return {
       {"api.connections_accepted", v(c.connections_accepted)},
       {"api.connections_rejected", v(c.connections_rejected)},
+      {"api.connections_timed_out", v(c.connections_timed_out)},
       {"api.connections_open", v(c.connections_open)},
       {"api.accept_errors", v(c.accept_errors)},
       {"api.requests", v(c.requests)},

@@ -16,6 +16,7 @@
 #define TOLLGATE_SRC_API_API_SERVER_H_
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@
 #include "api/api_handler.h"
 #include "api/endpoint.h"
 #include "api/framing.h"
+#include "tollgate/offense_limiter.h"
 
 namespace boost::asio {
 class io_context;
@@ -47,12 +49,21 @@ struct ApiServerOptions {
   // A connection stops reading while this many response bytes wait to be written: a client that
   // pipelines requests but never reads answers cannot grow the daemon's memory without bound.
   size_t max_pending_output_bytes = 1024 * 1024;
+  // A frame must arrive whole within this long of its first byte, or the connection is closed:
+  // a client that sends half a frame and goes silent cannot hold a connection slot for ever.
+  // (A connection with nothing pending may stay idle: clients keep theirs open.)
+  std::chrono::milliseconds frame_timeout{10'000};
+  // Told about each connection that misbehaves (malformed or oversized frame, a frame that never
+  // completes, a connection over the limit), naming the client ("pid 4242", "127.0.0.1"); the
+  // daemon rate-limits these into its log (OffenseLimiter). May be empty.
+  OffenseReporter on_offense;
 };
 
 // Monotonic counts since construction (connections_open is a gauge).
 struct ApiServerCounters {
   uint64_t connections_accepted = 0;  // served (not counting rejected ones)
   uint64_t connections_rejected = 0;  // closed at once: max_connections reached
+  uint64_t connections_timed_out = 0; // closed: a frame did not complete within frame_timeout
   uint64_t connections_open = 0;      // gauge
   uint64_t accept_errors = 0;         // accept() failed (e.g. out of file descriptors)
   uint64_t requests = 0;              // frames read, valid or not

@@ -83,6 +83,7 @@ Daemon::Daemon(DaemonOptions options)
   } else {
     transport_ = std::make_unique<TcpTransport>(io_, options_.bind, keys, TcpTransportOptions{});
   }
+  transport_->set_offense_reporter([this](std::string_view who, std::string_view what) { report_offense(who, what); });
   faults_ = std::make_unique<FaultInjectingTransport>(io_, *transport_, random_);
 
   NodeOptions node = node_options(options_, incarnation_);
@@ -102,6 +103,7 @@ Daemon::Daemon(DaemonOptions options)
 
   api::ApiServerOptions api_options;
   api_options.listen = endpoints;
+  api_options.on_offense = [this](std::string_view who, std::string_view what) { report_offense(who, what); };
   api_ = std::make_unique<api::ApiServer>(io_, *this, api_options);
   if (std::string why = api_->start(); !why.empty()) throw std::runtime_error("--listen " + why);
 
@@ -119,6 +121,18 @@ int Daemon::run() {
   schedule_watch();
   io_.run();
   return 0;
+}
+
+void Daemon::report_offense(std::string_view offender, std::string_view what) {
+  const auto verdict = offenses_.admit(offender, clock_.now_ns());
+  if (!verdict) return;
+  if (verdict->suppressed > 0) {
+    spdlog::warn("{}: {} ({} more reports from it suppressed in the last {} s)", verdict->offender, what,
+                 verdict->suppressed, OffenseLimiterOptions{}.interval_ns / kNanosPerSecond);
+  } else {
+    spdlog::warn("{}: {} (further reports from it are limited to one every {} s)", verdict->offender, what,
+                 OffenseLimiterOptions{}.interval_ns / kNanosPerSecond);
+  }
 }
 
 void Daemon::wait_for_signal() {

@@ -16,6 +16,7 @@
 #include "daemon_options.h"
 #include "steady_clock.h"
 #include "tollgate/node.h"
+#include "tollgate/offense_limiter.h"
 #include "tollgate/random.h"
 
 namespace tollgate {
@@ -61,6 +62,9 @@ class Daemon final : public ApiHandler {
   std::unique_ptr<FaultInjectingTransport> faults_;
   std::unique_ptr<Node> node_;
   std::unique_ptr<api::ApiServer> api_;
+  // Misbehaving clients and peers: one log line per offender per 10 s (see OffenseLimiter).
+  OffenseLimiter offenses_;
+  void report_offense(std::string_view offender, std::string_view what);
   boost::asio::steady_timer tick_timer_;
   boost::asio::steady_timer watch_timer_;
   boost::asio::signal_set signals_;

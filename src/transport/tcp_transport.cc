@@ -135,7 +135,11 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
 class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
  public:
   Inbound(TcpTransport& t, tcp::socket socket)
-      : t_(t), socket_(std::move(socket)), reader_(t.options_.max_frame_bytes) {}
+      : t_(t), socket_(std::move(socket)), reader_(t.options_.max_frame_bytes) {
+    boost::system::error_code ec;
+    const tcp::endpoint peer = socket_.remote_endpoint(ec);
+    if (!ec) peer_ = peer.address().to_string() + ":" + std::to_string(peer.port());
+  }
 
   void read() {
     socket_.async_read_some(boost::asio::buffer(buffer_), [self = shared_from_this()](const boost::system::error_code& ec,
@@ -150,9 +154,10 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
         if (s == FrameReader::Status::kNeedMore) break;
         if (s == FrameReader::Status::kTooLarge) {
           ++self->t_.dropped_["frame_too_large"];
+          self->t_.report_offense(self->peer_, "gossip frame over the size limit; connection closed");
           return self->close();
         }
-        self->t_.deliver(frame);
+        self->t_.deliver(frame, self->peer_);
       }
       self->read();
     });
@@ -171,6 +176,7 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
   TcpTransport& t_;
   tcp::socket socket_;
   FrameReader reader_;
+  std::string peer_ = "unknown peer";  // address:port, for offense reports
   char buffer_[16384];
 };
 
@@ -223,10 +229,11 @@ void TcpTransport::accept() {
   });
 }
 
-void TcpTransport::deliver(std::string_view frame) {
+void TcpTransport::deliver(std::string_view frame, const std::string& from) {
   DecodeResult r = decode(frame, keys_);
   if (!r.message) {
     ++dropped_[decode_error_name(r.error)];
+    report_offense(from, std::string("gossip frame dropped: ") + decode_error_name(r.error));
     return;
   }
   ++stats_.messages_received;

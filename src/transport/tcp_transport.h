@@ -52,7 +52,7 @@ class TcpTransport final : public Transport {
   friend class Inbound;
 
   void accept();
-  void deliver(std::string_view frame);
+  void deliver(std::string_view frame, const std::string& from);
   std::shared_ptr<const std::vector<std::string>> encoded(const GossipMessagePtr& message);
 
   boost::asio::io_context& io_;

@@ -13,6 +13,7 @@
 #include "tollgate/cluster_key.h"
 #include "tollgate/message.h"
 #include "tollgate/node.h"
+#include "tollgate/offense_limiter.h"
 
 namespace tollgate {
 
@@ -40,6 +41,18 @@ class Transport : public Outbox {
   virtual void set_receiver(Receiver receiver) = 0;
   virtual void stop() = 0;
   virtual TransportStats stats() const = 0;
+
+  // Told about every datagram or frame dropped as undecodable or unauthenticated, naming the
+  // sender's address ("10.0.0.7:7946"); the daemon rate-limits these into its log. Optional.
+  void set_offense_reporter(OffenseReporter reporter) { offense_ = std::move(reporter); }
+
+ protected:
+  void report_offense(std::string_view from, std::string_view what) const {
+    if (offense_) offense_(from, what);
+  }
+
+ private:
+  OffenseReporter offense_;
 };
 
 }  // namespace tollgate

@@ -121,6 +121,8 @@ void UdpTransport::receive() {
                                    if (receiver_) receiver_(std::move(*r.message));
                                  } else {
                                    ++dropped_[decode_error_name(r.error)];
+                                   report_offense(from_.address().to_string() + ":" + std::to_string(from_.port()),
+                                                  std::string("gossip datagram dropped: ") + decode_error_name(r.error));
                                  }
                                }
                                receive();

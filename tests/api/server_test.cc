@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <mutex>
+#include <unistd.h>
 
 #include "test_support.h"
 
@@ -251,6 +253,77 @@ TEST_F(ApiServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
   expect_served(*second, 2);
 }
 
+// Offense reports, collected on the server's thread and read from the test's.
+struct Offenses {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> seen;
+  OffenseReporter reporter() {
+    return [this](std::string_view who, std::string_view what) {
+      std::lock_guard lock(mu);
+      seen.emplace_back(who, what);
+    };
+  }
+  std::vector<std::pair<std::string, std::string>> copy() {
+    std::lock_guard lock(mu);
+    return seen;
+  }
+};
+
+TEST_F(ApiServerTest, HalfAFrameThenSilenceIsClosedAfterTheFrameTimeoutAndOthersAreServed) {
+  Offenses offenses;
+  ApiServerOptions options;
+  options.frame_timeout = std::chrono::milliseconds(300);
+  options.on_offense = offenses.reporter();
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto idle = connect();  // an idle client with nothing pending is never timed out
+  auto slow = connect();
+  expect_served(*slow, 1);
+  std::string frame;
+  ASSERT_TRUE(append_frame(check_request(2, {{"k", 1}}), UINT32_MAX, frame));
+  ASSERT_TRUE(slow->send_bytes(std::string_view(frame).substr(0, frame.size() / 2)));
+  auto other = connect();
+  expect_served(*other, 3);  // answered while the slow client holds half a frame
+  EXPECT_TRUE(slow->reads_eof());  // blocks until the server closes it (or the 20 s socket timeout)
+  EXPECT_EQ(server_.counters().connections_timed_out, 1u);
+  expect_served(*idle, 4);  // idle longer than the timeout, and still served
+  const auto seen = offenses.copy();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].first, "pid " + std::to_string(::getpid()) + " (uid " + std::to_string(::getuid()) + ")");
+  EXPECT_NE(seen[0].second.find("part of a request frame"), std::string::npos) << seen[0].second;
+}
+
+// 10,000 connections at once against a limit of 256: the excess is closed at once and counted,
+// clients already connected are answered throughout, and every refusal is reported (the daemon's
+// OffenseLimiter turns these into one log line per client per interval).
+TEST_F(ApiServerTest, TenThousandConnectionsAreCappedWhileConnectedClientsAreServed) {
+  Offenses offenses;
+  ApiServerOptions options;
+  options.max_connections = 256;
+  options.on_offense = offenses.reporter();
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto steady = connect();
+  expect_served(*steady, 1);
+  std::vector<std::unique_ptr<RawConnection>> flood;
+  uint64_t id = 2;
+  for (int i = 0; i < 10'000; ++i) {
+    auto c = RawConnection::connect_unix(socket_path_);
+    if (c) flood.push_back(std::move(c));  // the listen backlog may refuse some outright
+    if (i % 1000 == 999) expect_served(*steady, id++);
+  }
+  EXPECT_GE(flood.size(), 9'000u);
+  // The first 255 of the flood fill the limit (with `steady`); every later one is closed, which
+  // reading each to EOF proves (accept takes them in connect order).
+  size_t closed = 0;
+  for (size_t i = 255; i < flood.size(); ++i) closed += flood[i]->reads_eof();
+  EXPECT_EQ(server_.counters().connections_open, 256u);
+  EXPECT_EQ(closed, flood.size() - 255) << "every connection beyond the first 255 of the flood is refused";
+  EXPECT_EQ(server_.counters().connections_rejected, flood.size() - 255);
+  expect_served(*steady, id++);
+  const auto seen = offenses.copy();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_NE(seen.back().second.find("limit"), std::string::npos);
+}
+
 TEST_F(ApiServerTest, MembersStatsAndFaults) {
   auto c = connect();
   pb::Request request;
@@ -309,14 +382,14 @@ TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
   std::vector<std::string> names;
   for (const auto& [name, value] : stats) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{
-                       "api.connections_accepted", "api.connections_rejected", "api.connections_open",
-                       "api.accept_errors", "api.requests", "api.checks", "api.errors.frame_too_large",
+                       "api.connections_accepted", "api.connections_rejected", "api.connections_timed_out",
+                       "api.connections_open", "api.accept_errors", "api.requests", "api.checks", "api.errors.frame_too_large",
                        "api.errors.malformed", "api.errors.unsupported_version", "api.errors.batch_too_large",
                        "api.errors.empty_request", "api.errors.internal"}));
   EXPECT_EQ(stats[0].second, 1);  // accepted
-  EXPECT_EQ(stats[2].second, 1);  // open
-  EXPECT_EQ(stats[4].second, 1);  // requests
-  EXPECT_EQ(stats[5].second, 1);  // checks
+  EXPECT_EQ(stats[3].second, 1);  // open
+  EXPECT_EQ(stats[5].second, 1);  // requests
+  EXPECT_EQ(stats[6].second, 1);  // checks
 }
 
 // --- the Unix socket file ---------------------------------------------------------------------

@@ -331,6 +331,17 @@ TEST(ClusterSecurity, GossipSignedWithAnotherKeyIsDroppedAndCounted) {
   EXPECT_TRUE(eventually([&] { return c.state_of(0, 2) == "unreachable"; }, 5s));
   EXPECT_EQ(c.remaining(0, "k"), 990);  // node 2's 500 never counted here
   EXPECT_EQ(c.remaining(2, "k"), 500);  // nor node 0's there
+  // Node 0 drops every datagram from node 2 but logs it once per 10 s, not once per datagram.
+  ASSERT_TRUE(eventually([&] { return c.stat(0, "transport_dropped_bad_mac") >= 40; }, 10s));
+  const auto started = std::chrono::steady_clock::now();
+  const std::string log = c.log(0);
+  const int64_t dropped = c.stat(0, "transport_dropped_bad_mac");
+  size_t lines = 0;
+  for (size_t at = 0; (at = log.find(c.address(2) + ": gossip datagram dropped: bad_mac", at)) != std::string::npos; ++at) ++lines;
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_GE(lines, 1u) << log;
+  EXPECT_LE(lines, size_t(2 + seconds / 10)) << dropped << " drops\n" << log;
+  EXPECT_GE(dropped, int64_t(20 * lines));
   for (size_t i = 0; i < 3; ++i) {
     std::filesystem::remove(std::filesystem::temp_directory_path() /
                             ("tollgate-it-key-" + std::to_string(getpid()) + "-" + std::to_string(i)));
