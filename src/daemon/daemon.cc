@@ -83,6 +83,7 @@ Daemon::Daemon(DaemonOptions options)
   } else {
     transport_ = std::make_unique<TcpTransport>(io_, options_.bind, keys, TcpTransportOptions{});
   }
+  transport_->set_source_limits({options_.gossip_peer_bytes_per_second, options_.gossip_peer_bytes_per_second});
   transport_->set_offense_reporter([this](std::string_view who, std::string_view what) { report_offense(who, what); });
   faults_ = std::make_unique<FaultInjectingTransport>(io_, *transport_, random_);
 

@@ -141,6 +141,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       ->check(duration_check());
   app.add_option("--push-pull-interval", push_pull, "Anti-entropy exchange with one random peer this often")
       ->check(duration_check());
+  app.add_option("--gossip-peer-rate", o->gossip_peer_bytes_per_second,
+                 "Gossip bytes per second accepted from one source address (burst: one second's worth); "
+                 "the excess is dropped before it is authenticated or parsed, and counted")
+      ->check(CLI::Range(int64_t(64 * 1024), int64_t(1) << 40));
   app.add_option("--max-keys", o->max_keys, "Buckets held at most (least recently used evicted beyond)")
       ->check(CLI::Range(size_t(1), size_t(100'000'000)));
   app.add_option("--incarnation", o->incarnation, "Override the incarnation (default: microseconds of wall time at start)");

@@ -38,6 +38,7 @@ struct DaemonOptions {
   int64_t probe_interval_ns = 1 * kNanosPerSecond;
   int64_t push_pull_interval_ns = 1 * kNanosPerSecond;
   size_t max_keys = 1'000'000;
+  int64_t gossip_peer_bytes_per_second = 4 << 20;  // per source address, before decoding
   uint64_t incarnation = 0;             // 0: derived from the wall clock at start-up
 };
 

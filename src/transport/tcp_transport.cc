@@ -157,7 +157,7 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
           self->t_.report_offense(self->peer_, "gossip frame over the size limit; connection closed");
           return self->close();
         }
-        self->t_.deliver(frame, self->peer_);
+        if (self->t_.admit_source(self->peer_, frame.size(), self->t_.dropped_)) self->t_.deliver(frame, self->peer_);
       }
       self->read();
     });

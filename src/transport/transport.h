@@ -4,6 +4,7 @@
 #ifndef TOLLGATE_SRC_TRANSPORT_TRANSPORT_H_
 #define TOLLGATE_SRC_TRANSPORT_TRANSPORT_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "tollgate/message.h"
 #include "tollgate/node.h"
 #include "tollgate/offense_limiter.h"
+#include "tollgate/source_limiter.h"
 
 namespace tollgate {
 
@@ -46,13 +48,28 @@ class Transport : public Outbox {
   // sender's address ("10.0.0.7:7946"); the daemon rate-limits these into its log. Optional.
   void set_offense_reporter(OffenseReporter reporter) { offense_ = std::move(reporter); }
 
+  // The budget per source address (SourceLimiter), checked before decoding. Replaces the
+  // default (SourceLimiterOptions{}).
+  void set_source_limits(SourceLimiterOptions options) { sources_ = SourceLimiter(options); }
+
  protected:
   void report_offense(std::string_view from, std::string_view what) const {
     if (offense_) offense_(from, what);
   }
+  // True if `bytes` from `from` are within its budget; otherwise counts the drop as
+  // "rate_limited" in `dropped` and reports the sender.
+  template <typename DropCounts>
+  bool admit_source(std::string_view from, size_t bytes, DropCounts& dropped) {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    if (sources_.admit(from, bytes, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count())) return true;
+    ++dropped["rate_limited"];
+    report_offense(from, "gossip over the per-peer byte budget (--gossip-peer-rate); dropped unread");
+    return false;
+  }
 
  private:
   OffenseReporter offense_;
+  SourceLimiter sources_;
 };
 
 }  // namespace tollgate

@@ -111,7 +111,8 @@ void UdpTransport::receive() {
   socket_.async_receive_from(boost::asio::buffer(buffer_.get(), kReceiveBuffer), from_,
                              [this, alive = alive_](const boost::system::error_code& ec, size_t bytes) {
                                if (!*alive || ec == boost::asio::error::operation_aborted) return;
-                               if (!ec) {
+                               const std::string from = from_.address().to_string() + ":" + std::to_string(from_.port());
+                               if (!ec && admit_source(from, bytes, dropped_)) {
                                  stats_.bytes_received += bytes;
                                  DecodeResult r = decode(std::string_view(buffer_.get(), bytes), keys_);
                                  if (r.message) {
@@ -121,8 +122,7 @@ void UdpTransport::receive() {
                                    if (receiver_) receiver_(std::move(*r.message));
                                  } else {
                                    ++dropped_[decode_error_name(r.error)];
-                                   report_offense(from_.address().to_string() + ":" + std::to_string(from_.port()),
-                                                  std::string("gossip datagram dropped: ") + decode_error_name(r.error));
+                                   report_offense(from, std::string("gossip datagram dropped: ") + decode_error_name(r.error));
                                  }
                                }
                                receive();

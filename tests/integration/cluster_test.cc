@@ -178,6 +178,16 @@ class Cluster {
     }
     return true;
   }
+  pid_t pid(size_t i) const { return pids_[i]; }
+  // Resident memory of node i, in KiB (VmRSS), or -1.
+  int64_t rss_kib(size_t i) const {
+    std::ifstream in("/proc/" + std::to_string(pids_[i]) + "/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+    }
+    return -1;
+  }
   int64_t stat(size_t i, const std::string& name) {
     auto stats = clients_[i]->stats();
     if (!stats) return -1;
@@ -346,6 +356,44 @@ TEST(ClusterSecurity, GossipSignedWithAnotherKeyIsDroppedAndCounted) {
     std::filesystem::remove(std::filesystem::temp_directory_path() /
                             ("tollgate-it-key-" + std::to_string(getpid()) + "-" + std::to_string(i)));
   }
+}
+
+// A host that floods node 0's gossip port with 100 times a member's traffic: the excess is
+// dropped before it is parsed or authenticated and counted, node 0 keeps answering its clients
+// and keeps hearing its real peer, and its memory does not grow with the flood.
+TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) {
+  Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules, [](size_t) {
+    return std::vector<std::string>{"--gossip-peer-rate", "262144"};  // 256 KiB/s per source
+  });
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); }));
+  const int64_t rss_before = c.rss_kib(0);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(uint16_t(std::stoi(c.address(0).substr(c.address(0).rfind(':') + 1))));
+  const std::string junk(1400, '\x5a');
+  // 40 MB in 1,400-byte datagrams, as fast as loopback takes them; between bursts, node 1
+  // spends tokens and node 0 must still answer, and hear of it.
+  int64_t spent = 0;
+  for (int burst = 0; burst < 10; ++burst) {
+    for (int i = 0; i < 3000; ++i) {
+      ::sendto(fd, junk.data(), junk.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
+    }
+    ASSERT_TRUE(c.client(0).check("other", 1).allowed) << "node 0 stopped answering its clients";
+    ASSERT_TRUE(c.client(1).check("k", 10).allowed);
+    spent += 10;
+  }
+  ::close(fd);
+  EXPECT_TRUE(eventually([&] { return c.remaining(0, "k") == 1000 - spent; }, 10s))
+      << "node 0 shows " << c.remaining(0, "k") << ": its real peer's gossip was crowded out";
+  const int64_t limited = c.stat(0, "transport_dropped_rate_limited");
+  EXPECT_GT(limited, 10'000) << "most of the 30,000 junk datagrams are dropped unread";
+  const int64_t rss_after = c.rss_kib(0);
+  EXPECT_LT(rss_after - rss_before, 16 * 1024) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  RecordProperty("rate_limited", std::to_string(limited));
+  RecordProperty("rss_kib_before_after", std::to_string(rss_before) + " " + std::to_string(rss_after));
 }
 
 // A node missing from the peers file is ignored until the file lists it; the daemons re-read the
