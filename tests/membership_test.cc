@@ -63,6 +63,20 @@ TEST(Membership, DeadlinesSetBetweenScansAreKept) {
   EXPECT_EQ(state(m, "old"), MemberState::kSuspect);
 }
 
+// We restarted with a lower incarnation than the life the cluster remembers (the wall clock,
+// which incarnations come from, stepped back): a row about that life makes us outbid it.
+TEST(Membership, ARowAboutANewerLifeOfOursIsOutbid) {
+  Membership m("self", "self:1", 5, heartbeat_options());
+  m.merge({row("self", 3, 100)}, 0);  // an older life: ignored
+  EXPECT_EQ(m.self_row().incarnation, 5u);
+  m.merge({row("self", 5, 100)}, 0);  // this life, relayed back: ignored
+  EXPECT_EQ(m.self_row().incarnation, 5u);
+  m.merge({row("self", 9, 100)}, 0);
+  EXPECT_EQ(m.self_row().incarnation, 10u);
+  EXPECT_EQ(m.stats().refuted, 1u);
+  EXPECT_EQ(m.find("self"), nullptr) << "we never become a member of our own list";
+}
+
 TEST(Membership, AnAdvancingHeartbeatRevivesAndAStaleOneDoesNot) {
   Membership m("self", "self:1", 1, heartbeat_options());
   m.merge({row("b", 1, 5)}, 0);

@@ -312,6 +312,30 @@ TEST(Node, RestartedNodeLearnsRecentConsumptionFromItsPeers) {
   EXPECT_FALSE(c.node(1).check("k", 50, c.now()).allowed);
 }
 
+// A node restarts with a LOWER incarnation than its last life (the wall clock stepped back):
+// it learns of the newer life from its peers' rows, outbids it, and from then on its
+// consumption counts everywhere and the others see it alive.
+TEST(Node, ARestartWithALowerIncarnationOutbidsTheRememberedLife) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kGossip, .membership = MembershipKind::kStatic});
+  c.rounds(10);
+  c.crash(1);
+  c.start(1, 1000);
+  c.rounds(10);
+  ASSERT_EQ(c.node(0).membership().find("n1")->incarnation, 1000u);
+  c.crash(1);
+  c.start(1, 7);  // clock stepped back
+  c.rounds(10);
+  EXPECT_EQ(c.node(1).membership().self_row().incarnation, 1001u);
+  EXPECT_EQ(c.node(1).membership().stats().refuted, 1u);
+  ASSERT_TRUE(c.node(1).check("k", 25, c.now()).allowed);
+  c.rounds(60);  // well past fail_after: alive through its new life's heartbeat
+  for (size_t i : {0, 2}) {
+    EXPECT_EQ(c.node(i).membership().find("n1")->incarnation, 1001u) << i;
+    EXPECT_EQ(c.node(i).membership().find("n1")->state, MemberState::kAlive) << i;
+    EXPECT_EQ(c.charged(i, "k"), 25) << i;
+  }
+}
+
 TEST(Node, LeavingMemberIsMarkedLeft) {
   VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh, .membership = MembershipKind::kHeartbeat});
   c.rounds(30);

@@ -142,6 +142,11 @@ class Ledger {
 
   LedgerStats stats() const;
 
+  // Starts a new life of this node without restarting it (membership outbid a remembered
+  // newer life): seals from seq 1 under `incarnation` (> incarnation()) from now on. Our old
+  // life's window is kept as the previous one, so its batches relayed back stay duplicates.
+  void start_incarnation(uint64_t incarnation);
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;

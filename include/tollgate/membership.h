@@ -73,6 +73,7 @@ struct MembershipStats {
   uint64_t restarted = 0;    // members seen with a higher incarnation
   uint64_t forgotten = 0;    // dead or departed members removed
   uint64_t unknown_rows = 0; // static: rows about members not in the peers file, ignored
+  uint64_t refuted = 0;      // rows about a newer life of ours: we took a higher incarnation
 };
 
 class Membership {
@@ -96,7 +97,9 @@ class Membership {
   // static membership only from listed members (or ourselves? never: we drop our own id).
   bool accepts_sender(const NodeId& id) const;
 
-  // Merges rows heard in a message. Rows about us are ignored (our own row is authoritative).
+  // Merges rows heard in a message. Rows about us are ignored (our own row is authoritative),
+  // except one with a higher incarnation than ours: a past life the cluster still remembers, so
+  // we move to a higher incarnation still (self_row().incarnation; the Node follows it).
   void merge(const std::vector<MemberRecord>& rows, MonoNanos now_ns);
 
   // Marks `id` as having announced that it leaves.

@@ -216,6 +216,16 @@ class Ledger::Impl {
   const NodeId& self() const { return self_; }
   uint64_t incarnation() const { return incarnation_; }
 
+  void start_incarnation(uint64_t incarnation) {
+    if (incarnation <= incarnation_) return;
+    OriginState& own = *origins_.try_emplace(self_).first;
+    own.previous = own.current;
+    own.current = SeenWindow{};
+    own.current.incarnation = incarnation;
+    incarnation_ = incarnation;
+    last_seq_ = 0;
+  }
+
  private:
   struct OriginState {
     SeenWindow current;
@@ -325,5 +335,6 @@ std::vector<BatchPtr> Ledger::missing_for(const Digest& peer, const NodeId& from
 void Ledger::expire(MonoNanos now_ns) { impl_->expire(now_ns); }
 void Ledger::forget_origin(const NodeId& origin) { impl_->forget_origin(origin); }
 LedgerStats Ledger::stats() const { return impl_->stats(); }
+void Ledger::start_incarnation(uint64_t incarnation) { impl_->start_incarnation(incarnation); }
 
 }  // namespace tollgate

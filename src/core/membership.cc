@@ -162,7 +162,17 @@ bool Membership::accepts_sender(const NodeId& id) const {
 
 void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
   for (const MemberRecord& r : rows) {
-    if (r.id == self_.id || r.id.empty()) continue;
+    if (r.id.empty()) continue;
+    if (r.id == self_.id) {
+      // Our own row is authoritative, except that a life of ours the cluster still remembers as
+      // newer than this one (we restarted after the wall clock stepped back, and incarnations
+      // come from the wall clock) would win over us everywhere: outbid it, as SWIM refutes.
+      if (r.incarnation > self_.incarnation && !self_.left) {
+        self_.incarnation = r.incarnation + 1;
+        ++stats_.refuted;
+      }
+      continue;
+    }
     const IndexEntry* known = index_.find(r.id);
     if (known && !r.left && std::tie(r.incarnation, r.heartbeat) <= std::tie(known->incarnation, known->heartbeat)) {
       continue;  // nothing we did not know (the common case: see IndexEntry)

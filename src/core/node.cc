@@ -191,6 +191,10 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   }
   ++stats_.messages_received;
   membership_.merge(m.members, now);
+  if (const uint64_t life = membership_.self_row().incarnation; life != options_.incarnation) {
+    options_.incarnation = life;  // outbidding a remembered newer life of ours (Membership::merge)
+    ledger_.start_incarnation(life);
+  }
   if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
 
   for (const BatchPtr& b : m.batches) {

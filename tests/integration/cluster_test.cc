@@ -77,8 +77,10 @@ class Cluster {
   using ExtraArgs = std::function<std::vector<std::string>(size_t)>;
 
   // `listed`: how many nodes the peers file lists at first (all by default).
-  Cluster(size_t n, Combo combo, const std::string& rules, ExtraArgs extra = {}, size_t listed = SIZE_MAX)
-      : combo_(combo), extra_(std::move(extra)) {
+  // `env`: NAME=value entries added to the daemons' environment.
+  Cluster(size_t n, Combo combo, const std::string& rules, ExtraArgs extra = {}, size_t listed = SIZE_MAX,
+          std::vector<std::string> env = {})
+      : combo_(combo), extra_(std::move(extra)), env_(std::move(env)) {
     dir_ = fs::temp_directory_path() / ("tollgate-it-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     fs::create_directories(dir_);
     std::ofstream(dir_ / "rules.yaml") << rules;
@@ -146,7 +148,11 @@ class Cluster {
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     pid_t pid = -1;
-    ASSERT_EQ(posix_spawn(&pid, TOLLGATED_PATH, &actions, nullptr, argv.data(), environ), 0);
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+    for (std::string& e : env_) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    ASSERT_EQ(posix_spawn(&pid, TOLLGATED_PATH, &actions, nullptr, argv.data(), envp.data()), 0);
     posix_spawn_file_actions_destroy(&actions);
     pids_[i] = pid;
   }
@@ -213,6 +219,7 @@ class Cluster {
   fs::path dir_;
   std::vector<uint16_t> ports_;
   std::vector<pid_t> pids_;
+  std::vector<std::string> env_;
   std::vector<std::unique_ptr<Client>> clients_;
 };
 
@@ -394,6 +401,64 @@ TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) 
   EXPECT_LT(rss_after - rss_before, 16 * 1024) << "RSS " << rss_before << " -> " << rss_after << " KiB";
   RecordProperty("rate_limited", std::to_string(limited));
   RecordProperty("rss_kib_before_after", std::to_string(rss_before) + " " + std::to_string(rss_after));
+}
+
+// The system clock steps an hour forward, then back (an NTP step, an operator's mistake), under
+// libfaketime: buckets and failure detection run on the steady clock, so nothing refills and
+// nobody fails. Then node 2 is killed and restarted while the wall clock reads two hours behind
+// its first start: its new life must still win over its old one (a wall-clock incarnation alone
+// would be lower), so what it admits is charged everywhere.
+TEST(ClusterHardening, WallClockJumpsMoveNoBucketAndFailNoPeer) {
+  const char* lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+  if (!std::filesystem::exists(lib)) GTEST_SKIP() << lib << " missing: scripts/deps installs libfaketime";
+  const auto clock_file = std::filesystem::temp_directory_path() / ("tollgate-it-faketime-" + std::to_string(getpid()));
+  auto set_wall_offset = [&](const char* offset) {
+    std::ofstream(clock_file.string() + ".new") << offset << "\n";
+    std::filesystem::rename(clock_file.string() + ".new", clock_file);
+  };
+  set_wall_offset("+0");
+  // 1000/h: an hour of wall time would refill a whole bucket.
+  const std::string hourly = "rules:\n  - match: \"k*\"\n    rate: 1000/h\n    burst: 1000\n";
+  Cluster c(3, Combo{"gossip", "udp", "static"}, hourly, {}, SIZE_MAX,
+            {std::string("LD_PRELOAD=") + lib, "FAKETIME_TIMESTAMP_FILE=" + clock_file.string(), "FAKETIME_NO_CACHE=1",
+             "DONT_FAKE_MONOTONIC=1", "ASAN_OPTIONS=verify_asan_link_order=0"});
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); })) << c.log(0);
+  ASSERT_TRUE(c.client(0).check("k", 500).allowed);
+  for (size_t n = 0; n < 3; ++n) ASSERT_TRUE(eventually([&] { return c.remaining(n, "k") == 500; })) << n;
+
+  for (const char* offset : {"+1h", "-1h"}) {
+    set_wall_offset(offset);
+    // A fresh check on every node after the step: a bucket on wall time would now hold 1000 (or
+    // fail to refill at all); members on wall time would time out at once.
+    for (int round = 0; round < 3; ++round) {
+      for (size_t n = 0; n < 3; ++n) {
+        const int64_t left = c.remaining(n, "k");  // INT64_MIN: the daemon did not answer
+        EXPECT_TRUE(left >= 490 && left <= 501) << "node " << n << " shows " << left << " after " << offset;
+      }
+    }
+    EXPECT_TRUE(c.all_alive({0, 1, 2})) << "after " << offset;
+  }
+
+  set_wall_offset("-2h");
+  c.stop(2, SIGKILL);
+  c.start(2);
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); }, 15s)) << c.log(2);
+  // Alive by its new life's heartbeat, not the old life's last word: still alive well past
+  // --fail-after (600 ms).
+  const auto settle = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < settle) {
+    ASSERT_EQ(c.state_of(0, 2), "alive") << "node 0 lost the restarted node 2";
+    ASSERT_EQ(c.state_of(1, 2), "alive") << "node 1 lost the restarted node 2";
+    std::this_thread::sleep_for(100ms);  // sampling a state over a time span, not synchronizing
+  }
+  ASSERT_TRUE(eventually([&] { const int64_t left = c.remaining(2, "k"); return left >= 0 && left <= 501; }, 10s))
+      << "the restarted node relearns the debt";
+  ASSERT_TRUE(c.client(2).check("k", 100).allowed);
+  for (size_t n = 0; n < 2; ++n) {
+    EXPECT_TRUE(eventually([&] { const int64_t left = c.remaining(n, "k"); return left >= 0 && left <= 401; }, 10s))
+        << "node " << n << " shows " << c.remaining(n, "k") << ": the restarted node's consumption was not counted";
+  }
+  std::filesystem::remove(clock_file);
 }
 
 // A node missing from the peers file is ignored until the file lists it; the daemons re-read the
