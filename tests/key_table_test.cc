@@ -132,6 +132,22 @@ TEST(KeyTable, RememberedBalancesAreBounded) {
   EXPECT_EQ(t.stats().restored, 1u);
 }
 
+// A flood of new keys that each spend a token fills the remembered table with barely spent
+// balances; those are forgotten first, so a key in debt evicted before the flood still comes
+// back in debt.
+TEST(KeyTable, AFloodOfBarelySpentKeysDoesNotPushOutARememberedDebt) {
+  KeyTableOptions options;
+  options.max_keys = 1;
+  options.max_remembered = 8;
+  KeyTable t(one_rule("*", Limit{Rate{1000, 3600 * kSec}, 1000, 1000}), options);
+  t.charge_remote("owes", 1500, 0);  // -500
+  for (int i = 0; i < 10'000; ++i) t.allow("flood-" + std::to_string(i), 1, 0);
+  EXPECT_GE(t.stats().forgotten_debts, 10'000u - 8u);
+  const Decision d = t.allow("owes", 1, 0);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.remaining, -500);
+}
+
 TEST(KeyTable, IdleKeysWhoseBucketRefilledAreSwept) {
   KeyTable t(one_rule("*", per_second(10, 10, 10)));
   t.allow("spent", 10, 0);

@@ -120,14 +120,16 @@ class KeyTable::Impl {
     }
     // Remembered balances are dropped oldest first once refilled; a stale queue entry (the key
     // came back, or was remembered again later) is skipped.
-    for (size_t n = 0; n < max_scan && !remembered_order_.empty(); ++n) {
-      const auto [hash, generation] = remembered_order_.front();
-      auto it = remembered_.find(hash);
-      if (it != remembered_.end() && it->second.generation == generation) {
-        if (!it->second.bucket.full_at(it->second.limit, now)) break;
-        remembered_.erase(it);
+    for (auto* order : {&light_order_, &heavy_order_}) {
+      for (size_t n = 0; n < max_scan && !order->empty(); ++n) {
+        const auto [hash, generation] = order->front();
+        auto it = remembered_.find(hash);
+        if (it != remembered_.end() && it->second.generation == generation) {
+          if (!it->second.bucket.full_at(it->second.limit, now)) break;
+          remembered_.erase(it);
+        }
+        order->pop_front();
       }
-      remembered_order_.pop_front();
     }
     return removed;
   }
@@ -195,7 +197,7 @@ class KeyTable::Impl {
     bytes += index_.capacity() * sizeof(IndexSlot);
     constexpr size_t kRememberedNode = sizeof(void*) + sizeof(std::pair<const size_t, Remembered>) + sizeof(size_t);
     bytes += remembered_.size() * kRememberedNode + remembered_.bucket_count() * sizeof(void*) +
-             remembered_order_.size() * sizeof(std::pair<size_t, uint64_t>);
+             (light_order_.size() + heavy_order_.size()) * sizeof(std::pair<size_t, uint64_t>);
     for (const auto& [key, tokens] : orphan_pending_) bytes += sizeof(key) + sizeof(tokens) + string_heap_bytes(key);
     s.bytes = bytes;
     return s;
@@ -397,10 +399,15 @@ class KeyTable::Impl {
     ++stats_.evictions;
   }
 
+  // When the table is full, balances that are barely spent (more than half the burst left) are
+  // forgotten before any that is deep in use or in debt, oldest first within each class: a flood
+  // of new keys that each spend a token must not push out what an established key in debt owes
+  // (forgetting a barely spent balance over-admits by less than half a burst, once).
   void remember(size_t hash, const TokenBucket& bucket, const Limit& limit) {
-    while (remembered_.size() >= options_.max_remembered && !remembered_order_.empty()) {
-      const auto [old_hash, generation] = remembered_order_.front();
-      remembered_order_.pop_front();
+    while (remembered_.size() >= options_.max_remembered && !(light_order_.empty() && heavy_order_.empty())) {
+      auto& order = light_order_.empty() ? heavy_order_ : light_order_;
+      const auto [old_hash, generation] = order.front();
+      order.pop_front();
       auto it = remembered_.find(old_hash);
       if (it != remembered_.end() && it->second.generation == generation) {
         remembered_.erase(it);
@@ -409,7 +416,8 @@ class KeyTable::Impl {
     }
     const uint64_t generation = ++remembered_generation_;
     remembered_[hash] = Remembered{bucket, limit, generation};
-    remembered_order_.emplace_back(hash, generation);
+    const bool light = bucket.raw_balance_microtokens() > limit.burst * kMicrotokensPerToken / 2;
+    (light ? light_order_ : heavy_order_).emplace_back(hash, generation);
   }
 
   // Removes a key. Its pending consumption moves to orphan_pending_ so it is still reported. The
@@ -440,7 +448,8 @@ class KeyTable::Impl {
   size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
   std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
   std::unordered_map<size_t, Remembered> remembered_;             // by key hash
-  std::deque<std::pair<size_t, uint64_t>> remembered_order_;      // (hash, generation), oldest first
+  // (hash, generation), oldest first: balances with more than half the burst left, and the rest.
+  std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
   uint64_t remembered_generation_ = 0;
   KeyTableStats stats_;
 };

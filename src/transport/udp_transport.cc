@@ -23,7 +23,14 @@ UdpTransport::UdpTransport(boost::asio::io_context& io, const std::string& bind,
   boost::system::error_code ec;
   const udp::endpoint ep(address, port);
   socket_.open(ep.protocol(), ec);
-  if (!ec) socket_.bind(ep, ec);
+  if (!ec) {
+    // A push-pull answer is a burst of up to max_repair_batches datagrams (~700 KB); with the
+    // default 208 KB buffer, a receiver busy for a moment loses most of it, and the loss is only
+    // seen as seqs_abandoned. Ask for 4 MiB; the kernel caps it at net.core.rmem_max.
+    boost::system::error_code ignored;
+    socket_.set_option(boost::asio::socket_base::receive_buffer_size(4 << 20), ignored);
+    socket_.bind(ep, ec);
+  }
   if (ec) throw std::runtime_error("cannot bind UDP " + bind + ": " + ec.message());
   receive();
 }

@@ -185,6 +185,16 @@ class Cluster {
     return true;
   }
   pid_t pid(size_t i) const { return pids_[i]; }
+  // Every counter of node i, "name=value ...", for failure messages.
+  std::string stats_text(size_t i) {
+    std::string out;
+    if (auto s = clients_[i]->stats()) {
+      for (const auto& [name, value] : *s) {
+        if (value != 0) out += name + "=" + std::to_string(value) + " ";
+      }
+    }
+    return out;
+  }
   // Resident memory of node i, in KiB (VmRSS), or -1.
   int64_t rss_kib(size_t i) const {
     std::ifstream in("/proc/" + std::to_string(pids_[i]) + "/status");
@@ -459,6 +469,52 @@ TEST(ClusterHardening, WallClockJumpsMoveNoBucketAndFailNoPeer) {
         << "node " << n << " shows " << c.remaining(n, "k") << ": the restarted node's consumption was not counted";
   }
   std::filesystem::remove(clock_file);
+}
+
+// A client floods node 0 with distinct keys (2 million here; TOLLGATE_FLOOD_KEYS for more) in
+// batches of 1,000, with --max-keys 50000: both nodes stay at 50,000 buckets and count the
+// evictions, resident memory stays within the budget --max-keys implies (docs/operations.md),
+// and an established key in debt is neither lost nor handed back full.
+TEST(ClusterHardening, AKeyFloodIsBoundedByMaxKeysAndEstablishedKeysKeepTheirBalance) {
+  const char* env = std::getenv("TOLLGATE_FLOOD_KEYS");
+  const size_t total = env ? std::stoul(env) : 2'000'000;
+  Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules, [](size_t) {
+    return std::vector<std::string>{"--max-keys", "50000"};
+  });
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); }));
+  const int64_t rss_before = c.rss_kib(0);
+  ASSERT_TRUE(c.client(0).check("k-established", 600).allowed);
+  std::vector<std::string> names(1000);
+  std::vector<CheckItem> items(1000);
+  size_t answered = 0;
+  for (size_t sent = 0; sent < total; sent += names.size()) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      names[i] = "k-flood-" + std::to_string(sent + i);
+      items[i] = {names[i], 1};
+    }
+    for (const CheckReply& r : c.client(0).check_batch(items)) answered += r.from_daemon();
+    if (sent % 100'000 == 0) {
+      const int64_t left = c.remaining(0, "k-established");  // used now and then: stays established
+      ASSERT_TRUE(left >= 399 && left <= 401) << "after " << sent << " flood keys: " << left;
+    }
+  }
+  EXPECT_EQ(answered, total);
+  // Node 0 took the flood: every key beyond the 50,000 it holds was an eviction. Node 1 hears
+  // of as much of it as gossip carries (under this overload some is lost and counted as
+  // seqs_abandoned: over-admission, never a double charge); it too stays at 50,000 buckets.
+  EXPECT_GE(c.stat(0, "key_evictions"), int64_t(total) - 50'000) << c.stats_text(0);
+  EXPECT_TRUE(eventually([&] { return c.stat(1, "key_evictions") > 0; }, 10s)) << c.stats_text(1);
+  for (size_t n = 0; n < 2; ++n) EXPECT_LE(c.stat(n, "keys"), 50'000);
+  RecordProperty("node0_stats", c.stats_text(0));
+  RecordProperty("node1_evictions_abandoned",
+                 std::to_string(c.stat(1, "key_evictions")) + " " + std::to_string(c.stat(1, "seqs_abandoned")));
+  EXPECT_TRUE(eventually([&] { const int64_t left = c.remaining(1, "k-established"); return left >= 399 && left <= 401; }));
+  const int64_t rss_after = c.rss_kib(0);
+  // The budget: 64 MiB for the process and its ledger, plus 400 bytes a key.
+  const int64_t budget_kib = 64 * 1024 + 50'000 * 400 / 1024;
+  EXPECT_LT(rss_after, budget_kib) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  RecordProperty("rss_kib_before_after", std::to_string(rss_before) + " " + std::to_string(rss_after));
+  RecordProperty("key_bytes", std::to_string(c.stat(0, "key_bytes")));
 }
 
 // A node missing from the peers file is ignored until the file lists it; the daemons re-read the
