@@ -1,0 +1,175 @@
+// Spoofed gossip against real nodes, through the real codec with a cluster key: forged,
+// replayed and truncated datagrams, and a keyed sender missing from the peers file, change no
+// bucket. (Issue #5; the codec's own tests cover each decode error in isolation.)
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec_test_util.h"
+#include "tollgate/codec.h"
+#include "tollgate/node.h"
+#include "tollgate/rules.h"
+
+namespace tollgate {
+namespace {
+
+constexpr int64_t kRound = 50 * kNanosPerMilli;
+constexpr int64_t kM = 1'000'000;
+
+// Captures what a node sends, encoded as the UDP transport would.
+class Wire : public Outbox {
+ public:
+  explicit Wire(ClusterKeys keys) : keys_(std::move(keys)) {}
+  void send(const std::string& address, const GossipMessagePtr& m) override {
+    for (std::string& d : encode_datagrams(*m, keys_)) sent.push_back({address, std::move(d)});
+  }
+  std::vector<std::pair<std::string, std::string>> sent;
+
+ private:
+  ClusterKeys keys_;
+};
+
+std::shared_ptr<const RuleSet> hourly() {
+  // 1 an hour, burst 1000: a balance shows what was charged.
+  return std::make_shared<RuleSet>(std::vector<Rule>{{"k*", Limit{Rate{1, 3600 * kNanosPerSecond}, 1000, 1000}, 0}},
+                                   std::nullopt);
+}
+
+struct Harness {
+  ClusterKeys keys = codec_test::key_a();
+  Wire a_wire{keys}, b_wire{keys};
+  SplitMix64 random{7};
+  std::unique_ptr<Node> a, b;
+  MonoNanos now = 0;
+
+  explicit Harness(uint64_t a_incarnation = 1) {
+    a = make("a", a_incarnation, a_wire);
+    b = make("b", 1, b_wire);
+  }
+  std::unique_ptr<Node> make(const std::string& id, uint64_t incarnation, Wire& wire) {
+    NodeOptions o;
+    o.id = id;
+    o.address = id + ":1";
+    o.incarnation = incarnation;
+    o.mode = DisseminationMode::kMesh;
+    auto n = std::make_unique<Node>(o, hourly(), wire, random);
+    n->set_peers({{"a", "a:1"}, {"b", "b:1"}}, now);
+    return n;
+  }
+  // Delivers datagrams to b the way the transport does: decode (MAC checked), then receive.
+  size_t deliver_to_b(const std::vector<std::string>& datagrams) {
+    size_t accepted = 0;
+    for (const std::string& d : datagrams) {
+      DecodeResult r = decode(d, keys);
+      if (!r.message) continue;
+      ++accepted;
+      b->receive(*r.message, now);
+    }
+    return accepted;
+  }
+  // One round of both; b's messages reach a. Returns what a sent to b (not yet delivered).
+  std::vector<std::string> a_round() {
+    now += kRound;
+    a_wire.sent.clear();
+    b_wire.sent.clear();
+    a->tick(now);
+    b->tick(now);
+    for (auto& [to, d] : b_wire.sent) {
+      if (DecodeResult r = decode(d, keys); to == "a:1" && r.message) a->receive(*r.message, now);
+    }
+    std::vector<std::string> out;
+    for (auto& [to, d] : a_wire.sent) {
+      if (to == "b:1") out.push_back(d);
+    }
+    return out;
+  }
+  int64_t charged_at_b(const std::string& key) {
+    auto bal = b->table().balance_microtokens(key, now);
+    return bal ? (1000 * kM - *bal + kM / 2) / kM : 0;
+  }
+};
+
+TEST(SpoofedGossip, AReplayedDatagramChargesNothingTwice) {
+  Harness h;
+  for (int r = 0; r < 3; ++r) h.deliver_to_b(h.a_round());  // a and b see each other alive
+  ASSERT_TRUE(h.a->check("k1", 30, h.now).allowed);
+  const std::vector<std::string> captured = h.a_round();
+  ASSERT_GT(h.deliver_to_b(captured), 0u);
+  ASSERT_EQ(h.charged_at_b("k1"), 30);
+  for (int i = 0; i < 5; ++i) EXPECT_GT(h.deliver_to_b(captured), 0u);  // authentic bytes, replayed
+  EXPECT_EQ(h.charged_at_b("k1"), 30);
+  // Much later, after many more batches from a have moved b's window along.
+  for (int r = 0; r < 400; ++r) {
+    h.a->check("k2", 1, h.now);  // allowed or not: either way a batch or a heartbeat goes out
+    h.deliver_to_b(h.a_round());
+  }
+  h.deliver_to_b(captured);
+  EXPECT_EQ(h.charged_at_b("k1"), 30);
+  EXPECT_GT(h.b->ledger().stats().duplicates, 0u);
+}
+
+TEST(SpoofedGossip, ReplaysOfAPreviousLifeAfterARestartChargeNothing) {
+  Harness h;
+  for (int r = 0; r < 3; ++r) h.deliver_to_b(h.a_round());
+  ASSERT_TRUE(h.a->check("k1", 30, h.now).allowed);
+  const std::vector<std::string> old_life = h.a_round();
+  h.deliver_to_b(old_life);
+  ASSERT_EQ(h.charged_at_b("k1"), 30);
+  h.a = h.make("a", 2, h.a_wire);  // a restarts
+  for (int r = 0; r < 3; ++r) h.deliver_to_b(h.a_round());  // b and the new a find each other
+  ASSERT_TRUE(h.a->check("k1", 5, h.now).allowed);
+  h.deliver_to_b(h.a_round());
+  ASSERT_EQ(h.charged_at_b("k1"), 35);
+  h.deliver_to_b(old_life);
+  EXPECT_EQ(h.charged_at_b("k1"), 35);
+}
+
+TEST(SpoofedGossip, ForgedAndTruncatedDatagramsAreRejectedBeforeTheNode) {
+  Harness h;
+  for (int r = 0; r < 3; ++r) h.deliver_to_b(h.a_round());
+  ASSERT_TRUE(h.a->check("k1", 30, h.now).allowed);
+  const std::vector<std::string> genuine = h.a_round();
+  ASSERT_FALSE(genuine.empty());
+  std::vector<std::string> forged;
+  for (const std::string& d : genuine) {
+    for (size_t at : {size_t(0), d.size() / 2, d.size() - 1}) {
+      std::string f = d;
+      f[at] = char(f[at] ^ 0x20);
+      forged.push_back(f);
+    }
+    for (size_t len : {size_t(0), size_t(1), d.size() / 2, d.size() - 1}) forged.push_back(d.substr(0, len));
+  }
+  // The same message signed with another cluster's key.
+  Wire other(codec_test::key_b());
+  other.send("b:1", std::make_shared<GossipMessage>(*decode(genuine[0], h.keys).message));
+  forged.push_back(other.sent[0].second);
+  EXPECT_EQ(h.deliver_to_b(forged), 0u);
+  EXPECT_EQ(h.charged_at_b("k1"), 0);
+  EXPECT_EQ(h.deliver_to_b(genuine), genuine.size());
+  EXPECT_EQ(h.charged_at_b("k1"), 30);
+}
+
+// A host that holds the cluster key but is not in b's peers file (static membership): its
+// messages are authentic and still change nothing.
+TEST(SpoofedGossip, AKeyedSenderMissingFromThePeersFileChangesNothing) {
+  Harness h;
+  Wire c_wire(h.keys);
+  std::unique_ptr<Node> c = h.make("c", 1, c_wire);
+  c->set_peers({{"b", "b:1"}, {"c", "c:1"}}, h.now);
+  ASSERT_TRUE(c->check("k1", 30, h.now).allowed);
+  h.now += kRound;
+  c->tick(h.now);
+  std::vector<std::string> from_c;
+  for (auto& [to, d] : c_wire.sent) {
+    if (to == "b:1") from_c.push_back(d);
+  }
+  ASSERT_FALSE(from_c.empty());
+  EXPECT_EQ(h.deliver_to_b(from_c), from_c.size());  // authentic: the MAC passes
+  EXPECT_EQ(h.charged_at_b("k1"), 0);
+  EXPECT_EQ(h.b->stats().dropped_unknown_sender, from_c.size());
+}
+
+}  // namespace
+}  // namespace tollgate
