@@ -111,6 +111,7 @@ struct FaultSettings {
   double loss = 0;                     // probability in [0, 1]
   int64_t delay_ms = 0;                // added to every message sent
   double duplicate = 0;                // probability in [0, 1]
+  int64_t jitter_ms = 0;               // plus uniform [0, jitter_ms] per message: reordering
 };
 
 // What the client has seen since construction (monotonic counts).

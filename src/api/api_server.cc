@@ -549,6 +549,7 @@ bool ApiServer::Impl::answer(std::string_view payload, std::string& out) {
         spec.loss = in.loss();
         spec.delay_ms = in.delay_ms();
         spec.duplicate = in.duplicate();
+        spec.jitter_ms = in.jitter_ms();
         response.mutable_faults()->set_error(handler_.set_faults(spec));
         break;
       }

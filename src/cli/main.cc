@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/output.h"
@@ -92,12 +93,17 @@ int main(int argc, char** argv) {
                                        "of milliseconds; whole milliseconds (finer is rounded down)");
   auto* duplicate_opt = faults->add_option("--duplicate", duplicate, "Probability in [0, 1] that a message is sent twice")
                             ->check(CLI::Range(0.0, 1.0));
+  std::string jitter_text;
+  auto* jitter_opt = faults->add_option("--jitter", jitter_text,
+                                        "Plus a random delay in [0, JITTER] per message, so messages arrive out of "
+                                        "order: a duration (50ms) or a number of milliseconds");
   faults->add_flag("--clear", clear, "Remove every fault")
       ->excludes(drop_to_opt)
       ->excludes(drop_from_opt)
       ->excludes(loss_opt)
       ->excludes(delay_opt)
-      ->excludes(duplicate_opt);
+      ->excludes(duplicate_opt)
+      ->excludes(jitter_opt);
 
   try {
     app.parse(argc, argv);
@@ -152,12 +158,13 @@ int main(int argc, char** argv) {
       settings.drop_from = without_empty(drop_from);
       settings.loss = loss;
       settings.duplicate = duplicate;
-      if (!delay_text.empty()) {
-        const bool bare_number = delay_text.find_first_not_of("0123456789") == std::string::npos;
-        const std::optional<int64_t> delay_ns =
-            tollgate::parse_duration_ns(bare_number ? delay_text + "ms" : delay_text, &error);
-        if (!delay_ns) return fail("--delay: " + error);
-        settings.delay_ms = *delay_ns / 1'000'000;
+      for (auto [text, target, flag] : {std::tuple{&delay_text, &settings.delay_ms, "--delay"},
+                                        std::tuple{&jitter_text, &settings.jitter_ms, "--jitter"}}) {
+        if (text->empty()) continue;
+        const bool bare_number = text->find_first_not_of("0123456789") == std::string::npos;
+        const std::optional<int64_t> ns = tollgate::parse_duration_ns(bare_number ? *text + "ms" : *text, &error);
+        if (!ns) return fail(std::string(flag) + ": " + error);
+        *target = *ns / 1'000'000;
       }
     }
     const std::string result = client->set_faults(settings);

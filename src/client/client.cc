@@ -599,6 +599,7 @@ std::string Client::set_faults(const FaultSettings& faults) {
   f.set_loss(faults.loss);
   f.set_delay_ms(faults.delay_ms);
   f.set_duplicate(faults.duplicate);
+  f.set_jitter_ms(faults.jitter_ms);
   return impl_->call<std::string>(
       request, impl_->options_.admin_timeout, [](const pb::Response* response, const std::string& why) -> std::string {
         if (response == nullptr) return why;

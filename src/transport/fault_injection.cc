@@ -36,12 +36,14 @@ void FaultInjectingTransport::send(const std::string& address, const GossipMessa
   const int copies = chance(faults_.duplicate) ? 2 : 1;
   if (copies == 2) ++stats_.duplicated;
   for (int i = 0; i < copies; ++i) {
-    if (faults_.delay_ms <= 0) {
+    int64_t delay_ms = faults_.delay_ms;
+    if (faults_.jitter_ms > 0) delay_ms += int64_t(random_.below(uint64_t(faults_.jitter_ms) + 1));
+    if (delay_ms <= 0) {
       send_now(address, message);
       continue;
     }
     ++stats_.delayed;
-    auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(faults_.delay_ms));
+    auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(delay_ms));
     timer->async_wait([this, timer, address, message, alive = alive_](const boost::system::error_code& ec) {
       if (!ec && *alive) send_now(address, message);
     });

@@ -80,7 +80,7 @@ TEST_F(CliTest, MembersAndStats) {
 }
 
 TEST_F(CliTest, AdminFaults) {
-  CliRun set = run(endpoint_ + " admin faults --drop-to b,c --drop-from d --loss 0.5 --delay 1500ms --duplicate 0.1");
+  CliRun set = run(endpoint_ + " admin faults --drop-to b,c --drop-from d --loss 0.5 --delay 1500ms --duplicate 0.1 --jitter 20");
   EXPECT_EQ(set.exit_code, 0) << set.out;
   auto faults = handler_.faults();
   ASSERT_TRUE(faults);
@@ -89,6 +89,7 @@ TEST_F(CliTest, AdminFaults) {
   EXPECT_DOUBLE_EQ(faults->loss, 0.5);
   EXPECT_EQ(faults->delay_ms, 1500);
   EXPECT_DOUBLE_EQ(faults->duplicate, 0.1);
+  EXPECT_EQ(faults->jitter_ms, 20);
 
   CliRun bare_ms = run(endpoint_ + " admin faults --delay 40");
   EXPECT_EQ(bare_ms.exit_code, 0) << bare_ms.out;
