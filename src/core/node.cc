@@ -156,7 +156,15 @@ void Node::tick(MonoNanos now) {
   const std::vector<std::string> probes = membership_.due_probes(now);
   const bool seeds_due = membership_.kind() == MembershipKind::kHeartbeat && now >= next_seed_probe_ns_;
   if (!probes.empty() || seeds_due) {
-    const GossipMessagePtr m = message({});
+    GossipMessagePtr m = message({});
+    if (first_round_) {
+      // Just started (perhaps restarted after a crash): our digest asks whoever answers first
+      // for the recent consumption we lack, so what we admit reflects the cluster's debt within
+      // a round trip, not after the first regular push-pull.
+      auto with_digest = std::const_pointer_cast<GossipMessage>(m);
+      with_digest->digest = ledger_.digest();
+      with_digest->digest_reply_wanted = true;
+    }
     for (const std::string& a : probes) send(a, m);
     if (seeds_due) {
       for (const std::string& seed : options_.seeds) {
