@@ -102,6 +102,8 @@ class ApiServer::Impl : public std::enable_shared_from_this<Impl> {
 
   std::string start();
   void stop();
+  void drain();
+  void close_listeners();
   std::vector<Endpoint> bound_endpoints() const;
 
   // Answers one request frame: appends the framed Response to `out`. Returns false when the
@@ -120,6 +122,7 @@ class ApiServer::Impl : public std::enable_shared_from_this<Impl> {
   const ApiServerOptions options_;
   ApiServerCounters counters_;
   bool stopped_ = false;
+  bool draining_ = false;  // listeners closed: accept nothing more
 
  private:
   struct Listener {
@@ -159,6 +162,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
         peer_(std::move(peer)) {}
 
   void start() { read(); }
+
+  // Answers what has been read, then closes (the graceful stop).
+  void drain() {
+    if (closed_) return;
+    close_after_flush_ = true;
+    frame_timer_.cancel();
+    flush();
+  }
 
   // Closes the socket at once; pending answers are dropped. Idempotent.
   void close() {
@@ -381,11 +392,11 @@ std::string ApiServer::Impl::listen_on(Listener& listener) {
 }
 
 void ApiServer::Impl::accept(Listener& listener) {
-  if (stopped_) return;
+  if (stopped_ || draining_) return;
   const bool tcp = listener.requested.kind == Endpoint::Kind::kTcp;
   listener.acceptor.async_accept(
       [self = shared_from_this(), &listener, tcp](const boost::system::error_code& ec, GenericStream::socket peer) {
-        if (self->stopped_ || ec == asio::error::operation_aborted) return;
+        if (self->stopped_ || self->draining_ || ec == asio::error::operation_aborted) return;
         if (ec) {
           ++self->counters_.accept_errors;
           listener.retry_timer.expires_after(kAcceptRetryDelay);
@@ -421,9 +432,26 @@ void ApiServer::Impl::connection_closed(Connection* connection) {
   if (connections_.erase(connection) > 0) --counters_.connections_open;
 }
 
+void ApiServer::Impl::drain() {
+  if (stopped_) return;
+  close_listeners();
+  std::vector<std::shared_ptr<Connection>> open;
+  for (auto& [raw, connection] : connections_) open.push_back(connection);
+  for (auto& connection : open) connection->drain();
+}
+
 void ApiServer::Impl::stop() {
   if (stopped_) return;
   stopped_ = true;
+  close_listeners();
+  // Copy first: close() removes the connection from the set.
+  std::vector<std::shared_ptr<Connection>> open;
+  for (auto& [raw, connection] : connections_) open.push_back(connection);
+  for (auto& connection : open) connection->close();
+}
+
+void ApiServer::Impl::close_listeners() {
+  draining_ = true;
   for (auto& listener : listeners_) {
     boost::system::error_code ignored;
     listener->acceptor.close(ignored);
@@ -438,10 +466,6 @@ void ApiServer::Impl::stop() {
       listener->owns_file = false;
     }
   }
-  // Copy first: close() removes the connection from the set.
-  std::vector<std::shared_ptr<Connection>> open;
-  for (auto& [raw, connection] : connections_) open.push_back(connection);
-  for (auto& connection : open) connection->close();
 }
 
 std::vector<Endpoint> ApiServer::Impl::bound_endpoints() const {
@@ -579,6 +603,7 @@ ApiServer::~ApiServer() { stop(); }
 std::string ApiServer::start() { return impl_->start(); }
 
 void ApiServer::stop() { impl_->stop(); }
+void ApiServer::drain() { impl_->drain(); }
 
 std::vector<Endpoint> ApiServer::bound_endpoints() const { return impl_->bound_endpoints(); }
 

@@ -96,6 +96,11 @@ class ApiServer {
   // since. Idempotent.
   void stop();
 
+  // The graceful stop (SIGTERM): closes the listeners and removes the socket files as stop()
+  // does, reads nothing more, and closes each connection once the answers to every request it
+  // has read are written. Call stop() afterwards to close whatever has not finished.
+  void drain();
+
   // The endpoints actually listened on, in the order of options.listen; a TCP port 0 is replaced
   // by the port the kernel chose. Empty before start().
   std::vector<Endpoint> bound_endpoints() const;

@@ -210,13 +210,14 @@ void Daemon::shutdown() {
   stopping_ = true;
   spdlog::info("leaving the cluster");
   node_->leave(clock_.now_ns());
-  api_->stop();
+  api_->drain();  // answers to requests already read still go out; the socket file goes now
   tick_timer_.cancel();
   watch_timer_.cancel();
   signals_.cancel();
   // Give the departure datagrams a moment to leave the socket, then stop.
   tick_timer_.expires_after(std::chrono::milliseconds(100));
   tick_timer_.async_wait([this](const boost::system::error_code&) {
+    api_->stop();  // a client that has not taken its answers in 100 ms is cut off
     transport_->stop();
     io_.stop();
   });

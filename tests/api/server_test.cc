@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <thread>
 #include <unistd.h>
 
 #include "test_support.h"
@@ -322,6 +323,32 @@ TEST_F(ApiServerTest, TenThousandConnectionsAreCappedWhileConnectedClientsAreSer
   const auto seen = offenses.copy();
   ASSERT_FALSE(seen.empty());
   EXPECT_NE(seen.back().second.find("limit"), std::string::npos);
+}
+
+// The graceful stop (SIGTERM): every request the server has read is answered before its
+// connection closes, even the ~1 MB of answers backed up behind a client that is not reading;
+// the socket file goes at once, so nothing new connects.
+TEST_F(ApiServerTest, DrainAnswersEverythingAlreadyReadThenCloses) {
+  auto c = connect();
+  std::string burst;
+  for (uint64_t id = 1; id <= 40'000; ++id) ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
+  std::thread sender([&] { c->send_bytes(burst); });  // blocks once the server stops reading; fails once it closes
+  // More answers than the socket buffers hold: the rest wait in the server's output queue.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (server_.counters().requests < 8'000 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  ASSERT_GE(server_.counters().requests, 8'000u);
+  const uint64_t read = server_.drain();
+  struct stat st {};
+  EXPECT_NE(::stat(socket_path_.c_str(), &st), 0) << "the socket file is removed at once";
+  EXPECT_EQ(RawConnection::connect_unix(socket_path_), nullptr);
+  uint64_t answered = 0;
+  pb::Response r;
+  while (c->read_response(&r) == Status::kFrame) {
+    ASSERT_EQ(r.id(), answered + 1);
+    ++answered;
+  }
+  EXPECT_EQ(answered, read);
+  sender.join();
 }
 
 TEST_F(ApiServerTest, MembersStatsAndFaults) {

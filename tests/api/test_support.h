@@ -148,6 +148,14 @@ class ServerHarness {
     options.listen = {Endpoint{Endpoint::Kind::kUnix, path, "", 0}};
     return start(std::move(options));
   }
+  // Drains the server; returns how many requests it had read when it began.
+  uint64_t drain() {
+    return on_io([this] {
+      const uint64_t read = server_->counters().requests;
+      server_->drain();
+      return read;
+    });
+  }
   void stop() {
     on_io([this] { if (server_) server_->stop(); });
   }

@@ -344,6 +344,20 @@ TEST_P(ClusterTest, KilledNodeIsDetectedAndRejoinsAfterRestart) {
   EXPECT_EQ(c.remaining(1, "k"), 900);
 }
 
+// SIGTERM: the node tells the others it leaves (they list it as left, not failed), removes its
+// socket file, and exits; started again, it rejoins.
+TEST_P(ClusterTest, SigtermLeavesCleanlyAndTheNodeCanComeBack) {
+  Cluster c(3, GetParam(), kSlowRules);
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); })) << c.log(0);
+  ASSERT_TRUE(std::filesystem::exists(c.socket_path(2)));
+  c.stop(2, SIGTERM);  // waits for the process to exit
+  EXPECT_FALSE(std::filesystem::exists(c.socket_path(2))) << "socket file left behind";
+  EXPECT_TRUE(eventually([&] { return c.state_of(0, 2) == "left" && c.state_of(1, 2) == "left"; }, 5s))
+      << "node 0 sees node 2 as " << c.state_of(0, 2);
+  c.start(2);
+  EXPECT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); }, 10s)) << c.log(2);
+}
+
 TEST_P(ClusterTest, PartitionedSidesEnforceAloneAndHealWithoutDoubleCharging) {
   Cluster c(3, GetParam(), kSlowRules);
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); })) << c.log(0);
