@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,6 +140,16 @@ class Cluster {
     if (extra_) {
       for (std::string& a : extra_(i)) args.push_back(std::move(a));
     }
+    // TOLLGATE_TEST_WRAPPER (e.g. "valgrind --error-exitcode=99 --leak-check=full"): node 0 runs
+    // under it, and its exit status is checked when it stops (see stop()).
+    const char* wrapper = i == 0 ? std::getenv("TOLLGATE_TEST_WRAPPER") : nullptr;
+    if (wrapper && *wrapper) {
+      std::vector<std::string> words;
+      std::istringstream split(wrapper);
+      for (std::string w; split >> w;) words.push_back(w);
+      args.insert(args.begin(), words.begin(), words.end());
+      wrapped_ = true;
+    }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -152,7 +163,7 @@ class Cluster {
     for (char** e = environ; *e; ++e) envp.push_back(*e);
     for (std::string& e : env_) envp.push_back(e.data());
     envp.push_back(nullptr);
-    ASSERT_EQ(posix_spawn(&pid, TOLLGATED_PATH, &actions, nullptr, argv.data(), envp.data()), 0);
+    ASSERT_EQ(posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()), 0);
     posix_spawn_file_actions_destroy(&actions);
     pids_[i] = pid;
   }
@@ -163,6 +174,10 @@ class Cluster {
     int status = 0;
     waitpid(pids_[i], &status, 0);
     pids_[i] = -1;
+    if (i == 0 && wrapped_ && signo == SIGTERM) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "node 0 under TOLLGATE_TEST_WRAPPER exited with status " << status << "\n" << log(0);
+    }
   }
 
   Client& client(size_t i) { return *clients_[i]; }
@@ -230,6 +245,7 @@ class Cluster {
   std::vector<uint16_t> ports_;
   std::vector<pid_t> pids_;
   std::vector<std::string> env_;
+  bool wrapped_ = false;
   std::vector<std::unique_ptr<Client>> clients_;
 };
 
@@ -461,7 +477,9 @@ TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) 
   const int64_t limited = c.stat(0, "transport_dropped_rate_limited");
   EXPECT_GT(limited, 10'000) << "most of the 30,000 junk datagrams are dropped unread";
   const int64_t rss_after = c.rss_kib(0);
-  if (!kSanitized) EXPECT_LT(rss_after - rss_before, 16 * 1024) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  if (!kSanitized) {
+    EXPECT_LT(rss_after - rss_before, 16 * 1024) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  }
   RecordProperty("rate_limited", std::to_string(limited));
   RecordProperty("rss_kib_before_after", std::to_string(rss_before) + " " + std::to_string(rss_after));
 }
@@ -565,7 +583,9 @@ TEST(ClusterHardening, AKeyFloodIsBoundedByMaxKeysAndEstablishedKeysKeepTheirBal
   const int64_t rss_after = c.rss_kib(0);
   // The budget: 64 MiB for the process and its ledger, plus 400 bytes a key.
   const int64_t budget_kib = 64 * 1024 + 50'000 * 400 / 1024;
-  if (!kSanitized) EXPECT_LT(rss_after, budget_kib) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  if (!kSanitized) {
+    EXPECT_LT(rss_after, budget_kib) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  }
   RecordProperty("rss_kib_before_after", std::to_string(rss_before) + " " + std::to_string(rss_after));
   RecordProperty("key_bytes", std::to_string(c.stat(0, "key_bytes")));
 }
