@@ -46,7 +46,6 @@ class SourceLimiter {
   SourceLimiterOptions options_;
   Limit limit_;
   IdMap<TokenBucket> table_;
-  MonoNanos created_ns_ = 0;
   uint64_t dropped_ = 0, dropped_bytes_ = 0;
 };
 

@@ -73,7 +73,12 @@ CLI::Validator duration_check() {
   return CLI::Validator(
       [](std::string& v) -> std::string {
         std::string why;
-        return parse_duration_ns(v, &why) ? std::string() : why;
+        const std::optional<int64_t> ns = parse_duration_ns(v, &why);
+        if (!ns) return why;
+        // Bounded so that the products the options imply (2 x --fail-after, ...) cannot overflow;
+        // found by the daemon_config fuzzer's reader (tests/fuzz/regressions/daemon_config/).
+        if (*ns > 168 * 3600 * kNanosPerSecond) return "must be at most 168h";
+        return std::string();
       },
       "DURATION");
 }

@@ -103,6 +103,9 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "r", "--peers-file", "p", "--fail-after", "60ms"}, "at least two --interval rounds"},
       {{"--rules", "r", "--peers-file", "p", "--forget-after", "5s"}, "at least 15s"},
       {{"--rules", "r", "--peers-file", "p", "--bogus"}, "bogus"},
+      // Durations are bounded, so 2 x --fail-after and 2 x --interval cannot overflow.
+      {{"--rules", "r", "--peers-file", "p", "--fail-after", "9223372036s"}, "at most 168h"},
+      {{"--rules", "r", "--peers-file", "p", "--interval", "9223372036s"}, "at most 168h"},
   };
   for (const Case& c : cases) {
     const Parsed p = parse(c.args);
