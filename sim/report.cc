@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -33,15 +34,17 @@ std::string json_string(const std::string& s) {
 
 std::string json_number_or_null(double v, int digits) { return v < 0 ? "null" : fixed(v, digits); }
 
-void json_phase(std::ostream& out, const PhaseStats& p) {
+// `failed_open`: a local run's count for this phase, or -1 (virtual: no such key).
+void json_phase(std::ostream& out, const PhaseStats& p, int64_t failed_open = -1) {
   out << "{\"name\": " << json_string(p.name) << ", \"start_s\": " << fixed(double(p.start_ns) / 1e9, 3)
       << ", \"end_s\": " << fixed(double(p.end_ns) / 1e9, 3) << ", \"offered\": " << p.offered
       << ", \"admitted\": " << p.admitted << ", \"oracle_admitted\": " << p.oracle_admitted
       << ", \"over_admission\": " << fixed(p.over_admission(), 4) << ", \"under_admission\": " << fixed(p.under_admission(), 4)
       << ", \"convergence_ms_p50\": " << json_number_or_null(p.convergence_ms(50), 1)
       << ", \"convergence_ms_p99\": " << json_number_or_null(p.convergence_ms(99), 1)
-      << ", \"msgs_per_node_s\": " << fixed(p.msgs_per_node_s(), 2) << ", \"bytes_per_node_s\": " << fixed(p.bytes_per_node_s(), 1)
-      << "}";
+      << ", \"msgs_per_node_s\": " << fixed(p.msgs_per_node_s(), 2) << ", \"bytes_per_node_s\": " << fixed(p.bytes_per_node_s(), 1);
+  if (failed_open >= 0) out << ", \"failed_open\": " << failed_open;
+  out << "}";
 }
 
 }  // namespace
@@ -66,6 +69,20 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
   for (const PhaseStats& p : r.phases) row(p);
   row(r.total);
   if (r.unconverged) out << r.unconverged << " batches never reached every node that was alive when they were sealed\n";
+  if (const LocalStats* l = info.local) {
+    const uint64_t asked = r.total.offered + l->failed_open_total;
+    out << "local: " << l->failed_open_total << " of " << asked << " checks ("
+        << fixed(asked ? 100.0 * double(l->failed_open_total) / double(asked) : 0, 2)
+        << "%) got no decision from their daemon and are left out of every figure above";
+    if (l->failed_open_total) {
+      out << " (first: " << l->failed_open_example << "); per phase:";
+      for (size_t i = 0; i < r.phases.size() && i < l->failed_open.size(); ++i) out << " " << r.phases[i].name << " " << l->failed_open[i];
+    }
+    out << "\nlocal: checks sent up to " << fixed(double(l->lag_max_ns) / 1e6, 1) << " ms after their scheduled time (p99 "
+        << fixed(double(l->lag_p99_ns) / 1e6, 1) << " ms); cluster formed in " << fixed(l->formed_after_s, 1)
+        << " s; convergence is not measured on real daemons (\"-\")\n";
+    if (l->stats_polls_failed) out << "local: " << l->stats_polls_failed << " counter polls failed: msgs and bytes are undercounted\n";
+  }
 }
 
 void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const SimResult& r) {
@@ -73,12 +90,18 @@ void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const
       << ", \"mode\": " << json_string(dissemination_mode_name(s.mode)) << ", \"transport\": " << json_string(s.transport)
       << ", \"policy\": " << json_string(partition_policy_name(s.policy)) << ", \"nodes\": " << s.nodes
       << ", \"seed\": " << s.seed << ", \"phases\": [";
+  const LocalStats* l = info.local;
   for (size_t i = 0; i < r.phases.size(); ++i) {
     if (i) out << ", ";
-    json_phase(out, r.phases[i]);
+    json_phase(out, r.phases[i], l && i < l->failed_open.size() ? int64_t(l->failed_open[i]) : -1);
   }
   out << "], \"total\": ";
-  json_phase(out, r.total);
+  json_phase(out, r.total, l ? int64_t(l->failed_open_total) : -1);
+  if (l) {
+    out << ", \"local\": {\"failed_open\": " << l->failed_open_total << ", \"dropped\": " << l->dropped
+        << ", \"lag_p99_ms\": " << fixed(double(l->lag_p99_ns) / 1e6, 2) << ", \"lag_max_ms\": " << fixed(double(l->lag_max_ns) / 1e6, 2)
+        << ", \"formed_after_s\": " << fixed(l->formed_after_s, 2) << ", \"stats_polls_failed\": " << l->stats_polls_failed << "}";
+  }
   out << "}\n";
 }
 
@@ -96,6 +119,16 @@ void write_csv(std::ostream& out, const SimResult& r) {
   }
 }
 
+std::vector<std::pair<double, double>> shaded_periods(const Scenario& s) {
+  std::vector<std::pair<double, double>> out;
+  for (const Event& e : s.timeline) {
+    if (e.kind != Event::Kind::kPartition && e.kind != Event::Kind::kCrash && e.kind != Event::Kind::kLoss) continue;
+    if (e.at_ns >= s.duration_ns) continue;
+    out.emplace_back(double(e.at_ns) / 1e9, double(std::min(e.until_ns.value_or(s.duration_ns), s.duration_ns)) / 1e9);
+  }
+  return out;
+}
+
 std::string write_plot(const std::string& png_path, const Scenario& s, const SimResult& r) {
   const std::string csv_path = png_path + ".csv";
   {
@@ -103,22 +136,46 @@ std::string write_plot(const std::string& png_path, const Scenario& s, const Sim
     write_csv(csv, r);
     if (!csv) return "cannot write " + csv_path;
   }
+  const std::string title = s.name + ": " + dissemination_mode_name(s.mode) + ", " + partition_policy_name(s.policy) + ", " +
+                            std::to_string(s.nodes) + " nodes";
+  return write_overlay_plot(png_path, title, {{"cluster admitted", csv_path}}, shaded_periods(s));
+}
+
+std::string write_overlay_plot(const std::string& png_path, const std::string& title, const std::vector<PlotRun>& runs,
+                               const std::vector<std::pair<double, double>>& shaded) {
+  if (runs.empty()) return "nothing to plot";
+  for (const PlotRun& run : runs) {
+    std::ifstream in(run.csv_path);
+    std::string header;
+    if (!std::getline(in, header)) return "cannot read " + run.csv_path;
+    if (header.rfind("t_s,admitted,oracle_admitted,limit_per_step", 0) != 0) {
+      return run.csv_path + ": not a tollgate-sim --csv time series (its first line is \"" + header + "\")";
+    }
+    // gnuplot reads the paths and labels inside single quotes.
+    if (run.csv_path.find('\'') != std::string::npos || run.label.find('\'') != std::string::npos) {
+      return "a plotted path or label contains a single quote: " + run.label + "=" + run.csv_path;
+    }
+  }
+  if (png_path.find('\'') != std::string::npos) return "the plot path contains a single quote: " + png_path;
   FILE* gp = popen("gnuplot", "w");
   if (!gp) return "cannot run gnuplot (scripts/deps installs gnuplot-nox)";
   std::string script = "set terminal pngcairo size 1100,500\nset output '" + png_path + "'\n" +
                        "set datafile separator ','\nset key top right\nset xlabel 'time (s)'\n" +
-                       "set ylabel 'admitted per second'\nset title '" + s.name + ": " +
-                       dissemination_mode_name(s.mode) + ", " + partition_policy_name(s.policy) + ", " +
-                       std::to_string(s.nodes) + " nodes'\n";
-  for (const Event& e : s.timeline) {
-    if (e.kind != Event::Kind::kPartition && e.kind != Event::Kind::kCrash && e.kind != Event::Kind::kLoss) continue;
-    const double from = double(e.at_ns) / 1e9, to = double(e.until_ns.value_or(s.duration_ns)) / 1e9;
+                       "set ylabel 'admitted per second'\nset title '";
+  for (char c : title) script += c == '\'' ? '"' : c;
+  script += "'\n";
+  for (const auto& [from, to] : shaded) {
     script += "set object rect from " + fixed(from, 1) + ", graph 0 to " + fixed(to, 1) +
               ", graph 1 fc rgb '#e8e8e8' fs solid noborder behind\n";
   }
-  // Series are per 100 ms: x10 for per-second rates, smoothed over 1 s.
-  script += "plot '" + csv_path + "' using 1:($2*10) every ::1 with lines lw 2 title 'cluster admitted', '" + csv_path +
-            "' using 1:($3*10) every ::1 with lines lw 1 title 'oracle (one ideal bucket)', '" + csv_path +
+  // Series are per 100 ms: x10 for per-second rates.
+  script += "plot ";
+  for (const PlotRun& run : runs) {
+    script += "'" + run.csv_path + "' using 1:($2*10) every ::1 with lines lw 2 title '" + run.label + "', ";
+  }
+  const std::string& first = runs.front().csv_path;
+  script += "'" + first + "' using 1:($3*10) every ::1 with lines lw 1 title 'oracle (one ideal bucket)" +
+            (runs.size() > 1 ? ", " + runs.front().label : std::string()) + "', '" + first +
             "' using 1:($4*10) every ::1 with lines dt 2 lc rgb 'black' title 'limit'\n";
   fputs(script.c_str(), gp);
   const int status = pclose(gp);

@@ -340,6 +340,23 @@ Event parse_event(std::string_view line, size_t nodes) {
   return std::move(parsed.event);
 }
 
+void validate(const Scenario& s) {
+  size_t nodes = s.nodes;
+  for (const Event& e : s.timeline) {  // sorted by time, joins first at one instant
+    if (e.kind == Event::Kind::kJoin) {
+      nodes += e.count;
+      continue;
+    }
+    ParsedEvent parsed{e, {}};
+    for (const std::vector<size_t>& group : e.groups) {
+      GroupSpec ranges;
+      for (size_t i : group) ranges.push_back({i, i});
+      parsed.groups.push_back(std::move(ranges));
+    }
+    check_nodes(parsed, nodes, nodes == s.nodes ? "" : " at " + format_duration(e.at_ns) + ", joins included");
+  }
+}
+
 std::vector<Phase> Scenario::phases() const {
   // Every event start and end is a boundary naming the phase that begins there. At one instant
   // ends come before starts, so an event that begins names the phase rather than one that ended;

@@ -105,6 +105,13 @@ struct Scenario {
 Scenario parse_scenario(std::string_view text, const std::string& source);
 Scenario load_scenario_file(const std::string& path);
 
+// Checks the timeline against the cluster's size: `nodes`, plus the joins before each event.
+// Every partition must list each node that exists at its start exactly once, and a crash must
+// name a node that exists. parse_scenario already checks this; call it again after changing
+// `nodes` (tollgate-sim --nodes). Throws std::invalid_argument quoting the event and saying how
+// many nodes there are.
+void validate(const Scenario& s);
+
 // Parses one timeline line ("partition 0-3|4-7 at 10s for 20s"), for `nodes` nodes. Throws
 // std::invalid_argument saying what was expected.
 Event parse_event(std::string_view line, size_t nodes);

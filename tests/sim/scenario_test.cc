@@ -528,6 +528,46 @@ TEST(ScenarioTimeline, ARestartInAFlowListIsExplained) {
   EXPECT_EQ(run_of(60, {"\"crash node 1 at 1s, restart at 2s\""}).timeline[0].until_ns, 2 * kSec);
 }
 
+// validate(): the timeline checked again after `nodes` changed (tollgate-sim --nodes).
+std::string validate_error(const Scenario& s) {
+  try {
+    validate(s);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for " << s.nodes << " nodes";
+  return "";
+}
+
+TEST(ScenarioValidate, AParsedScenarioIsValid) {
+  EXPECT_NO_THROW(validate(run_of(60, {"partition 0-3|4-7 at 10s for 20s", "crash node 7 at 35s", "join 2 nodes at 40s",
+                                       "crash node 9 at 45s"})));
+  EXPECT_NO_THROW(validate(load_scenario_file(kScenarioDir + "/churn.yaml")));
+}
+
+TEST(ScenarioValidate, FewerNodesThanThePartitionNamesIsAnError) {
+  Scenario s = run_of(60, {"partition 0-3|4-7 at 10s for 20s"});
+  s.nodes = 4;
+  EXPECT_EQ(validate_error(s), "\"partition 0-3|4-7 at 10s for 20s\": node 4 does not exist: the cluster has 4 nodes (0-3)");
+}
+
+TEST(ScenarioValidate, MoreNodesThanThePartitionListsIsAnError) {
+  Scenario s = run_of(60, {"partition 0-3|4-7 at 10s for 20s"});
+  s.nodes = 16;
+  EXPECT_EQ(validate_error(s), "\"partition 0-3|4-7 at 10s for 20s\": nodes 8-15 are in no group; every node must be in exactly one: "
+                               "the cluster has 16 nodes (0-15)");
+}
+
+TEST(ScenarioValidate, ACrashedNodeMustExistCountingTheJoinsBeforeIt) {
+  Scenario s = run_of(60, {"crash node 5 at 10s", "join 2 nodes at 20s", "crash node 9 at 30s"});
+  s.nodes = 8;
+  EXPECT_NO_THROW(validate(s));
+  s.nodes = 7;  // 7 + 2 joined = 9 nodes (0-8) by 30s
+  EXPECT_EQ(validate_error(s), "\"crash node 9 at 30s\": node 9 does not exist: the cluster has 9 nodes (0-8) at 30s, joins included");
+  s.nodes = 5;
+  EXPECT_EQ(validate_error(s), "\"crash node 5 at 10s\": node 5 does not exist: the cluster has 5 nodes (0-4)");
+}
+
 // ---------------------------------------------------------------- phases
 
 TEST(ScenarioPhases, WithoutEventsTheWholeRunIsSteady) {

@@ -1,0 +1,59 @@
+// The offered load of a scenario as a stream of arrivals: Poisson at load.rate over the whole
+// cluster, each arrival on one live node (by the spread's weights) for one key (uniform or
+// Zipf(1) popularity). Used by the local back end to replay the load in real time.
+//
+// It draws from its SplitMix64 in the same order as the virtual back end's own copy of this
+// logic (sim/virtual_sim.cc, which another change owns and is not rewritten onto this helper
+// yet): the gap to the next arrival, then the node, then the key. With the same seed and the
+// same live nodes, both back ends offer the same arrival stream.
+#ifndef TOLLGATE_SIM_ARRIVALS_H_
+#define TOLLGATE_SIM_ARRIVALS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scenario.h"
+#include "tollgate/random.h"
+
+namespace tollgate::sim {
+
+struct Arrival {
+  int64_t t_ns = 0;      // since the start of the run
+  size_t node = 0;       // index of a live node
+  size_t key = 0;        // index into ArrivalStream::keys()
+  bool dropped = false;  // no live node had any weight: nobody offered this check
+};
+
+// The share of the load node `index` gets under `spread` (uniform 1, skewed 1/(i+1), one: node 0).
+double spread_weight(LoadSpec::Spread spread, size_t index);
+
+class ArrivalStream {
+ public:
+  // The rng is seeded as the virtual back end seeds its load generator (seed * 3 + 2).
+  ArrivalStream(const LoadSpec& load, uint64_t seed);
+
+  // The arrival after the previous one; `up[i]` says whether node i is live at that time (nodes
+  // not in `up`, e.g. not joined yet, are not). Call peek_time() first to learn when it is due
+  // and update `up` for the events before it.
+  Arrival next(const std::vector<bool>& up);
+  int64_t peek_time() const { return next_t_ns_; }
+
+  // "k0".."k{N-1}".
+  const std::vector<std::string>& keys() const { return keys_; }
+
+ private:
+  double uniform01();
+  void draw_gap();
+
+  LoadSpec load_;
+  SplitMix64 rng_;
+  std::vector<double> key_cdf_;
+  std::vector<std::string> keys_;
+  int64_t next_t_ns_ = 0;
+};
+
+}  // namespace tollgate::sim
+
+#endif  // TOLLGATE_SIM_ARRIVALS_H_

@@ -1,0 +1,136 @@
+// The local back end on real tollgated processes (integration: labelled so in ctest). A short
+// partitioned run must measure what a partition does, and leave no daemon and no temp dir behind,
+// also when it is interrupted.
+#include "local_cluster.h"
+
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "tollgate/rules_file.h"
+
+namespace tollgate::sim {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Points TMPDIR (where run_local makes its temp dir) at a fresh empty dir for one test.
+class LocalClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* old = std::getenv("TMPDIR");
+    old_tmpdir_ = old ? old : "";
+    tmp_ = fs::temp_directory_path() / ("tollgate-sim-test-" + std::to_string(::getpid()));
+    fs::create_directories(tmp_);
+    ::setenv("TMPDIR", tmp_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (old_tmpdir_.empty()) ::unsetenv("TMPDIR"); else ::setenv("TMPDIR", old_tmpdir_.c_str(), 1);
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+  // Every daemon started was waited for: this process has no child left, running or not.
+  static bool no_children() { return ::waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD; }
+  bool tmp_empty() const { return fs::is_empty(tmp_); }
+
+  static LocalOptions options() {
+    LocalOptions o;
+    o.tollgated = TOLLGATED_PATH;
+    o.check_deadline = std::chrono::milliseconds(200);  // loaded 2-core CI: a slow answer is not a failure
+    return o;
+  }
+
+  fs::path tmp_;
+  std::string old_tmpdir_;
+};
+
+// 3 nodes, 150 checks/s on one key limited to 20/s: node 0 is cut off from 2 s to 4 s. While
+// split each side enforces the whole limit alone (open policy), so the cluster admits about
+// twice the oracle; before it, about what the oracle does.
+Scenario partitioned() {
+  Scenario s;
+  s.name = "local-test";
+  s.nodes = 3;
+  s.mode = DisseminationMode::kGossip;
+  s.duration_ns = 5 * kNanosPerSecond;
+  s.rules_yaml = "rules:\n  - {match: \"k*\", rate: 20/s, burst: 20, max_debt: 20}\n";
+  s.load.rate_per_sec = 150;
+  Event p;
+  p.kind = Event::Kind::kPartition;
+  p.at_ns = 2 * kNanosPerSecond;
+  p.until_ns = 4 * kNanosPerSecond;
+  p.groups = {{0}, {1, 2}};
+  p.text = "partition 0|1-2 at 2s for 2s";
+  s.timeline.push_back(p);
+  return s;
+}
+
+const PhaseStats& phase(const SimResult& r, const std::string& name) {
+  for (const PhaseStats& p : r.phases) {
+    if (p.name == name) return p;
+  }
+  ADD_FAILURE() << "no phase " << name;
+  return r.total;
+}
+
+TEST_F(LocalClusterTest, APartitionedRunMeasuresThePartitionAndLeavesNothingBehind) {
+  const Scenario s = partitioned();
+  LocalStats stats;
+  std::ostringstream progress;
+  LocalOptions o = options();
+  o.progress = &progress;
+  const SimResult r = run_local(s, parse_rules(s.rules_yaml, "test"), o, &stats);
+  EXPECT_TRUE(no_children()) << "a daemon was left running";
+  EXPECT_TRUE(tmp_empty()) << "the temp dir was left behind";
+
+  const PhaseStats& steady = phase(r, "steady");
+  const PhaseStats& split = phase(r, "partition");
+  // Most checks are decided (fail-opens are left out of the figures and counted apart).
+  EXPECT_GT(r.total.offered, 600u) << progress.str();
+  EXPECT_LT(stats.failed_open_total, r.total.offered / 10) << stats.failed_open_example;
+  EXPECT_GT(steady.over_admission(), 0.85);
+  EXPECT_LT(steady.over_admission(), 1.3);
+  // Two sides, each enforcing alone: about 2x. 1.0 would mean the partition was not applied;
+  // far above 2, that a side did not enforce at all (150 offered vs 20 allowed per second).
+  EXPECT_GT(split.over_admission(), 1.4) << "admitted " << split.admitted << ", oracle " << split.oracle_admitted;
+  EXPECT_LT(split.over_admission(), 2.4) << "admitted " << split.admitted << ", oracle " << split.oracle_admitted;
+  // Cost was polled: three gossiping nodes send every round.
+  EXPECT_GT(steady.msgs_per_node_s(), 5.0);
+  EXPECT_GT(steady.bytes_per_node_s(), 100.0);
+  EXPECT_NEAR(r.total.node_seconds, 15.0, 0.01);
+  // Not measurable on real daemons, so not reported.
+  EXPECT_EQ(r.total.convergence_ms(50), -1);
+}
+
+TEST_F(LocalClusterTest, AnInterruptedRunStopsEveryDaemonAndRemovesItsDir) {
+  const Scenario s = partitioned();
+  std::atomic<bool> interrupted{true};  // as if Ctrl-C came while the cluster was forming
+  LocalOptions o = options();
+  o.interrupted = &interrupted;
+  EXPECT_THROW(run_local(s, parse_rules(s.rules_yaml, "test"), o), Interrupted);
+  EXPECT_TRUE(no_children()) << "a daemon was left running";
+  EXPECT_TRUE(tmp_empty()) << "the temp dir was left behind";
+}
+
+TEST_F(LocalClusterTest, ADaemonThatCannotStartIsReportedWithItsLog) {
+  Scenario s = partitioned();
+  s.interval_ns = kNanosPerMilli / 2;  // tollgated refuses --interval below 1ms
+  try {
+    run_local(s, parse_rules(s.rules_yaml, "test"), options());
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("exited with status 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("--interval must be at least 1ms"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(no_children());
+  EXPECT_TRUE(tmp_empty());
+}
+
+}  // namespace
+}  // namespace tollgate::sim
