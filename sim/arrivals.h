@@ -2,7 +2,7 @@
 // cluster, each arrival on one live node (by the spread's weights) for one key (uniform or
 // Zipf(1) popularity). Used by the local back end to replay the load in real time.
 //
-// It draws from its SplitMix64 in the same order as the virtual back end's own copy of this
+X
 // logic (sim/virtual_sim.cc, which another change owns and is not rewritten onto this helper
 // yet): the gap to the next arrival, then the node, then the key. With the same seed and the
 // same live nodes, both back ends offer the same arrival stream.

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "arrivals.h"
 #include "recorder.h"
 #include "tollgate/node.h"
 #include "tollgate/random.h"
@@ -36,20 +37,12 @@ double uniform01(Random& r) { return double(r.next_u64() >> 11) * 0x1.0p-53; }
 class Simulation {
  public:
   Simulation(const Scenario& s, std::shared_ptr<const RuleSet> rules)
-      : s_(s), rules_(std::move(rules)), recorder_(s, rules_), net_rng_(s.seed * 3 + 1), load_rng_(s.seed * 3 + 2),
+      : s_(s), rules_(std::move(rules)), recorder_(s, rules_), net_rng_(s.seed * 3 + 1), arrivals_(s.load, s.seed),
         node_rng_(s.seed * 3 + 3) {
     loss_ = s_.network.loss;
-    // Key popularity: cumulative weights, uniform or Zipf(1).
-    key_cdf_.resize(std::max<size_t>(1, s_.load.keys));
-    double acc = 0;
-    for (size_t k = 0; k < key_cdf_.size(); ++k) {
-      acc += s_.load.distribution == LoadSpec::Distribution::kZipf ? 1.0 / double(k + 1) : 1.0;
-      key_cdf_[k] = acc;
-      keys_.push_back("k" + std::to_string(k));
-    }
     for (size_t i = 0; i < s_.nodes; ++i) add_node();
     for (size_t i = 0; i < nodes_.size(); ++i) start_node(i, 1);
-    schedule_next_check(0);
+    push(arrivals_.peek_time(), Kind::kCheck, 0);
     for (size_t e = 0; e < s_.timeline.size(); ++e) {
       push(s_.timeline[e].at_ns, Kind::kEventStart, uint32_t(e));
       if (s_.timeline[e].until_ns) push(*s_.timeline[e].until_ns, Kind::kEventEnd, uint32_t(e));
@@ -104,7 +97,6 @@ class Simulation {
     bool up = false;
     uint64_t epoch = 0;        // bumps at every crash/restart: stale events are ignored
     uint64_t incarnation = 0;
-    double weight = 1;         // share of the load
   };
   // A batch on its way to every node: for convergence.
   struct Track {
@@ -123,12 +115,8 @@ class Simulation {
     n.id = "node-" + std::to_string(i);
     n.address = "sim:" + std::to_string(i);
     n.outbox = std::make_unique<SimOutbox>(*this, i);
-    switch (s_.load.spread) {
-      case LoadSpec::Spread::kUniform: n.weight = 1; break;
-      case LoadSpec::Spread::kSkewed: n.weight = 1.0 / double(i + 1); break;
-      case LoadSpec::Spread::kOne: n.weight = i == 0 ? 1 : 0; break;
-    }
     nodes_.push_back(std::move(n));
+    up_.push_back(false);
     side_.push_back(0);
   }
 
@@ -155,6 +143,7 @@ class Simulation {
     n.node = std::make_unique<Node>(o, rules_, *n.outbox, node_rng_);
     if (s_.membership == MembershipKind::kStatic) n.node->set_peers(peers(), now_);
     n.up = true;
+    up_[i] = true;
     ++live_;
     n.incarnation = incarnation;
     ++n.epoch;
@@ -222,30 +211,15 @@ class Simulation {
     tracks_.erase(t);
   }
 
-  void schedule_next_check(int64_t from) {
-    const double gap_s = -std::log(1.0 - uniform01(load_rng_)) / s_.load.rate_per_sec;
-    push(from + std::max<int64_t>(1, int64_t(gap_s * double(kNanosPerSecond))), Kind::kCheck, 0);
-  }
-
+  // The next arrival of the load (sim/arrivals.h, shared with the local back end): on a live
+  // node chosen by the spread's weights (a crashed host's service is down too), for a key.
   void check() {
-    schedule_next_check(now_);
-    // Which node: by weight among the live ones (a crashed host's service is down too).
-    double total = 0;
-    for (const SimNode& n : nodes_) total += n.up ? n.weight : 0;
-    if (total <= 0) return;
-    double pick = uniform01(load_rng_) * total;
-    size_t i = 0;
-    for (; i + 1 < nodes_.size(); ++i) {
-      if (!nodes_[i].up) continue;
-      if (pick < nodes_[i].weight) break;
-      pick -= nodes_[i].weight;
-    }
-    if (!nodes_[i].up) return;
-    const double k = uniform01(load_rng_) * key_cdf_.back();
-    const size_t key = size_t(std::upper_bound(key_cdf_.begin(), key_cdf_.end(), k) - key_cdf_.begin());
-    const std::string& name = keys_[std::min(key, keys_.size() - 1)];
-    const bool allowed = nodes_[i].node->check(name, s_.load.cost, now_).allowed;
-    recorder_.check(now_, name, s_.load.cost, side_[i], allowed);
+    const Arrival a = arrivals_.next(up_);
+    push(arrivals_.peek_time(), Kind::kCheck, 0);
+    if (a.dropped) return;
+    const std::string& name = arrivals_.keys()[a.key];
+    const bool allowed = nodes_[a.node].node->check(name, s_.load.cost, now_).allowed;
+    recorder_.check(now_, name, s_.load.cost, side_[a.node], allowed);
   }
 
   void event_start(const Event& e) {
@@ -262,6 +236,7 @@ class Simulation {
         if (e.node < nodes_.size() && nodes_[e.node].up) {
           recorder_.alive(now_, live_);
           nodes_[e.node].up = false;
+          up_[e.node] = false;
           --live_;
           ++nodes_[e.node].epoch;
         }
@@ -294,12 +269,13 @@ class Simulation {
   const Scenario& s_;
   std::shared_ptr<const RuleSet> rules_;
   Recorder recorder_;
-  SplitMix64 net_rng_, load_rng_, node_rng_;
+  SplitMix64 net_rng_;
+  ArrivalStream arrivals_;
+  SplitMix64 node_rng_;
   std::vector<SimNode> nodes_;
   std::vector<size_t> side_;  // partition side of each node (0 when none)
   double loss_ = 0;
-  std::vector<double> key_cdf_;
-  std::vector<std::string> keys_;
+  std::vector<bool> up_;  // nodes_[i].up, as the arrival stream takes it
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_;
   uint64_t order_ = 0;
   int64_t now_ = 0;
