@@ -1,11 +1,9 @@
 // The offered load of a scenario as a stream of arrivals: Poisson at load.rate over the whole
 // cluster, each arrival on one live node (by the spread's weights) for one key (uniform or
-// Zipf(1) popularity). Used by the local back end to replay the load in real time.
-//
-X
-// logic (sim/virtual_sim.cc, which another change owns and is not rewritten onto this helper
-// yet): the gap to the next arrival, then the node, then the key. With the same seed and the
-// same live nodes, both back ends offer the same arrival stream.
+// Zipf(1) popularity). Both back ends draw their load from it: the virtual one in virtual time,
+// the local one replaying it in real time. Draws come in a fixed order (the gap to the next
+// arrival, then the node, then the key), so with the same seed and the same live nodes both back
+// ends offer the same arrival stream.
 #ifndef TOLLGATE_SIM_ARRIVALS_H_
 #define TOLLGATE_SIM_ARRIVALS_H_
 
