@@ -36,6 +36,10 @@ namespace {
 // Bytes read from a socket at a time. Requests are small (a one-check request is ~20 bytes), so
 // one read usually carries many pipelined requests.
 constexpr size_t kReadChunkBytes = 16 * 1024;
+// A check batch larger than this is answered a slice of this many checks at a time, yielding to
+// the other connections in between: one client's 1,000-check request (a few ms of work) must not
+// hold up every other client's single check (head-of-line blocking) on the daemon's one thread.
+constexpr int kChecksPerSlice = 64;
 // After accept() fails (typically EMFILE), wait this long before accepting again rather than
 // spinning on the error.
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
@@ -95,6 +99,13 @@ class Connection;
 
 }  // namespace
 
+// A check batch being answered a slice at a time (see kChecksPerSlice).
+struct SlicedCheck {
+  pb::Request request;
+  pb::Response response;
+  int next = 0;  // the first check not answered yet
+};
+
 class ApiServer::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, ApiHandler& handler, ApiServerOptions options)
@@ -107,8 +118,13 @@ class ApiServer::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<Endpoint> bound_endpoints() const;
 
   // Answers one request frame: appends the framed Response to `out`. Returns false when the
-  // connection must be closed after `out` is written (the frame was not a Request).
-  bool answer(std::string_view payload, std::string& out);
+  // connection must be closed after `out` is written (the frame was not a Request). A valid check
+  // batch of more than kChecksPerSlice checks is not answered here when `sliced` is given: it is
+  // handed over in *sliced, to be finished by answer_slice().
+  bool answer(std::string_view payload, std::string& out, std::unique_ptr<SlicedCheck>* sliced = nullptr);
+  // Answers the next slice of `s`; when the batch is complete, appends its Response to `out` and
+  // returns true.
+  bool answer_slice(SlicedCheck& s, std::string& out);
   // Appends a FRAME_TOO_LARGE error for a length header of `length` bytes.
   void answer_too_large(uint64_t length, std::string& out);
 
@@ -163,11 +179,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start() { read(); }
 
-  // Answers what has been read, then closes (the graceful stop).
+  // Answers what has been read, then closes (the graceful stop). A batch being answered in
+  // slices is finished first, and so are the whole requests read behind it.
   void drain() {
     if (closed_) return;
-    close_after_flush_ = true;
+    draining_ = true;
     frame_timer_.cancel();
+    if (sliced_) return;  // continue_slice() finishes, then answers the rest and closes
+    close_after_flush_ = true;
     flush();
   }
 
@@ -186,7 +205,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t output_bytes() const { return pending_out_.size() + writing_.size(); }
 
   void read() {
-    if (reading_ || closed_ || close_after_flush_) return;
+    if (reading_ || closed_ || close_after_flush_ || draining_ || sliced_) return;
     if (output_bytes() >= server_->options_.max_pending_output_bytes) return;  // resumed by on_write
     reading_ = true;
     socket_.async_read_some(asio::buffer(read_buffer_),
@@ -209,8 +228,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     decoder_.feed(read_buffer_.data(), n);
+    process_frames();
+  }
+
+  // Answers the whole frames buffered, in order, until one is a large check batch (answered in
+  // slices by continue_slice(), which comes back here) or a protocol error ends the connection.
+  void process_frames() {
     std::string_view payload;
-    while (!close_after_flush_) {
+    while (!close_after_flush_ && !sliced_) {
       const FrameDecoder::Status status = decoder_.next(&payload);
       if (status == FrameDecoder::Status::kNeedMore) break;
       if (status == FrameDecoder::Status::kTooLarge) {
@@ -221,14 +246,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
         break;
       }
       partial_since_.reset();  // a whole frame: the next one's clock starts with its first byte
-      if (!server_->answer(payload, pending_out_)) {
+      if (!server_->answer(payload, pending_out_, &sliced_)) {
         server_->offense(peer_, "malformed request frame; connection closed");
         close_after_flush_ = true;
       }
     }
+    if (sliced_) {
+      flush();  // the answers before the batch need not wait for it
+      asio::post(server_->io_, [self = shared_from_this()] { self->continue_slice(); });
+      return;
+    }
+    if (draining_) close_after_flush_ = true;
     watch_partial_frame();
     flush();
     read();
+  }
+
+  void continue_slice() {
+    if (closed_ || !sliced_) return;
+    if (!server_->answer_slice(*sliced_, pending_out_)) {
+      asio::post(server_->io_, [self = shared_from_this()] { self->continue_slice(); });
+      return;
+    }
+    sliced_.reset();
+    process_frames();
   }
 
   // Arms the frame deadline when part of a frame is buffered, and disarms it when none is.
@@ -288,6 +329,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   asio::steady_timer frame_timer_;
   std::optional<std::chrono::steady_clock::time_point> partial_since_;  // a frame has begun
+  std::unique_ptr<SlicedCheck> sliced_;  // a large check batch being answered (no reading meanwhile)
+  bool draining_ = false;                // drain(): answer what has been read, read no more
   std::string peer_;  // who the client is, for offense reports
 };
 
@@ -476,6 +519,29 @@ std::vector<Endpoint> ApiServer::Impl::bound_endpoints() const {
   return out;
 }
 
+bool ApiServer::Impl::answer_slice(SlicedCheck& s, std::string& out) {
+  const auto& checks = s.request.check().checks();
+  auto& results = *s.response.mutable_check()->mutable_results();
+  const int end = std::min(checks.size(), s.next + kChecksPerSlice);
+  try {
+    for (; s.next < end; ++s.next) {
+      fill_result(handler_.check(checks[s.next].key(), checks[s.next].cost()), *results.Add());
+      ++counters_.checks;
+    }
+  } catch (const std::exception& e) {
+    ++counters_.errors_internal;
+    write_frame(error_response(s.request.id(), pb::Error::INTERNAL, std::string("daemon error: ") + e.what()), out);
+    return true;
+  } catch (...) {
+    ++counters_.errors_internal;
+    write_frame(error_response(s.request.id(), pb::Error::INTERNAL, "daemon error"), out);
+    return true;
+  }
+  if (s.next < checks.size()) return false;
+  write_frame(s.response, out);
+  return true;
+}
+
 void ApiServer::Impl::write_frame(const pb::Response& response, std::string& out) {
   // Responses are not held to the request limit (see kMaxResponseFrameBytes); one that does not
   // fit even that is replaced by an error rather than sent truncated.
@@ -495,7 +561,7 @@ void ApiServer::Impl::answer_too_large(uint64_t length, std::string& out) {
               out);
 }
 
-bool ApiServer::Impl::answer(std::string_view payload, std::string& out) {
+bool ApiServer::Impl::answer(std::string_view payload, std::string& out, std::unique_ptr<SlicedCheck>* sliced) {
   ++counters_.requests;
   pb::Request request;
   if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
@@ -533,6 +599,14 @@ bool ApiServer::Impl::answer(std::string_view payload, std::string& out) {
                                          " checks exceeds the limit of " +
                                          std::to_string(options_.max_checks_per_batch)),
                       out);
+          return true;
+        }
+        if (sliced && checks.size() > kChecksPerSlice) {
+          auto s = std::make_unique<SlicedCheck>();
+          s->response = std::move(response);
+          s->response.mutable_check()->mutable_results()->Reserve(checks.size());
+          s->request = std::move(request);
+          *sliced = std::move(s);
           return true;
         }
         auto& results = *response.mutable_check()->mutable_results();

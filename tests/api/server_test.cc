@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -349,6 +350,59 @@ TEST_F(ApiServerTest, DrainAnswersEverythingAlreadyReadThenCloses) {
   }
   EXPECT_EQ(answered, read);
   sender.join();
+}
+
+// A 1,000-check request is answered in slices, yielding to other connections in between: a
+// client's single check sent while the big batch is being answered is decided before the big
+// batch's last check (no head-of-line blocking), and both answers are complete and in order.
+TEST_F(ApiServerTest, ALargeBatchDoesNotHoldUpAnotherClientsCheck) {
+  auto big = connect();
+  auto small = connect();
+  expect_served(*big, 1);  // both accepted and reading
+  expect_served(*small, 2);
+  // The server thread stops inside the big batch's first check until the small request has
+  // been sent, so the small request is waiting in its socket when the slicing goes on.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool blocked = false, released = false;
+  handler_.set_on_check([&](std::string_view key, int64_t) {
+    if (key == "big-0") {
+      std::unique_lock lock(mu);
+      blocked = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return released; });
+    }
+    CheckResult r;
+    r.decision = Decision{true, 0, 0, DenyReason::kNone, false};
+    return r;
+  });
+  std::vector<std::pair<std::string, int64_t>> checks;
+  for (int i = 0; i < 1000; ++i) checks.emplace_back("big-" + std::to_string(i), 1);
+  ASSERT_TRUE(big->send_request(check_request(10, checks)));
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return blocked; });
+  }
+  ASSERT_TRUE(small->send_request(check_request(11, {{"small", 1}})));
+  {
+    std::lock_guard lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  pb::Response r;
+  ASSERT_EQ(small->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 11u);
+  ASSERT_EQ(big->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 10u);
+  EXPECT_EQ(r.check().results_size(), 1000);
+  const auto seen = handler_.seen();
+  size_t small_at = seen.size(), last_big_at = 0;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i].first == "small") small_at = i;
+    if (seen[i].first == "big-999") last_big_at = i;
+  }
+  EXPECT_LT(small_at, last_big_at) << "the small check waited for the whole batch";
+  expect_served(*big, 12);  // the big client's next request is served as usual
 }
 
 TEST_F(ApiServerTest, MembersStatsAndFaults) {
