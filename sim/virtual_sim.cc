@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
-#include <queue>
 #include <deque>
+#include <limits>
+#include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "arrivals.h"
+#include "crew.h"
 #include "recorder.h"
 #include "tollgate/node.h"
 #include "tollgate/random.h"
@@ -34,34 +34,54 @@ uint64_t estimated_bytes(const GossipMessage& m) {
 
 double uniform01(Random& r) { return double(r.next_u64() >> 11) * 0x1.0p-53; }
 
+// The seed of random stream `stream` of node `index`: independent streams per node, so a node's
+// draws do not depend on which other nodes ran before it (or on which thread).
+uint64_t node_seed(uint64_t seed, uint64_t stream, uint64_t index) {
+  SplitMix64 mix(seed * 0x9E3779B97F4A7C15ull + stream * 0xD1B54A32D192ED03ull + index);
+  return mix.next_u64();
+}
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+// Windows with fewer events than this run on the calling thread alone: waking the crew would
+// cost more than it saves. The output is the same either way.
+constexpr size_t kMinParallelEvents = 24;
+
 class Simulation {
  public:
-  Simulation(const Scenario& s, std::shared_ptr<const RuleSet> rules)
-      : s_(s), rules_(std::move(rules)), recorder_(s, rules_), net_rng_(s.seed * 3 + 1), arrivals_(s.load, s.seed),
-        node_rng_(s.seed * 3 + 3) {
+  Simulation(const Scenario& s, std::shared_ptr<const RuleSet> rules, const VirtualOptions& options)
+      : s_(s), rules_(std::move(rules)), recorder_(s, rules_), arrivals_(s.load, s.seed) {
     loss_ = s_.network.loss;
+    // No message arrives sooner than latency_min after it is sent, and no node ticks again
+    // sooner than one interval: events closer together than that cannot affect each other.
+    lookahead_ = std::max<int64_t>(1, std::min(s_.network.latency_min_ns, s_.interval_ns));
     for (size_t i = 0; i < s_.nodes; ++i) add_node();
     for (size_t i = 0; i < nodes_.size(); ++i) start_node(i, 1);
-    push(arrivals_.peek_time(), Kind::kCheck, 0);
     for (size_t e = 0; e < s_.timeline.size(); ++e) {
-      push(s_.timeline[e].at_ns, Kind::kEventStart, uint32_t(e));
-      if (s_.timeline[e].until_ns) push(*s_.timeline[e].until_ns, Kind::kEventEnd, uint32_t(e));
+      timeline_.push_back({s_.timeline[e].at_ns, &s_.timeline[e], true});
+      if (s_.timeline[e].until_ns) timeline_.push_back({*s_.timeline[e].until_ns, &s_.timeline[e], false});
     }
+    std::stable_sort(timeline_.begin(), timeline_.end(), [](const Moment& a, const Moment& b) { return a.t < b.t; });
+    unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+    threads = unsigned(std::min<size_t>(threads, std::max<size_t>(1, s_.nodes)));
+    effects_.resize(threads);
+    crew_ = std::make_unique<Crew>(threads, [this](unsigned member) { run_member(member); });
   }
 
   SimResult run() {
-    while (!queue_.empty()) {
-      Item it = queue_.top();
-      if (it.t >= s_.duration_ns) break;
-      queue_.pop();
-      now_ = it.t;
-      switch (it.kind) {
-        case Kind::kTick: tick(it.node, it.epoch); break;
-        case Kind::kDeliver: deliver(it.node, it.epoch, it.message); break;
-        case Kind::kCheck: check(); break;
-        case Kind::kEventStart: event_start(s_.timeline[it.node]); break;
-        case Kind::kEventEnd: event_end(s_.timeline[it.node]); break;
+    size_t next_moment = 0;
+    for (;;) {
+      const int64_t local = std::min(heap_.empty() ? kNever : heap_.front().t, arrivals_.peek_time());
+      const int64_t moment = next_moment < timeline_.size() ? timeline_[next_moment].t : kNever;
+      if (moment <= local) {  // timeline events run before the nodes' events of the same time
+        if (moment >= s_.duration_ns) break;
+        now_ = moment;
+        const Moment& m = timeline_[next_moment++];
+        m.start ? event_start(*m.event) : event_end(*m.event);
+        continue;
       }
+      if (local >= s_.duration_ns) break;
+      run_window(local, std::min({local + lookahead_, moment, s_.duration_ns}));
     }
     now_ = s_.duration_ns;
     recorder_.alive(now_, live_);
@@ -70,17 +90,40 @@ class Simulation {
   }
 
  private:
-  enum class Kind : uint8_t { kTick, kDeliver, kCheck, kEventStart, kEventEnd };
+  enum class Kind : uint8_t { kTick, kDeliver, kCheck };
   struct Item {
     int64_t t;
-    uint64_t order;  // ties resolved by insertion order: deterministic
+    uint64_t order;  // ties resolved by scheduling order: deterministic
     Kind kind;
     uint32_t node;
-    uint64_t epoch;
-    GossipMessagePtr message;
-    bool operator>(const Item& o) const { return t != o.t ? t > o.t : order > o.order; }
+    uint64_t epoch;              // kTick, kDeliver: the node's life it was meant for
+    GossipMessagePtr message;    // kDeliver
+    size_t check = 0;            // kCheck: index into checks_
   };
-  struct SimNode;
+  static bool later(const Item& a, const Item& b) { return a.t != b.t ? a.t > b.t : a.order > b.order; }
+
+  // What one thread's nodes did in a window that concerns others, each tagged with the event
+  // that did it (its time and order), in the order that thread did it. Merging the threads'
+  // lists by tag gives the order a single thread would have produced.
+  struct Tag {
+    int64_t t;
+    uint64_t order;
+    bool operator<(const Tag& o) const { return t != o.t ? t < o.t : order < o.order; }
+  };
+  struct Effects {
+    std::vector<std::pair<Tag, Item>> scheduled;        // events for later windows
+    std::vector<std::pair<Tag, uint64_t>> sent;         // a message of this many bytes
+    std::vector<std::pair<Tag, BatchPtr>> first_sent;   // a batch its origin sends for the first time
+    std::vector<std::pair<Tag, const Batch*>> applied;  // a remote batch charged at a node
+    // Keeps the capacity, and nothing alive (messages, batches) past the window.
+    void clear() {
+      scheduled.clear();
+      sent.clear();
+      first_sent.clear();
+      applied.clear();
+    }
+  };
+
   class SimOutbox final : public Outbox {
    public:
     SimOutbox(Simulation& sim, size_t index) : sim_(sim), index_(index) {}
@@ -91,12 +134,24 @@ class Simulation {
     size_t index_;
   };
   struct SimNode {
+    SimNode(Simulation& sim, size_t index, uint64_t seed)
+        : id("node-" + std::to_string(index)),
+          address("sim:" + std::to_string(index)),
+          outbox(sim, index),
+          rng(node_seed(seed, 1, index)),
+          net_rng(node_seed(seed, 2, index)) {}
     std::string id, address;
-    std::unique_ptr<SimOutbox> outbox;
+    SimOutbox outbox;
+    SplitMix64 rng;      // the node's own choices (gossip peers, first tick)
+    SplitMix64 net_rng;  // the network's fate for what this node sends (loss, duplicates, latency)
     std::unique_ptr<Node> node;
     bool up = false;
-    uint64_t epoch = 0;        // bumps at every crash/restart: stale events are ignored
+    uint64_t epoch = 0;  // bumps at every crash/restart: stale events are ignored
     uint64_t incarnation = 0;
+    std::pair<uint64_t, uint64_t> last_tracked{0, 0};  // (incarnation, seq) of its newest timed batch
+    // The event being run at this node, while it runs, and where its effects go.
+    Tag running{0, 0};
+    Effects* effects = nullptr;
   };
   // A batch on its way to every node: for convergence.
   struct Track {
@@ -104,18 +159,26 @@ class Simulation {
     size_t remaining;  // live nodes that have not applied it yet
     BatchPtr batch;    // held, so no other batch can take its address while it is tracked
   };
+  // A point of the timeline: an event starts or ends.
+  struct Moment {
+    int64_t t;
+    const Event* event;
+    bool start;
+  };
+  struct Check {
+    size_t node, key;
+    bool allowed = false;
+  };
 
-  void push(int64_t t, Kind k, uint32_t node, uint64_t epoch = 0, GossipMessagePtr m = nullptr) {
-    queue_.push(Item{t, order_++, k, node, epoch, std::move(m)});
+  void schedule(Item item) {
+    item.order = order_++;
+    heap_.push_back(std::move(item));
+    std::push_heap(heap_.begin(), heap_.end(), later);
   }
 
   void add_node() {
     const size_t i = nodes_.size();
-    SimNode n;
-    n.id = "node-" + std::to_string(i);
-    n.address = "sim:" + std::to_string(i);
-    n.outbox = std::make_unique<SimOutbox>(*this, i);
-    nodes_.push_back(std::move(n));
+    nodes_.emplace_back(*this, i, s_.seed);
     up_.push_back(false);
     side_.push_back(0);
   }
@@ -139,42 +202,90 @@ class Simulation {
     o.fanout = s_.fanout;
     o.membership.kind = s_.membership;
     if (s_.membership == MembershipKind::kHeartbeat) o.seeds = {nodes_[0].address};
-    o.on_applied = [this](const Batch& b) { applied(b); };
-    n.node = std::make_unique<Node>(o, rules_, *n.outbox, node_rng_);
+    o.on_applied = [this, i](const Batch& b) {
+      SimNode& at = nodes_[i];
+      at.effects->applied.emplace_back(at.running, &b);
+    };
+    n.node = std::make_unique<Node>(o, rules_, n.outbox, n.rng);
     if (s_.membership == MembershipKind::kStatic) n.node->set_peers(peers(), now_);
     n.up = true;
     up_[i] = true;
     ++live_;
     n.incarnation = incarnation;
     ++n.epoch;
-    push(now_ + int64_t(node_rng_.below(uint64_t(s_.interval_ns))), Kind::kTick, uint32_t(i), n.epoch);
+    schedule({now_ + int64_t(n.rng.below(uint64_t(s_.interval_ns))), 0, Kind::kTick, uint32_t(i), n.epoch, nullptr});
   }
 
-  void tick(uint32_t i, uint64_t epoch) {
-    SimNode& n = nodes_[i];
-    if (!n.up || n.epoch != epoch) return;
-    n.node->tick(now_);
-    push(now_ + s_.interval_ns, Kind::kTick, i, epoch);
-  }
+  // ---- one window: every event before `end` (the first at `start`), node by node
 
-  void send(size_t from, const std::string& address, const GossipMessagePtr& m) {
-    recorder_.sent(now_, 1, estimated_bytes(*m));
-    // A batch its origin sends for the first time: start timing its spread.
-    for (const BatchPtr& b : m->batches) {
-      // Seqs grow within a life: a batch newer than the last one tracked is sent for the first time.
-      auto& last = last_tracked_[from];
-      if (b->origin != nodes_[from].id || std::pair(b->incarnation, b->seq) <= last) continue;
-      last = {b->incarnation, b->seq};
-      tracks_.emplace(b.get(), Track{now_, live_ - 1, b});
-      if (live_ == 1) finish(b.get());
+  void run_window(int64_t start, int64_t end) {
+    window_.clear();
+    while (!heap_.empty() && heap_.front().t < end) {
+      std::pop_heap(heap_.begin(), heap_.end(), later);
+      window_.push_back(std::move(heap_.back()));
+      heap_.pop_back();
     }
-    if (now_ >= next_track_sweep_ns_) {  // batches that never reach everyone (a crash, a partition)
-      next_track_sweep_ns_ = now_ + kNanosPerSecond;
-      std::erase_if(tracks_, [&](const auto& kv) {
-        const bool stale = kv.second.sealed_ns < now_ - 30 * kNanosPerSecond;
-        if (stale) recorder_.unconverged();
-        return stale;
-      });
+    // The load's arrivals in this window: drawn here, in time order, since which nodes are up
+    // changes only between windows. Each is decided by its node along with the node's events.
+    checks_.clear();
+    arriving_.clear();
+    while (arrivals_.peek_time() < end) {
+      const Arrival a = arrivals_.next(up_);
+      if (a.dropped) continue;
+      checks_.push_back({a.node, a.key});
+      arriving_.push_back({a.t_ns, order_++, Kind::kCheck, uint32_t(a.node), 0, nullptr, checks_.size() - 1});
+    }
+    if (!arriving_.empty()) {
+      const size_t mid = window_.size();
+      window_.insert(window_.end(), std::make_move_iterator(arriving_.begin()), std::make_move_iterator(arriving_.end()));
+      std::inplace_merge(window_.begin(), window_.begin() + long(mid), window_.end(),
+                         [](const Item& a, const Item& b) { return later(b, a); });
+    }
+
+    members_ = window_.size() < kMinParallelEvents ? 1 : crew_->size();
+    members_ == 1 ? run_member(0) : crew_->run();
+    merge_effects(start);
+  }
+
+  // Crew member `m` of members_ runs the window's events of nodes n with n % members_ == m.
+  void run_member(unsigned m) {
+    if (m >= members_) return;
+    Effects& fx = effects_[m];
+    for (Item& it : window_) {
+      if (it.node % members_ != m) continue;
+      SimNode& n = nodes_[it.node];
+      n.running = {it.t, it.order};
+      n.effects = &fx;
+      switch (it.kind) {
+        case Kind::kTick:
+          if (!n.up || n.epoch != it.epoch) break;
+          n.node->tick(it.t);
+          fx.scheduled.emplace_back(n.running, Item{it.t + s_.interval_ns, 0, Kind::kTick, it.node, it.epoch, nullptr});
+          break;
+        case Kind::kDeliver:
+          if (!n.up || n.epoch != it.epoch) break;  // crashed (or restarted) since it was sent
+          n.node->receive(*it.message, it.t);      // counts convergence through on_applied
+          it.message.reset();                      // on this thread, while it is still warm
+          break;
+        case Kind::kCheck:  // the arrival stream offers checks to live nodes only
+          checks_[it.check].allowed = n.node->check(arrivals_.keys()[checks_[it.check].key], s_.load.cost, it.t).allowed;
+          break;
+      }
+    }
+  }
+
+  // Node `from` sends `m` (its Outbox): runs on the thread running that node.
+  void send(size_t from, const std::string& address, const GossipMessagePtr& m) {
+    SimNode& src = nodes_[from];
+    Effects& fx = *src.effects;
+    const int64_t now = src.running.t;
+    fx.sent.emplace_back(src.running, estimated_bytes(*m));
+    // A batch its origin sends for the first time: start timing its spread. Seqs grow within a
+    // life: a batch newer than the last one tracked is sent for the first time.
+    for (const BatchPtr& b : m->batches) {
+      if (b->origin != src.id || std::pair(b->incarnation, b->seq) <= src.last_tracked) continue;
+      src.last_tracked = {b->incarnation, b->seq};
+      fx.first_sent.emplace_back(src.running, b);
     }
     // Addresses are "sim:N": read N rather than hashing the string (millions of sends per run).
     size_t to = 0;
@@ -184,43 +295,67 @@ class Simulation {
       return;
     }
     if (side_[from] != side_[to]) return;
-    if (uniform01(net_rng_) < loss_) return;
-    const int copies = uniform01(net_rng_) < s_.network.duplicate ? 2 : 1;
+    if (uniform01(src.net_rng) < loss_) return;
+    const int copies = uniform01(src.net_rng) < s_.network.duplicate ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       const int64_t span = s_.network.latency_max_ns - s_.network.latency_min_ns;
-      const int64_t latency = s_.network.latency_min_ns + (span > 0 ? int64_t(net_rng_.below(uint64_t(span) + 1)) : 0);
-      push(now_ + latency, Kind::kDeliver, uint32_t(to), nodes_[to].epoch, m);
+      const int64_t latency = s_.network.latency_min_ns + (span > 0 ? int64_t(src.net_rng.below(uint64_t(span) + 1)) : 0);
+      fx.scheduled.emplace_back(src.running, Item{now + latency, 0, Kind::kDeliver, uint32_t(to), nodes_[to].epoch, m});
     }
   }
 
-  void deliver(uint32_t to, uint64_t epoch, const GossipMessagePtr& m) {
-    SimNode& n = nodes_[to];
-    if (!n.up || n.epoch != epoch) return;  // crashed (or restarted) since it was sent
-    n.node->receive(*m, now_);  // counts convergence through on_applied
+  // The threads' effects, merged into the order one thread would have produced (by tag; a tag's
+  // effects all come from one thread, in order: stable sorting keeps them so).
+  template <typename T>
+  std::vector<std::pair<Tag, T>>& merged(std::vector<std::pair<Tag, T>> Effects::*list) {
+    std::vector<std::pair<Tag, T>>& out = effects_[0].*list;
+    if (members_ > 1) {
+      for (unsigned m = 1; m < members_; ++m) {
+        auto& more = effects_[m].*list;
+        out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+        more.clear();
+      }
+      std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    }
+    return out;
   }
 
-  // A node applied `b` (NodeOptions::on_applied): one fewer to reach, if it is being timed.
-  void applied(const Batch& b) {
-    auto t = tracks_.find(&b);
-    if (t != tracks_.end() && --t->second.remaining == 0) finish(&b);
+  void merge_effects(int64_t start) {
+    // Applied before first sent: a batch sealed in this window cannot have arrived anywhere yet.
+    for (const auto& [tag, batch] : merged(&Effects::applied)) {
+      auto t = tracks_.find(batch);
+      if (t != tracks_.end() && --t->second.remaining == 0) finish(t, tag.t);
+    }
+    for (auto& [tag, batch] : merged(&Effects::first_sent)) {
+      const Batch* key = batch.get();
+      auto [t, fresh] = tracks_.emplace(key, Track{tag.t, live_ - 1, std::move(batch)});
+      if (fresh && t->second.remaining == 0) finish(t, tag.t);
+    }
+    for (const auto& [tag, bytes] : merged(&Effects::sent)) recorder_.sent(tag.t, 1, bytes);
+    for (auto& [tag, item] : merged(&Effects::scheduled)) schedule(std::move(item));
+    effects_[0].clear();
+    // The load's decisions, in arrival order (the oracle needs it).
+    for (const Item& it : window_) {
+      if (it.kind != Kind::kCheck) continue;
+      const Check& c = checks_[it.check];
+      recorder_.check(it.t, arrivals_.keys()[c.key], s_.load.cost, side_[c.node], c.allowed);
+    }
+    if (start >= next_track_sweep_ns_) {  // batches that never reach everyone (a crash, a partition)
+      next_track_sweep_ns_ = start + kNanosPerSecond;
+      std::erase_if(tracks_, [&](const auto& kv) {
+        const bool stale = kv.second.sealed_ns < start - 30 * kNanosPerSecond;
+        if (stale) recorder_.unconverged();
+        return stale;
+      });
+    }
   }
 
-  void finish(const Batch* b) {
-    auto t = tracks_.find(b);
-    recorder_.converged(t->second.sealed_ns, now_ - t->second.sealed_ns);
+  void finish(std::unordered_map<const Batch*, Track>::iterator t, int64_t at) {
+    recorder_.converged(t->second.sealed_ns, at - t->second.sealed_ns);
     tracks_.erase(t);
   }
 
-  // The next arrival of the load (sim/arrivals.h, shared with the local back end): on a live
-  // node chosen by the spread's weights (a crashed host's service is down too), for a key.
-  void check() {
-    const Arrival a = arrivals_.next(up_);
-    push(arrivals_.peek_time(), Kind::kCheck, 0);
-    if (a.dropped) return;
-    const std::string& name = arrivals_.keys()[a.key];
-    const bool allowed = nodes_[a.node].node->check(name, s_.load.cost, now_).allowed;
-    recorder_.check(now_, name, s_.load.cost, side_[a.node], allowed);
-  }
+  // ---- the timeline, between windows
 
   void event_start(const Event& e) {
     switch (e.kind) {
@@ -269,26 +404,31 @@ class Simulation {
   const Scenario& s_;
   std::shared_ptr<const RuleSet> rules_;
   Recorder recorder_;
-  SplitMix64 net_rng_;
   ArrivalStream arrivals_;
-  SplitMix64 node_rng_;
-  std::vector<SimNode> nodes_;
-  std::vector<size_t> side_;  // partition side of each node (0 when none)
+  std::deque<SimNode> nodes_;  // a deque: nodes hold references to their outbox and rngs
+  std::vector<size_t> side_;   // partition side of each node (0 when none)
   double loss_ = 0;
   std::vector<bool> up_;  // nodes_[i].up, as the arrival stream takes it
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_;
+  std::vector<Item> heap_;  // future events, a min-heap by (t, order)
   uint64_t order_ = 0;
-  int64_t now_ = 0;
-  size_t live_ = 0;  // nodes up
+  int64_t now_ = 0;   // time of the timeline event being run
+  size_t live_ = 0;   // nodes up
+  int64_t lookahead_ = 1;
+  std::vector<Moment> timeline_;
   std::unordered_map<const Batch*, Track> tracks_;
-  std::unordered_map<size_t, std::pair<uint64_t, uint64_t>> last_tracked_;  // node -> (incarnation, seq)
   int64_t next_track_sweep_ns_ = 0;
+  // The window being run.
+  std::vector<Item> window_, arriving_;
+  std::vector<Check> checks_;
+  unsigned members_ = 1;
+  std::vector<Effects> effects_;  // one per crew member
+  std::unique_ptr<Crew> crew_;    // last: its threads stop before the rest is destroyed
 };
 
 }  // namespace
 
-SimResult run_virtual(const Scenario& scenario, std::shared_ptr<const RuleSet> rules) {
-  return Simulation(scenario, std::move(rules)).run();
+SimResult run_virtual(const Scenario& scenario, std::shared_ptr<const RuleSet> rules, const VirtualOptions& options) {
+  return Simulation(scenario, std::move(rules), options).run();
 }
 
 }  // namespace tollgate::sim
