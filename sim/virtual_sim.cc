@@ -1,6 +1,7 @@
 #include "virtual_sim.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <deque>
 #include <limits>
@@ -242,35 +243,52 @@ class Simulation {
                          [](const Item& a, const Item& b) { return later(b, a); });
     }
 
-    members_ = window_.size() < kMinParallelEvents ? 1 : crew_->size();
-    members_ == 1 ? run_member(0) : crew_->run();
+    // The events grouped by node, each node's in time order: a node is run by one member.
+    by_node_.resize(window_.size());
+    for (uint32_t i = 0; i < by_node_.size(); ++i) by_node_[i] = i;
+    std::stable_sort(by_node_.begin(), by_node_.end(), [&](uint32_t a, uint32_t b) { return window_[a].node < window_[b].node; });
+    runs_.clear();
+    for (uint32_t i = 0; i < by_node_.size(); ++i) {
+      if (i == 0 || window_[by_node_[i]].node != window_[by_node_[i - 1]].node) runs_.push_back({i, i});
+      ++runs_.back().second;
+    }
+    next_run_.store(0, std::memory_order_relaxed);
+    window_.size() < kMinParallelEvents ? run_member(0) : crew_->run();
     merge_effects(start);
   }
 
-  // Crew member `m` of members_ runs the window's events of nodes n with n % members_ == m.
+  // Crew member `m` claims nodes of the window a few at a time and runs their events: a member
+  // that finishes early takes more, so a window ends when its work does, however it was spread.
   void run_member(unsigned m) {
-    if (m >= members_) return;
+    constexpr size_t kRunsPerClaim = 4;
     Effects& fx = effects_[m];
-    for (Item& it : window_) {
-      if (it.node % members_ != m) continue;
-      SimNode& n = nodes_[it.node];
-      n.running = {it.t, it.order};
-      n.effects = &fx;
-      switch (it.kind) {
-        case Kind::kTick:
-          if (!n.up || n.epoch != it.epoch) break;
-          n.node->tick(it.t);
-          fx.scheduled.emplace_back(n.running, Item{it.t + s_.interval_ns, 0, Kind::kTick, it.node, it.epoch, nullptr});
-          break;
-        case Kind::kDeliver:
-          if (!n.up || n.epoch != it.epoch) break;  // crashed (or restarted) since it was sent
-          n.node->receive(*it.message, it.t);      // counts convergence through on_applied
-          it.message.reset();                      // on this thread, while it is still warm
-          break;
-        case Kind::kCheck:  // the arrival stream offers checks to live nodes only
-          checks_[it.check].allowed = n.node->check(arrivals_.keys()[checks_[it.check].key], s_.load.cost, it.t).allowed;
-          break;
+    for (;;) {
+      const size_t first = next_run_.fetch_add(kRunsPerClaim, std::memory_order_relaxed);
+      if (first >= runs_.size()) return;
+      for (size_t r = first; r < std::min(first + kRunsPerClaim, runs_.size()); ++r) {
+        for (uint32_t i = runs_[r].first; i < runs_[r].second; ++i) run_event(window_[by_node_[i]], fx);
       }
+    }
+  }
+
+  void run_event(Item& it, Effects& fx) {
+    SimNode& n = nodes_[it.node];
+    n.running = {it.t, it.order};
+    n.effects = &fx;
+    switch (it.kind) {
+      case Kind::kTick:
+        if (!n.up || n.epoch != it.epoch) break;
+        n.node->tick(it.t);
+        fx.scheduled.emplace_back(n.running, Item{it.t + s_.interval_ns, 0, Kind::kTick, it.node, it.epoch, nullptr});
+        break;
+      case Kind::kDeliver:
+        if (!n.up || n.epoch != it.epoch) break;  // crashed (or restarted) since it was sent
+        n.node->receive(*it.message, it.t);      // counts convergence through on_applied
+        it.message.reset();                      // on this thread, while it is still warm
+        break;
+      case Kind::kCheck:  // the arrival stream offers checks to live nodes only
+        checks_[it.check].allowed = n.node->check(arrivals_.keys()[checks_[it.check].key], s_.load.cost, it.t).allowed;
+        break;
     }
   }
 
@@ -304,19 +322,18 @@ class Simulation {
     }
   }
 
-  // The threads' effects, merged into the order one thread would have produced (by tag; a tag's
-  // effects all come from one thread, in order: stable sorting keeps them so).
+  // The members' effects, merged into the order of their tags: the order of a single thread
+  // running the window's events in time order. A tag's effects all come from one member, in
+  // order: stable sorting keeps them so.
   template <typename T>
   std::vector<std::pair<Tag, T>>& merged(std::vector<std::pair<Tag, T>> Effects::*list) {
     std::vector<std::pair<Tag, T>>& out = effects_[0].*list;
-    if (members_ > 1) {
-      for (unsigned m = 1; m < members_; ++m) {
-        auto& more = effects_[m].*list;
-        out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
-        more.clear();
-      }
-      std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t m = 1; m < effects_.size(); ++m) {
+      auto& more = effects_[m].*list;
+      out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+      more.clear();
     }
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return out;
   }
 
@@ -420,7 +437,9 @@ class Simulation {
   // The window being run.
   std::vector<Item> window_, arriving_;
   std::vector<Check> checks_;
-  unsigned members_ = 1;
+  std::vector<uint32_t> by_node_;                   // indices into window_, grouped by node
+  std::vector<std::pair<uint32_t, uint32_t>> runs_;  // one node's events: [first, end) of by_node_
+  std::atomic<size_t> next_run_{0};                 // the next run a crew member may claim
   std::vector<Effects> effects_;  // one per crew member
   std::unique_ptr<Crew> crew_;    // last: its threads stop before the rest is destroyed
 };

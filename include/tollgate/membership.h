@@ -174,6 +174,7 @@ class Membership {
   std::unordered_map<NodeId, Tombstone> tombstones_;
   size_t rotate_ = 0;
   size_t probe_cursor_ = 0;
+  size_t probe_targets_ = 0;  // members dead or unreachable: due_probes() scans only if any
   MembershipStats stats_;
 };
 

@@ -4,7 +4,6 @@
 #include <bit>
 #include <deque>
 #include <string_view>
-#include <unordered_map>
 
 #include "tollgate/id_map.h"
 
@@ -64,6 +63,39 @@ uint64_t count_low(const std::array<uint64_t, kWords>& bits, uint64_t n) {
   }
   return count;
 }
+
+// A peer's digest by origin, for one missing_for(): open addressing over (hash, entry) sized
+// once, with no copy of the ids. (A node of a 1,000-node cluster answers about two digests of
+// 1,000 origins a second; a std::unordered_map allocated a node per origin each time.)
+class DigestIndex {
+ public:
+  explicit DigestIndex(const Digest& d) : slots_(std::bit_ceil(2 * d.origins.size() + 2)) {
+    for (const OriginDigest& o : d.origins) {
+      const uint64_t h = hash(o.origin);
+      size_t i = h & mask();
+      for (; slots_[i].entry; i = (i + 1) & mask()) {
+        if (slots_[i].hash == h && slots_[i].entry->origin == o.origin) break;  // listed twice: the first counts
+      }
+      if (!slots_[i].entry) slots_[i] = {h, &o};
+    }
+  }
+  const OriginDigest* find(std::string_view origin) const {
+    const uint64_t h = hash(origin);
+    for (size_t i = h & mask(); slots_[i].entry; i = (i + 1) & mask()) {
+      if (slots_[i].hash == h && slots_[i].entry->origin == origin) return slots_[i].entry;
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    const OriginDigest* entry = nullptr;
+  };
+  static uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
+  size_t mask() const { return slots_.size() - 1; }
+  std::vector<Slot> slots_;  // a power of two, at most half full
+};
 
 }  // namespace
 
@@ -168,19 +200,17 @@ class Ledger::Impl {
   }
 
   std::vector<BatchPtr> missing_for(const Digest& peer, const NodeId& from, const std::optional<NodeId>& until) const {
-    std::unordered_map<std::string_view, const OriginDigest*> windows;
-    windows.reserve(peer.origins.size());
-    for (const OriginDigest& o : peer.origins) windows.emplace(o.origin, &o);
+    const DigestIndex windows(peer);
     std::vector<BatchPtr> out;
     for (const Retained& r : retained_) {
       const Batch& b = *r.batch;
       if (b.origin < from || (until && !(b.origin < *until))) continue;  // another part's origin
-      auto it = windows.find(b.origin);
-      if (it == windows.end()) {
+      const OriginDigest* found = windows.find(b.origin);
+      if (!found) {
         out.push_back(r.batch);
         continue;
       }
-      const OriginDigest& o = *it->second;
+      const OriginDigest& o = *found;
       bool lacks;
       if (b.incarnation == o.current.incarnation) {
         lacks = !o.current.contains(b.seq);

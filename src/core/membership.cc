@@ -44,8 +44,14 @@ bool Membership::knows_address(const std::string& address) const {
   return false;
 }
 
+namespace {
+// States whose members due_probes() looks for.
+bool probed(MemberState s) { return s == MemberState::kDead || s == MemberState::kUnreachable; }
+}  // namespace
+
 void Membership::add_member(Member m) {
   index_[m.view.id] = {members_.size(), m.view.incarnation, m.view.heartbeat};
+  probe_targets_ += probed(m.view.state);
   next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
   members_.push_back(std::move(m));
   live_dirty_ = true;
@@ -73,6 +79,7 @@ MonoNanos Membership::deadline(const Member& m) const {
 
 void Membership::remove_at(size_t i) {
   live_dirty_ = true;
+  probe_targets_ -= probed(members_[i].view.state);
   index_.erase(members_[i].view.id);
   if (i + 1 != members_.size()) {
     members_[i] = std::move(members_.back());
@@ -86,6 +93,7 @@ void Membership::set_state(Member& m, MemberState s) {
   const MemberState before = m.view.state;
   if (s == MemberState::kSuspect || s == MemberState::kUnreachable) ++stats_.failed;
   if (s == MemberState::kAlive && before != MemberState::kLeft) ++stats_.recovered;
+  probe_targets_ = probe_targets_ - probed(before) + probed(s);
   m.view.state = s;
   live_dirty_ = true;
   next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
@@ -163,7 +171,8 @@ bool Membership::accepts_sender(const NodeId& id) const {
 void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
   for (const MemberRecord& r : rows) {
     if (r.id.empty()) continue;
-    if (r.id == self_.id) {
+    const IndexEntry* known = index_.find(r.id);
+    if (!known && r.id == self_.id) {  // (we are never in index_: no string compare for most rows)
       // Our own row is authoritative, except that a life of ours the cluster still remembers as
       // newer than this one (we restarted after the wall clock stepped back, and incarnations
       // come from the wall clock) would win over us everywhere: outbid it, as SWIM refutes.
@@ -173,7 +182,6 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
       }
       continue;
     }
-    const IndexEntry* known = index_.find(r.id);
     if (known && !r.left && std::tie(r.incarnation, r.heartbeat) <= std::tie(known->incarnation, known->heartbeat)) {
       continue;  // nothing we did not know (the common case: see IndexEntry)
     }
@@ -266,6 +274,7 @@ const std::vector<const MemberView*>& Membership::live() const {
 
 std::vector<std::string> Membership::due_probes(MonoNanos now) {
   std::vector<std::string> out;
+  if (probe_targets_ == 0) return out;  // the usual case: no scan
   const size_t n = members_.size();
   const size_t scan = std::min(n, options_.probe_scan_per_round);
   for (size_t k = 0; k < scan && out.size() < options_.max_probes_per_round; ++k) {
