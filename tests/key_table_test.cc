@@ -148,6 +148,27 @@ TEST(KeyTable, AFloodOfBarelySpentKeysDoesNotPushOutARememberedDebt) {
   EXPECT_EQ(d.remaining, -500);
 }
 
+// Thousands of balances go through the remembered table and come back out of it in another
+// order, each at exactly the balance it left with: the table's probing and its deletions (which
+// move other entries) lose and mix up nothing.
+TEST(KeyTable, EveryRememberedBalanceComesBackExactly) {
+  KeyTableOptions options;
+  options.max_keys = 16;
+  options.max_remembered = 5000;
+  KeyTable t(one_rule("*", Limit{Rate{1, 3600 * kSec}, 10, 10}), options);  // no refill to speak of
+  constexpr int kKeys = 4000;
+  auto spent = [](int i) { return int64_t(i % 17) + 1; };  // 1..17: some light, some in debt
+  for (int i = 0; i < kKeys; ++i) t.charge_remote("key-" + std::to_string(i), spent(i), 0);
+  EXPECT_EQ(t.stats().remembered, size_t(kKeys - 16));
+  for (int i = kKeys - 1; i >= 0; --i) {
+    const std::string key = "key-" + std::to_string(i);
+    const Decision d = t.allow(key, 0, 0);  // brings the key back (and evicts another)
+    ASSERT_EQ(d.remaining, 10 - spent(i)) << key;
+  }
+  EXPECT_EQ(t.stats().forgotten_debts, 0u);
+  EXPECT_EQ(t.stats().restored, uint64_t(kKeys - 16));
+}
+
 TEST(KeyTable, IdleKeysWhoseBucketRefilledAreSwept) {
   KeyTable t(one_rule("*", per_second(10, 10, 10)));
   t.allow("spent", 10, 0);

@@ -146,16 +146,28 @@ class Ledger::Impl {
   }
 
   BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now) {
-    std::sort(entries.begin(), entries.end(),
-              [](const ConsumptionEntry& a, const ConsumptionEntry& b) { return a.key < b.key; });
+    // Entries of the same key are combined, brought together by sorting on the key's hash (the
+    // key breaks ties): integer comparisons. Comparing the keys themselves was half of a round's
+    // time when a key flood (300,000 new keys/s) sealed 15,000 keys a round, and the round holds
+    // up every check behind it.
+    std::vector<std::pair<size_t, uint32_t>> order;  // (hash of the key, index in entries)
+    order.reserve(entries.size());
+    for (uint32_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].tokens > 0) order.emplace_back(std::hash<std::string_view>{}(entries[i].key), i);
+    }
+    std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : entries[a.second].key < entries[b.second].key;
+    });
     std::vector<ConsumptionEntry> combined;
-    combined.reserve(entries.size());
-    for (ConsumptionEntry& e : entries) {
-      if (e.tokens <= 0) continue;
-      if (!combined.empty() && combined.back().key == e.key) {
+    combined.reserve(order.size());
+    size_t last_hash = 0;
+    for (const auto& [hash, i] : order) {
+      ConsumptionEntry& e = entries[i];
+      if (!combined.empty() && hash == last_hash && combined.back().key == e.key) {
         combined.back().tokens += e.tokens;
       } else {
         combined.push_back(std::move(e));
+        last_hash = hash;
       }
     }
     if (combined.empty()) return nullptr;
