@@ -69,6 +69,7 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
   for (const PhaseStats& p : r.phases) row(p);
   row(r.total);
   if (r.unconverged) out << r.unconverged << " batches never reached every node that was alive when they were sealed\n";
+  if (r.member_failures >= 0) out << r.member_failures << " times a node marked a peer failed (suspect or unreachable)\n";
   if (const LocalStats* l = info.local) {
     const uint64_t asked = r.total.offered + l->failed_open_total;
     out << "local: " << l->failed_open_total << " of " << asked << " checks ("

@@ -46,6 +46,10 @@ struct SimResult {
   PhaseStats total;
   std::vector<SeriesPoint> series;
   uint64_t unconverged = 0;  // batches that never reached every node alive when sealed
+  // Virtual back end: how many times a node marked a peer failed (alive -> suspect, or
+  // unreachable under static membership), summed over nodes and their lives. In a run without
+  // crashes or partitions every one is a false suspicion. -1 when not measured (local).
+  int64_t member_failures = -1;
   double limit_per_sec = 0;  // the first rule's rate (for plots), 0 if none
 };
 

@@ -87,7 +87,10 @@ class Simulation {
     now_ = s_.duration_ns;
     recorder_.alive(now_, live_);
     recorder_.unconverged(tracks_.size());
-    return recorder_.finish();
+    for (const SimNode& n : nodes_) member_failures_ += n.node ? n.node->membership().stats().failed : 0;
+    SimResult result = recorder_.finish();
+    result.member_failures = int64_t(member_failures_);
+    return result;
   }
 
  private:
@@ -193,6 +196,7 @@ class Simulation {
   void start_node(size_t i, uint64_t incarnation) {
     recorder_.alive(now_, live_);
     SimNode& n = nodes_[i];
+    if (n.node) member_failures_ += n.node->membership().stats().failed;  // its previous life's
     NodeOptions o;
     o.id = n.id;
     o.address = n.address;
@@ -434,6 +438,7 @@ class Simulation {
   std::vector<Moment> timeline_;
   std::unordered_map<const Batch*, Track> tracks_;
   int64_t next_track_sweep_ns_ = 0;
+  uint64_t member_failures_ = 0;  // of lives that have ended (see SimResult::member_failures)
   // The window being run.
   std::vector<Item> window_, arriving_;
   std::vector<Check> checks_;

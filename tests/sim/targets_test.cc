@@ -74,6 +74,7 @@ TEST(Targets, GossipConvergesWithinLogNPlusTwoRoundsAtAThousandNodes) {
   ASSERT_GT(warm.convergence_ns.size(), 100u);
   EXPECT_LE(warm.convergence_ms(99), rounds * double(s.interval_ns) / double(kNanosPerMilli))
       << "p50 " << warm.convergence_ms(50) << " ms";
+  RecordProperty("p99_ms", std::to_string(warm.convergence_ms(99)));  // docs/results.md quotes it
 }
 
 }  // namespace
