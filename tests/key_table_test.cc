@@ -205,6 +205,32 @@ TEST(KeyTable, PendingConsumptionIsReportedOncePerKeyAndReset) {
   EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"b", 4}}));
 }
 
+// take_pending() a few keys at a time (the node's early sealing under a key flood) loses nothing,
+// reports nothing twice, and leaves pending_keys() at zero once everything is taken.
+TEST(KeyTable, PendingConsumptionCanBeTakenAFewKeysAtATime) {
+  KeyTableOptions options;
+  options.max_keys = 4;  // so most keys are evicted with their consumption pending
+  KeyTable t(one_rule("*", per_second(1, 100, 100)), options);
+  std::map<std::string, int64_t> admitted;
+  for (int i = 0; i < 10; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    t.allow(key, i + 1, 0);
+    admitted[key] = i + 1;
+  }
+  t.allow("k0", 1, 0);
+  ++admitted["k0"];
+  EXPECT_GE(t.pending_keys(), 10u);
+  std::map<std::string, int64_t> taken;
+  for (int calls = 0; calls < 100; ++calls) {
+    std::vector<ConsumptionEntry> out;
+    t.take_pending(out, 3);
+    ASSERT_LE(out.size(), 3u);
+    for (const auto& e : out) taken[e.key] += e.tokens;
+  }
+  EXPECT_EQ(taken, admitted);
+  EXPECT_EQ(t.pending_keys(), 0u);
+}
+
 TEST(KeyTable, PendingConsumptionOfEvictedKeysIsNotLost) {
   KeyTableOptions options;
   options.max_keys = 2;

@@ -169,6 +169,26 @@ TEST(Node, MeshChargesEveryNodeAfterOneRound) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 7) << "node " << i;
 }
 
+// A flood of new keys between two rounds: check() seals early, 1,024 keys at a time, rather than
+// leaving all of them to one long round; the batches still go out with the round, and every key
+// is charged exactly once everywhere.
+TEST(Node, ConsumptionSealedBetweenRoundsIsSentOnceWithTheRound) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh});
+  c.rounds(3);  // everyone alive
+  constexpr int kKeys = 5000;
+  for (int k = 0; k < kKeys; ++k) ASSERT_TRUE(c.node(0).check("flood-" + std::to_string(k), 1, c.now()).allowed);
+  EXPECT_EQ(c.node(0).stats().early_seals, uint64_t(kKeys / 1024));
+  EXPECT_EQ(c.node(0).table().pending_keys(), size_t(kKeys % 1024));
+  EXPECT_EQ(c.charged(1, "flood-0"), 0);  // nothing is sent before the round
+  c.round();
+  EXPECT_EQ(c.node(0).table().pending_keys(), 0u);
+  for (int k = 0; k < kKeys; ++k) {
+    const std::string key = "flood-" + std::to_string(k);
+    ASSERT_EQ(c.charged(1, key), 1) << key;
+    ASSERT_EQ(c.charged(2, key), 1) << key;
+  }
+}
+
 TEST(Node, GossipReachesEveryNodeWithinLogNRounds) {
   for (size_t n : {8u, 32u}) {
     VirtualCluster c({.nodes = n, .mode = DisseminationMode::kGossip, .seed = n});

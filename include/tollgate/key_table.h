@@ -66,8 +66,11 @@ class KeyTable {
   bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now_ns);
 
   // Appends to `out` the cost admitted locally since the previous call, one entry per key
-  // (keys evicted in between included), and resets it. Nothing is lost or reported twice.
-  void take_pending(std::vector<ConsumptionEntry>& out);
+  // (keys evicted in between included), and resets it. Nothing is lost or reported twice. With
+  // `max_keys`, takes at most that many keys' consumption and leaves the rest for later calls.
+  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys = SIZE_MAX);
+  // Keys (evicted ones included) with consumption take_pending() has not taken yet, at most.
+  size_t pending_keys() const;
 
   // Examines up to `max_scan` keys, round-robin from where the previous call stopped, and removes
   // those whose bucket has refilled to burst (their pending consumption is kept and still

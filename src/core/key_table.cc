@@ -66,6 +66,7 @@ class KeyTable::Impl {
         e.dirty = true;
         e.dirty_next = dirty_head_;
         dirty_head_ = slot;
+        ++dirty_count_;
       }
     }
     return d;
@@ -88,20 +89,30 @@ class KeyTable::Impl {
     return true;
   }
 
-  void take_pending(std::vector<ConsumptionEntry>& out) {
-    for (uint32_t s = dirty_head_; s != kNil;) {
+  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
+    // Keys that left the table first (their pending is already out of the list), then the most
+    // recently dirtied keys: what is left stays dirty, for the next call.
+    const size_t orphans = std::min(max_keys, orphan_pending_.size());
+    for (size_t i = orphan_pending_.size() - orphans; i < orphan_pending_.size(); ++i) {
+      out.push_back({std::move(orphan_pending_[i].first), orphan_pending_[i].second});
+    }
+    orphan_pending_.resize(orphan_pending_.size() - orphans);
+    size_t budget = max_keys - orphans;
+    uint32_t s = dirty_head_;
+    for (; s != kNil && budget > 0; --budget) {
       Entry& e = slots_[s];
       if (e.pending > 0) out.push_back({std::string(e.key()), e.pending});
       e.pending = 0;
       e.dirty = false;
       const uint32_t next = e.dirty_next;
       e.dirty_next = kNil;
+      --dirty_count_;
       s = next;
     }
-    dirty_head_ = kNil;
-    for (auto& [key, tokens] : orphan_pending_) out.push_back({key, tokens});
-    orphan_pending_.clear();
+    dirty_head_ = s;
   }
+
+  size_t pending_keys() const { return dirty_count_ + orphan_pending_.size(); }
 
   size_t sweep_idle(MonoNanos now, size_t max_scan) {
     size_t removed = 0;
@@ -513,6 +524,7 @@ class KeyTable::Impl {
   std::vector<IndexSlot> index_;
   size_t indexed_ = 0;  // keys in index_
   uint32_t dirty_head_ = kNil;
+  size_t dirty_count_ = 0;  // slots on the dirty list
   int64_t scale_num_ = 1, scale_den_ = 1;  // refill at num/den of each rule's rate
   size_t clock_hand_ = 0;  // next slot evict_lru() examines
   size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
@@ -534,7 +546,8 @@ Decision KeyTable::allow(std::string_view key, int64_t cost, MonoNanos now_ns) {
 bool KeyTable::charge_remote(std::string_view key, int64_t tokens, MonoNanos now_ns) {
   return impl_->charge_remote(key, tokens, now_ns);
 }
-void KeyTable::take_pending(std::vector<ConsumptionEntry>& out) { impl_->take_pending(out); }
+void KeyTable::take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) { impl_->take_pending(out, max_keys); }
+size_t KeyTable::pending_keys() const { return impl_->pending_keys(); }
 size_t KeyTable::sweep_idle(MonoNanos now_ns, size_t max_scan) { return impl_->sweep_idle(now_ns, max_scan); }
 void KeyTable::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns) {
   impl_->replace_rules(std::move(rules), now_ns);

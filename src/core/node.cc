@@ -30,7 +30,29 @@ Decision Node::check(std::string_view key, int64_t cost, MonoNanos now) {
   const Decision d = table_.allow(key, cost, now);
   ++stats_.checks;
   d.allowed ? ++stats_.allowed : ++stats_.denied;
+  if (options_.early_seal_keys > 0 && table_.pending_keys() >= options_.early_seal_keys) {
+    seal(now, options_.early_seal_keys);  // see NodeOptions::early_seal_keys
+    ++stats_.early_seals;
+  }
   return d;
+}
+
+void Node::seal(MonoNanos now, size_t max_keys) {
+  pending_.clear();
+  table_.take_pending(pending_, max_keys);
+  if (pending_.empty()) return;
+  if (options_.split_for_sealing) {
+    for (auto& run : options_.split_for_sealing(std::move(pending_))) {
+      if (BatchPtr b = ledger_.seal(std::move(run), now)) sealed_.push_back(std::move(b));
+    }
+    return;
+  }
+  for (size_t i = 0; i < pending_.size(); i += options_.max_batch_entries) {
+    const size_t end = std::min(pending_.size(), i + options_.max_batch_entries);
+    std::vector<ConsumptionEntry> run(std::make_move_iterator(pending_.begin() + long(i)),
+                                      std::make_move_iterator(pending_.begin() + long(end)));
+    if (BatchPtr b = ledger_.seal(std::move(run), now)) sealed_.push_back(std::move(b));
+  }
 }
 
 uint32_t Node::retransmits() const {
@@ -70,24 +92,10 @@ void Node::tick(MonoNanos now) {
   membership_.tick(now, &forgotten);
   forget(forgotten);
 
-  // Seal this round's consumption into datagram-sized batches.
-  pending_.clear();
-  table_.take_pending(pending_);
-  std::vector<BatchPtr> fresh;
-  if (options_.split_for_sealing) {
-    if (!pending_.empty()) {
-      for (auto& run : options_.split_for_sealing(std::move(pending_))) {
-        if (BatchPtr b = ledger_.seal(std::move(run), now)) fresh.push_back(std::move(b));
-      }
-    }
-  } else {
-    for (size_t i = 0; i < pending_.size(); i += options_.max_batch_entries) {
-      const size_t end = std::min(pending_.size(), i + options_.max_batch_entries);
-      std::vector<ConsumptionEntry> run(std::make_move_iterator(pending_.begin() + long(i)),
-                                        std::make_move_iterator(pending_.begin() + long(end)));
-      if (BatchPtr b = ledger_.seal(std::move(run), now)) fresh.push_back(std::move(b));
-    }
-  }
+  // Seal this round's consumption into datagram-sized batches (with any sealed early by check()).
+  seal(now, SIZE_MAX);
+  std::vector<BatchPtr> fresh = std::move(sealed_);
+  sealed_.clear();
 
   const std::vector<const MemberView*>& live = membership_.live();
   live_members_ = live.size();  // sizes the retransmit budget until the next round

@@ -278,6 +278,7 @@ StatsReport Daemon::stats() {
   add("gossip_queue_overflow", n.queue_overflow);
   add("push_pulls", n.push_pulls);
   add("repairs_sent", n.repairs_sent);
+  add("early_seals", n.early_seals);
   const TransportStats t = faults_->stats();
   add("transport_sent", t.messages_sent);
   add("transport_bytes_sent", t.bytes_sent);
