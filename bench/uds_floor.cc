@@ -2,8 +2,8 @@
 // a message of --size bytes over a Unix stream socket and back, paced like tollgate-load
 // (--rate round trips a second), and it prints the round trip's p50, p99 and maximum in
 // microseconds. A check through tollgated cannot be faster than this, and on a loaded host it
-// slows down with it: compare a daemon's latency with this floor measured at the same time
-// (scripts/flood-latency does), not with a number from a quiet machine.
+// slows down with it: compare a daemon's latency with this floor measured in the same run, under
+// the same load (scripts/flood-latency does), not with a number from a quiet machine.
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <thread>
 #include <vector>

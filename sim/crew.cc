@@ -1,5 +1,8 @@
 #include "crew.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace tollgate::sim {
 
 namespace {
@@ -18,7 +21,7 @@ void await_change(const std::atomic<uint32_t>& a, uint32_t old) {
 
 }  // namespace
 
-Crew::Crew(unsigned size, std::function<void(unsigned)> job) : job_(std::move(job)) {
+Crew::Crew(unsigned size, std::function<void(unsigned)> job) : job_(std::move(job)), failed_(std::max(1u, size)) {
   for (unsigned i = 1; i < size; ++i) threads_.emplace_back([this, i] { member(i); });
 }
 
@@ -37,8 +40,16 @@ void Crew::run() {
   pending_.store(uint32_t(threads_.size()), std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
-  job_(0);
+  try {
+    job_(0);
+  } catch (...) {
+    failed_[0] = std::current_exception();
+  }
+  // Whatever happened, the others are still using what the caller owns: wait for them.
   for (uint32_t left; (left = pending_.load(std::memory_order_acquire)) != 0;) await_change(pending_, left);
+  for (std::exception_ptr& e : failed_) {
+    if (e) std::rethrow_exception(std::exchange(e, nullptr));
+  }
 }
 
 void Crew::member(unsigned index) {
@@ -47,7 +58,11 @@ void Crew::member(unsigned index) {
     await_change(generation_, seen);
     seen = generation_.load(std::memory_order_acquire);
     if (stopping_) return;
-    job_(index);
+    try {
+      job_(index);
+    } catch (...) {
+      failed_[index] = std::current_exception();
+    }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }

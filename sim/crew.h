@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -25,7 +26,8 @@ class Crew {
 
   // Runs job(0) on the calling thread and job(1..size-1) on the others; returns when all have
   // returned. Everything the caller wrote before is visible to the jobs, and everything the jobs
-  // wrote is visible to the caller after.
+  // wrote is visible to the caller after. If jobs throw, run() rethrows one of their exceptions,
+  // after all of them have returned.
   void run();
 
  private:
@@ -35,6 +37,7 @@ class Crew {
   std::atomic<uint32_t> generation_{0};  // bumped once per run(); members wait for a new one
   std::atomic<uint32_t> pending_{0};     // members still running this generation's job
   bool stopping_ = false;                // written before the last generation bump
+  std::vector<std::exception_ptr> failed_;  // per member: what its last job threw
   std::vector<std::thread> threads_;
 };
 

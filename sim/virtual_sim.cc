@@ -44,17 +44,16 @@ uint64_t node_seed(uint64_t seed, uint64_t stream, uint64_t index) {
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
-// Windows with fewer events than this run on the calling thread alone: waking the crew would
-// cost more than it saves. The output is the same either way.
-constexpr size_t kMinParallelEvents = 24;
-
 class Simulation {
  public:
   Simulation(const Scenario& s, std::shared_ptr<const RuleSet> rules, const VirtualOptions& options)
-      : s_(s), rules_(std::move(rules)), recorder_(s, rules_), arrivals_(s.load, s.seed) {
+      : s_(s), rules_(std::move(rules)), recorder_(s, rules_), arrivals_(s.load, s.seed),
+        min_parallel_events_(options.min_parallel_events) {
     loss_ = s_.network.loss;
-    // No message arrives sooner than latency_min after it is sent, and no node ticks again
-    // sooner than one interval: events closer together than that cannot affect each other.
+    // A window must end before anything its events schedule: a message arrives no sooner than
+    // latency_min after it is sent, and a node's next tick (scheduled when the window's effects
+    // are merged) comes one interval after this one. Within such a window, no node's event can
+    // change another node's. (Zero latency makes windows of 1 ns: correct, and slow.)
     lookahead_ = std::max<int64_t>(1, std::min(s_.network.latency_min_ns, s_.interval_ns));
     for (size_t i = 0; i < s_.nodes; ++i) add_node();
     for (size_t i = 0; i < nodes_.size(); ++i) start_node(i, 1);
@@ -257,7 +256,7 @@ class Simulation {
       ++runs_.back().second;
     }
     next_run_.store(0, std::memory_order_relaxed);
-    window_.size() < kMinParallelEvents ? run_member(0) : crew_->run();
+    window_.size() < min_parallel_events_ ? run_member(0) : crew_->run();
     merge_effects(start);
   }
 
@@ -343,6 +342,9 @@ class Simulation {
 
   void merge_effects(int64_t start) {
     // Applied before first sent: a batch sealed in this window cannot have arrived anywhere yet.
+    // (This order also keeps the raw pointers of `applied` unambiguous: every batch applied in
+    // the window was alive alongside every batch tracked at its start, so none shares an
+    // address with a tracked one; new tracks come after.)
     for (const auto& [tag, batch] : merged(&Effects::applied)) {
       auto t = tracks_.find(batch);
       if (t != tracks_.end() && --t->second.remaining == 0) finish(t, tag.t);
@@ -435,6 +437,7 @@ class Simulation {
   int64_t now_ = 0;   // time of the timeline event being run
   size_t live_ = 0;   // nodes up
   int64_t lookahead_ = 1;
+  size_t min_parallel_events_;
   std::vector<Moment> timeline_;
   std::unordered_map<const Batch*, Track> tracks_;
   int64_t next_track_sweep_ns_ = 0;

@@ -12,6 +12,7 @@
 #ifndef TOLLGATE_SIM_VIRTUAL_SIM_H_
 #define TOLLGATE_SIM_VIRTUAL_SIM_H_
 
+#include <cstddef>
 #include <memory>
 
 #include "result.h"
@@ -24,6 +25,9 @@ struct VirtualOptions {
   // Threads that run the nodes, the caller's included; 0: one per core. The output does not
   // depend on it.
   unsigned threads = 0;
+  // Windows with fewer events than this run on the calling thread alone (waking the crew would
+  // cost more than it saves). Tests set 1 so that every window goes through the crew.
+  size_t min_parallel_events = 24;
 };
 
 // Runs `scenario` to its end. `rules` are the scenario's rules, parsed.

@@ -387,6 +387,21 @@ TEST(Node, LeavingMemberIsMarkedLeft) {
   EXPECT_EQ(c.node(1).membership().find("n2")->state, MemberState::kLeft);
 }
 
+// A node that leaves sends what it admitted since its last round, so a graceful shutdown loses
+// no consumption.
+TEST(Node, ALeavingNodeSendsWhatItAdmittedSinceItsLastRound) {
+  for (DisseminationMode mode : {DisseminationMode::kMesh, DisseminationMode::kGossip}) {
+    VirtualCluster c({.nodes = 3, .mode = mode});
+    c.rounds(30);
+    ASSERT_TRUE(c.node(2).check("k", 5, c.now()).allowed);
+    c.node(2).leave(c.now());
+    c.crash(2);
+    c.deliver();
+    EXPECT_EQ(c.charged(0, "k"), 5) << dissemination_mode_name(mode);
+    EXPECT_EQ(c.charged(1, "k"), 5) << dissemination_mode_name(mode);
+  }
+}
+
 TEST(Node, ProportionalPolicyScalesRefillByReachableMembers) {
   VirtualCluster c({.nodes = 4, .mode = DisseminationMode::kMesh, .policy = PartitionPolicy::kProportional,
                     .limit = per_second(100, 100, 100)});

@@ -5,7 +5,8 @@
 //
 // A round (tick(), every `interval`):
 //   1. membership: our heartbeat +1; members move alive -> suspect -> dead (or unreachable);
-//   2. seal: this round's admitted consumption becomes batches (at most max_batch_entries each);
+//   2. seal: this round's admitted consumption becomes batches (at most max_batch_entries each),
+//      joining any that check() sealed early (early_seal_keys);
 //   3. disseminate:
 //        mesh:   our new batches go to every live member;
 //        gossip: our new batches and every batch newly applied from others are queued, and each
@@ -82,7 +83,8 @@ struct NodeOptions {
   // Push-pull answers carry at most this many batches; the next exchange sends the rest.
   size_t max_repair_batches = 512;
   size_t sweep_per_round = 256;  // idle keys examined per round
-  // When this many keys have consumption not yet sealed, check() seals that many at once
+  // When this many keys (an upper bound: KeyTable::pending_keys) have consumption not yet
+  // sealed, check() seals up to that many at once
   // instead of leaving them all to the round: a flood of new keys (15,000 a round at 300,000/s)
   // otherwise makes each round one long stop of the daemon's thread (1.5 ms, everyone's checks
   // waiting); 1,024 at a time are stops of about 0.13 ms. Sealed batches still go out with the
@@ -137,7 +139,8 @@ class Node {
 
   // Static membership: the peers file's contents (reloaded).
   void set_peers(const std::vector<PeerSpec>& peers, MonoNanos now_ns);
-  // Announces to every live member that we leave (call before exiting).
+  // Sends what was admitted since the last round and announces to every live member that we
+  // leave (call before exiting).
   void leave(MonoNanos now_ns);
   // New rules: unchanged limits keep their buckets (see KeyTable::replace_rules).
   void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns);

@@ -105,10 +105,10 @@ class Connection;
 // block allocations, not thousands of small ones. Under a key flood (300,000 new keys/s in
 // 1,000-check requests) those small frees kept glibc's malloc_consolidate busy, 10% of the
 // daemon's time in stalls of the one thread that answers everyone (perf, scripts/flood-latency).
-std::unique_ptr<google::protobuf::Arena> request_arena() {
+static std::unique_ptr<google::protobuf::Arena> request_arena() {
   google::protobuf::ArenaOptions o;
   o.start_block_size = 4096;
-  o.max_block_size = 32768;  // below glibc's 64 KiB free threshold that forces a consolidation
+  o.max_block_size = 32768;  // blocks well below the 64 KiB frees at which glibc consolidates
   return std::make_unique<google::protobuf::Arena>(o);
 }
 

@@ -242,7 +242,15 @@ void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {
 }
 
 void Node::leave(MonoNanos now) {
-  (void)now;
+  // What was admitted since the last round would never leave this node otherwise: seal it and
+  // send it to every live member before saying goodbye.
+  seal(now, SIZE_MAX);
+  for (size_t i = 0; i < sealed_.size(); i += options_.max_batches_per_message) {
+    const size_t end = std::min(sealed_.size(), i + options_.max_batches_per_message);
+    const GossipMessagePtr m = message({sealed_.begin() + long(i), sealed_.begin() + long(end)});
+    for (const MemberView* v : membership_.live()) send(v->address, m);
+  }
+  sealed_.clear();
   membership_.leave();
   auto m = std::const_pointer_cast<GossipMessage>(message({}));
   m->leaving = true;

@@ -25,9 +25,12 @@ Scenario steady(size_t nodes, DisseminationMode mode) {
   return s;
 }
 
+// Every window through the crew when threads > 1 (by default small windows run on one thread).
+VirtualOptions threaded(unsigned threads) { return VirtualOptions{threads, 1}; }
+
 std::string json_of(const Scenario& s, unsigned threads = 0) {
   std::ostringstream out;
-  write_json(out, RunInfo{s.name, "virtual"}, s, run_virtual(s, parse_rules(s.rules_yaml, "test"), VirtualOptions{threads}));
+  write_json(out, RunInfo{s.name, "virtual"}, s, run_virtual(s, parse_rules(s.rules_yaml, "test"), threaded(threads)));
   return out.str();
 }
 
@@ -55,7 +58,7 @@ TEST(VirtualSim, ThreadCountDoesNotChangeTheOutput) {
   s.timeline.push_back(Event{Event::Kind::kPartition, 1 * kNanosPerSecond, 2 * kNanosPerSecond, {{0, 1, 2}, {3, 4, 5}}, 0, 0, 0, "p"});
   s.timeline.push_back(Event{Event::Kind::kCrash, 3 * kNanosPerSecond, 4 * kNanosPerSecond, {}, 0, 7, 0, "c"});
   s.timeline.push_back(Event{Event::Kind::kJoin, 4 * kNanosPerSecond, std::nullopt, {}, 0, 0, 2, "j"});
-  const SimResult r = run_virtual(s, parse_rules(s.rules_yaml, "test"), VirtualOptions{2});
+  const SimResult r = run_virtual(s, parse_rules(s.rules_yaml, "test"), threaded(2));
   EXPECT_GT(r.total.convergence_ns.size(), 200u);  // batches are timed across threads too
   EXPECT_GT(r.total.offered, 2000u);
   const std::string one = json_of(s, 1);
