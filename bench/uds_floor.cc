@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "cli/percentile.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -41,12 +43,7 @@ bool read_all(int fd, char* p, size_t n) {
   return true;
 }
 
-int64_t percentile(std::vector<int64_t> v, double p) {
-  if (v.empty()) return -1;
-  const size_t i = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size())));
-  std::nth_element(v.begin(), v.begin() + long(i), v.end());
-  return v[i];
-}
+using tollgate::cli::percentile;
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/percentile.h"
 #include "tollgate/client.h"
 #include "tollgate/duration.h"
 
@@ -30,12 +31,7 @@ struct Window {
   void reset() { *this = Window{}; }
 };
 
-int64_t percentile(std::vector<int64_t> v, double p) {
-  if (v.empty()) return -1;
-  const size_t i = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size())));
-  std::nth_element(v.begin(), v.begin() + long(i), v.end());
-  return v[i];
-}
+using tollgate::cli::percentile;
 
 }  // namespace
 
