@@ -178,6 +178,9 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     std::cerr << "tollgated: " << why << "\nRun with --help for the flags.\n";
     return 2;
   };
+  // An empty value (`--rules ""`, or `rules: !tag` with nothing after the tag in the config,
+  // found by the daemon_config fuzzer) would start a daemon with no rules file to load or reload.
+  if (o->rules_file.empty()) return usage_error("--rules must name a file; the value is empty");
   if (o->membership == MembershipKind::kStatic && o->peers_file.empty()) {
     return usage_error("--membership static needs --peers-file FILE");
   }

@@ -100,6 +100,7 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "r"}, "--membership static needs --peers-file"},
       {{"--rules", "r", "--membership", "heartbeat"}, "needs --seeds"},
       {{"--peers-file", "p"}, "--rules is required"},
+      {{"--rules", "", "--peers-file", "p"}, "--rules must name a file"},
       {{"--rules", "r", "--peers-file", "p", "--fail-after", "60ms"}, "at least two --interval rounds"},
       {{"--rules", "r", "--peers-file", "p", "--forget-after", "5s"}, "at least 15s"},
       {{"--rules", "r", "--peers-file", "p", "--bogus"}, "bogus"},
