@@ -4,6 +4,12 @@
 // thread keeps outstanding calls by id, matches answers by id (so an answer that arrives after
 // its caller gave up is recognised and dropped), and completes calls whose deadline passes or
 // whose connection is lost.
+//
+// Synchronous checks skip the io thread when they can (see ClientOptions::direct_connections):
+// the caller takes a connection of its own from a small pool and writes and reads it itself,
+// bounded by its deadline (client/direct_connection.h). The io thread's connection stays the
+// path for async and admin calls, for sync calls while the pool is busy, and it is the one that
+// notices the daemon going and coming back: the pool is used only while it is connected.
 #include "tollgate/client.h"
 
 #include <algorithm>
@@ -29,6 +35,7 @@
 
 #include "api/endpoint.h"
 #include "api/framing.h"
+#include "client/direct_connection.h"
 #include "tollgate/duration.h"
 #include "tollgate/v1/api.pb.h"
 
@@ -147,12 +154,16 @@ class Client::Impl {
   // A synchronous call: `convert(response, error)` turns the outcome into the caller's result (on
   // whichever thread completes it: the io thread, or the caller when it gives up at the
   // deadline). The caller waits until `timeout` at most.
+  // With `direct`, the call first tries the caller-thread path (call_direct).
   template <typename Result, typename Convert>
-  Result call(pb::Request& request, std::chrono::nanoseconds timeout, Convert convert) {
+  Result call(pb::Request& request, std::chrono::nanoseconds timeout, Convert convert, bool direct = false) {
     if (std::this_thread::get_id() == thread_.get_id()) {
       return convert(nullptr, "synchronous client call from a client callback (it would wait on itself)");
     }
     const auto deadline = deadline_after(timeout);
+    if (direct) {
+      if (std::optional<Result> result = call_direct<Result>(request, deadline, convert)) return std::move(*result);
+    }
     struct Shared {
       std::promise<Result> promise;
       std::atomic<bool> abandoned{false};  // the caller stopped waiting
@@ -171,6 +182,90 @@ class Client::Impl {
     // The answer may have landed between the wait and the flag; prefer it.
     if (future.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return future.get();
     return convert(nullptr, "no answer from the daemon within " + format_duration(timeout.count()));
+  }
+
+  // The caller-thread path: nullopt when it cannot be taken (the io connection is down, every
+  // pooled connection is in use and the pool is full, or a new one cannot be opened), and the
+  // caller goes through the io thread instead. Otherwise the call's outcome: the daemon's
+  // answer, or a failure (deadline, broken connection) that the io path could not have avoided.
+  template <typename Result, typename Convert>
+  std::optional<Result> call_direct(pb::Request& request, SteadyClock::time_point deadline, Convert& convert) {
+    if (options_.direct_connections == 0 || !connected_.load(std::memory_order_relaxed)) return std::nullopt;
+    const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    request.set_version(api::kApiVersion);
+    request.set_id(id);
+    std::string frame;
+    if (!api::append_frame(request, options_.max_request_bytes, frame)) return std::nullopt;  // the io path says why
+    // A pooled connection the daemon closed while it sat idle (it restarted) fails before
+    // anything is sent: then one more, perhaps fresh, connection is tried.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::unique_ptr<client::DirectConnection> connection = take_direct(deadline);
+      if (!connection) return std::nullopt;
+      std::string_view payload;
+      std::string error;
+      switch (connection->exchange(frame, deadline, &payload, &error)) {
+        case client::DirectConnection::Outcome::kNotSent:
+          discard_direct();
+          continue;
+        case client::DirectConnection::Outcome::kTimedOut:
+          // Its answer may still come: the connection is out of step, so it goes, answer and all.
+          discard_direct();
+          return convert(nullptr, "no answer from the daemon within the deadline");
+        case client::DirectConnection::Outcome::kFailed:
+          discard_direct();
+          return convert(nullptr, "lost the connection to " + endpoint_.to_string() + ": " + error);
+        case client::DirectConnection::Outcome::kAnswered: break;
+      }
+      pb::Response response;
+      if (!response.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+        discard_direct();
+        return convert(nullptr, "the daemon sent a malformed response");
+      }
+      if (response.id() != id) {
+        // id 0 with an error is about the connection (the daemon closes it); anything else is
+        // a daemon out of step with us. Either way this connection is done.
+        discard_direct();
+        return convert(nullptr, response.id() == 0 && response.has_error()
+                                    ? "daemon error: " + response.error().message()
+                                    : "the daemon answered request " + std::to_string(response.id()) +
+                                          " when asked " + std::to_string(id));
+      }
+      give_back_direct(std::move(connection));
+      direct_calls_.fetch_add(1, std::memory_order_relaxed);
+      if (response.version() != api::kApiVersion) {
+        return convert(nullptr, "the daemon answered with API version " + std::to_string(response.version()) +
+                                    "; this client speaks version " + std::to_string(api::kApiVersion));
+      }
+      return convert(&response, std::string());
+    }
+    return std::nullopt;
+  }
+
+  // An idle pooled connection, or a new one while the pool has room; null otherwise.
+  std::unique_ptr<client::DirectConnection> take_direct(SteadyClock::time_point deadline) {
+    {
+      std::lock_guard lock(direct_mutex_);
+      if (!direct_idle_.empty()) {
+        auto c = std::move(direct_idle_.back());
+        direct_idle_.pop_back();
+        return c;
+      }
+      if (direct_open_ >= options_.direct_connections) return nullptr;
+      ++direct_open_;
+    }
+    std::string error;
+    auto c = client::DirectConnection::open(endpoint_, deadline, &error);
+    if (!c) discard_direct();
+    return c;
+  }
+  void give_back_direct(std::unique_ptr<client::DirectConnection> c) {
+    std::lock_guard lock(direct_mutex_);
+    direct_idle_.push_back(std::move(c));
+  }
+  // Accounts for a taken connection that the caller destroys (or that failed to open).
+  void discard_direct() {
+    std::lock_guard lock(direct_mutex_);
+    --direct_open_;
   }
 
   CheckReply fallback(std::string error) {
@@ -220,6 +315,7 @@ class Client::Impl {
     c.connects = connects_.load(std::memory_order_relaxed);
     c.connect_failures = connect_failures_.load(std::memory_order_relaxed);
     c.disconnects = disconnects_.load(std::memory_order_relaxed);
+    c.direct_calls = direct_calls_.load(std::memory_order_relaxed);
     return c;
   }
 
@@ -485,6 +581,12 @@ class Client::Impl {
   std::atomic<uint64_t> connects_{0};
   std::atomic<uint64_t> connect_failures_{0};
   std::atomic<uint64_t> disconnects_{0};
+  std::atomic<uint64_t> direct_calls_{0};
+
+  // The caller-thread connections (call_direct): idle ones, and how many exist (idle + taken).
+  std::mutex direct_mutex_;
+  std::vector<std::unique_ptr<client::DirectConnection>> direct_idle_;
+  uint32_t direct_open_ = 0;
 
   // Everything below is touched only on the io thread.
   State state_ = State::kConnecting;
@@ -538,7 +640,8 @@ std::vector<CheckReply> Client::check_batch(std::span<const CheckItem> items, st
   std::vector<CheckReply> replies = impl->call<std::vector<CheckReply>>(
       request, deadline, [impl, count](const pb::Response* response, const std::string& error) {
         return impl->check_replies(response, error, count);
-      });
+      },
+      /*direct=*/true);
   impl->count(replies);
   return replies;
 }

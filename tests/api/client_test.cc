@@ -215,6 +215,7 @@ TEST_F(ClientTest, ALateReplyIsDroppedAndNotGivenToTheNextCaller) {
     return r;
   });
   ClientOptions options = options_for(path_);
+  options.direct_connections = 0;  // both calls on the io thread's one connection
   Client client(options);
   ASSERT_TRUE(client.wait_connected(kPatient));
 
@@ -347,7 +348,11 @@ TEST(ClientOptionsTest, AnInvalidEndpointThrows) {
 }
 
 TEST_F(ClientTest, ReconnectsAfterTheDaemonRestarts) {
-  Client client(options_for(path_));
+  ClientOptions options = options_for(path_);
+  // The io thread's reconnection, alone: a caller-thread connection could see the close (and
+  // fail the check below) before the io thread does, and the connects count would race.
+  options.direct_connections = 0;
+  Client client(options);
   ASSERT_TRUE(client.check("k").from_daemon());
 
   server_.stop();  // closes the connection and removes the socket file
@@ -362,6 +367,132 @@ TEST_F(ClientTest, ReconnectsAfterTheDaemonRestarts) {
   EXPECT_TRUE(reply.from_daemon()) << reply.error;
   EXPECT_GE(client.counters().connects, 2u);
   EXPECT_GE(client.counters().disconnects, 1u);
+}
+
+
+// --- the caller-thread path (ClientOptions::direct_connections) -------------------------------
+
+TEST_F(ClientTest, SyncChecksAreAnsweredOnTheCallersOwnConnection) {
+  Client client(options_for(path_));
+  ASSERT_TRUE(client.wait_connected(kPatient));
+  const CheckReply reply = client.check("k", 2);
+  ASSERT_TRUE(reply.from_daemon()) << reply.error;
+  EXPECT_EQ(reply.remaining, 3);
+  const CheckItem items[] = {{"a", 1}, {"b", 2}};
+  const auto replies = client.check_batch(items);
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[1].remaining, 3);
+  EXPECT_EQ(client.counters().direct_calls, 2u);
+  // One connection for the io thread, one for this caller, kept for its second call.
+  EXPECT_EQ(server_.counters().connections_accepted, 2u);
+
+  // Async calls stay on the io thread.
+  std::promise<CheckReply> done;
+  client.check_async("k", 1, [&done](CheckReply r) { done.set_value(std::move(r)); });
+  auto future = done.get_future();
+  ASSERT_EQ(future.wait_for(kPatient), std::future_status::ready);
+  EXPECT_TRUE(future.get().from_daemon());
+  EXPECT_EQ(client.counters().direct_calls, 2u);
+}
+
+TEST_F(ClientTest, WithoutDirectConnectionsEveryCallGoesThroughTheIoThread) {
+  ClientOptions options = options_for(path_);
+  options.direct_connections = 0;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(kPatient));
+  EXPECT_TRUE(client.check("k").from_daemon());
+  EXPECT_EQ(client.counters().direct_calls, 0u);
+  EXPECT_EQ(server_.counters().connections_accepted, 1u);
+}
+
+TEST_F(ClientTest, ALateReplyOnACallersConnectionGoesWithTheConnection) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> calls{0};
+  handler_.set_on_check([&](std::string_view, int64_t) {
+    const int n = ++calls;
+    if (n == 1) released.wait();
+    CheckResult r;
+    r.limit = fake_limit();
+    r.decision = Decision{true, /*remaining=*/n * 100, 0, DenyReason::kNone, true};
+    return r;
+  });
+  Client client(options_for(path_));
+  ASSERT_TRUE(client.wait_connected(kPatient));
+
+  const CheckReply gave_up = client.check("slow", 1, 50ms);
+  EXPECT_EQ(gave_up.source, ReplySource::kFailOpen);
+  EXPECT_NE(gave_up.error, "");
+  release.set_value();
+
+  // The timed-out connection was closed, its late answer with it: this call, on a fresh
+  // connection, gets its own answer (remaining 200), never the first call's (100).
+  const CheckReply next = client.check("next", 1);
+  ASSERT_TRUE(next.from_daemon()) << next.error;
+  EXPECT_EQ(next.remaining, 200);
+  EXPECT_EQ(client.counters().direct_calls, 1u);
+}
+
+TEST_F(ClientTest, ManyCallersShareAPoolOfBoundedSize) {
+  ClientOptions options = options_for(path_);
+  options.direct_connections = 2;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(kPatient));
+  constexpr int kThreads = 8;
+  constexpr int kChecksPerThread = 200;
+  std::atomic<int> right{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kChecksPerThread; ++i) {
+        const int64_t cost = t % 5 + 1;  // a reply given to the wrong caller would show
+        const CheckReply r = client.check("k" + std::to_string(t), cost);
+        if (r.from_daemon() && r.remaining == 5 - cost) ++right;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(right.load(), kThreads * kChecksPerThread);
+  EXPECT_GT(client.counters().direct_calls, 0u);
+  EXPECT_LE(server_.counters().connections_accepted, 3u);  // the io thread's and at most 2 more
+}
+
+TEST_F(ClientTest, ACallerConnectionClosedByARestartIsReplaced) {
+  Client client(options_for(path_));
+  ASSERT_TRUE(client.wait_connected(kPatient));
+  ASSERT_TRUE(client.check("k").from_daemon());
+  ASSERT_EQ(client.counters().direct_calls, 1u);
+
+  server_.stop();  // closes every connection, the pooled one included
+  ASSERT_EQ(server_.start_unix(path_), "");
+  // The io thread reconnects with backoff; until it has, a check may fail open (never hang).
+  CheckReply reply;
+  reply.source = ReplySource::kFailOpen;
+  for (int i = 0; i < 1000 && !reply.from_daemon(); ++i) {
+    ASSERT_TRUE(client.wait_connected(kPatient));
+    reply = client.check("k", 1, kPatient);
+  }
+  ASSERT_TRUE(reply.from_daemon()) << reply.error;
+  EXPECT_EQ(client.counters().direct_calls, 2u);
+}
+
+TEST(ClientWithoutDaemon, ASilentDaemonCostsACallerConnectionOnlyTheDeadline) {
+  TempDir dir;
+  const std::string path = dir.file("silent.sock");
+  SilentListener silent(path);
+  ClientOptions options;
+  options.endpoint = "unix:" + path;
+  options.deadline = 2ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(kPatient));
+  for (int i = 0; i < 20; ++i) {  // more than the pool and the listen backlog
+    const auto start = Clock::now();
+    const CheckReply reply = client.check("k");
+    EXPECT_LT(Clock::now() - start, 1s);
+    EXPECT_EQ(reply.source, ReplySource::kFailOpen);
+  }
+  EXPECT_EQ(client.counters().direct_calls, 0u);
+  EXPECT_EQ(client.counters().fallback_replies, 20u);
 }
 
 }  // namespace

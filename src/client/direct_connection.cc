@@ -1,0 +1,147 @@
+#include "client/direct_connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <cerrno>
+#include <cstring>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+namespace tollgate::client {
+
+namespace asio = boost::asio;
+
+namespace {
+
+std::string system_error(const char* what, int error) { return std::string(what) + ": " + std::strerror(error); }
+
+// Connects the non-blocking `fd` to `address`, by `deadline` (a Unix socket connects at once or
+// not at all; TCP may be in progress).
+template <typename AsioEndpoint>
+bool connect_by(int fd, const AsioEndpoint& address, DirectConnection::TimePoint deadline, std::string* error) {
+  if (::connect(fd, address.data(), static_cast<socklen_t>(address.size())) == 0) return true;
+  if (errno != EINPROGRESS) {
+    *error = system_error("cannot connect", errno);
+    return false;
+  }
+  for (;;) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::nanoseconds(0)) {
+      *error = "connecting timed out";
+      return false;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    const timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    const int n = ::ppoll(&p, 1, &ts, nullptr);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;  // re-checks the deadline
+    int so_error = 0;
+    socklen_t len = sizeof so_error;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) so_error = errno;
+    if (so_error == 0) return true;
+    *error = system_error("cannot connect", so_error);
+    return false;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<DirectConnection> DirectConnection::open(const api::Endpoint& endpoint, TimePoint deadline,
+                                                         std::string* error) {
+  const bool unix_socket = endpoint.kind == api::Endpoint::Kind::kUnix;
+  asio::local::stream_protocol::endpoint unix_address;
+  asio::ip::tcp::endpoint tcp_address;
+  int family = AF_UNIX;
+  if (unix_socket) {
+    unix_address = asio::local::stream_protocol::endpoint(endpoint.path);
+  } else {
+    boost::system::error_code ec;
+    const auto ip = asio::ip::make_address(endpoint.host, ec);
+    if (ec) {
+      *error = "bad address " + endpoint.host + ": " + ec.message();
+      return nullptr;
+    }
+    tcp_address = asio::ip::tcp::endpoint(ip, endpoint.port);
+    family = tcp_address.protocol().family();
+  }
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = system_error("cannot create a socket", errno);
+    return nullptr;
+  }
+  std::unique_ptr<DirectConnection> c(new DirectConnection(fd));
+  if (!(unix_socket ? connect_by(fd, unix_address, deadline, error) : connect_by(fd, tcp_address, deadline, error))) {
+    return nullptr;
+  }
+  if (!unix_socket) {
+    const int one = 1;  // requests are tiny and latency-bound
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return c;
+}
+
+DirectConnection::~DirectConnection() { ::close(fd_); }
+
+bool DirectConnection::wait(short events, TimePoint deadline) {
+  for (;;) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::nanoseconds(0)) return false;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    const timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    pollfd p{fd_, events, 0};
+    const int n = ::ppoll(&p, 1, &ts, nullptr);
+    if (n > 0) return true;  // ready, or an error the next send/recv reports
+    if (n < 0 && errno != EINTR) return true;  // let the send/recv say what is wrong
+  }
+}
+
+DirectConnection::Outcome DirectConnection::exchange(std::string_view frame, TimePoint deadline,
+                                                     std::string_view* payload, std::string* error) {
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    const ssize_t n = ::send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += size_t(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait(POLLOUT, deadline)) return Outcome::kTimedOut;
+      continue;
+    }
+    *error = system_error("write failed", n < 0 ? errno : EPIPE);
+    return sent == 0 ? Outcome::kNotSent : Outcome::kFailed;
+  }
+  for (;;) {
+    switch (decoder_.next(payload)) {
+      case api::FrameDecoder::Status::kFrame: return Outcome::kAnswered;
+      case api::FrameDecoder::Status::kTooLarge:
+        *error = "the daemon sent a frame of " + std::to_string(decoder_.rejected_length()) + " bytes";
+        return Outcome::kFailed;
+      case api::FrameDecoder::Status::kNeedMore: break;
+    }
+    const ssize_t n = ::recv(fd_, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      decoder_.feed(read_buffer_.data(), size_t(n));
+      continue;
+    }
+    if (n == 0) {
+      *error = "the daemon closed the connection";
+      return Outcome::kFailed;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait(POLLIN, deadline)) return Outcome::kTimedOut;
+      continue;
+    }
+    *error = system_error("read failed", errno);
+    return Outcome::kFailed;
+  }
+}
+
+}  // namespace tollgate::client
