@@ -14,8 +14,10 @@
 //
 // Threading: every method may be called from any number of threads at once, except that the
 // destructor must not run concurrently with other calls. One background thread per Client owns
-// the connection; callers hand it their request and wait (sync) or return (async). Requests from
-// all threads are pipelined on the one connection. Create one Client per process and share it.
+// the main connection: async and admin calls are handed to it and pipelined there. Synchronous
+// checks do their own I/O on the calling thread, over a small pool of connections
+// (ClientOptions::direct_connections), and fall back to the background thread when the pool is
+// busy. Create one Client per process and share it.
 //
 // Link with tollgate::client (find_package(tollgate)). This header pulls in no Asio or protobuf.
 #ifndef TOLLGATE_CLIENT_H_
