@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -153,6 +154,16 @@ class ApiServer::Impl : public std::enable_shared_from_this<Impl> {
   ApiServerCounters counters_;
   bool stopped_ = false;
   bool draining_ = false;  // listeners closed: accept nothing more
+  bool answered_since_slice_ = false;  // an answer was written since the last slice began
+
+  // Called before each slice of a large batch: see ApiServerOptions::yield_after_answer_when_busy.
+  void yield_if_answered() {
+    if (!answered_since_slice_) return;
+    answered_since_slice_ = false;
+    if (!options_.yield_after_answer_when_busy) return;
+    ++counters_.busy_yields;
+    ::sched_yield();
+  }
 
  private:
   struct Listener {
@@ -278,6 +289,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void continue_slice() {
     if (closed_ || !sliced_) return;
+    server_->yield_if_answered();
     if (!server_->answer_slice(*sliced_, pending_out_)) {
       asio::post(server_->io_, [self = shared_from_this()] { self->continue_slice(); });
       return;
@@ -313,10 +325,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     writing_.swap(pending_out_);
     writing_in_flight_ = true;
+    // Asio writes at once when the socket can take it (a speculative write): the reader has
+    // been woken by the time async_write returns.
     asio::async_write(socket_, asio::buffer(writing_),
                       [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                         self->on_write(ec);
                       });
+    server_->answered_since_slice_ = true;
   }
 
   void on_write(const boost::system::error_code& ec) {
@@ -716,6 +731,7 @@ StatsReport ApiServer::stats() const {
       {"api.errors.batch_too_large", v(c.errors_batch_too_large)},
       {"api.errors.empty_request", v(c.errors_empty_request)},
       {"api.errors.internal", v(c.errors_internal)},
+      {"api.busy_yields", v(c.busy_yields)},
   };
 }
 

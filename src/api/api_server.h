@@ -53,6 +53,12 @@ struct ApiServerOptions {
   // a client that sends half a frame and goes silent cannot hold a connection slot for ever.
   // (A connection with nothing pending may stay idle: clients keep theirs open.)
   std::chrono::milliseconds frame_timeout{10'000};
+  // Before a slice of a large batch, if answers were written since the previous slice, give the
+  // CPU away once (sched_yield). Writing to a socket wakes the reader as a "sync" wakeup: Linux
+  // queues it on the writer's CPU, expecting the writer to sleep soon. A daemon busy with a
+  // flood does not, and a client whose answer was ready waited up to a scheduler tick (0.5-2 ms
+  // on a 2-vCPU VM, the other CPU idle) behind the batch. See docs/failure-modes.md.
+  bool yield_after_answer_when_busy = true;
   // Told about each connection that misbehaves (malformed or oversized frame, a frame that never
   // completes, a connection over the limit), naming the client ("pid 4242", "127.0.0.1"); the
   // daemon rate-limits these into its log (OffenseLimiter). May be empty.
@@ -74,6 +80,7 @@ struct ApiServerCounters {
   uint64_t errors_batch_too_large = 0;
   uint64_t errors_empty_request = 0;
   uint64_t errors_internal = 0;  // the handler threw; answered with an INTERNAL error
+  uint64_t busy_yields = 0;      // CPU given away before a slice, answers having been written
 };
 
 class ApiServer {

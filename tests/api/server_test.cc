@@ -403,6 +403,9 @@ TEST_F(ApiServerTest, ALargeBatchDoesNotHoldUpAnotherClientsCheck) {
   }
   EXPECT_LT(small_at, last_big_at) << "the small check waited for the whole batch";
   expect_served(*big, 12);  // the big client's next request is served as usual
+  // The small answer went out while the batch was in slices: the io thread then gave its CPU
+  // away once, so the woken client need not wait behind the rest of the batch.
+  EXPECT_GE(server_.counters().busy_yields, 1u);
 }
 
 TEST_F(ApiServerTest, MembersStatsAndFaults) {
@@ -466,11 +469,12 @@ TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
                        "api.connections_accepted", "api.connections_rejected", "api.connections_timed_out",
                        "api.connections_open", "api.accept_errors", "api.requests", "api.checks", "api.errors.frame_too_large",
                        "api.errors.malformed", "api.errors.unsupported_version", "api.errors.batch_too_large",
-                       "api.errors.empty_request", "api.errors.internal"}));
+                       "api.errors.empty_request", "api.errors.internal", "api.busy_yields"}));
   EXPECT_EQ(stats[0].second, 1);  // accepted
   EXPECT_EQ(stats[3].second, 1);  // open
   EXPECT_EQ(stats[5].second, 1);  // requests
   EXPECT_EQ(stats[6].second, 1);  // checks
+  EXPECT_EQ(stats[13].second, 0);  // busy yields: nothing else was queued when it answered
 }
 
 // --- the Unix socket file ---------------------------------------------------------------------
