@@ -209,17 +209,23 @@ void Daemon::shutdown() {
   if (stopping_) return;
   stopping_ = true;
   spdlog::info("leaving the cluster");
-  node_->leave(clock_.now_ns());
   api_->drain();  // answers to requests already read still go out; the socket file goes now
   tick_timer_.cancel();
   watch_timer_.cancel();
   signals_.cancel();
-  // Give the departure datagrams a moment to leave the socket, then stop.
+  // Leave only once the requests already read have been answered (a large batch goes a slice
+  // at a time): leave() seals what this node admitted and sends it with the departure, and a
+  // check admitted after that would never reach the others.
   tick_timer_.expires_after(std::chrono::milliseconds(100));
   tick_timer_.async_wait([this](const boost::system::error_code&) {
     api_->stop();  // a client that has not taken its answers in 100 ms is cut off
-    transport_->stop();
-    io_.stop();
+    node_->leave(clock_.now_ns());
+    // Give the departure datagrams a moment to leave the socket, then stop.
+    tick_timer_.expires_after(std::chrono::milliseconds(100));
+    tick_timer_.async_wait([this](const boost::system::error_code&) {
+      transport_->stop();
+      io_.stop();
+    });
   });
 }
 
