@@ -59,6 +59,31 @@ class ClientTest : public ::testing::Test {
     path_ = dir_.file("api.sock");
     ASSERT_EQ(server_.start_unix(path_), "");
   }
+  // Makes the handler hold the first check until the returned promise is set (or destroyed),
+  // and answer the n-th check with remaining n * 100, so a test can tell whose answer it got.
+  std::promise<void> hold_first_check() {
+    std::promise<void> release;
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    handler_.set_on_check([released = release.get_future().share(), calls](std::string_view, int64_t) {
+      const int n = ++*calls;
+      if (n == 1) released.wait();
+      CheckResult r;
+      r.limit = fake_limit();
+      r.decision = Decision{true, /*remaining=*/n * 100, 0, DenyReason::kNone, true};
+      return r;
+    });
+    return release;
+  }
+  // With the handler holding the first check: a call that gives up on it after 50 ms (and fails
+  // open), then, once the handler lets go, the next call's reply.
+  static CheckReply give_up_then_check_again(Client& client, std::promise<void>& release) {
+    const CheckReply gave_up = client.check("slow", 1, 50ms);
+    EXPECT_EQ(gave_up.source, ReplySource::kFailOpen);
+    EXPECT_TRUE(gave_up.allowed);
+    EXPECT_NE(gave_up.error, "");
+    release.set_value();
+    return client.check("next", 1);
+  }
   TempDir dir_;
   std::string path_;
   FakeHandler handler_;
@@ -203,31 +228,14 @@ TEST_F(ClientTest, ARequestTooLargeToSendFailsWithoutBeingSent) {
 
 TEST_F(ClientTest, ALateReplyIsDroppedAndNotGivenToTheNextCaller) {
   // The first check blocks in the handler until the test has seen the client give up on it.
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> calls{0};
-  handler_.set_on_check([&](std::string_view, int64_t) {
-    const int n = ++calls;
-    if (n == 1) released.wait();
-    CheckResult r;
-    r.limit = fake_limit();
-    r.decision = Decision{true, /*remaining=*/n * 100, 0, DenyReason::kNone, true};
-    return r;
-  });
+  std::promise<void> release = hold_first_check();
   ClientOptions options = options_for(path_);
   options.direct_connections = 0;  // both calls on the io thread's one connection
   Client client(options);
   ASSERT_TRUE(client.wait_connected(kPatient));
-
-  const CheckReply gave_up = client.check("slow", 1, 50ms);
-  EXPECT_EQ(gave_up.source, ReplySource::kFailOpen);
-  EXPECT_TRUE(gave_up.allowed);
-  EXPECT_NE(gave_up.error, "");
-  release.set_value();
-
   // Answered in order on the same connection: the late answer (remaining 100) arrives first and
-  // must be dropped; this call must get its own (remaining 200).
-  const CheckReply next = client.check("next", 1);
+  // must be dropped; the next call must get its own (remaining 200).
+  const CheckReply next = give_up_then_check_again(client, release);
   ASSERT_TRUE(next.from_daemon()) << next.error;
   EXPECT_EQ(next.remaining, 200);
   EXPECT_EQ(client.counters().late_replies, 1u);
@@ -406,28 +414,12 @@ TEST_F(ClientTest, WithoutDirectConnectionsEveryCallGoesThroughTheIoThread) {
 }
 
 TEST_F(ClientTest, ALateReplyOnACallersConnectionGoesWithTheConnection) {
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> calls{0};
-  handler_.set_on_check([&](std::string_view, int64_t) {
-    const int n = ++calls;
-    if (n == 1) released.wait();
-    CheckResult r;
-    r.limit = fake_limit();
-    r.decision = Decision{true, /*remaining=*/n * 100, 0, DenyReason::kNone, true};
-    return r;
-  });
+  std::promise<void> release = hold_first_check();
   Client client(options_for(path_));
   ASSERT_TRUE(client.wait_connected(kPatient));
-
-  const CheckReply gave_up = client.check("slow", 1, 50ms);
-  EXPECT_EQ(gave_up.source, ReplySource::kFailOpen);
-  EXPECT_NE(gave_up.error, "");
-  release.set_value();
-
-  // The timed-out connection was closed, its late answer with it: this call, on a fresh
+  // The timed-out connection was closed, its late answer with it: the next call, on a fresh
   // connection, gets its own answer (remaining 200), never the first call's (100).
-  const CheckReply next = client.check("next", 1);
+  const CheckReply next = give_up_then_check_again(client, release);
   ASSERT_TRUE(next.from_daemon()) << next.error;
   EXPECT_EQ(next.remaining, 200);
   EXPECT_EQ(client.counters().direct_calls, 1u);
