@@ -126,6 +126,7 @@ class Daemons {
                                      "--partition-policy", partition_policy_name(s_.policy),
                                      "--interval", format_duration(s_.interval_ns),
                                      "--fanout", std::to_string(s_.fanout),
+                                     "--fail-after", format_duration(s_.fail_after_ns),
                                      "--log-level", o_.log_level};
     if (s_.membership == MembershipKind::kStatic) {
       args.insert(args.end(), {"--peers-file", (dir_ / "peers.txt").string()});

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       "and checks no daemon decided by --check-deadline are left out of the figures and counted under the\n"
       "table. --overlay draws the CSVs of earlier runs into one --plot.",
       "tollgate-sim"};
-  std::string scenario_path, cluster = "virtual", mode, transport, policy, membership, interval, duration, json_path, csv_path;
+  std::string scenario_path, cluster = "virtual", mode, transport, policy, membership, interval, fail_after, duration, json_path, csv_path;
   std::optional<size_t> nodes, fanout;
   std::optional<uint64_t> seed;
   app.add_option("--scenario", scenario_path, "Scenario file (sim/scenarios/NAME.yaml)")->check(CLI::ExistingFile);
@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", nodes, "Override: number of nodes")->check(CLI::Range(size_t(1), size_t(100'000)));
   app.add_option("--interval", interval, "Override: dissemination round, e.g. 50ms");
   app.add_option("--fanout", fanout, "Override: gossip fanout")->check(CLI::Range(size_t(1), size_t(64)));
+  app.add_option("--fail-after", fail_after,
+                 "Override: a member silent this long is suspect or unreachable (at least two rounds), e.g. 4s");
   app.add_option("--duration", duration, "Override: duration of the run (simulated, or real with --cluster local), e.g. 30s");
   app.add_option("--seed", seed, "Override: random seed (same seed, same output)");
   app.add_option("--json", json_path, "Write the summary as JSON to FILE");
@@ -144,7 +146,8 @@ int main(int argc, char** argv) {
     if (nodes) s.nodes = *nodes;
     if (fanout) s.fanout = *fanout;
     if (seed) s.seed = *seed;
-    for (auto [text, target, flag] : {std::tuple{&interval, &s.interval_ns, "--interval"}, std::tuple{&duration, &s.duration_ns, "--duration"}}) {
+    for (auto [text, target, flag] : {std::tuple{&interval, &s.interval_ns, "--interval"}, std::tuple{&fail_after, &s.fail_after_ns, "--fail-after"},
+                                       std::tuple{&duration, &s.duration_ns, "--duration"}}) {
       if (text->empty()) continue;
       std::string why;
       auto ns = parse_duration_ns(*text, &why);
@@ -153,6 +156,10 @@ int main(int argc, char** argv) {
         return 2;
       }
       *target = *ns;
+    }
+    if (std::string why = sim::fail_after_problem(s); !why.empty()) {
+      std::cerr << "tollgate-sim: " << why << "\n";
+      return 2;
     }
     try {
       sim::validate(s);  // the timeline against the final node count (--nodes)

@@ -340,6 +340,12 @@ Event parse_event(std::string_view line, size_t nodes) {
   return std::move(parsed.event);
 }
 
+std::string fail_after_problem(const Scenario& s) {
+  if (s.fail_after_ns >= 2 * s.interval_ns) return {};
+  return "fail_after " + format_duration(s.fail_after_ns) + " must be at least two rounds (interval " +
+         format_duration(s.interval_ns) + ")";
+}
+
 void validate(const Scenario& s) {
   size_t nodes = s.nodes;
   for (const Event& e : s.timeline) {  // sorted by time, joins first at one instant
@@ -434,9 +440,9 @@ class ScenarioParser {
 
     Scenario s;
     s.name = default_name();
-    std::optional<YAML::Node> rules, timeline;
+    std::optional<YAML::Node> rules, timeline, fail_after;
     static constexpr std::string_view kFields[] = {"name",     "nodes",  "mode",    "transport", "membership",
-                                                   "policy",   "interval", "fanout", "duration",  "seed",
+                                                   "policy",   "interval", "fanout", "fail_after", "duration",  "seed",
                                                    "network",  "rules",  "load",    "timeline"};
     for_each_field(root, kFields, [&](const std::string& field, const YAML::Node& v) {
       if (field == "name") {
@@ -456,6 +462,9 @@ class ScenarioParser {
         s.interval_ns = positive_duration(v, field);
       } else if (field == "fanout") {
         s.fanout = whole<size_t>(v, field, 1, 64);
+      } else if (field == "fail_after") {
+        s.fail_after_ns = positive_duration(v, field);
+        fail_after = v;
       } else if (field == "duration") {
         s.duration_ns = positive_duration(v, field);
       } else if (field == "seed") {
@@ -473,6 +482,10 @@ class ScenarioParser {
     if (!rules) throw ConfigError(source_, 0, 0, "no `rules:`: a scenario needs the limits it runs under, in the rules file's format");
     s.rules_yaml = parse_rules_block(root, *rules);
     if (timeline) s.timeline = parse_timeline(*timeline, s.nodes);
+    if (std::string why = fail_after_problem(s); !why.empty()) {
+      if (fail_after) fail(*fail_after, why);
+      throw ConfigError(source_, 0, 0, why);
+    }
     return s;
   }
 

@@ -9,6 +9,7 @@
 //   policy: open              # open | proportional
 //   interval: 50ms
 //   fanout: 3
+//   fail_after: 2s            # a member silent this long is suspect/unreachable (>= 2 rounds)
 //   duration: 60s
 //   seed: 1
 //   network: {latency: 1ms-5ms, loss: 0%, duplicate: 0%}
@@ -88,6 +89,7 @@ struct Scenario {
   PartitionPolicy policy = PartitionPolicy::kOpen;
   int64_t interval_ns = 50 * kNanosPerMilli;
   size_t fanout = 3;
+  int64_t fail_after_ns = 2 * kNanosPerSecond;  // as tollgated's --fail-after; dead after twice that
   int64_t duration_ns = 30 * kNanosPerSecond;
   uint64_t seed = 1;
   NetworkSpec network;
@@ -111,6 +113,10 @@ Scenario load_scenario_file(const std::string& path);
 // `nodes` (tollgate-sim --nodes). Throws std::invalid_argument quoting the event and saying how
 // many nodes there are.
 void validate(const Scenario& s);
+
+// "" if fail_after spans at least two rounds (as tollgated requires of --fail-after), else why
+// not. parse_scenario checks it; check again after overriding fail_after or interval.
+std::string fail_after_problem(const Scenario& s);
 
 // Parses one timeline line ("partition 0-3|4-7 at 10s for 20s"), for `nodes` nodes. Throws
 // std::invalid_argument saying what was expected.

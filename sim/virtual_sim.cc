@@ -205,6 +205,8 @@ class Simulation {
     o.interval_ns = s_.interval_ns;
     o.fanout = s_.fanout;
     o.membership.kind = s_.membership;
+    o.membership.fail_after_ns = s_.fail_after_ns;
+    o.membership.dead_after_ns = 2 * s_.fail_after_ns;  // as tollgated derives it
     if (s_.membership == MembershipKind::kHeartbeat) o.seeds = {nodes_[0].address};
     o.on_applied = [this, i](const Batch& b) {
       SimNode& at = nodes_[i];

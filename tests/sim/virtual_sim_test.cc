@@ -79,6 +79,17 @@ TEST(VirtualSim, CountsMembersMarkedFailed) {
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 8 * 4);
 }
 
+// A 1.5 s partition outlasts a 1 s fail_after, not the default 2 s: the scenario's fail_after
+// is what the nodes' membership uses.
+TEST(VirtualSim, TheScenariosFailAfterDecidesWhenASilentPeerIsMarkedFailed) {
+  Scenario s = steady(8, DisseminationMode::kGossip);
+  s.duration_ns = 4 * kNanosPerSecond;
+  s.timeline.push_back(Event{Event::Kind::kPartition, 1 * kNanosPerSecond, 2'500 * kNanosPerMilli, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 0, 0, 0, "p"});
+  EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 0);
+  s.fail_after_ns = 1 * kNanosPerSecond;
+  EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 8 * 4);
+}
+
 TEST(VirtualSim, SteadyLoadMeetsTheAccuracyTargets) {
   for (DisseminationMode mode : {DisseminationMode::kMesh, DisseminationMode::kGossip}) {
     const Scenario s = steady(8, mode);
