@@ -169,23 +169,29 @@ TEST(Node, MeshChargesEveryNodeAfterOneRound) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 7) << "node " << i;
 }
 
-// A flood of new keys between two rounds: check() seals early, 1,024 keys at a time, rather than
-// leaving all of them to one long round; the batches still go out with the round, and every key
-// is charged exactly once everywhere.
+// A flood of new keys between two rounds: check() seals early, early_seal_keys at a time, rather
+// than leaving all of them to one long round; the batches still go out with the round (gossip
+// queues them as they are sealed), and every key is charged exactly once everywhere.
 TEST(Node, ConsumptionSealedBetweenRoundsIsSentOnceWithTheRound) {
-  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh});
-  c.rounds(3);  // everyone alive
-  constexpr int kKeys = 5000;
-  for (int k = 0; k < kKeys; ++k) ASSERT_TRUE(c.node(0).check("flood-" + std::to_string(k), 1, c.now()).allowed);
-  EXPECT_EQ(c.node(0).stats().early_seals, uint64_t(kKeys / 1024));
-  EXPECT_EQ(c.node(0).table().pending_keys(), size_t(kKeys % 1024));
-  EXPECT_EQ(c.charged(1, "flood-0"), 0);  // nothing is sent before the round
-  c.round();
-  EXPECT_EQ(c.node(0).table().pending_keys(), 0u);
-  for (int k = 0; k < kKeys; ++k) {
-    const std::string key = "flood-" + std::to_string(k);
-    ASSERT_EQ(c.charged(1, key), 1) << key;
-    ASSERT_EQ(c.charged(2, key), 1) << key;
+  for (const DisseminationMode mode : {DisseminationMode::kMesh, DisseminationMode::kGossip}) {
+    SCOPED_TRACE(dissemination_mode_name(mode));
+    VirtualCluster c({.nodes = 3, .mode = mode});
+    c.rounds(3);  // everyone alive
+    const size_t per_seal = c.node(0).options().early_seal_keys;
+    ASSERT_GT(per_seal, 0u);
+    constexpr int kKeys = 5000;
+    for (int k = 0; k < kKeys; ++k) ASSERT_TRUE(c.node(0).check("flood-" + std::to_string(k), 1, c.now()).allowed);
+    EXPECT_EQ(c.node(0).stats().early_seals, uint64_t(kKeys / per_seal));
+    EXPECT_EQ(c.node(0).table().pending_keys(), size_t(kKeys % per_seal));
+    EXPECT_EQ(c.charged(1, "flood-0"), 0);  // nothing is sent before the round
+    c.round();
+    EXPECT_EQ(c.node(0).table().pending_keys(), 0u);
+    if (mode == DisseminationMode::kGossip) c.rounds(3);  // at most max_batches_per_message a message
+    for (int k = 0; k < kKeys; ++k) {
+      const std::string key = "flood-" + std::to_string(k);
+      ASSERT_EQ(c.charged(1, key), 1) << key;
+      ASSERT_EQ(c.charged(2, key), 1) << key;
+    }
   }
 }
 

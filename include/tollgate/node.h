@@ -84,12 +84,13 @@ struct NodeOptions {
   size_t max_repair_batches = 512;
   size_t sweep_per_round = 256;  // idle keys examined per round
   // When this many keys (an upper bound: KeyTable::pending_keys) have consumption not yet
-  // sealed, check() seals up to that many at once
-  // instead of leaving them all to the round: a flood of new keys (15,000 a round at 300,000/s)
-  // otherwise makes each round one long stop of the daemon's thread (1.5 ms, everyone's checks
-  // waiting); 1,024 at a time are stops of about 0.13 ms. Sealed batches still go out with the
-  // round. 0: only the round seals.
-  size_t early_seal_keys = 1024;
+  // sealed, check() seals up to that many at once instead of leaving them all to the round: a
+  // flood of new keys (15,000 a round at 300,000/s) otherwise makes each round one long stop of
+  // the daemon's thread (1.4 ms, everyone's checks waiting). The check that seals is the long
+  // one: 256 keys keep it, and the round's remainder, under about 0.08 ms (1,024: 0.3 ms;
+  // bench/node_flood_bench.cc). Sealed batches still go out with the round. 0: only the round
+  // seals.
+  size_t early_seal_keys = 256;
   std::vector<std::string> seeds;  // heartbeat membership: addresses to join through
   MembershipOptions membership;
   KeyTableOptions keys;
@@ -160,6 +161,8 @@ class Node {
   GossipMessagePtr message(std::vector<BatchPtr> batches);
   // Seals up to `max_keys` keys' unsealed consumption into batches, onto sealed_.
   void seal(MonoNanos now_ns, size_t max_keys);
+  // Keeps a just-sealed batch on sealed_ (for the round, or leave()) and, in gossip, queues it.
+  void keep_sealed(BatchPtr b);
   void send(const std::string& address, const GossipMessagePtr& m);
   void enqueue(const BatchPtr& b);
   // Copies of a newly queued batch to send, from the live members counted at the last
