@@ -127,6 +127,7 @@ class Daemons {
                                      "--interval", format_duration(s_.interval_ns),
                                      "--fanout", std::to_string(s_.fanout),
                                      "--fail-after", format_duration(s_.fail_after_ns),
+                                     "--member-rows", std::to_string(s_.member_rows),
                                      "--log-level", o_.log_level};
     if (s_.membership == MembershipKind::kStatic) {
       args.insert(args.end(), {"--peers-file", (dir_ / "peers.txt").string()});

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
       "table. --overlay draws the CSVs of earlier runs into one --plot.",
       "tollgate-sim"};
   std::string scenario_path, cluster = "virtual", mode, transport, policy, membership, interval, fail_after, duration, json_path, csv_path;
-  std::optional<size_t> nodes, fanout;
+  std::optional<size_t> nodes, fanout, member_rows;
   std::optional<uint64_t> seed;
   app.add_option("--scenario", scenario_path, "Scenario file (sim/scenarios/NAME.yaml)")->check(CLI::ExistingFile);
   app.add_option("--cluster", cluster,
@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
   app.add_option("--fanout", fanout, "Override: gossip fanout")->check(CLI::Range(size_t(1), size_t(64)));
   app.add_option("--fail-after", fail_after,
                  "Override: a member silent this long is suspect or unreachable (at least two rounds), e.g. 4s");
+  app.add_option("--member-rows", member_rows, "Override: membership rows per gossip message, ours included (as tollgated's)")
+      ->check(CLI::Range(size_t(2), size_t(1024)));
   app.add_option("--duration", duration, "Override: duration of the run (simulated, or real with --cluster local), e.g. 30s");
   app.add_option("--seed", seed, "Override: random seed (same seed, same output)");
   app.add_option("--json", json_path, "Write the summary as JSON to FILE");
@@ -145,6 +147,7 @@ int main(int argc, char** argv) {
     if (!membership.empty()) s.membership = membership == "heartbeat" ? MembershipKind::kHeartbeat : MembershipKind::kStatic;
     if (nodes) s.nodes = *nodes;
     if (fanout) s.fanout = *fanout;
+    if (member_rows) s.member_rows = *member_rows;
     if (seed) s.seed = *seed;
     for (auto [text, target, flag] : {std::tuple{&interval, &s.interval_ns, "--interval"}, std::tuple{&fail_after, &s.fail_after_ns, "--fail-after"},
                                        std::tuple{&duration, &s.duration_ns, "--duration"}}) {

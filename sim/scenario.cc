@@ -442,7 +442,7 @@ class ScenarioParser {
     s.name = default_name();
     std::optional<YAML::Node> rules, timeline, fail_after;
     static constexpr std::string_view kFields[] = {"name",     "nodes",  "mode",    "transport", "membership",
-                                                   "policy",   "interval", "fanout", "fail_after", "duration",  "seed",
+                                                   "policy",   "interval", "fanout", "fail_after", "member_rows", "duration",  "seed",
                                                    "network",  "rules",  "load",    "timeline"};
     for_each_field(root, kFields, [&](const std::string& field, const YAML::Node& v) {
       if (field == "name") {
@@ -465,6 +465,8 @@ class ScenarioParser {
       } else if (field == "fail_after") {
         s.fail_after_ns = positive_duration(v, field);
         fail_after = v;
+      } else if (field == "member_rows") {
+        s.member_rows = whole<size_t>(v, field, 2, 1024);
       } else if (field == "duration") {
         s.duration_ns = positive_duration(v, field);
       } else if (field == "seed") {

@@ -10,6 +10,7 @@
 //   interval: 50ms
 //   fanout: 3
 //   fail_after: 2s            # a member silent this long is suspect/unreachable (>= 2 rounds)
+//   member_rows: 64           # membership rows per message, ours included (tollgated --member-rows)
 //   duration: 60s
 //   seed: 1
 //   network: {latency: 1ms-5ms, loss: 0%, duplicate: 0%}
@@ -90,6 +91,7 @@ struct Scenario {
   int64_t interval_ns = 50 * kNanosPerMilli;
   size_t fanout = 3;
   int64_t fail_after_ns = 2 * kNanosPerSecond;  // as tollgated's --fail-after; dead after twice that
+  size_t member_rows = 64;                      // as tollgated's --member-rows
   int64_t duration_ns = 30 * kNanosPerSecond;
   uint64_t seed = 1;
   NetworkSpec network;

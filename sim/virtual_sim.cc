@@ -207,6 +207,7 @@ class Simulation {
     o.membership.kind = s_.membership;
     o.membership.fail_after_ns = s_.fail_after_ns;
     o.membership.dead_after_ns = 2 * s_.fail_after_ns;  // as tollgated derives it
+    o.membership.max_rows_per_message = s_.member_rows;
     if (s_.membership == MembershipKind::kHeartbeat) o.seeds = {nodes_[0].address};
     o.on_applied = [this, i](const Batch& b) {
       SimNode& at = nodes_[i];

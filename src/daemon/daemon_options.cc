@@ -126,6 +126,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       ->check(address_check());
   app.add_option("--interval", interval, "Dissemination round")->check(duration_check());
   app.add_option("--fanout", o->fanout, "Gossip: peers per round")->check(CLI::Range(1, 64));
+  app.add_option("--member-rows", o->member_rows,
+                 "Membership rows each gossip message carries (this node's included), rotating through the members: "
+                 "more spread heartbeats faster in large clusters, at the cost of bytes (docs/operations.md)")
+      ->check(CLI::Range(size_t(2), size_t(1024)));
   app.add_option("--partition-policy", policy,
                  "open: every reachable group enforces the full limit; proportional: refill scaled by "
                  "reachable/known members")
@@ -215,6 +219,7 @@ NodeOptions node_options(const DaemonOptions& d, uint64_t incarnation) {
   n.membership.dead_after_ns = 2 * d.fail_after_ns;
   n.membership.forget_after_ns = d.forget_after_ns;
   n.membership.probe_interval_ns = d.probe_interval_ns;
+  n.membership.max_rows_per_message = d.member_rows;
   n.keys.max_keys = d.max_keys;
   return n;
 }

@@ -29,6 +29,7 @@ struct DaemonOptions {
   std::vector<std::string> seeds;       // heartbeat membership
   int64_t interval_ns = 50 * kNanosPerMilli;
   size_t fanout = 3;
+  size_t member_rows = 64;             // membership rows per gossip message, ours included
   PartitionPolicy partition_policy = PartitionPolicy::kOpen;
   std::string cluster_key_file;
   std::string log_level = "info";

@@ -64,7 +64,8 @@ TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
                                    "seeds: [127.0.0.1:7001, 127.0.0.1:7002]\n"
                                    "rules: r.yaml\n"
                                    "interval: 100ms\n"
-                                   "fail-after: 3s\n");
+                                   "fail-after: 3s\n"
+                                   "member-rows: 128\n");
   const Parsed p = parse({"--config", config, "--mode", "gossip", "--interval", "20ms"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
   EXPECT_EQ(p.options.node_id, "a");
@@ -74,6 +75,8 @@ TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
   EXPECT_EQ(p.options.seeds, (std::vector<std::string>{"127.0.0.1:7001", "127.0.0.1:7002"}));
   EXPECT_EQ(p.options.interval_ns, 20 * kNanosPerMilli);
   EXPECT_EQ(p.options.fail_after_ns, 3 * kNanosPerSecond);
+  EXPECT_EQ(p.options.member_rows, 128u);
+  EXPECT_EQ(node_options(p.options, 1).membership.max_rows_per_message, 128u);
 }
 
 TEST_F(DaemonOptionsTest, ConfigErrorsNameFileLineAndSetting) {
@@ -103,6 +106,7 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "", "--peers-file", "p"}, "--rules must name a file"},
       {{"--rules", "r", "--peers-file", "p", "--fail-after", "60ms"}, "at least two --interval rounds"},
       {{"--rules", "r", "--peers-file", "p", "--forget-after", "5s"}, "at least 15s"},
+      {{"--rules", "r", "--peers-file", "p", "--member-rows", "1"}, "--member-rows"},
       {{"--rules", "r", "--peers-file", "p", "--bogus"}, "bogus"},
       // Durations are bounded, so 2 x --fail-after and 2 x --interval cannot overflow.
       {{"--rules", "r", "--peers-file", "p", "--fail-after", "9223372036s"}, "at most 168h"},

@@ -169,6 +169,7 @@ TEST(ScenarioFile, EveryFieldIsRead) {
       "interval: 20ms\n"
       "fanout: 4\n"
       "fail_after: 3s\n"
+      "member_rows: 100\n"
       "duration: 2m\n"
       "seed: 18446744073709551615\n"
       "network: {latency: 2ms-7ms, loss: 1.5%, duplicate: 100%}\n"
@@ -192,6 +193,7 @@ TEST(ScenarioFile, EveryFieldIsRead) {
   EXPECT_EQ(s.interval_ns, 20 * kMs);
   EXPECT_EQ(s.fanout, 4u);
   EXPECT_EQ(s.fail_after_ns, 3 * kSec);
+  EXPECT_EQ(s.member_rows, 100u);
   EXPECT_EQ(s.duration_ns, 120 * kSec);
   EXPECT_EQ(s.seed, UINT64_MAX);
   EXPECT_EQ(s.network.latency_min_ns, 2 * kMs);
@@ -225,6 +227,7 @@ TEST(ScenarioFile, FieldsLeftOutKeepTheirDefaultsAndTheNameComesFromTheFile) {
   EXPECT_EQ(s.interval_ns, 50 * kMs);
   EXPECT_EQ(s.fanout, 3u);
   EXPECT_EQ(s.fail_after_ns, 2 * kSec);  // tollgated's default --fail-after
+  EXPECT_EQ(s.member_rows, 64u);          // and --member-rows
   EXPECT_EQ(s.duration_ns, 30 * kSec);
   EXPECT_EQ(s.seed, 1u);
   EXPECT_EQ(s.network.latency_min_ns, defaults.network.latency_min_ns);
@@ -279,6 +282,7 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
       {"fanout: 0", "`fanout` must be a whole number from 1 to 64"},
       {"fail_after: 0s", "`fail_after` must be longer than 0s"},
       {"fail_after: 99ms", "fail_after 99ms must be at least two rounds (interval 50ms)"},
+      {"member_rows: 1", "`member_rows` must be a whole number from 2 to 1024"},
       {"seed: x", "`seed` must be a whole number"},
       {"name: ''", "`name` must not be empty"},
       {"name: [a]", "`name` must be a single value"},
@@ -306,7 +310,7 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
 TEST(ScenarioFile, UnknownAndRepeatedFieldsAreErrorsAtTheirLine) {
   EXPECT_EQ(scenario_error(scenario_with("nodez: 4\n")),
             "s.yaml:5:1: unknown field \"nodez\" (expected one of: name, nodes, mode, transport, membership, policy, "
-            "interval, fanout, fail_after, duration, seed, network, rules, load, timeline)");
+            "interval, fanout, fail_after, member_rows, duration, seed, network, rules, load, timeline)");
   EXPECT_EQ(scenario_error(scenario_with("nodes: 4\nnodes: 5\n")), "s.yaml:6:1: field \"nodes\" appears twice");
   EXPECT_TRUE(starts_with(scenario_error(scenario_with("load:\n  rate: 5/s\n  spred: one\n")), "s.yaml:7:3: unknown field \"spred\""));
   EXPECT_TRUE(starts_with(scenario_error(scenario_with("network: {loss: 1%, loss: 2%}\n")), "s.yaml:5:21: field \"loss\" appears twice"));

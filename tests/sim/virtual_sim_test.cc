@@ -90,6 +90,21 @@ TEST(VirtualSim, TheScenariosFailAfterDecidesWhenASilentPeerIsMarkedFailed) {
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 8 * 4);
 }
 
+// A member's heartbeat reaches everyone by relays of the rows each message carries; with too few
+// rows for the cluster's size it arrives after fail_after and members are falsely suspected. The
+// scenario's member_rows is what the nodes' messages carry.
+TEST(VirtualSim, MoreMembershipRowsPerMessageMeanFewerFalseSuspicions) {
+  Scenario s = steady(256, DisseminationMode::kGossip);
+  s.duration_ns = 4 * kNanosPerSecond;
+  s.fail_after_ns = 1 * kNanosPerSecond;
+  s.member_rows = 8;
+  const int64_t few_rows = run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures;
+  s.member_rows = 64;
+  const int64_t default_rows = run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures;
+  EXPECT_GT(few_rows, 0);
+  EXPECT_LT(default_rows * 10, few_rows) << "8 rows: " << few_rows << ", 64 rows: " << default_rows;
+}
+
 TEST(VirtualSim, SteadyLoadMeetsTheAccuracyTargets) {
   for (DisseminationMode mode : {DisseminationMode::kMesh, DisseminationMode::kGossip}) {
     const Scenario s = steady(8, mode);
