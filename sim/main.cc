@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   app.add_option("--fail-after", fail_after,
                  "Override: a member silent this long is suspect or unreachable (at least two rounds), e.g. 4s");
   app.add_option("--member-rows", member_rows, "Override: membership rows per gossip message, ours included (as tollgated's)")
-      ->check(CLI::Range(size_t(2), size_t(1024)));
+      ->check(CLI::Range(kMinRowsPerMessage, kMaxRowsPerMessage));
   app.add_option("--duration", duration, "Override: duration of the run (simulated, or real with --cluster local), e.g. 30s");
   app.add_option("--seed", seed, "Override: random seed (same seed, same output)");
   app.add_option("--json", json_path, "Write the summary as JSON to FILE");

@@ -466,7 +466,7 @@ class ScenarioParser {
         s.fail_after_ns = positive_duration(v, field);
         fail_after = v;
       } else if (field == "member_rows") {
-        s.member_rows = whole<size_t>(v, field, 2, 1024);
+        s.member_rows = whole<size_t>(v, field, kMinRowsPerMessage, kMaxRowsPerMessage);
       } else if (field == "duration") {
         s.duration_ns = positive_duration(v, field);
       } else if (field == "seed") {

@@ -129,7 +129,7 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   app.add_option("--member-rows", o->member_rows,
                  "Membership rows each gossip message carries (this node's included), rotating through the members: "
                  "more spread heartbeats faster in large clusters, at the cost of bytes (docs/operations.md)")
-      ->check(CLI::Range(size_t(2), size_t(1024)));
+      ->check(CLI::Range(kMinRowsPerMessage, kMaxRowsPerMessage));
   app.add_option("--partition-policy", policy,
                  "open: every reachable group enforces the full limit; proportional: refill scaled by "
                  "reachable/known members")
