@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 #include "tollgate/node.h"
 #include "tollgate/random.h"
 #include "tollgate/rules.h"

@@ -71,9 +71,9 @@ std::vector<int64_t> measure(Socket& socket, const Options& o) {
     }
     const auto sent = Clock::now();
     asio::write(socket, asio::buffer(frame));
-    unsigned char header[tollgate::api::kFrameHeaderBytes];
+    unsigned char header[tollgate::kFrameHeaderBytes];
     asio::read(socket, asio::buffer(header));
-    const uint32_t length = tollgate::api::decode_frame_length(header);
+    const uint32_t length = tollgate::load_be32(header);
     if (length > tollgate::api::kMaxResponseFrameBytes) {
       throw std::runtime_error("answer frame of " + std::to_string(length) + " bytes: not a tollgate daemon?");
     }

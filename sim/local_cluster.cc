@@ -397,7 +397,7 @@ class LocalRun {
         if (a == b) continue;
         std::string state = "not listed";
         for (const MemberInfo& m : *members) {
-          if (m.id == local_node_id(b)) state = m.state;
+          if (m.id == local_node_id(b)) state = member_state_name(m.state);
         }
         if (state != "alive") return local_node_id(a) + " sees " + local_node_id(b) + " as " + state;
       }

@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "config/strict_yaml.h"
 #include "tollgate/config_error.h"
 #include "tollgate/duration.h"
 #include "tollgate/limit.h"
@@ -429,12 +430,7 @@ class ScenarioParser {
   ScenarioParser(std::string_view text, const std::string& source) : text_(text), source_(source) {}
 
   Scenario parse() {
-    YAML::Node root;
-    try {
-      root = YAML::Load(text_);
-    } catch (const YAML::ParserException& e) {
-      throw ConfigError(source_, e.mark.line + 1, e.mark.column + 1, e.msg);
-    }
+    const YAML::Node root = yaml::load(text_, source_);
     if (root.IsNull()) throw ConfigError(source_, 0, 0, "empty scenario: expected a mapping with nodes, rules, load, timeline, ...");
     if (!root.IsMap()) fail(root, "a scenario is a mapping: name, nodes, mode, rules, load, timeline, ...");
 
@@ -493,10 +489,7 @@ class ScenarioParser {
 
  private:
   [[noreturn]] void fail(const YAML::Node& at, const std::string& problem) const { fail(at.Mark(), problem); }
-  [[noreturn]] void fail(const YAML::Mark& m, const std::string& problem) const {
-    if (m.is_null()) throw ConfigError(source_, 0, 0, problem);
-    throw ConfigError(source_, m.line + 1, m.column + 1, problem);
-  }
+  [[noreturn]] void fail(const YAML::Mark& m, const std::string& problem) const { yaml::fail(source_, m, problem); }
 
   // The file name without directory and extension: the name of a scenario that gives none.
   std::string default_name() const {
@@ -505,31 +498,16 @@ class ScenarioParser {
     return base.empty() ? "scenario" : base;
   }
 
-  // Calls fn(name, value) for each field of mapping `map`, rejecting unknown and repeated names.
   template <typename Fn>
   void for_each_field(const YAML::Node& map, std::span<const std::string_view> allowed, Fn&& fn) const {
-    std::set<std::string, std::less<>> seen;
-    for (const auto& kv : map) {
-      const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
-      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-        std::string expected;
-        for (std::string_view a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
-        fail(kv.first, "unknown field " + quoted(name) + " (expected one of: " + expected + ")");
-      }
-      if (!seen.insert(name).second) fail(kv.first, "field " + quoted(name) + " appears twice");
-      fn(name, kv.second);
-    }
+    yaml::for_each_field(source_, map, allowed, std::forward<Fn>(fn));
   }
 
   // A nested mapping (network, load); an empty value keeps every default.
   template <typename Fn>
   void for_each_nested_field(const YAML::Node& map, const std::string& field, std::span<const std::string_view> allowed, Fn&& fn) const {
     if (map.IsNull()) return;
-    if (!map.IsMap()) {
-      std::string expected;
-      for (std::string_view a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
-      fail(map, "`" + field + "` must be a mapping of " + expected);
-    }
+    if (!map.IsMap()) fail(map, "`" + field + "` must be a mapping of " + yaml::join(allowed));
     for_each_field(map, allowed, std::forward<Fn>(fn));
   }
 

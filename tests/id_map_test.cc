@@ -1,4 +1,4 @@
-#include "tollgate/id_map.h"
+#include "core/id_map.h"
 
 #include <gtest/gtest.h>
 

@@ -282,7 +282,7 @@ TEST(Node, StaticMembersThatStopAnsweringAreUnreachableThenRecover) {
   EXPECT_EQ(c.node(0).membership().live().size(), 1u);
   c.start(2, 2);  // restarted: fresh state, higher incarnation
   c.rounds(int(kNanosPerSecond / kRound) + 2);  // within one probe interval
-  const MemberView* v = c.node(0).membership().find("n2");
+  const MemberInfo* v = c.node(0).membership().find("n2");
   EXPECT_EQ(v->state, MemberState::kAlive);
   EXPECT_EQ(v->incarnation, 2u);
 }
@@ -317,7 +317,7 @@ TEST(Node, HeartbeatMembersJoinThroughASeedFailAndAreForgotten) {
   c.start(4, 2);  // restarts and rejoins through the seed
   c.rounds(int(kNanosPerSecond / kRound) + 10);
   for (size_t i = 0; i < 4; ++i) {
-    const MemberView* v = c.node(i).membership().find("n4");
+    const MemberInfo* v = c.node(i).membership().find("n4");
     ASSERT_NE(v, nullptr);
     EXPECT_EQ(v->state, MemberState::kAlive) << "node " << i;
     EXPECT_EQ(v->incarnation, 2u);

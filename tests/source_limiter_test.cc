@@ -1,4 +1,4 @@
-#include "tollgate/source_limiter.h"
+#include "core/source_limiter.h"
 
 #include <gtest/gtest.h>
 

@@ -34,8 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "tollgate/limit.h"
-#include "tollgate/token_bucket.h"
+#include "tollgate/api.h"
 
 namespace tollgate {
 
@@ -82,45 +81,13 @@ enum class ReplySource : uint8_t {
 // "daemon", "fail-open", "fail-closed". Never null.
 const char* reply_source_name(ReplySource source);
 
-struct CheckReply {
-  bool allowed = false;
-  // Set only when source == kDaemon; otherwise left at these defaults.
-  int64_t remaining = 0;        // whole tokens left, rounded down; negative while in debt
-  int64_t retry_after_ns = 0;   // 0 when allowed; kRetryNever when waiting cannot help
-  DenyReason reason = DenyReason::kNone;
-  bool limited = false;         // false: no rule governs the key
-  std::optional<Limit> limit;   // the governing limit, when limited
+// A Decision, and who made it. The Decision's fields are the daemon's when source == kDaemon;
+// otherwise they are left at their defaults apart from `allowed`.
+struct CheckReply : Decision {
   ReplySource source = ReplySource::kDaemon;
-  std::string error;            // why the daemon did not decide; empty when source == kDaemon
+  std::string error;  // why the daemon did not decide; empty when source == kDaemon
 
   bool from_daemon() const { return source == ReplySource::kDaemon; }
-};
-
-struct CheckItem {
-  std::string_view key;
-  int64_t cost = 1;
-};
-
-struct MemberInfo {
-  std::string id;
-  std::string address;
-  std::string state;  // alive, suspect, dead, unreachable, left
-  uint64_t incarnation = 0;
-  int64_t last_heard_ms = 0;  // 0 for the node itself
-  bool self = false;
-};
-
-// Named counters and gauges, in the daemon's order.
-using StatsList = std::vector<std::pair<std::string, int64_t>>;
-
-// Fault injection in the daemon (tests and simulation). All defaults = no faults.
-struct FaultSettings {
-  std::vector<std::string> drop_to;    // node ids the daemon stops sending to
-  std::vector<std::string> drop_from;  // node ids whose messages it drops
-  double loss = 0;                     // probability in [0, 1]
-  int64_t delay_ms = 0;                // added to every message sent
-  double duplicate = 0;                // probability in [0, 1]
-  int64_t jitter_ms = 0;               // plus uniform [0, jitter_ms] per message: reordering
 };
 
 // What the client has seen since construction (monotonic counts).

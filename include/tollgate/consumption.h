@@ -1,7 +1,10 @@
-// What travels between daemons: batches of one node's admitted consumption.
+// What travels between daemons: batches of one node's admitted consumption, and the digests
+// (SeenWindow per origin) with which two nodes find out which batches one of them lacks.
 #ifndef TOLLGATE_CONSUMPTION_H_
 #define TOLLGATE_CONSUMPTION_H_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,6 +37,33 @@ using BatchPtr = std::shared_ptr<const Batch>;
 
 // Approximate heap footprint of a batch, for memory accounting.
 size_t batch_bytes(const Batch& batch);
+
+// Which seqs of one (origin, incarnation) a node has applied: all seqs <= watermark, plus those
+// marked in `above` (bit i is seq watermark + 1 + i).
+struct SeenWindow {
+  static constexpr uint64_t kBits = 256;
+  uint64_t incarnation = 0;
+  uint64_t watermark = 0;
+  std::array<uint64_t, kBits / 64> above{};
+
+  bool contains(uint64_t seq) const;
+  // Marks `seq` seen. Returns false if it already was. A seq beyond the window slides it
+  // forward; seqs that slide out unseen are given up and added to `*abandoned`.
+  bool insert(uint64_t seq, uint64_t* abandoned);
+  // Highest seq seen (watermark if none above it).
+  uint64_t highest() const;
+  friend bool operator==(const SeenWindow&, const SeenWindow&) = default;
+};
+
+// What one node has applied, per origin: the current and the previous incarnation's windows.
+struct OriginDigest {
+  NodeId origin;
+  SeenWindow current;
+  SeenWindow previous;  // incarnation 0 when there is none
+};
+struct Digest {
+  std::vector<OriginDigest> origins;
+};
 
 }  // namespace tollgate
 

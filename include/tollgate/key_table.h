@@ -57,7 +57,8 @@ class KeyTable {
 
   // The local admission check. Finds or creates the key's bucket and calls try_acquire; an
   // admitted cost is recorded as this node's consumption. A key no rule governs is admitted with
-  // Decision::limited == false and no bucket. On an existing key: no heap allocation.
+  // Decision::limited == false and no bucket. The Decision carries the governing limit (rate
+  // scale applied), from the same probe. On an existing key: no heap allocation.
   Decision allow(std::string_view key, int64_t cost, MonoNanos now_ns);
 
   // Charges `tokens` that another node admitted (see TokenBucket::consume_remote), creating the

@@ -24,7 +24,6 @@
 #ifndef TOLLGATE_LEDGER_H_
 #define TOLLGATE_LEDGER_H_
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,33 +36,6 @@
 namespace tollgate {
 
 class KeyTable;
-
-// Which seqs of one (origin, incarnation) a node has applied: all seqs <= watermark, plus those
-// marked in `above` (bit i is seq watermark + 1 + i).
-struct SeenWindow {
-  static constexpr uint64_t kBits = 256;
-  uint64_t incarnation = 0;
-  uint64_t watermark = 0;
-  std::array<uint64_t, kBits / 64> above{};
-
-  bool contains(uint64_t seq) const;
-  // Marks `seq` seen. Returns false if it already was. A seq beyond the window slides it
-  // forward; seqs that slide out unseen are given up and added to `*abandoned`.
-  bool insert(uint64_t seq, uint64_t* abandoned);
-  // Highest seq seen (watermark if none above it).
-  uint64_t highest() const;
-  friend bool operator==(const SeenWindow&, const SeenWindow&) = default;
-};
-
-// What one node has applied, per origin: the current and the previous incarnation's windows.
-struct OriginDigest {
-  NodeId origin;
-  SeenWindow current;
-  SeenWindow previous;  // incarnation 0 when there is none
-};
-struct Digest {
-  std::vector<OriginDigest> origins;
-};
 
 struct LedgerOptions {
   // How long sealed and applied batches are kept for repair and relaying. Longer repairs longer

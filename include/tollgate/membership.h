@@ -16,13 +16,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "tollgate/clock.h"
-#include "tollgate/id_map.h"
 #include "tollgate/message.h"
 
 namespace tollgate {
@@ -61,16 +61,6 @@ struct PeerSpec {
   friend bool operator==(const PeerSpec&, const PeerSpec&) = default;
 };
 
-struct MemberView {
-  NodeId id;
-  std::string address;
-  MemberState state = MemberState::kAlive;
-  uint64_t incarnation = 0;
-  uint64_t heartbeat = 0;
-  int64_t last_heard_ns = 0;  // how long since its heartbeat last advanced here (0 for self)
-  bool self = false;
-};
-
 struct MembershipStats {
   uint64_t joined = 0;       // members added (heartbeat: learned; static: listed)
   uint64_t failed = 0;       // transitions to suspect or unreachable
@@ -84,6 +74,9 @@ struct MembershipStats {
 class Membership {
  public:
   Membership(NodeId self, std::string self_address, uint64_t incarnation, MembershipOptions options);
+  ~Membership();
+  Membership(Membership&&) noexcept;
+  Membership& operator=(Membership&&) noexcept;
 
   const NodeId& self() const { return self_.id; }
   MembershipKind kind() const { return options_.kind; }
@@ -120,7 +113,7 @@ class Membership {
 
   // Members to disseminate to: alive or suspect, not ourselves.
   // Valid until the next call of a non-const method.
-  const std::vector<const MemberView*>& live() const;
+  const std::vector<const MemberInfo*>& live() const;
   // Dead or unreachable members due a probe at `now_ns` (marks them probed): at most
   // max_probes_per_round, found by a cursor that examines at most probe_scan_per_round members
   // per call. So a large cluster that starts with every peer unreachable (or heals a large
@@ -132,14 +125,14 @@ class Membership {
   std::pair<uint32_t, uint32_t> reachable_fraction() const;
 
   // Everyone, self first, with last_heard relative to `now_ns`.
-  std::vector<MemberView> view(MonoNanos now_ns) const;
-  const MemberView* find(const NodeId& id) const;
+  std::vector<MemberInfo> view(MonoNanos now_ns) const;
+  const MemberInfo* find(const NodeId& id) const;
   bool knows_address(const std::string& address) const;
   const MembershipStats& stats() const { return stats_; }
 
  private:
   struct Member {
-    MemberView view;             // last_heard_ns here holds the local time of the last advance
+    MemberInfo view;             // last_heard_ns here holds the local time of the last advance
     bool left = false;
     MonoNanos last_probe_ns = 0;
   };
@@ -162,17 +155,15 @@ class Membership {
   // id -> position in members_, with a copy of the member's (incarnation, heartbeat): most rows
   // of a message are no news, and are dropped without touching members_ (one cache miss per
   // row instead of two; rows are the most frequent lookup in a large cluster).
-  struct IndexEntry {
-    size_t pos = 0;
-    uint64_t incarnation = 0, heartbeat = 0;
-  };
-  IdMap<IndexEntry> index_;
+  // (An open-addressing map, src/core/id_map.h: internal, so it is held by pointer.)
+  struct Index;
+  std::unique_ptr<Index> index_;
   // No member can change state by tick() before this time: tick() skips its scan until then.
   // Lowered whenever a member enters a state with a deadline; recomputed by each scan.
   MonoNanos next_scan_ns_ = 0;
   // live(), rebuilt only after a member is added, removed or changes state (every round would
   // otherwise walk every member to find the same answer).
-  mutable std::vector<const MemberView*> live_;
+  mutable std::vector<const MemberInfo*> live_;
   mutable bool live_dirty_ = true;
   // Forgotten members, so a stale row still circulating cannot bring one back: a row is taken
   // again only if newer than what we forgot. Kept for forget_after.

@@ -10,20 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "tollgate/api.h"
 #include "tollgate/consumption.h"
-#include "tollgate/ledger.h"
 
 namespace tollgate {
-
-// How a member is seen by the node that reports it.
-enum class MemberState : uint8_t {
-  kAlive,        // heartbeat advancing
-  kSuspect,      // heartbeat stalled for fail_after (heartbeat membership)
-  kDead,         // stalled for twice fail_after; still probed now and then, forgotten later
-  kUnreachable,  // static membership: listed in the peers file, not heard for fail_after
-  kLeft,         // announced that it leaves
-};
-const char* member_state_name(MemberState s);
 
 // One row of the membership table as gossiped: a member's own heartbeat counter only ever grows
 // within an incarnation, so the higher (incarnation, heartbeat) always wins a merge.

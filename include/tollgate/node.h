@@ -38,6 +38,7 @@
 #include "tollgate/ledger.h"
 #include "tollgate/membership.h"
 #include "tollgate/message.h"
+#include "tollgate/outbox.h"
 #include "tollgate/random.h"
 
 namespace tollgate {
@@ -101,14 +102,6 @@ struct NodeOptions {
   std::function<void(const Batch&)> on_applied;
 };
 
-// Where a node's messages go. The daemon encodes and sends them; the simulator delivers them.
-class Outbox {
- public:
-  virtual ~Outbox() = default;
-  // Sends `message` to the node listening at `address`. Must not call back into the node.
-  virtual void send(const std::string& address, const GossipMessagePtr& message) = 0;
-};
-
 struct NodeStats {
   uint64_t checks = 0, allowed = 0, denied = 0;
   uint64_t rounds = 0;
@@ -128,10 +121,9 @@ class Node {
   Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random);
   ~Node();
 
-  // The local admission check: no network, answers from this node's bucket.
+  // The local admission check: no network, answers from this node's bucket (KeyTable::allow:
+  // the Decision carries the governing limit).
   Decision check(std::string_view key, int64_t cost, MonoNanos now_ns);
-  // The limit governing `key` (rate scale applied), or nullopt if unlimited.
-  std::optional<Limit> limit_for(std::string_view key) const { return table_.limit_for(key); }
 
   // One round; call every options().interval_ns.
   void tick(MonoNanos now_ns);

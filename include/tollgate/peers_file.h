@@ -20,11 +20,6 @@ namespace tollgate {
 std::vector<PeerSpec> parse_peers(std::string_view text, const std::string& source);
 std::vector<PeerSpec> load_peers_file(const std::string& path);
 
-// Splits "host:port" ("[v6]:port" too). Returns false, with `error` set, unless the port is a
-// number in 1..65535 (0 too with `allow_port_zero`: "pick a free port") and the host is not empty.
-bool split_host_port(std::string_view address, std::string* host, uint16_t* port, std::string* error,
-                     bool allow_port_zero = false);
-
 }  // namespace tollgate
 
 #endif  // TOLLGATE_PEERS_FILE_H_

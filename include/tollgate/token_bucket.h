@@ -13,36 +13,12 @@
 #include <cstdint>
 
 #include "tollgate/clock.h"
+#include "tollgate/decision.h"
 #include "tollgate/limit.h"
 
 namespace tollgate {
 
 inline constexpr int64_t kMicrotokensPerToken = 1'000'000;
-// retry_after_ns value meaning "this cost can never be admitted under this limit".
-inline constexpr int64_t kRetryNever = INT64_MAX;
-
-enum class DenyReason : uint8_t {
-  kNone = 0,           // allowed
-  kInsufficientTokens, // not enough tokens now; retry_after_ns says when there will be
-  kCostExceedsBurst,   // cost > burst: no amount of waiting makes it fit
-  kInvalidCost,        // cost < 0
-  kKeyTooLong,         // key longer than the key table accepts
-};
-
-// Human-readable reason, e.g. "cost exceeds burst". Never null.
-const char* deny_reason_name(DenyReason reason);
-
-struct Decision {
-  bool allowed = false;
-  // Whole tokens left after this decision, rounded down (negative while in debt).
-  int64_t remaining = 0;
-  // 0 when allowed. Otherwise nanoseconds until the same cost would be admitted if nothing else
-  // consumed in between, or kRetryNever.
-  int64_t retry_after_ns = 0;
-  DenyReason reason = DenyReason::kNone;
-  // False when no rule governs the key: it was admitted without a bucket.
-  bool limited = true;
-};
 
 class TokenBucket {
  public:

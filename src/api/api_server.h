@@ -1,6 +1,7 @@
-// The daemon's client API server: accepts connections on Unix and TCP endpoints, reads framed
-// protobuf Requests (api/framing.h, proto/tollgate/v1/api.proto), answers each one by calling the
-// ApiHandler, and writes the Responses back in request order.
+// The daemon's client API server: listens on Unix and TCP endpoints (api/listener.h), and for
+// each connection (api/connection.h) reads framed protobuf Requests (api/framing.h,
+// proto/tollgate/v1/api.proto), answers each through the pure dispatch (api/dispatch.h) and the
+// RequestHandler, and writes the Responses back in request order.
 //
 // Threading: everything runs on the io_context passed in, which the daemon runs on its single
 // node thread; the handler is called synchronously on that thread. ApiServer itself is not
@@ -22,10 +23,11 @@
 #include <string>
 #include <vector>
 
-#include "api/api_handler.h"
+#include "api/dispatch.h"
 #include "api/endpoint.h"
 #include "api/framing.h"
-#include "tollgate/offense_limiter.h"
+#include "api/request_handler.h"
+#include "core/offense_limiter.h"
 
 namespace boost::asio {
 class io_context;
@@ -65,28 +67,20 @@ struct ApiServerOptions {
   OffenseReporter on_offense;
 };
 
-// Monotonic counts since construction (connections_open is a gauge).
-struct ApiServerCounters {
+// Monotonic counts since construction (connections_open is a gauge), with the dispatch's.
+struct ApiServerCounters : DispatchCounters {
   uint64_t connections_accepted = 0;  // served (not counting rejected ones)
   uint64_t connections_rejected = 0;  // closed at once: max_connections reached
   uint64_t connections_timed_out = 0; // closed: a frame did not complete within frame_timeout
   uint64_t connections_open = 0;      // gauge
   uint64_t accept_errors = 0;         // accept() failed (e.g. out of file descriptors)
-  uint64_t requests = 0;              // frames read, valid or not
-  uint64_t checks = 0;                // checks answered by the handler
-  uint64_t errors_frame_too_large = 0;
-  uint64_t errors_malformed = 0;
-  uint64_t errors_unsupported_version = 0;
-  uint64_t errors_batch_too_large = 0;
-  uint64_t errors_empty_request = 0;
-  uint64_t errors_internal = 0;  // the handler threw; answered with an INTERNAL error
   uint64_t busy_yields = 0;      // CPU given away before a slice, answers having been written
 };
 
 class ApiServer {
  public:
   // `io` and `handler` must outlive the server. Does not listen until start().
-  ApiServer(boost::asio::io_context& io, ApiHandler& handler, ApiServerOptions options);
+  ApiServer(boost::asio::io_context& io, RequestHandler& handler, ApiServerOptions options);
   // Calls stop().
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
@@ -114,12 +108,11 @@ class ApiServer {
 
   const ApiServerCounters& counters() const;
   // The counters as named stats ("api.connections_accepted", "api.errors.malformed", ...), in a
-  // stable order, for the daemon to append to its own StatsReport.
-  StatsReport stats() const;
-
-  class Impl;  // public only so that the implementation's connection objects can name it
+  // stable order, for the daemon to append to its own StatsList.
+  StatsList stats() const;
 
  private:
+  class Impl;
   std::shared_ptr<Impl> impl_;
 };
 

@@ -1,9 +1,10 @@
 #include "api/endpoint.h"
 
+#include "util/host_port.h"
+
 #include <arpa/inet.h>
 #include <sys/un.h>
 
-#include <charconv>
 
 namespace tollgate::api {
 namespace {
@@ -62,39 +63,19 @@ std::optional<Endpoint> parse_endpoint(std::string_view text, std::string* error
   }
   if (text.starts_with(kTcpPrefix)) {
     ep.kind = Endpoint::Kind::kTcp;
-    std::string_view rest = text.substr(kTcpPrefix.size());
-    std::string_view host;
-    std::string_view port;
-    if (rest.starts_with("[")) {
-      const size_t close = rest.find(']');
-      if (close == std::string_view::npos) return fail(error, text, "missing ']' after the IPv6 address");
-      host = rest.substr(1, close - 1);
-      rest.remove_prefix(close + 1);
-      if (!rest.starts_with(":")) return fail(error, text, "expected :PORT after ']'");
-      port = rest.substr(1);
-      ep.host = std::string(host);
+    const std::string_view rest = text.substr(kTcpPrefix.size());
+    std::string why;
+    const bool bracketed = rest.starts_with('[');
+    if (!split_host_port(rest, &ep.host, &ep.port, &why, /*allow_port_zero=*/true)) return fail(error, text, why);
+    if (bracketed) {
       if (!is_ipv6(ep.host)) return fail(error, text, "\"" + ep.host + "\" is not an IPv6 address");
-    } else {
-      const size_t colon = rest.rfind(':');
-      if (colon == std::string_view::npos) return fail(error, text, "expected tcp:HOST:PORT");
-      host = rest.substr(0, colon);
-      port = rest.substr(colon + 1);
-      ep.host = host == "localhost" ? std::string("127.0.0.1") : std::string(host);
-      if (ep.host.empty()) return fail(error, text, "the host is empty (expected tcp:HOST:PORT)");
-      if (ep.host.find(':') != std::string::npos) {
-        return fail(error, text, "write IPv6 addresses in brackets, e.g. tcp:[::1]:7070");
-      }
-      if (!is_ipv4(ep.host)) {
-        return fail(error, text, "the host must be an IP address or localhost (names are not "
-                                 "resolved), got \"" + ep.host + "\"");
-      }
+      return ep;
     }
-    unsigned value = 0;
-    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value > 65535) {
-      return fail(error, text, "the port must be a number from 0 to 65535, got \"" + std::string(port) + "\"");
+    if (ep.host == "localhost") ep.host = "127.0.0.1";
+    if (!is_ipv4(ep.host)) {
+      return fail(error, text, "the host must be an IP address or localhost (names are not resolved), got \"" +
+                                   ep.host + "\"");
     }
-    ep.port = static_cast<uint16_t>(value);
     return ep;
   }
   return fail(error, text, "expected unix:PATH or tcp:HOST:PORT");

@@ -61,7 +61,7 @@ std::string format_check_text(std::string_view key, int64_t cost, const CheckRep
   }
   out += std::to_string(reply.remaining) + (reply.remaining == 1 || reply.remaining == -1 ? " token" : " tokens") +
          " left";
-  if (reply.limit) out += "; " + describe_limit(*reply.limit);
+  if (reply.has_limit()) out += "; " + describe_limit(reply.limit);
   return out + "\n";
 }
 
@@ -75,8 +75,8 @@ std::string format_check_json(std::string_view key, int64_t cost, const CheckRep
   out += ", \"reason\": " + json_string(deny_reason_name(reply.reason));
   out += std::string(", \"limited\": ") + (reply.limited ? "true" : "false");
   out += ", \"limit\": ";
-  if (reply.limit) {
-    const Limit& l = *reply.limit;
+  if (reply.has_limit()) {
+    const Limit& l = reply.limit;
     out += "{\"rate\": " + json_string(format_rate(l.rate)) + ", \"rate_tokens\": " + std::to_string(l.rate.tokens) +
            ", \"rate_period_ns\": " + std::to_string(l.rate.period_ns) + ", \"burst\": " + std::to_string(l.burst) +
            ", \"max_debt\": " + std::to_string(l.max_debt) + "}";
@@ -90,8 +90,8 @@ std::string format_members_text(const std::vector<MemberInfo>& members) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"ID", "ADDRESS", "STATE", "INCARNATION", "LAST-HEARD"});
   for (const MemberInfo& m : members) {
-    rows.push_back({m.id + (m.self ? " (self)" : ""), m.address, m.state, std::to_string(m.incarnation),
-                    m.self ? "-" : format_duration_human(std::clamp<int64_t>(m.last_heard_ms, 0, kMaxMillis) * 1'000'000) + " ago"});
+    rows.push_back({m.id + (m.self ? " (self)" : ""), m.address, member_state_name(m.state), std::to_string(m.incarnation),
+                    m.self ? "-" : format_duration_human(std::clamp<int64_t>(m.last_heard_ns / 1'000'000, 0, kMaxMillis) * 1'000'000) + " ago"});
   }
   std::vector<size_t> widths(rows.front().size(), 0);
   for (const auto& row : rows) {
@@ -112,8 +112,8 @@ std::string format_members_json(const std::vector<MemberInfo>& members) {
     const MemberInfo& m = members[i];
     if (i > 0) out += ", ";
     out += "{\"id\": " + json_string(m.id) + ", \"address\": " + json_string(m.address) +
-           ", \"state\": " + json_string(m.state) + ", \"incarnation\": " + std::to_string(m.incarnation) +
-           ", \"last_heard_ms\": " + std::to_string(m.last_heard_ms) + "}";
+           ", \"state\": " + json_string(member_state_name(m.state)) + ", \"incarnation\": " + std::to_string(m.incarnation) +
+           ", \"last_heard_ms\": " + std::to_string(m.last_heard_ns / 1'000'000) + "}";
   }
   return out + "]}\n";
 }

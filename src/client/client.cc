@@ -35,6 +35,7 @@
 
 #include "api/endpoint.h"
 #include "api/framing.h"
+#include "api/socket_address.h"
 #include "client/direct_connection.h"
 #include "tollgate/duration.h"
 #include "tollgate/v1/api.pb.h"
@@ -394,18 +395,18 @@ class Client::Impl {
     state_ = State::kConnecting;
     const uint64_t generation = ++generation_;
     socket_ = GenericStream::socket(io_);
-    GenericStream::endpoint target;
-    if (endpoint_.kind == api::Endpoint::Kind::kUnix) {
-      target = asio::local::stream_protocol::endpoint(endpoint_.path);
-    } else {
-      target = asio::ip::tcp::endpoint(asio::ip::make_address(endpoint_.host), endpoint_.port);
+    std::string bad_address;
+    const std::optional<GenericStream::endpoint> target = api::socket_address(endpoint_, &bad_address);
+    if (!target) {
+      connection_failed(bad_address);
+      return;
     }
     connect_timer_.expires_after(options_.connect_timeout);
     connect_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
       if (ec || generation != generation_ || state_ != State::kConnecting) return;
       connection_failed("connecting timed out");
     });
-    socket_.async_connect(target, [this, generation](const boost::system::error_code& ec) {
+    socket_.async_connect(*target, [this, generation](const boost::system::error_code& ec) {
       if (generation != generation_ || state_ != State::kConnecting) return;
       connect_timer_.cancel();
       if (ec) {
@@ -529,12 +530,12 @@ class Client::Impl {
       connection_failed(ec == asio::error::eof ? "the daemon closed the connection" : "read failed: " + ec.message());
       return;
     }
-    decoder_.feed(read_buffer_.data(), n);
+    decoder_.append(std::string_view(read_buffer_.data(), n));
     std::string_view payload;
     for (;;) {
       const auto status = decoder_.next(&payload);
-      if (status == api::FrameDecoder::Status::kNeedMore) break;
-      if (status == api::FrameDecoder::Status::kTooLarge) {
+      if (status == FrameReader::Status::kNeedMore) break;
+      if (status == FrameReader::Status::kTooLarge) {
         connection_failed("the daemon sent a frame of " + std::to_string(decoder_.rejected_length()) + " bytes");
         return;
       }
@@ -601,7 +602,7 @@ class Client::Impl {
   std::string writing_;
   bool write_in_flight_ = false;
   bool reading_ = false;
-  api::FrameDecoder decoder_;
+  FrameReader decoder_;
   std::array<char, kReadChunkBytes> read_buffer_{};
   std::chrono::nanoseconds backoff_{0};
   std::string last_error_;
@@ -670,7 +671,16 @@ std::optional<std::vector<MemberInfo>> Client::members(std::string* error) {
         if (!response->has_members()) return {std::nullopt, unexpected_body(*response, "members")};
         std::vector<MemberInfo> members;
         for (const pb::Member& m : response->members().members()) {
-          members.push_back({m.id(), m.address(), m.state(), m.incarnation(), m.last_heard_ms(), m.self()});
+          MemberInfo info;
+          info.id = m.id();
+          info.address = m.address();
+          // A state added by a newer daemon reads as unreachable: not known to be alive.
+          if (!parse_member_state(m.state(), &info.state)) info.state = MemberState::kUnreachable;
+          info.incarnation = m.incarnation();
+          info.heartbeat = m.heartbeat();
+          info.last_heard_ns = m.last_heard_ms() * 1'000'000;
+          info.self = m.self();
+          members.push_back(std::move(info));
         }
         return {std::move(members), std::string()};
       });

@@ -1,11 +1,11 @@
 #include "client/direct_connection.h"
 
+#include "api/socket_address.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
 #include <cerrno>
 #include <cstring>
 #include <netinet/in.h>
@@ -21,8 +21,7 @@ std::string system_error(const char* what, int error) { return std::string(what)
 
 // Connects the non-blocking `fd` to `address`, by `deadline` (a Unix socket connects at once or
 // not at all; TCP may be in progress).
-template <typename AsioEndpoint>
-bool connect_by(int fd, const AsioEndpoint& address, DirectConnection::TimePoint deadline, std::string* error) {
+bool connect_by(int fd, const boost::asio::generic::stream_protocol::endpoint& address, DirectConnection::TimePoint deadline, std::string* error) {
   if (::connect(fd, address.data(), static_cast<socklen_t>(address.size())) == 0) return true;
   if (errno != EINPROGRESS) {
     *error = system_error("cannot connect", errno);
@@ -54,28 +53,16 @@ bool connect_by(int fd, const AsioEndpoint& address, DirectConnection::TimePoint
 std::unique_ptr<DirectConnection> DirectConnection::open(const api::Endpoint& endpoint, TimePoint deadline,
                                                          std::string* error) {
   const bool unix_socket = endpoint.kind == api::Endpoint::Kind::kUnix;
-  asio::local::stream_protocol::endpoint unix_address;
-  asio::ip::tcp::endpoint tcp_address;
-  int family = AF_UNIX;
-  if (unix_socket) {
-    unix_address = asio::local::stream_protocol::endpoint(endpoint.path);
-  } else {
-    boost::system::error_code ec;
-    const auto ip = asio::ip::make_address(endpoint.host, ec);
-    if (ec) {
-      *error = "bad address " + endpoint.host + ": " + ec.message();
-      return nullptr;
-    }
-    tcp_address = asio::ip::tcp::endpoint(ip, endpoint.port);
-    family = tcp_address.protocol().family();
-  }
+  const auto address = api::socket_address(endpoint, error);
+  if (!address) return nullptr;
+  const int family = address->protocol().family();
   const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *error = system_error("cannot create a socket", errno);
     return nullptr;
   }
   std::unique_ptr<DirectConnection> c(new DirectConnection(fd));
-  if (!(unix_socket ? connect_by(fd, unix_address, deadline, error) : connect_by(fd, tcp_address, deadline, error))) {
+  if (!connect_by(fd, *address, deadline, error)) {
     return nullptr;
   }
   if (!unix_socket) {
@@ -119,15 +106,15 @@ DirectConnection::Outcome DirectConnection::exchange(std::string_view frame, Tim
   }
   for (;;) {
     switch (decoder_.next(payload)) {
-      case api::FrameDecoder::Status::kFrame: return Outcome::kAnswered;
-      case api::FrameDecoder::Status::kTooLarge:
+      case FrameReader::Status::kFrame: return Outcome::kAnswered;
+      case FrameReader::Status::kTooLarge:
         *error = "the daemon sent a frame of " + std::to_string(decoder_.rejected_length()) + " bytes";
         return Outcome::kFailed;
-      case api::FrameDecoder::Status::kNeedMore: break;
+      case FrameReader::Status::kNeedMore: break;
     }
     const ssize_t n = ::recv(fd_, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
     if (n > 0) {
-      decoder_.feed(read_buffer_.data(), size_t(n));
+      decoder_.append(std::string_view(read_buffer_.data(), size_t(n)));
       continue;
     }
     if (n == 0) {

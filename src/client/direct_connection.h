@@ -51,7 +51,7 @@ class DirectConnection {
   bool wait(short events, TimePoint deadline);
 
   int fd_;
-  api::FrameDecoder decoder_;
+  FrameReader decoder_;
   std::array<char, 16 * 1024> read_buffer_;
 };
 

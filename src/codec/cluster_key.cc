@@ -1,4 +1,4 @@
-#include "tollgate/cluster_key.h"
+#include "codec/cluster_key.h"
 
 #include <openssl/crypto.h>
 #include <sys/stat.h>

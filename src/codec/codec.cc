@@ -1,4 +1,4 @@
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 
 #include <google/protobuf/io/coded_stream.h>
 
@@ -368,11 +368,6 @@ std::vector<std::string> encode_envelopes(const GossipMessage& message, const Cl
   return out;
 }
 
-uint32_t get_be32(const char* p) {
-  const auto* u = reinterpret_cast<const unsigned char*>(p);
-  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | uint32_t{u[3]};
-}
-
 DecodeResult fail(DecodeError e) {
   DecodeResult r;
   r.error = e;
@@ -403,48 +398,19 @@ std::vector<std::string> encode_frames(const GossipMessage& message, const Clust
                                        EncodeStats* stats) {
   std::vector<std::string> frames = encode_envelopes(message, keys, max_frame_bytes, stats, "max frame");
   for (std::string& frame : frames) {
-    const auto n = static_cast<uint32_t>(frame.size());
-    const char prefix[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
-                            static_cast<char>(n)};
+    char prefix[kFrameHeaderBytes];
+    store_be32(static_cast<uint32_t>(frame.size()), prefix);
     frame.insert(0, prefix, sizeof prefix);
   }
   return frames;
 }
 
-FrameReader::FrameReader(size_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes) {
+FrameReader gossip_frame_reader(size_t max_frame_bytes) {
   if (max_frame_bytes > kMaxMessageBytes) {
     throw std::invalid_argument("max frame of " + std::to_string(max_frame_bytes) + " bytes: at most " +
                                 std::to_string(kMaxMessageBytes));
   }
-}
-
-void FrameReader::append(std::string_view bytes) {
-  if (too_large_) return;
-  // Drop what was returned already once it is most of the buffer, so the buffer stays within
-  // about two frames without moving the rest on every append.
-  if (consumed_ > 0 && consumed_ >= buffer_.size() / 2) {
-    buffer_.erase(0, consumed_);
-    consumed_ = 0;
-  }
-  buffer_.append(bytes);
-}
-
-FrameReader::Status FrameReader::next(std::string_view* frame) {
-  if (too_large_) return Status::kTooLarge;
-  const size_t available = buffer_.size() - consumed_;
-  if (available < 4) return Status::kNeedMore;
-  const size_t length = get_be32(buffer_.data() + consumed_);
-  if (length > max_frame_bytes_) {
-    too_large_ = true;
-    buffer_.clear();
-    buffer_.shrink_to_fit();
-    consumed_ = 0;
-    return Status::kTooLarge;
-  }
-  if (available - 4 < length) return Status::kNeedMore;
-  *frame = std::string_view(buffer_).substr(consumed_ + 4, length);
-  consumed_ += 4 + length;
-  return Status::kFrame;
+  return FrameReader(static_cast<uint32_t>(max_frame_bytes));
 }
 
 DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {

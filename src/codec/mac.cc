@@ -1,5 +1,7 @@
 #include "mac.h"
 
+#include "util/big_endian.h"
+
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -26,13 +28,6 @@ struct MacContextFree {
   void operator()(EVP_MAC_CTX* ctx) const { EVP_MAC_CTX_free(ctx); }
 };
 
-void put_be32(unsigned char* out, uint32_t v) {
-  out[0] = static_cast<unsigned char>(v >> 24);
-  out[1] = static_cast<unsigned char>(v >> 16);
-  out[2] = static_cast<unsigned char>(v >> 8);
-  out[3] = static_cast<unsigned char>(v);
-}
-
 }  // namespace
 
 Mac envelope_mac(std::string_view key, uint32_t major, uint32_t minor, std::string_view payload) {
@@ -45,8 +40,8 @@ Mac envelope_mac(std::string_view key, uint32_t major, uint32_t minor, std::stri
   const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
                                OSSL_PARAM_construct_end()};
   unsigned char version[8];
-  put_be32(version, major);
-  put_be32(version + 4, minor);
+  store_be32(major, version);
+  store_be32(minor, version + 4);
 
   Mac out{};
   size_t out_len = 0;

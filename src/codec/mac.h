@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "tollgate/cluster_key.h"
+#include "codec/cluster_key.h"
 
 namespace tollgate::codec_internal {
 

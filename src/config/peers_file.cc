@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -10,30 +9,9 @@
 
 #include "read_file.h"
 #include "tollgate/config_error.h"
+#include "util/host_port.h"
 
 namespace tollgate {
-
-bool split_host_port(std::string_view address, std::string* host, uint16_t* port, std::string* error,
-                     bool allow_port_zero) {
-  auto fail = [&](const std::string& why) {
-    if (error) *error = "address \"" + std::string(address) + "\": " + why;
-    return false;
-  };
-  const size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos) return fail("expected host:port");
-  std::string_view h = address.substr(0, colon);
-  const std::string_view p = address.substr(colon + 1);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (h.empty()) return fail("missing host");
-  unsigned value = 0;
-  const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), value);
-  if (p.empty() || ec != std::errc() || end != p.data() + p.size() || (value == 0 && !allow_port_zero) || value > 65535) {
-    return fail("port must be a number from 1 to 65535");
-  }
-  if (host) *host = std::string(h);
-  if (port) *port = uint16_t(value);
-  return true;
-}
 
 std::vector<PeerSpec> parse_peers(std::string_view text, const std::string& source) {
   std::vector<PeerSpec> peers;

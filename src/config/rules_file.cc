@@ -12,6 +12,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "config/strict_yaml.h"
 #include "read_file.h"
 
 namespace tollgate {
@@ -22,12 +23,7 @@ class RulesParser {
   explicit RulesParser(const std::string& source) : source_(source) {}
 
   std::shared_ptr<const RuleSet> parse(std::string_view text) {
-    YAML::Node root;
-    try {
-      root = YAML::Load(std::string(text));
-    } catch (const YAML::ParserException& e) {
-      throw ConfigError(source_, e.mark.line + 1, e.mark.column + 1, e.msg);
-    }
+    const YAML::Node root = yaml::load(text, source_);
     if (root.IsNull()) return std::make_shared<RuleSet>();  // empty file: nothing is limited
     if (!root.IsMap()) fail(root, "expected a mapping with `rules:` and optionally `default:`");
 
@@ -45,26 +41,11 @@ class RulesParser {
   }
 
  private:
-  [[noreturn]] void fail(const YAML::Node& at, const std::string& problem) const {
-    const YAML::Mark m = at.Mark();
-    if (m.is_null()) throw ConfigError(source_, 0, 0, problem);
-    throw ConfigError(source_, m.line + 1, m.column + 1, problem);
-  }
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& problem) const { yaml::fail(source_, at, problem); }
 
-  // Calls fn(name, value) for each field of mapping `map`, rejecting unknown and repeated names.
   template <typename Fn>
   void for_each_field(const YAML::Node& map, std::span<const std::string_view> allowed, Fn&& fn) const {
-    std::set<std::string, std::less<>> seen;
-    for (const auto& kv : map) {
-      const std::string name = kv.first.Scalar();
-      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-        std::string expected;
-        for (std::string_view a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
-        fail(kv.first, "unknown field \"" + name + "\" (expected one of: " + expected + ")");
-      }
-      if (!seen.insert(name).second) fail(kv.first, "field \"" + name + "\" appears twice");
-      fn(name, kv.second);
-    }
+    yaml::for_each_field(source_, map, allowed, std::forward<Fn>(fn));
   }
 
   std::vector<Rule> parse_rule_list(const YAML::Node& list) const {

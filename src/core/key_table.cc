@@ -59,7 +59,9 @@ class KeyTable::Impl {
       touch(slot);
     }
     Entry& e = slots_[slot];
-    Decision d = e.bucket.try_acquire(limit_of(e.rule), cost, now);
+    const Limit limit = limit_of(e.rule);
+    Decision d = e.bucket.try_acquire(limit, cost, now);
+    d.limit = limit;
     if (d.allowed && cost > 0) {
       e.pending += cost;
       if (!e.dirty) {

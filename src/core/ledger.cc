@@ -5,7 +5,7 @@
 #include <deque>
 #include <string_view>
 
-#include "tollgate/id_map.h"
+#include "core/id_map.h"
 
 #include "tollgate/key_table.h"
 

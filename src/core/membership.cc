@@ -4,34 +4,36 @@
 #include <limits>
 #include <tuple>
 
+#include "core/id_map.h"
+
 namespace tollgate {
 
-const char* member_state_name(MemberState s) {
-  switch (s) {
-    case MemberState::kAlive: return "alive";
-    case MemberState::kSuspect: return "suspect";
-    case MemberState::kDead: return "dead";
-    case MemberState::kUnreachable: return "unreachable";
-    case MemberState::kLeft: return "left";
-  }
-  return "unknown";
-}
+// id -> position in members_, with a copy of the member's (incarnation, heartbeat).
+struct MemberIndexEntry {
+  size_t pos = 0;
+  uint64_t incarnation = 0, heartbeat = 0;
+};
+struct Membership::Index : IdMap<MemberIndexEntry> {};
 
 Membership::Membership(NodeId self, std::string self_address, uint64_t incarnation, MembershipOptions options)
-    : options_(options) {
+    : options_(options), index_(std::make_unique<Index>()) {
   self_.id = std::move(self);
   self_.address = std::move(self_address);
   self_.incarnation = incarnation;
   self_.heartbeat = 0;
 }
 
+Membership::~Membership() = default;
+Membership::Membership(Membership&&) noexcept = default;
+Membership& Membership::operator=(Membership&&) noexcept = default;
+
 Membership::Member* Membership::find_member(const NodeId& id) {
-  const IndexEntry* at = index_.find(id);
+  const MemberIndexEntry* at = index_->find(id);
   return at ? &members_[at->pos] : nullptr;
 }
 
-const MemberView* Membership::find(const NodeId& id) const {
-  const IndexEntry* at = index_.find(id);
+const MemberInfo* Membership::find(const NodeId& id) const {
+  const MemberIndexEntry* at = index_->find(id);
   return at ? &members_[at->pos].view : nullptr;
 }
 
@@ -50,7 +52,7 @@ bool probed(MemberState s) { return s == MemberState::kDead || s == MemberState:
 }  // namespace
 
 void Membership::add_member(Member m) {
-  index_[m.view.id] = {members_.size(), m.view.incarnation, m.view.heartbeat};
+  (*index_)[m.view.id] = {members_.size(), m.view.incarnation, m.view.heartbeat};
   probe_targets_ += probed(m.view.state);
   next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
   members_.push_back(std::move(m));
@@ -59,7 +61,7 @@ void Membership::add_member(Member m) {
 }
 
 void Membership::sync_index(const Member& m) {
-  IndexEntry& e = index_[m.view.id];
+  MemberIndexEntry& e = (*index_)[m.view.id];
   e.incarnation = m.view.incarnation;
   e.heartbeat = m.view.heartbeat;
 }
@@ -80,10 +82,10 @@ MonoNanos Membership::deadline(const Member& m) const {
 void Membership::remove_at(size_t i) {
   live_dirty_ = true;
   probe_targets_ -= probed(members_[i].view.state);
-  index_.erase(members_[i].view.id);
+  index_->erase(members_[i].view.id);
   if (i + 1 != members_.size()) {
     members_[i] = std::move(members_.back());
-    index_[members_[i].view.id].pos = i;
+    (*index_)[members_[i].view.id].pos = i;
   }
   members_.pop_back();
 }
@@ -165,13 +167,13 @@ void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten) {
 
 bool Membership::accepts_sender(const NodeId& id) const {
   if (id == self_.id) return false;
-  return options_.kind == MembershipKind::kHeartbeat || index_.contains(id);
+  return options_.kind == MembershipKind::kHeartbeat || index_->contains(id);
 }
 
 void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
   for (const MemberRecord& r : rows) {
     if (r.id.empty()) continue;
-    const IndexEntry* known = index_.find(r.id);
+    const MemberIndexEntry* known = index_->find(r.id);
     if (!known && r.id == self_.id) {  // (we are never in index_: no string compare for most rows)
       // Our own row is authoritative, except that a life of ours the cluster still remembers as
       // newer than this one (we restarted after the wall clock stepped back, and incarnations
@@ -183,7 +185,7 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
       continue;
     }
     if (known && !r.left && std::tie(r.incarnation, r.heartbeat) <= std::tie(known->incarnation, known->heartbeat)) {
-      continue;  // nothing we did not know (the common case: see IndexEntry)
+      continue;  // nothing we did not know (the common case: see MemberIndexEntry)
     }
     Member* m = known ? &members_[known->pos] : nullptr;
     if (!m) {
@@ -207,7 +209,7 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
       add_member(std::move(fresh));
       continue;
     }
-    MemberView& v = m->view;
+    MemberInfo& v = m->view;
     const bool newer = std::tie(r.incarnation, r.heartbeat) > std::tie(v.incarnation, v.heartbeat);
     const bool departs = r.left && !m->left && r.incarnation == v.incarnation;
     if (!newer && !departs) continue;  // nothing we did not know
@@ -261,7 +263,7 @@ std::vector<MemberRecord> Membership::rows_for_message() {
   return rows;
 }
 
-const std::vector<const MemberView*>& Membership::live() const {
+const std::vector<const MemberInfo*>& Membership::live() const {
   if (live_dirty_) {
     live_.clear();
     for (const Member& m : members_) {
@@ -298,9 +300,9 @@ std::pair<uint32_t, uint32_t> Membership::reachable_fraction() const {
   return {reachable, known};
 }
 
-std::vector<MemberView> Membership::view(MonoNanos now) const {
-  std::vector<MemberView> out;
-  MemberView me;
+std::vector<MemberInfo> Membership::view(MonoNanos now) const {
+  std::vector<MemberInfo> out;
+  MemberInfo me;
   me.id = self_.id;
   me.address = self_.address;
   me.state = MemberState::kAlive;
@@ -309,11 +311,11 @@ std::vector<MemberView> Membership::view(MonoNanos now) const {
   me.self = true;
   out.push_back(me);
   for (const Member& m : members_) {
-    MemberView v = m.view;
+    MemberInfo v = m.view;
     v.last_heard_ns = now - m.view.last_heard_ns;
     out.push_back(v);
   }
-  std::sort(out.begin() + 1, out.end(), [](const MemberView& a, const MemberView& b) { return a.id < b.id; });
+  std::sort(out.begin() + 1, out.end(), [](const MemberInfo& a, const MemberInfo& b) { return a.id < b.id; });
   return out;
 }
 

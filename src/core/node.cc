@@ -106,13 +106,13 @@ void Node::tick(MonoNanos now) {
   std::vector<BatchPtr> fresh = std::move(sealed_);
   sealed_.clear();
 
-  const std::vector<const MemberView*>& live = membership_.live();
+  const std::vector<const MemberInfo*>& live = membership_.live();
   live_members_ = live.size();  // sizes the retransmit budget until the next round
   if (options_.mode == DisseminationMode::kMesh) {
     // Everyone hears from us every round: our news, or just our heartbeat.
     if (!live.empty()) {
       const GossipMessagePtr m = message(fresh);
-      for (const MemberView* v : live) send(v->address, m);
+      for (const MemberInfo* v : live) send(v->address, m);
     }
   } else {
     // fresh was queued when sealed (keep_sealed).
@@ -235,7 +235,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
       stats_.repairs_sent += missing.size();
       auto reply = std::const_pointer_cast<GossipMessage>(message(std::move(missing)));
       if (m.digest_reply_wanted) reply->digest = ledger_.digest();  // so the asker can answer in turn
-      const MemberView* v = membership_.find(m.sender);
+      const MemberInfo* v = membership_.find(m.sender);
       send(v ? v->address : m.sender_address, reply);
     }
   }
@@ -257,13 +257,13 @@ void Node::leave(MonoNanos now) {
   for (size_t i = 0; i < sealed_.size(); i += options_.max_batches_per_message) {
     const size_t end = std::min(sealed_.size(), i + options_.max_batches_per_message);
     const GossipMessagePtr m = message({sealed_.begin() + long(i), sealed_.begin() + long(end)});
-    for (const MemberView* v : membership_.live()) send(v->address, m);
+    for (const MemberInfo* v : membership_.live()) send(v->address, m);
   }
   sealed_.clear();
   membership_.leave();
   auto m = std::const_pointer_cast<GossipMessage>(message({}));
   m->leaving = true;
-  for (const MemberView* v : membership_.live()) send(v->address, m);
+  for (const MemberInfo* v : membership_.live()) send(v->address, m);
 }
 
 void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) { table_.replace_rules(std::move(rules), now); }

@@ -1,4 +1,4 @@
-#include "tollgate/offense_limiter.h"
+#include "core/offense_limiter.h"
 
 namespace tollgate {
 

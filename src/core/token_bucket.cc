@@ -21,17 +21,6 @@ int64_t whole_tokens(int64_t micro) {
 
 }  // namespace
 
-const char* deny_reason_name(DenyReason reason) {
-  switch (reason) {
-    case DenyReason::kNone: return "allowed";
-    case DenyReason::kInsufficientTokens: return "insufficient tokens";
-    case DenyReason::kCostExceedsBurst: return "cost exceeds burst";
-    case DenyReason::kInvalidCost: return "invalid cost (negative)";
-    case DenyReason::kKeyTooLong: return "key too long";
-  }
-  return "unknown";
-}
-
 TokenBucket::TokenBucket(const Limit& limit, MonoNanos now_ns)
     : balance_(cap_micro(limit)), remainder_(0), last_ns_(now_ns) {}
 

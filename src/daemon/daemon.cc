@@ -11,9 +11,9 @@
 #include "bind_address.h"
 #include "fault_injection.h"
 #include "tcp_transport.h"
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 #include "udp_transport.h"
-#include "tollgate/cluster_key.h"
+#include "codec/cluster_key.h"
 #include "tollgate/config_error.h"
 #include "tollgate/peers_file.h"
 #include "tollgate/rules_file.h"
@@ -229,23 +229,15 @@ void Daemon::shutdown() {
   });
 }
 
-CheckResult Daemon::check(std::string_view key, int64_t cost) {
-  CheckResult r;
-  r.decision = node_->check(key, cost, clock_.now_ns());
-  if (r.decision.limited) r.limit = node_->limit_for(key);
-  return r;
+void Daemon::check(std::span<const CheckItem> items, std::span<Decision> out) {
+  const MonoNanos now = clock_.now_ns();
+  for (size_t i = 0; i < items.size(); ++i) out[i] = node_->check(items[i].key, items[i].cost, now);
 }
 
-std::vector<MemberReport> Daemon::members() {
-  std::vector<MemberReport> out;
-  for (const MemberView& v : node_->membership().view(clock_.now_ns())) {
-    out.push_back({v.id, v.address, member_state_name(v.state), v.incarnation, v.last_heard_ns / kNanosPerMilli, v.self});
-  }
-  return out;
-}
+std::vector<MemberInfo> Daemon::members() { return node_->membership().view(clock_.now_ns()); }
 
-StatsReport Daemon::stats() {
-  StatsReport s;
+StatsList Daemon::stats() {
+  StatsList s;
   auto add = [&](const std::string& name, uint64_t v) { s.emplace_back(name, int64_t(v)); };
   const NodeStats& n = node_->stats();
   add("checks", n.checks);
@@ -305,12 +297,12 @@ StatsReport Daemon::stats() {
   return s;
 }
 
-std::string Daemon::set_faults(const FaultSpec& faults) {
+std::string Daemon::set_faults(const FaultSettings& faults) {
   if (std::string why = faults.validate(); !why.empty()) return why;
-  FaultSpec spec = faults;
+  FaultSettings spec = faults;
   // Operators name nodes by id; the transport sees addresses. Accept both.
   for (const std::string& id : faults.drop_to) {
-    if (const MemberView* v = node_->membership().find(id)) spec.drop_to.push_back(v->address);
+    if (const MemberInfo* v = node_->membership().find(id)) spec.drop_to.push_back(v->address);
   }
   faults_->set_faults(spec);
   spdlog::info("fault injection {}", spec.empty() ? "cleared" : "set");

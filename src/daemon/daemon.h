@@ -12,11 +12,11 @@
 #include <optional>
 #include <string>
 
-#include "api/api_handler.h"
+#include "api/request_handler.h"
 #include "daemon_options.h"
 #include "steady_clock.h"
 #include "tollgate/node.h"
-#include "tollgate/offense_limiter.h"
+#include "core/offense_limiter.h"
 #include "tollgate/random.h"
 
 namespace tollgate {
@@ -27,7 +27,7 @@ namespace api {
 class ApiServer;
 }
 
-class Daemon final : public ApiHandler {
+class Daemon final : public RequestHandler {
  public:
   // Loads the rules, peers and key files and binds every socket. Throws ConfigError for a bad
   // file and std::runtime_error for a socket that cannot be bound, with what to fix.
@@ -39,11 +39,11 @@ class Daemon final : public ApiHandler {
   // files and returns 0. SIGHUP reloads the rules and the cluster key file.
   int run();
 
-  // ApiHandler, called on the io thread.
-  CheckResult check(std::string_view key, int64_t cost) override;
-  std::vector<MemberReport> members() override;
-  StatsReport stats() override;
-  std::string set_faults(const FaultSpec& faults) override;
+  // RequestHandler, called on the io thread.
+  void check(std::span<const CheckItem> items, std::span<Decision> out) override;
+  std::vector<MemberInfo> members() override;
+  StatsList stats() override;
+  std::string set_faults(const FaultSettings& faults) override;
 
  private:
   void wait_for_signal();

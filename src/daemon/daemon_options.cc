@@ -1,6 +1,6 @@
 #include "daemon_options.h"
 
-#include <yaml-cpp/yaml.h>
+#include "config/strict_yaml.h"
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "tollgate/config_error.h"
 #include "tollgate/duration.h"
-#include "tollgate/peers_file.h"
+#include "util/host_port.h"
 
 namespace tollgate {
 namespace {
@@ -28,18 +28,10 @@ class YamlConfig : public CLI::Config {
     const std::string file = app_->get_config_ptr()->as<std::string>();
     std::stringstream text;
     text << input.rdbuf();
-    YAML::Node root;
-    try {
-      root = YAML::Load(text.str());
-    } catch (const YAML::ParserException& e) {
-      throw ConfigError(file, e.mark.line + 1, e.mark.column + 1, e.msg);
-    }
+    const YAML::Node root = yaml::load(text.str(), file);
     std::vector<CLI::ConfigItem> result;
     if (root.IsNull()) return result;
-    auto fail = [&](const YAML::Node& at, const std::string& why) {
-      const YAML::Mark m = at.Mark();
-      throw ConfigError(file, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1, why);
-    };
+    auto fail = [&](const YAML::Node& at, const std::string& why) { yaml::fail(file, at, why); };
     if (!root.IsMap()) fail(root, "expected a mapping of settings, e.g. `mode: gossip`");
     for (const auto& kv : root) {
       const std::string name = kv.first.Scalar();

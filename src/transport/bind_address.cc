@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "tollgate/peers_file.h"
+#include "util/host_port.h"
 
 namespace tollgate {
 

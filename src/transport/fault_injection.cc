@@ -10,7 +10,7 @@ FaultInjectingTransport::FaultInjectingTransport(boost::asio::io_context& io, Tr
 
 FaultInjectingTransport::~FaultInjectingTransport() { *alive_ = false; }
 
-void FaultInjectingTransport::set_faults(const FaultSpec& faults) {
+void FaultInjectingTransport::set_faults(const FaultSettings& faults) {
   faults_ = faults;
   drop_to_ = {faults.drop_to.begin(), faults.drop_to.end()};
   drop_from_ = {faults.drop_from.begin(), faults.drop_from.end()};

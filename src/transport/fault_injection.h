@@ -1,5 +1,5 @@
 // A Transport decorator that loses, delays, duplicates and blocks gossip on command (the admin
-// API's `faults`). Compiled into every daemon, inert until a non-empty FaultSpec is set. Runs on
+// API's `faults`). Compiled into every daemon, inert until a non-empty FaultSettings is set. Runs on
 // the io_context thread, like the transport it wraps.
 #ifndef TOLLGATE_SRC_TRANSPORT_FAULT_INJECTION_H_
 #define TOLLGATE_SRC_TRANSPORT_FAULT_INJECTION_H_
@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "tollgate/fault_spec.h"
+#include "tollgate/api.h"
 #include "tollgate/random.h"
 #include "transport.h"
 
@@ -24,8 +24,8 @@ class FaultInjectingTransport final : public Transport {
   FaultInjectingTransport(boost::asio::io_context& io, Transport& inner, Random& random);
   ~FaultInjectingTransport() override;
 
-  void set_faults(const FaultSpec& faults);
-  const FaultSpec& faults() const { return faults_; }
+  void set_faults(const FaultSettings& faults);
+  const FaultSettings& faults() const { return faults_; }
   const FaultStats& fault_stats() const { return stats_; }
 
   void send(const std::string& address, const GossipMessagePtr& message) override;
@@ -41,7 +41,7 @@ class FaultInjectingTransport final : public Transport {
   boost::asio::io_context& io_;
   Transport& inner_;
   Random& random_;
-  FaultSpec faults_;
+  FaultSettings faults_;
   std::unordered_set<std::string> drop_to_, drop_from_;
   FaultStats stats_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // delayed sends check it

@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "bind_address.h"
-#include "tollgate/codec.h"
-#include "tollgate/peers_file.h"
+#include "codec/codec.h"
+#include "util/host_port.h"
 
 namespace tollgate {
 
@@ -135,7 +135,7 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
 class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
  public:
   Inbound(TcpTransport& t, tcp::socket socket)
-      : t_(t), socket_(std::move(socket)), reader_(t.options_.max_frame_bytes) {
+      : t_(t), socket_(std::move(socket)), reader_(gossip_frame_reader(t.options_.max_frame_bytes)) {
     boost::system::error_code ec;
     const tcp::endpoint peer = socket_.remote_endpoint(ec);
     if (!ec) peer_ = peer.address().to_string() + ":" + std::to_string(peer.port());

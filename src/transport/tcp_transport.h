@@ -14,7 +14,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "tollgate/cluster_key.h"
+#include "codec/cluster_key.h"
 #include "transport.h"
 
 namespace tollgate {

@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "tollgate/cluster_key.h"
+#include "codec/cluster_key.h"
 #include "tollgate/message.h"
-#include "tollgate/node.h"
-#include "tollgate/offense_limiter.h"
-#include "tollgate/source_limiter.h"
+#include "tollgate/outbox.h"
+#include "core/offense_limiter.h"
+#include "core/source_limiter.h"
 
 namespace tollgate {
 

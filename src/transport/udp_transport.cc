@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include "bind_address.h"
-#include "tollgate/codec.h"
-#include "tollgate/peers_file.h"
+#include "codec/codec.h"
+#include "util/host_port.h"
 
 namespace tollgate {
 namespace {

@@ -67,10 +67,7 @@ class ClientTest : public ::testing::Test {
     handler_.set_on_check([released = release.get_future().share(), calls](std::string_view, int64_t) {
       const int n = ++*calls;
       if (n == 1) released.wait();
-      CheckResult r;
-      r.limit = fake_limit();
-      r.decision = Decision{true, /*remaining=*/n * 100, 0, DenyReason::kNone, true};
-      return r;
+      return Decision{true, /*remaining=*/n * 100, 0, DenyReason::kNone, true, fake_limit()};
     });
     return release;
   }
@@ -101,8 +98,8 @@ TEST_F(ClientTest, CheckIsDecidedByTheDaemon) {
   EXPECT_EQ(reply.retry_after_ns, 0);
   EXPECT_EQ(reply.reason, DenyReason::kNone);
   EXPECT_TRUE(reply.limited);
-  ASSERT_TRUE(reply.limit);
-  EXPECT_EQ(*reply.limit, fake_limit());
+  ASSERT_TRUE(reply.has_limit());
+  EXPECT_EQ(reply.limit, fake_limit());
 
   const CheckReply denied = client.check("k", 6);
   EXPECT_TRUE(denied.from_daemon());
@@ -113,7 +110,7 @@ TEST_F(ClientTest, CheckIsDecidedByTheDaemon) {
   const CheckReply unlimited = client.check("unlimited");
   EXPECT_TRUE(unlimited.allowed);
   EXPECT_FALSE(unlimited.limited);
-  EXPECT_FALSE(unlimited.limit);
+  EXPECT_FALSE(unlimited.has_limit());
 
   // Keys are bytes, not text.
   const std::string binary_key("\xff\x00\xfe", 3);
@@ -179,9 +176,10 @@ TEST_F(ClientTest, AdminCalls) {
   EXPECT_EQ((*members)[0].id, "node-a");
   EXPECT_TRUE((*members)[0].self);
   EXPECT_EQ((*members)[1].address, "127.0.0.1:7002");
-  EXPECT_EQ((*members)[1].state, "suspect");
+  EXPECT_EQ((*members)[1].state, MemberState::kSuspect);
   EXPECT_EQ((*members)[1].incarnation, 1u);
-  EXPECT_EQ((*members)[1].last_heard_ms, 1500);
+  EXPECT_EQ((*members)[1].heartbeat, 12u);
+  EXPECT_EQ((*members)[1].last_heard_ns, 1'500'000'000);
 
   const auto stats = client.stats(&error);
   ASSERT_TRUE(stats) << error;
@@ -245,8 +243,8 @@ TEST(ClientOddData, NodeIdsThatAreNotUtf8DoNotBreakMembers) {
   // Node ids can be learned from the network; the API carries them as bytes.
   class OddHandler : public FakeHandler {
    public:
-    std::vector<MemberReport> members() override {
-      return {{std::string("n\xff\x00d", 4), "127.0.0.1:1", "alive", 1, 0, true}};
+    std::vector<MemberInfo> members() override {
+      return {{std::string("n\xff\x00d", 4), "127.0.0.1:1", MemberState::kAlive, 1, 0, 0, true}};
     }
   };
   TempDir dir;

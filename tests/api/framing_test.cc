@@ -24,14 +24,14 @@ pb::Request sample_request(uint64_t id, const std::string& key) {
 
 TEST(Framing, LengthIsFourBytesBigEndian) {
   unsigned char bytes[4];
-  encode_frame_length(0x01020304u, bytes);
+  store_be32(0x01020304u, bytes);
   EXPECT_EQ(bytes[0], 0x01);
   EXPECT_EQ(bytes[1], 0x02);
   EXPECT_EQ(bytes[2], 0x03);
   EXPECT_EQ(bytes[3], 0x04);
-  EXPECT_EQ(decode_frame_length(bytes), 0x01020304u);
-  encode_frame_length(0xFFFFFFFFu, bytes);
-  EXPECT_EQ(decode_frame_length(bytes), 0xFFFFFFFFu);
+  EXPECT_EQ(load_be32(bytes), 0x01020304u);
+  store_be32(0xFFFFFFFFu, bytes);
+  EXPECT_EQ(load_be32(bytes), 0xFFFFFFFFu);
 }
 
 TEST(Framing, FramesRoundTripWhenFedOneByteAtATime) {
@@ -40,12 +40,12 @@ TEST(Framing, FramesRoundTripWhenFedOneByteAtATime) {
   ASSERT_TRUE(append_frame(sample_request(2, std::string(300, 'k')), kDefaultMaxFrameBytes, stream));
   ASSERT_TRUE(append_frame(pb::Request(), kDefaultMaxFrameBytes, stream));  // an empty message: length 0
 
-  FrameDecoder decoder(kDefaultMaxFrameBytes);
+  FrameReader decoder(kDefaultMaxFrameBytes);
   std::vector<pb::Request> decoded;
   for (char byte : stream) {
-    decoder.feed(&byte, 1);
+    decoder.append(std::string_view(&byte, 1));
     std::string_view payload;
-    while (decoder.next(&payload) == FrameDecoder::Status::kFrame) {
+    while (decoder.next(&payload) == FrameReader::Status::kFrame) {
       pb::Request r;
       ASSERT_TRUE(r.ParseFromArray(payload.data(), static_cast<int>(payload.size())));
       decoded.push_back(r);
@@ -58,22 +58,22 @@ TEST(Framing, FramesRoundTripWhenFedOneByteAtATime) {
   EXPECT_EQ(decoded[1].check().checks(0).key(), std::string(300, 'k'));
   EXPECT_EQ(decoded[1].check().checks(0).cost(), 3);
   EXPECT_EQ(decoded[2].id(), 0u);
-  EXPECT_EQ(decoder.buffered_bytes(), 0u);
+  EXPECT_EQ(decoder.buffered(), 0u);
 }
 
 TEST(Framing, ManyFramesInOnePieceComeOutInOrder) {
   std::string stream;
   for (uint64_t id = 1; id <= 50; ++id) ASSERT_TRUE(append_frame(sample_request(id, "k"), kDefaultMaxFrameBytes, stream));
-  FrameDecoder decoder(kDefaultMaxFrameBytes);
-  decoder.feed(stream.data(), stream.size());
+  FrameReader decoder(kDefaultMaxFrameBytes);
+  decoder.append(std::string_view(stream.data(), stream.size()));
   std::string_view payload;
   for (uint64_t id = 1; id <= 50; ++id) {
-    ASSERT_EQ(decoder.next(&payload), FrameDecoder::Status::kFrame);
+    ASSERT_EQ(decoder.next(&payload), FrameReader::Status::kFrame);
     pb::Request r;
     ASSERT_TRUE(r.ParseFromArray(payload.data(), static_cast<int>(payload.size())));
     EXPECT_EQ(r.id(), id);
   }
-  EXPECT_EQ(decoder.next(&payload), FrameDecoder::Status::kNeedMore);
+  EXPECT_EQ(decoder.next(&payload), FrameReader::Status::kNeedMore);
 }
 
 TEST(Framing, EncodingRefusesAMessageAboveTheLimit) {
@@ -84,50 +84,50 @@ TEST(Framing, EncodingRefusesAMessageAboveTheLimit) {
 }
 
 TEST(Framing, OversizedLengthIsRejectedFromTheHeaderAlone) {
-  FrameDecoder decoder(1024);
+  FrameReader decoder(1024);
   // A frame of exactly the limit is fine.
   std::string exact(4 + 1024, 'x');
-  encode_frame_length(1024, reinterpret_cast<unsigned char*>(exact.data()));
-  decoder.feed(exact.data(), exact.size());
+  store_be32(1024, reinterpret_cast<unsigned char*>(exact.data()));
+  decoder.append(std::string_view(exact.data(), exact.size()));
   std::string_view payload;
-  ASSERT_EQ(decoder.next(&payload), FrameDecoder::Status::kFrame);
+  ASSERT_EQ(decoder.next(&payload), FrameReader::Status::kFrame);
   EXPECT_EQ(payload.size(), 1024u);
 
   // One byte more is rejected as soon as the 4 header bytes are in, with no payload sent at all.
   unsigned char header[4];
-  encode_frame_length(1025, header);
-  decoder.feed(reinterpret_cast<const char*>(header), 4);
-  EXPECT_EQ(decoder.next(&payload), FrameDecoder::Status::kTooLarge);
+  store_be32(1025, header);
+  decoder.append(std::string_view(reinterpret_cast<const char*>(header), 4));
+  EXPECT_EQ(decoder.next(&payload), FrameReader::Status::kTooLarge);
   EXPECT_EQ(decoder.rejected_length(), 1025u);
   // Sticky: more bytes do not revive the stream.
-  decoder.feed("abcd", 4);
-  EXPECT_EQ(decoder.next(&payload), FrameDecoder::Status::kTooLarge);
+  decoder.append(std::string_view("abcd", 4));
+  EXPECT_EQ(decoder.next(&payload), FrameReader::Status::kTooLarge);
   decoder.reset();
-  EXPECT_EQ(decoder.next(&payload), FrameDecoder::Status::kNeedMore);
+  EXPECT_EQ(decoder.next(&payload), FrameReader::Status::kNeedMore);
 }
 
 TEST(Framing, TwoGigabyteLengthBuffersNothingBeyondWhatArrived) {
-  FrameDecoder decoder(kDefaultMaxFrameBytes);
+  FrameReader decoder(kDefaultMaxFrameBytes);
   unsigned char header[4];
-  encode_frame_length(0x80000000u, header);  // 2 GiB
-  decoder.feed(reinterpret_cast<const char*>(header), 4);
+  store_be32(0x80000000u, header);  // 2 GiB
+  decoder.append(std::string_view(reinterpret_cast<const char*>(header), 4));
   std::string_view payload;
-  EXPECT_EQ(decoder.next(&payload), FrameDecoder::Status::kTooLarge);
+  EXPECT_EQ(decoder.next(&payload), FrameReader::Status::kTooLarge);
   EXPECT_EQ(decoder.rejected_length(), 0x80000000u);
-  EXPECT_LE(decoder.buffered_bytes(), 4u);
+  EXPECT_LE(decoder.buffered(), 4u);
 }
 
 TEST(Framing, APartialHeaderOrPayloadWaitsForMore) {
   std::string stream;
   ASSERT_TRUE(append_frame(sample_request(7, "key"), kDefaultMaxFrameBytes, stream));
-  FrameDecoder decoder(kDefaultMaxFrameBytes);
+  FrameReader decoder(kDefaultMaxFrameBytes);
   std::string_view payload;
-  decoder.feed(stream.data(), 2);
-  EXPECT_EQ(decoder.next(&payload), FrameDecoder::Status::kNeedMore);
-  decoder.feed(stream.data() + 2, stream.size() - 3);
-  EXPECT_EQ(decoder.next(&payload), FrameDecoder::Status::kNeedMore);
-  decoder.feed(stream.data() + stream.size() - 1, 1);
-  EXPECT_EQ(decoder.next(&payload), FrameDecoder::Status::kFrame);
+  decoder.append(std::string_view(stream.data(), 2));
+  EXPECT_EQ(decoder.next(&payload), FrameReader::Status::kNeedMore);
+  decoder.append(std::string_view(stream.data() + 2, stream.size() - 3));
+  EXPECT_EQ(decoder.next(&payload), FrameReader::Status::kNeedMore);
+  decoder.append(std::string_view(stream.data() + stream.size() - 1, 1));
+  EXPECT_EQ(decoder.next(&payload), FrameReader::Status::kFrame);
 }
 
 }  // namespace

@@ -56,8 +56,8 @@ TEST(ParseEndpoint, ErrorsSayWhatIsWrong) {
       {"/tmp/x.sock", "expected unix:PATH or tcp:HOST:PORT"},
       {"udp:127.0.0.1:1", "expected unix:PATH or tcp:HOST:PORT"},
       {"unix:", "socket path is empty"},
-      {"tcp:127.0.0.1", "expected tcp:HOST:PORT"},
-      {"tcp::7070", "host is empty"},
+      {"tcp:127.0.0.1", "expected host:port"},
+      {"tcp::7070", "missing host"},
       {"tcp:127.0.0.1:", "port must be a number from 0 to 65535"},
       {"tcp:127.0.0.1:65536", "port must be a number from 0 to 65535"},
       {"tcp:127.0.0.1:-1", "port must be a number from 0 to 65535"},
@@ -119,8 +119,8 @@ TEST(Json, PassesValidUtf8AndReplacesInvalidBytes) {
 }
 
 TEST(CliOutput, MembersJsonHasExactlyTheDocumentedFields) {
-  std::vector<MemberInfo> members = {{"node-a", "127.0.0.1:7001", "alive", 3, 0, true},
-                                     {"no\"de", "127.0.0.1:7002", "dead", 1, 2500, false}};
+  std::vector<MemberInfo> members = {{"node-a", "127.0.0.1:7001", MemberState::kAlive, 3, 9, 0, true},
+                                     {"no\"de", "127.0.0.1:7002", MemberState::kDead, 1, 7, 2'500'000'000, false}};
   EXPECT_EQ(format_members_json(members),
             "{\"members\": [{\"id\": \"node-a\", \"address\": \"127.0.0.1:7001\", \"state\": \"alive\", "
             "\"incarnation\": 3, \"last_heard_ms\": 0}, {\"id\": \"no\\\"de\", \"address\": \"127.0.0.1:7002\", "
@@ -129,8 +129,8 @@ TEST(CliOutput, MembersJsonHasExactlyTheDocumentedFields) {
 }
 
 TEST(CliOutput, MembersTableMarksTheNodeItself) {
-  std::vector<MemberInfo> members = {{"node-a", "127.0.0.1:7001", "alive", 3, 0, true},
-                                     {"node-b", "127.0.0.1:7002", "suspect", 1, 1500, false}};
+  std::vector<MemberInfo> members = {{"node-a", "127.0.0.1:7001", MemberState::kAlive, 3, 9, 0, true},
+                                     {"node-b", "127.0.0.1:7002", MemberState::kSuspect, 1, 7, 1'500'000'000, false}};
   EXPECT_EQ(format_members_text(members),
             "ID             ADDRESS         STATE    INCARNATION  LAST-HEARD\n"
             "node-a (self)  127.0.0.1:7001  alive    3            -\n"

@@ -372,9 +372,7 @@ TEST_F(ApiServerTest, ALargeBatchDoesNotHoldUpAnotherClientsCheck) {
       cv.notify_all();
       cv.wait(lock, [&] { return released; });
     }
-    CheckResult r;
-    r.decision = Decision{true, 0, 0, DenyReason::kNone, false};
-    return r;
+    return Decision{true, 0, 0, DenyReason::kNone, false, {}};
   });
   std::vector<std::pair<std::string, int64_t>> checks;
   for (int i = 0; i < 1000; ++i) checks.emplace_back("big-" + std::to_string(i), 1);
@@ -462,7 +460,7 @@ TEST_F(ApiServerTest, MembersStatsAndFaults) {
 TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
   auto c = connect();
   expect_served(*c, 1);
-  const StatsReport stats = server_.stats();
+  const StatsList stats = server_.stats();
   std::vector<std::string> names;
   for (const auto& [name, value] : stats) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{
@@ -561,7 +559,7 @@ TEST(ApiServerTcp, ServesOnAnEphemeralLoopbackPort) {
   ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
   char header[4];
   ASSERT_EQ(::recv(fd, header, 4, MSG_WAITALL), 4);
-  std::string payload(decode_frame_length(reinterpret_cast<unsigned char*>(header)), '\0');
+  std::string payload(load_be32(reinterpret_cast<unsigned char*>(header)), '\0');
   ASSERT_EQ(::recv(fd, payload.data(), payload.size(), MSG_WAITALL), static_cast<ssize_t>(payload.size()));
   ::close(fd);
   pb::Response r;

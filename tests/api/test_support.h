@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "api/api_handler.h"
 #include "api/api_server.h"
+#include "api/request_handler.h"
 #include "api/framing.h"
 #include "tollgate/v1/api.pb.h"
 
@@ -63,10 +63,14 @@ inline Limit fake_limit() { return Limit{Rate{10, 1'000'000'000}, 5, 5}; }
 // Decides like a full bucket of 5 that never changes: cost <= 5 is allowed with 5 - cost left;
 // more is denied. "unlimited" is not limited; "boom" throws. Thread-safe: the server calls it on
 // its io thread while the test thread inspects it.
-class FakeHandler : public ApiHandler {
+class FakeHandler : public RequestHandler {
  public:
-  CheckResult check(std::string_view key, int64_t cost) override {
-    std::function<CheckResult(std::string_view, int64_t)> hook;
+  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
+    for (size_t i = 0; i < items.size(); ++i) out[i] = check_one(items[i].key, items[i].cost);
+  }
+
+  Decision check_one(std::string_view key, int64_t cost) {
+    std::function<Decision(std::string_view, int64_t)> hook;
     {
       std::lock_guard lock(mutex_);
       seen_.emplace_back(std::string(key), cost);
@@ -74,37 +78,29 @@ class FakeHandler : public ApiHandler {
     }
     if (hook) return hook(key, cost);
     if (key == "boom") throw std::runtime_error("handler exploded");
-    CheckResult r;
-    if (key == "unlimited") {
-      r.decision = Decision{true, 0, 0, DenyReason::kNone, false};
-      return r;
-    }
-    r.limit = fake_limit();
-    if (cost <= 5) {
-      r.decision = Decision{true, 5 - cost, 0, DenyReason::kNone, true};
-    } else {
-      r.decision = Decision{false, 5, kRetryNever, DenyReason::kCostExceedsBurst, true};
-    }
-    return r;
+    if (key == "unlimited") return Decision{true, 0, 0, DenyReason::kNone, false, {}};
+    if (cost <= 5) return Decision{true, 5 - cost, 0, DenyReason::kNone, true, fake_limit()};
+    return Decision{false, 5, kRetryNever, DenyReason::kCostExceedsBurst, true, fake_limit()};
   }
 
-  std::vector<MemberReport> members() override {
-    return {{"node-a", "127.0.0.1:7001", "alive", 3, 0, true}, {"node-b", "127.0.0.1:7002", "suspect", 1, 1500, false}};
+  std::vector<MemberInfo> members() override {
+    return {{"node-a", "127.0.0.1:7001", MemberState::kAlive, 3, 40, 0, true},
+            {"node-b", "127.0.0.1:7002", MemberState::kSuspect, 1, 12, 1'500'000'000, false}};
   }
 
-  StatsReport stats() override {
+  StatsList stats() override {
     std::lock_guard lock(mutex_);
     return {{"checks", static_cast<int64_t>(seen_.size())}, {"keys", 2}};
   }
 
-  std::string set_faults(const FaultSpec& faults) override {
+  std::string set_faults(const FaultSettings& faults) override {
     std::lock_guard lock(mutex_);
     faults_ = faults;
     return faults.loss > 0.9 ? "loss above 0.9 would stop the cluster" : "";
   }
 
   // Replaces the decision logic (e.g. to block, or to count calls).
-  void set_on_check(std::function<CheckResult(std::string_view, int64_t)> hook) {
+  void set_on_check(std::function<Decision(std::string_view, int64_t)> hook) {
     std::lock_guard lock(mutex_);
     on_check_ = std::move(hook);
   }
@@ -112,7 +108,7 @@ class FakeHandler : public ApiHandler {
     std::lock_guard lock(mutex_);
     return seen_;
   }
-  std::optional<FaultSpec> faults() {
+  std::optional<FaultSettings> faults() {
     std::lock_guard lock(mutex_);
     return faults_;
   }
@@ -120,14 +116,14 @@ class FakeHandler : public ApiHandler {
  private:
   std::mutex mutex_;
   std::vector<std::pair<std::string, int64_t>> seen_;
-  std::optional<FaultSpec> faults_;
-  std::function<CheckResult(std::string_view, int64_t)> on_check_;
+  std::optional<FaultSettings> faults_;
+  std::function<Decision(std::string_view, int64_t)> on_check_;
 };
 
 // An ApiServer on its own io thread. Runs server methods on that thread through on_io().
 class ServerHarness {
  public:
-  explicit ServerHarness(ApiHandler& handler) : handler_(handler), work_(boost::asio::make_work_guard(io_)) {
+  explicit ServerHarness(RequestHandler& handler) : handler_(handler), work_(boost::asio::make_work_guard(io_)) {
     thread_ = std::thread([this] { io_.run(); });
   }
   ~ServerHarness() {
@@ -162,7 +158,7 @@ class ServerHarness {
   ApiServerCounters counters() {
     return on_io([this] { return server_->counters(); });
   }
-  StatsReport stats() {
+  StatsList stats() {
     return on_io([this] { return server_->stats(); });
   }
   std::vector<Endpoint> bound() {
@@ -178,7 +174,7 @@ class ServerHarness {
   }
 
  private:
-  ApiHandler& handler_;
+  RequestHandler& handler_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::unique_ptr<ApiServer> server_;
@@ -228,7 +224,7 @@ class RawConnection {
   ReadStatus read_response(pb::Response* response) {
     unsigned char header[kFrameHeaderBytes];
     if (ReadStatus s = read_exact(reinterpret_cast<char*>(header), sizeof header); s != ReadStatus::kFrame) return s;
-    std::string payload(decode_frame_length(header), '\0');
+    std::string payload(load_be32(header), '\0');
     if (ReadStatus s = read_exact(payload.data(), payload.size()); s != ReadStatus::kFrame) return s;
     if (!response->ParseFromString(payload)) ADD_FAILURE() << "server sent a frame that is not a Response";
     return ReadStatus::kFrame;

@@ -1,4 +1,4 @@
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 
 #include <google/protobuf/unknown_field_set.h>
 #include <gtest/gtest.h>
@@ -198,7 +198,7 @@ TEST(Codec, AMessageThatFitsIsOneFrameAndFramesSplitWhenItDoesNot) {
   const GossipMessage m = big_message(300, 150, 700);
   const auto one = encode_frames(m, key_a());
   ASSERT_EQ(one.size(), 1u);
-  FrameReader reader;
+  FrameReader reader = gossip_frame_reader();
   reader.append(one[0]);
   std::string_view frame;
   ASSERT_EQ(reader.next(&frame), FrameReader::Status::kFrame);

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 #include "tollgate/v1/gossip.pb.h"
 
 namespace tollgate::codec_test {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "codec_test_util.h"
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 
 namespace tollgate {
 namespace {
@@ -21,7 +21,7 @@ std::string frame_of(const std::string& body) {
 
 TEST(FrameReader, WaitsUntilAFrameIsComplete) {
   const std::string f = frame_of("hello, frame");
-  FrameReader reader;
+  FrameReader reader = gossip_frame_reader();
   std::string_view frame;
   for (size_t i = 0; i + 1 < f.size(); ++i) {
     reader.append(f.substr(i, 1));
@@ -35,7 +35,7 @@ TEST(FrameReader, WaitsUntilAFrameIsComplete) {
 }
 
 TEST(FrameReader, CutsSeveralFramesOutOfOneBuffer) {
-  FrameReader reader;
+  FrameReader reader = gossip_frame_reader();
   reader.append(frame_of("one") + frame_of("") + frame_of("three") + frame_of("fo"));
   reader.append("ur");  // the length of "four" arrived, then the rest of it
   std::string_view frame;
@@ -58,7 +58,7 @@ TEST(FrameReader, RefusesAnOversizeLengthAsSoonAsItArrives) {
   EXPECT_EQ(reader.next(&frame), Status::kTooLarge);
   EXPECT_EQ(reader.buffered(), 0u);
 
-  FrameReader huge;
+  FrameReader huge = gossip_frame_reader();
   huge.append("\xff\xff\xff\xff");
   EXPECT_EQ(huge.next(&frame), Status::kTooLarge);
 }
@@ -72,11 +72,11 @@ TEST(FrameReader, AcceptsAFrameOfExactlyTheLimit) {
 }
 
 TEST(FrameReader, ALimitAboveTheDecoderLimitIsRefused) {
-  EXPECT_THROW(FrameReader(kMaxMessageBytes + 1), std::invalid_argument);
+  EXPECT_THROW(gossip_frame_reader(kMaxMessageBytes + 1), std::invalid_argument);
 }
 
 TEST(FrameReader, AnEmptyFrameDecodesAsMalformed) {
-  FrameReader reader;
+  FrameReader reader = gossip_frame_reader();
   reader.append(frame_of(""));
   std::string_view frame;
   ASSERT_EQ(reader.next(&frame), Status::kFrame);

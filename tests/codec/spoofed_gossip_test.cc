@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "codec_test_util.h"
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 #include "tollgate/node.h"
 #include "tollgate/rules.h"
 

@@ -21,7 +21,7 @@
 
 #include "daemon/daemon_options.h"
 #include "fuzz_util.h"
-#include "tollgate/peers_file.h"
+#include "util/host_port.h"
 
 namespace {
 

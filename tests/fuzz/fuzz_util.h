@@ -67,7 +67,7 @@ inline uint32_t be32(std::string_view p) {
 }
 
 // What a length-prefixed stream holds, read in one pass over all of it: the reference the
-// incremental decoders (FrameReader, api::FrameDecoder) are compared with.
+// incremental decoders (FrameReader, FrameReader) are compared with.
 struct ReferenceFrames {
   std::vector<std::string_view> frames;
   bool too_large = false;  // stopped at a length above the limit

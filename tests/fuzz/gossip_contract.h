@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 
 namespace tollgate::fuzz {
 

@@ -17,7 +17,7 @@
 
 #include "api/framing.h"
 #include "gossip_contract.h"
-#include "tollgate/codec.h"
+#include "codec/codec.h"
 #include "tollgate/v1/api.pb.h"
 
 namespace {

@@ -16,6 +16,7 @@
 #include "fuzz_util.h"
 #include "tollgate/config_error.h"
 #include "tollgate/peers_file.h"
+#include "util/host_port.h"
 
 namespace {
 

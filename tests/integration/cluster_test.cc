@@ -182,12 +182,15 @@ class Cluster {
 
   Client& client(size_t i) { return *clients_[i]; }
 
-  // How node `observer` sees node `subject` ("alive", "dead", ...), or "" if it does not list it.
+  // How node `observer` sees node `subject` ("alive", "dead", ...), "" if it does not list it,
+  // or "no answer: ..." when the observer does not answer (so no expectation passes against a
+  // dead daemon).
   std::string state_of(size_t observer, size_t subject) {
-    auto members = clients_[observer]->members();
-    if (!members) return "";
+    std::string error;
+    auto members = clients_[observer]->members(&error);
+    if (!members) return "no answer: " + error;
     for (const MemberInfo& m : *members) {
-      if (m.id == id(subject)) return m.state;
+      if (m.id == id(subject)) return member_state_name(m.state);
     }
     return "";
   }

@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "tollgate/clock.h"
-#include "tollgate/id_map.h"
+#include "core/id_map.h"
 #include "tollgate/limit.h"
 #include "tollgate/token_bucket.h"
 

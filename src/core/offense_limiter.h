@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "tollgate/clock.h"
-#include "tollgate/id_map.h"
+#include "core/id_map.h"
 
 namespace tollgate {
 

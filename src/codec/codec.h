@@ -21,7 +21,7 @@
 // counts are capped (the per-message caps below) before anything is built from the parsed
 // form, no length field is used to allocate, and content the ledger or membership would
 // misbehave on rejects the whole message, with a reason to count.
-// Thread-safe: every function is pure apart from FrameReader, which has one owner.
+// Thread-safe: every function is pure.
 #ifndef TOLLGATE_CODEC_H_
 #define TOLLGATE_CODEC_H_
 
@@ -32,9 +32,10 @@
 #include <string_view>
 #include <vector>
 
-#include "tollgate/cluster_key.h"
+#include "codec/cluster_key.h"
 #include "tollgate/consumption.h"
 #include "tollgate/message.h"
+#include "util/frame_reader.h"
 
 namespace tollgate {
 
@@ -88,34 +89,9 @@ std::vector<std::string> encode_frames(const GossipMessage& message, const Clust
                                        size_t max_frame_bytes = kDefaultMaxFrameBytes,
                                        EncodeStats* stats = nullptr);
 
-// Cuts envelopes out of a TCP byte stream. One per connection; not thread-safe.
-class FrameReader {
- public:
-  enum class Status : uint8_t {
-    kFrame,     // *frame is the next envelope: decode() it
-    kNeedMore,  // no complete frame buffered: read more and append()
-    kTooLarge,  // a length prefix above max_frame_bytes: the stream cannot be trusted or
-                // resynchronised, so close the connection. Sticky: every later call says so.
-  };
-
-  // Throws std::invalid_argument when max_frame_bytes exceeds kMaxMessageBytes.
-  explicit FrameReader(size_t max_frame_bytes = kDefaultMaxFrameBytes);
-
-  // Appends bytes read from the connection. Ignored once kTooLarge was reported.
-  void append(std::string_view bytes);
-  // Takes the next complete frame. *frame views this reader's buffer and stays valid until the
-  // next append(). A length prefix is checked as soon as its 4 bytes are here, so an oversize
-  // frame is refused before anything is buffered or allocated for it.
-  Status next(std::string_view* frame);
-  // Bytes appended but not yet returned as frames.
-  size_t buffered() const { return buffer_.size() - consumed_; }
-
- private:
-  size_t max_frame_bytes_;
-  std::string buffer_;
-  size_t consumed_ = 0;  // bytes of buffer_ already returned as frames
-  bool too_large_ = false;
-};
+// A reader of TCP gossip frames (util/frame_reader.h) with a limit of `max_frame_bytes`. Throws
+// std::invalid_argument when that exceeds kMaxMessageBytes, what decode() accepts.
+FrameReader gossip_frame_reader(size_t max_frame_bytes = kDefaultMaxFrameBytes);
 
 enum class DecodeError : uint8_t {
   kNone,

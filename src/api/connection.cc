@@ -1,0 +1,149 @@
+#include "api/connection.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+namespace tollgate::api {
+
+namespace asio = boost::asio;
+
+Connection::Connection(std::shared_ptr<ConnectionHost> host, Socket socket, std::string peer)
+    : host_(std::move(host)),
+      socket_(std::move(socket)),
+      decoder_(host_->dispatch().max_frame_bytes()),
+      frame_timer_(host_->io()),
+      peer_(std::move(peer)) {}
+
+void Connection::drain() {
+  if (closed_) return;
+  draining_ = true;
+  frame_timer_.cancel();
+  if (sliced_) return;  // continue_slice() finishes, then answers the rest and closes
+  close_after_flush_ = true;
+  flush();
+}
+
+void Connection::close() {
+  if (closed_) return;
+  closed_ = true;
+  frame_timer_.cancel();
+  boost::system::error_code ignored;
+  socket_.shutdown(Socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  host_->connection_closed(this);
+}
+
+void Connection::read() {
+  if (reading_ || closed_ || close_after_flush_ || draining_ || sliced_) return;
+  if (output_bytes() >= host_->max_pending_output_bytes()) return;  // resumed by on_write
+  reading_ = true;
+  socket_.async_read_some(asio::buffer(read_buffer_),
+                          [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+                            self->on_read(ec, n);
+                          });
+}
+
+void Connection::on_read(const boost::system::error_code& ec, size_t n) {
+  reading_ = false;
+  if (closed_) return;
+  if (ec == asio::error::eof && !host_->stopped()) {
+    // The client has finished sending (it may have half-closed): answer what it sent, then close.
+    close_after_flush_ = true;
+    flush();
+    return;
+  }
+  if (ec || host_->stopped()) {
+    close();  // reset, or the server is stopping: nothing more to answer
+    return;
+  }
+  decoder_.append(std::string_view(read_buffer_.data(), n));
+  process_frames();
+}
+
+void Connection::process_frames() {
+  std::string_view payload;
+  Dispatch& dispatch = host_->dispatch();
+  while (!close_after_flush_ && !sliced_) {
+    const FrameReader::Status status = decoder_.next(&payload);
+    if (status == FrameReader::Status::kNeedMore) break;
+    if (status == FrameReader::Status::kTooLarge) {
+      dispatch.answer_too_large(decoder_.rejected_length(), pending_out_);
+      host_->offense(peer_, "request frame of " + std::to_string(decoder_.rejected_length()) +
+                                " bytes exceeds the limit; connection closed");
+      close_after_flush_ = true;
+      break;
+    }
+    partial_since_.reset();  // a whole frame: the next one's clock starts with its first byte
+    if (dispatch.answer(payload, pending_out_, &sliced_) == Dispatch::Outcome::kClose) {
+      host_->offense(peer_, "malformed request frame; connection closed");
+      close_after_flush_ = true;
+    }
+  }
+  if (sliced_) {
+    flush();  // the answers before the batch need not wait for it
+    asio::post(host_->io(), [self = shared_from_this()] { self->continue_slice(); });
+    return;
+  }
+  if (draining_) close_after_flush_ = true;
+  watch_partial_frame();
+  flush();
+  read();
+}
+
+void Connection::continue_slice() {
+  if (closed_ || !sliced_) return;
+  host_->before_slice();
+  if (!host_->dispatch().answer_slice(*sliced_, pending_out_)) {
+    asio::post(host_->io(), [self = shared_from_this()] { self->continue_slice(); });
+    return;
+  }
+  sliced_.reset();
+  process_frames();
+}
+
+void Connection::watch_partial_frame() {
+  if (close_after_flush_ || decoder_.buffered() == 0) {
+    partial_since_.reset();
+    frame_timer_.cancel();
+    return;
+  }
+  if (partial_since_) return;  // already counting down for this frame
+  partial_since_ = std::chrono::steady_clock::now();
+  frame_timer_.expires_after(host_->frame_timeout());
+  frame_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->closed_ || !self->partial_since_) return;
+    self->host_->frame_timed_out();
+    self->host_->offense(self->peer_,
+                         "sent part of a request frame and then nothing within the frame timeout; connection closed");
+    self->close();
+  });
+}
+
+void Connection::flush() {
+  if (writing_in_flight_ || closed_) return;
+  if (pending_out_.empty()) {
+    if (close_after_flush_) close();
+    return;
+  }
+  writing_.swap(pending_out_);
+  writing_in_flight_ = true;
+  // Asio writes at once when the socket can take it (a speculative write): the reader has been
+  // woken by the time async_write returns.
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) { self->on_write(ec); });
+  host_->answered();
+}
+
+void Connection::on_write(const boost::system::error_code& ec) {
+  writing_in_flight_ = false;
+  writing_.clear();
+  if (closed_) return;
+  if (ec) {
+    close();
+    return;
+  }
+  flush();
+  read();
+}
+
+}  // namespace tollgate::api

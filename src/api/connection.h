@@ -1,0 +1,94 @@
+// One accepted client API connection: reads frames, has the dispatch answer each, and writes the
+// answers back in request order. A large check batch is answered a slice at a time, the
+// connection reading nothing meanwhile; a connection whose unwritten answers exceed the output
+// cap stops reading until they drain; a frame that does not complete within the frame timeout
+// closes it. Runs on the server's io_context; owned by the server's connection set and by its
+// own in-flight handlers.
+#ifndef TOLLGATE_SRC_API_CONNECTION_H_
+#define TOLLGATE_SRC_API_CONNECTION_H_
+
+#include <array>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "api/dispatch.h"
+#include "api/framing.h"
+
+namespace tollgate::api {
+
+class Connection;
+
+// What a connection asks of the server that owns it.
+class ConnectionHost {
+ public:
+  virtual ~ConnectionHost() = default;
+  virtual boost::asio::io_context& io() = 0;
+  virtual Dispatch& dispatch() = 0;
+  virtual bool stopped() const = 0;
+  virtual size_t max_pending_output_bytes() const = 0;
+  virtual std::chrono::milliseconds frame_timeout() const = 0;
+  // Before each slice of a large batch (ApiServerOptions::yield_after_answer_when_busy).
+  virtual void before_slice() = 0;
+  // Answers were handed to the socket.
+  virtual void answered() = 0;
+  virtual void frame_timed_out() = 0;
+  virtual void offense(std::string_view peer, std::string_view what) = 0;
+  // The connection closed; the caller still holds a reference to it.
+  virtual void connection_closed(Connection* connection) = 0;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using Socket = boost::asio::generic::stream_protocol::socket;
+  Connection(std::shared_ptr<ConnectionHost> host, Socket socket, std::string peer);
+
+  void start() { read(); }
+  // Answers what has been read, then closes (the graceful stop). A batch being answered in
+  // slices is finished first, and so are the whole requests read behind it.
+  void drain();
+  // Closes the socket at once; pending answers are dropped. Idempotent.
+  void close();
+
+ private:
+  size_t output_bytes() const { return pending_out_.size() + writing_.size(); }
+  void read();
+  void on_read(const boost::system::error_code& ec, size_t n);
+  // Answers the whole frames buffered, in order, until one is a large check batch (answered in
+  // slices by continue_slice(), which comes back here) or a protocol error ends the connection.
+  void process_frames();
+  void continue_slice();
+  // Arms the frame deadline when part of a frame is buffered, and disarms it when none is.
+  void watch_partial_frame();
+  void flush();
+  void on_write(const boost::system::error_code& ec);
+
+  // Bytes read from a socket at a time. Requests are small (a one-check request is ~20 bytes),
+  // so one read usually carries many pipelined requests.
+  static constexpr size_t kReadChunkBytes = 16 * 1024;
+
+  std::shared_ptr<ConnectionHost> host_;
+  Socket socket_;
+  FrameReader decoder_;
+  std::array<char, kReadChunkBytes> read_buffer_{};
+  std::string pending_out_;  // framed responses not yet handed to a write
+  std::string writing_;      // the buffer of the write in flight
+  bool reading_ = false;
+  bool writing_in_flight_ = false;
+  bool close_after_flush_ = false;  // a protocol error: answer it, then close
+  bool closed_ = false;
+  boost::asio::steady_timer frame_timer_;
+  std::optional<std::chrono::steady_clock::time_point> partial_since_;  // a frame has begun
+  std::unique_ptr<SlicedBatch> sliced_;  // a large check batch being answered (no reading meanwhile)
+  bool draining_ = false;                // drain(): answer what has been read, read no more
+  std::string peer_;  // who the client is, for offense reports
+};
+
+}  // namespace tollgate::api
+
+#endif  // TOLLGATE_SRC_API_CONNECTION_H_

@@ -1,0 +1,32 @@
+// The daemon's request path: the one entry every front end calls (the Unix-socket API's
+// dispatch, and the gRPC and HTTP front ends). Front ends translate their protocol into these
+// calls and the answers back; none of them touches the node.
+//
+// Threading: implementations run on the daemon's node thread, and front ends call them there
+// (Asio handlers on the node's io_context). Calls must not block.
+#ifndef TOLLGATE_SRC_API_REQUEST_HANDLER_H_
+#define TOLLGATE_SRC_API_REQUEST_HANDLER_H_
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tollgate/api.h"
+
+namespace tollgate {
+
+class RequestHandler {
+ public:
+  virtual ~RequestHandler() = default;
+  // Decides items[i] into out[i] (out.size() == items.size()), in order, each against its key's
+  // bucket: its Decision carries the governing limit, found by the same table probe.
+  virtual void check(std::span<const CheckItem> items, std::span<Decision> out) = 0;
+  virtual std::vector<MemberInfo> members() = 0;
+  virtual StatsList stats() = 0;
+  // Replaces the fault settings (empty settings clear them). Returns an error text, or "".
+  virtual std::string set_faults(const FaultSettings& faults) = 0;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_SRC_API_REQUEST_HANDLER_H_
