@@ -108,7 +108,7 @@ class Daemons {
   size_t add() {
     ports_.push_back(free_port());
     pids_.push_back(-1);
-    if (s_.membership == MembershipKind::kStatic) write_peers();
+    if (s_.node.membership == MembershipKind::kStatic) write_peers();
     return ports_.size() - 1;
   }
 
@@ -120,16 +120,12 @@ class Daemons {
                                      "--bind", address(i),
                                      "--listen", "unix:" + socket_path(i),
                                      "--rules", (dir_ / "rules.yaml").string(),
-                                     "--mode", dissemination_mode_name(s_.mode),
                                      "--transport", s_.transport,
-                                     "--membership", s_.membership == MembershipKind::kStatic ? "static" : "heartbeat",
-                                     "--partition-policy", partition_policy_name(s_.policy),
-                                     "--interval", format_duration(s_.interval_ns),
-                                     "--fanout", std::to_string(s_.fanout),
-                                     "--fail-after", format_duration(s_.fail_after_ns),
-                                     "--member-rows", std::to_string(s_.member_rows),
                                      "--log-level", o_.log_level};
-    if (s_.membership == MembershipKind::kStatic) {
+    for (const NodeSettingField& f : node_setting_fields()) {
+      args.insert(args.end(), {"--" + std::string(f.flag), f.format(s_.node)});  // the scenario's node settings
+    }
+    if (s_.node.membership == MembershipKind::kStatic) {
       args.insert(args.end(), {"--peers-file", (dir_ / "peers.txt").string()});
     } else {
       args.insert(args.end(), {"--seeds", address(0)});
@@ -271,7 +267,7 @@ class LocalRun {
   }
 
   SimResult run() {
-    say("starting " + std::to_string(s_.nodes) + " tollgated (" + dissemination_mode_name(s_.mode) + " over " + s_.transport +
+    say("starting " + std::to_string(s_.nodes) + " tollgated (" + dissemination_mode_name(s_.node.mode) + " over " + s_.transport +
         ") in " + daemons_.dir().string());
     const auto first_start = Clock::now();
     for (size_t i = 0; i < s_.nodes; ++i) start_node(daemons_.add());

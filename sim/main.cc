@@ -77,24 +77,24 @@ int main(int argc, char** argv) {
       "and checks no daemon decided by --check-deadline are left out of the figures and counted under the\n"
       "table. --overlay draws the CSVs of earlier runs into one --plot.",
       "tollgate-sim"};
-  std::string scenario_path, cluster = "virtual", mode, transport, policy, membership, interval, fail_after, duration, json_path, csv_path;
-  std::optional<size_t> nodes, fanout, member_rows;
+  std::string scenario_path, cluster = "virtual", transport, duration, json_path, csv_path;
+  std::optional<size_t> nodes;
+  // Every node setting is an override, under tollgated's flag name (config/node_settings.h).
+  const auto fields = node_setting_fields();
+  std::vector<std::optional<std::string>> setting_text(fields.size());
   std::optional<uint64_t> seed;
   app.add_option("--scenario", scenario_path, "Scenario file (sim/scenarios/NAME.yaml)")->check(CLI::ExistingFile);
   app.add_option("--cluster", cluster,
                  "virtual (simulated network, virtual time) or local (real tollgated processes on 127.0.0.1, real time)")
       ->check(CLI::IsMember({"virtual", "local"}));
-  app.add_option("--mode", mode, "Override: mesh or gossip")->check(CLI::IsMember({"mesh", "gossip"}));
   app.add_option("--transport", transport, "Override: udp or tcp")->check(CLI::IsMember({"udp", "tcp"}));
-  app.add_option("--policy", policy, "Override: open or proportional")->check(CLI::IsMember({"open", "proportional"}));
-  app.add_option("--membership", membership, "Override: static or heartbeat")->check(CLI::IsMember({"static", "heartbeat"}));
   app.add_option("--nodes", nodes, "Override: number of nodes")->check(CLI::Range(size_t(1), size_t(100'000)));
-  app.add_option("--interval", interval, "Override: dissemination round, e.g. 50ms");
-  app.add_option("--fanout", fanout, "Override: gossip fanout")->check(CLI::Range(size_t(1), size_t(64)));
-  app.add_option("--fail-after", fail_after,
-                 "Override: a member silent this long is suspect or unreachable (at least two rounds), e.g. 4s");
-  app.add_option("--member-rows", member_rows, "Override: membership rows per gossip message, ours included (as tollgated's)")
-      ->check(CLI::Range(kMinRowsPerMessage, kMaxRowsPerMessage));
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const NodeSettingField& f = fields[i];
+    app.add_option("--" + std::string(f.flag), setting_text[i],
+                   "Override the scenario's " + std::string(f.key) + ": " + std::string(f.help))
+        ->type_name(std::string(f.type_name));
+  }
   app.add_option("--duration", duration, "Override: duration of the run (simulated, or real with --cluster local), e.g. 30s");
   app.add_option("--seed", seed, "Override: random seed (same seed, same output)");
   app.add_option("--json", json_path, "Write the summary as JSON to FILE");
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const auto runs = parse_overlay(overlay);
-    std::string title = s ? s->name + ", " + std::to_string(s->nodes) + " nodes, " + partition_policy_name(s->policy) + ":" : "runs:";
+    std::string title = s ? s->name + ", " + std::to_string(s->nodes) + " nodes, " + partition_policy_name(s->node.partition_policy) + ":" : "runs:";
     for (size_t i = 0; i < runs.size(); ++i) title += (i ? " vs " : " ") + runs[i].label;
     if (std::string why = sim::write_overlay_plot(plot_path, title, runs, s ? sim::shaded_periods(*s) : std::vector<std::pair<double, double>>{});
         !why.empty()) {
@@ -141,27 +141,27 @@ int main(int argc, char** argv) {
 
   try {
     sim::Scenario s = sim::load_scenario_file(scenario_path);
-    if (!mode.empty()) s.mode = mode == "mesh" ? DisseminationMode::kMesh : DisseminationMode::kGossip;
     if (!transport.empty()) s.transport = transport;
-    if (!policy.empty()) s.policy = policy == "proportional" ? PartitionPolicy::kProportional : PartitionPolicy::kOpen;
-    if (!membership.empty()) s.membership = membership == "heartbeat" ? MembershipKind::kHeartbeat : MembershipKind::kStatic;
     if (nodes) s.nodes = *nodes;
-    if (fanout) s.fanout = *fanout;
-    if (member_rows) s.member_rows = *member_rows;
     if (seed) s.seed = *seed;
-    for (auto [text, target, flag] : {std::tuple{&interval, &s.interval_ns, "--interval"}, std::tuple{&fail_after, &s.fail_after_ns, "--fail-after"},
-                                       std::tuple{&duration, &s.duration_ns, "--duration"}}) {
-      if (text->empty()) continue;
-      std::string why;
-      auto ns = parse_duration_ns(*text, &why);
-      if (!ns || *ns <= 0) {
-        std::cerr << "tollgate-sim: " << flag << ": " << (why.empty() ? "must be positive" : why) << "\n";
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (!setting_text[i]) continue;
+      if (std::string why = fields[i].parse(*setting_text[i], s.node); !why.empty()) {
+        std::cerr << "tollgate-sim: " << fields[i].name(SettingNames::kFlags) << " " << why << "\n";
         return 2;
       }
-      *target = *ns;
     }
-    if (std::string why = sim::fail_after_problem(s); !why.empty()) {
-      std::cerr << "tollgate-sim: " << why << "\n";
+    if (!duration.empty()) {
+      std::string why;
+      auto ns = parse_duration_ns(duration, &why);
+      if (!ns || *ns <= 0) {
+        std::cerr << "tollgate-sim: --duration: " << (why.empty() ? "must be positive" : why) << "\n";
+        return 2;
+      }
+      s.duration_ns = *ns;
+    }
+    if (const SettingProblem p = validate(s.node, SettingNames::kFlags); !p.message.empty()) {
+      std::cerr << "tollgate-sim: " << p.message << "\n";
       return 2;
     }
     try {

@@ -51,9 +51,9 @@ void json_phase(std::ostream& out, const PhaseStats& p, int64_t failed_open = -1
 
 void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, const SimResult& r) {
   out << "scenario " << info.scenario << " on " << info.cluster << ": " << s.nodes << " nodes, "
-      << dissemination_mode_name(s.mode) << " over " << s.transport << ", "
-      << (s.membership == MembershipKind::kStatic ? "static" : "heartbeat") << " membership, policy "
-      << partition_policy_name(s.policy) << ", seed " << s.seed << "\n";
+      << dissemination_mode_name(s.node.mode) << " over " << s.transport << ", "
+      << (s.node.membership == MembershipKind::kStatic ? "static" : "heartbeat") << " membership, policy "
+      << partition_policy_name(s.node.partition_policy) << ", seed " << s.seed << "\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-12s %7s %7s %9s %9s %9s %6s %6s %8s %8s %9s %10s\n", "phase", "start_s", "end_s",
                 "offered", "admitted", "oracle", "over", "under", "conv_p50", "conv_p99", "msgs/n/s", "bytes/n/s");
@@ -88,8 +88,8 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
 
 void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const SimResult& r) {
   out << "{\"scenario\": " << json_string(info.scenario) << ", \"cluster\": " << json_string(info.cluster)
-      << ", \"mode\": " << json_string(dissemination_mode_name(s.mode)) << ", \"transport\": " << json_string(s.transport)
-      << ", \"policy\": " << json_string(partition_policy_name(s.policy)) << ", \"nodes\": " << s.nodes
+      << ", \"mode\": " << json_string(dissemination_mode_name(s.node.mode)) << ", \"transport\": " << json_string(s.transport)
+      << ", \"policy\": " << json_string(partition_policy_name(s.node.partition_policy)) << ", \"nodes\": " << s.nodes
       << ", \"seed\": " << s.seed << ", \"phases\": [";
   const LocalStats* l = info.local;
   for (size_t i = 0; i < r.phases.size(); ++i) {
@@ -137,7 +137,7 @@ std::string write_plot(const std::string& png_path, const Scenario& s, const Sim
     write_csv(csv, r);
     if (!csv) return "cannot write " + csv_path;
   }
-  const std::string title = s.name + ": " + dissemination_mode_name(s.mode) + ", " + partition_policy_name(s.policy) + ", " +
+  const std::string title = s.name + ": " + dissemination_mode_name(s.node.mode) + ", " + partition_policy_name(s.node.partition_policy) + ", " +
                             std::to_string(s.nodes) + " nodes";
   return write_overlay_plot(png_path, title, {{"cluster admitted", csv_path}}, shaded_periods(s));
 }

@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "config/node_settings.h"
 #include "config/strict_yaml.h"
 #include "tollgate/config_error.h"
 #include "tollgate/duration.h"
@@ -341,11 +342,6 @@ Event parse_event(std::string_view line, size_t nodes) {
   return std::move(parsed.event);
 }
 
-std::string fail_after_problem(const Scenario& s) {
-  if (s.fail_after_ns >= 2 * s.interval_ns) return {};
-  return "fail_after " + format_duration(s.fail_after_ns) + " must be at least two rounds (interval " +
-         format_duration(s.interval_ns) + ")";
-}
 
 void validate(const Scenario& s) {
   size_t nodes = s.nodes;
@@ -436,33 +432,25 @@ class ScenarioParser {
 
     Scenario s;
     s.name = default_name();
-    std::optional<YAML::Node> rules, timeline, fail_after;
-    static constexpr std::string_view kFields[] = {"name",     "nodes",  "mode",    "transport", "membership",
-                                                   "policy",   "interval", "fanout", "fail_after", "member_rows", "duration",  "seed",
-                                                   "network",  "rules",  "load",    "timeline"};
-    for_each_field(root, kFields, [&](const std::string& field, const YAML::Node& v) {
+    std::optional<YAML::Node> rules, timeline;
+    std::map<std::string_view, YAML::Mark> setting_marks;  // node settings given, by flag
+    std::vector<std::string_view> fields = {"name", "nodes"};
+    for (const NodeSettingField& f : node_setting_fields()) fields.push_back(f.key);
+    fields.insert(fields.end(), {"transport", "duration", "seed", "network", "rules", "load", "timeline"});
+    for_each_field(root, fields, [&](const std::string& field, const YAML::Node& v) {
+      for (const NodeSettingField& f : node_setting_fields()) {
+        if (field != f.key) continue;
+        if (std::string why = f.parse(scalar(v, field), s.node); !why.empty()) fail(v, "`" + field + "` " + why);
+        setting_marks[f.flag] = v.Mark();
+        return;
+      }
       if (field == "name") {
         s.name = scalar(v, field);
         if (s.name.empty()) fail(v, "`name` must not be empty");
       } else if (field == "nodes") {
         s.nodes = whole<size_t>(v, field, 1, kMaxNodes);
-      } else if (field == "mode") {
-        s.mode = choice(v, field, {"mesh", "gossip"}) == "mesh" ? DisseminationMode::kMesh : DisseminationMode::kGossip;
       } else if (field == "transport") {
         s.transport = choice(v, field, {"udp", "tcp"});
-      } else if (field == "membership") {
-        s.membership = choice(v, field, {"static", "heartbeat"}) == "static" ? MembershipKind::kStatic : MembershipKind::kHeartbeat;
-      } else if (field == "policy") {
-        s.policy = choice(v, field, {"open", "proportional"}) == "open" ? PartitionPolicy::kOpen : PartitionPolicy::kProportional;
-      } else if (field == "interval") {
-        s.interval_ns = positive_duration(v, field);
-      } else if (field == "fanout") {
-        s.fanout = whole<size_t>(v, field, 1, 64);
-      } else if (field == "fail_after") {
-        s.fail_after_ns = positive_duration(v, field);
-        fail_after = v;
-      } else if (field == "member_rows") {
-        s.member_rows = whole<size_t>(v, field, kMinRowsPerMessage, kMaxRowsPerMessage);
       } else if (field == "duration") {
         s.duration_ns = positive_duration(v, field);
       } else if (field == "seed") {
@@ -480,9 +468,9 @@ class ScenarioParser {
     if (!rules) throw ConfigError(source_, 0, 0, "no `rules:`: a scenario needs the limits it runs under, in the rules file's format");
     s.rules_yaml = parse_rules_block(root, *rules);
     if (timeline) s.timeline = parse_timeline(*timeline, s.nodes);
-    if (std::string why = fail_after_problem(s); !why.empty()) {
-      if (fail_after) fail(*fail_after, why);
-      throw ConfigError(source_, 0, 0, why);
+    if (const SettingProblem p = validate(s.node, SettingNames::kScenario); !p.message.empty()) {
+      if (auto at = setting_marks.find(p.flag); at != setting_marks.end()) fail(at->second, p.message);
+      throw ConfigError(source_, 0, 0, p.message);
     }
     return s;
   }

@@ -11,6 +11,8 @@
 //   fanout: 3
 //   fail_after: 2s            # a member silent this long is suspect/unreachable (>= 2 rounds)
 //   member_rows: 64           # membership rows per message, ours included (tollgated --member-rows)
+//                             # (every node setting of config/node_settings.h is a key, e.g.
+//                             # push_pull_interval, probe_interval, forget_after, max_keys)
 //   duration: 60s
 //   seed: 1
 //   network: {latency: 1ms-5ms, loss: 0%, duplicate: 0%}
@@ -42,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/node_settings.h"
 #include "tollgate/clock.h"
 #include "tollgate/membership.h"
 #include "tollgate/node.h"
@@ -84,14 +87,10 @@ struct Phase {
 struct Scenario {
   std::string name;
   size_t nodes = 8;
-  DisseminationMode mode = DisseminationMode::kGossip;
+  // mode, membership, policy, interval, fanout, fail_after, member_rows, ...: the node settings,
+  // with tollgated's defaults (config/node_settings.h: every setting is also a scenario key).
+  NodeSettings node;
   std::string transport = "udp";
-  MembershipKind membership = MembershipKind::kStatic;
-  PartitionPolicy policy = PartitionPolicy::kOpen;
-  int64_t interval_ns = 50 * kNanosPerMilli;
-  size_t fanout = 3;
-  int64_t fail_after_ns = 2 * kNanosPerSecond;  // as tollgated's --fail-after; dead after twice that
-  size_t member_rows = 64;                      // as tollgated's --member-rows
   int64_t duration_ns = 30 * kNanosPerSecond;
   uint64_t seed = 1;
   NetworkSpec network;
@@ -115,10 +114,6 @@ Scenario load_scenario_file(const std::string& path);
 // `nodes` (tollgate-sim --nodes). Throws std::invalid_argument quoting the event and saying how
 // many nodes there are.
 void validate(const Scenario& s);
-
-// "" if fail_after spans at least two rounds (as tollgated requires of --fail-after), else why
-// not. parse_scenario checks it; check again after overriding fail_after or interval.
-std::string fail_after_problem(const Scenario& s);
 
 // Parses one timeline line ("partition 0-3|4-7 at 10s for 20s"), for `nodes` nodes. Throws
 // std::invalid_argument saying what was expected.

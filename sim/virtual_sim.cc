@@ -54,7 +54,7 @@ class Simulation {
     // latency_min after it is sent, and a node's next tick (scheduled when the window's effects
     // are merged) comes one interval after this one. Within such a window, no node's event can
     // change another node's. (Zero latency makes windows of 1 ns: correct, and slow.)
-    lookahead_ = std::max<int64_t>(1, std::min(s_.network.latency_min_ns, s_.interval_ns));
+    lookahead_ = std::max<int64_t>(1, std::min(s_.network.latency_min_ns, s_.node.interval_ns));
     for (size_t i = 0; i < s_.nodes; ++i) add_node();
     for (size_t i = 0; i < nodes_.size(); ++i) start_node(i, 1);
     for (size_t e = 0; e < s_.timeline.size(); ++e) {
@@ -200,27 +200,20 @@ class Simulation {
     o.id = n.id;
     o.address = n.address;
     o.incarnation = incarnation;
-    o.mode = s_.mode;
-    o.partition_policy = s_.policy;
-    o.interval_ns = s_.interval_ns;
-    o.fanout = s_.fanout;
-    o.membership.kind = s_.membership;
-    o.membership.fail_after_ns = s_.fail_after_ns;
-    o.membership.dead_after_ns = 2 * s_.fail_after_ns;  // as tollgated derives it
-    o.membership.max_rows_per_message = s_.member_rows;
-    if (s_.membership == MembershipKind::kHeartbeat) o.seeds = {nodes_[0].address};
+    s_.node.apply_to(o);  // as tollgated applies its flags
+    if (s_.node.membership == MembershipKind::kHeartbeat) o.seeds = {nodes_[0].address};
     o.on_applied = [this, i](const Batch& b) {
       SimNode& at = nodes_[i];
       at.effects->applied.emplace_back(at.running, &b);
     };
     n.node = std::make_unique<Node>(o, rules_, n.outbox, n.rng);
-    if (s_.membership == MembershipKind::kStatic) n.node->set_peers(peers(), now_);
+    if (s_.node.membership == MembershipKind::kStatic) n.node->set_peers(peers(), now_);
     n.up = true;
     up_[i] = true;
     ++live_;
     n.incarnation = incarnation;
     ++n.epoch;
-    schedule({now_ + int64_t(n.rng.below(uint64_t(s_.interval_ns))), 0, Kind::kTick, uint32_t(i), n.epoch, nullptr});
+    schedule({now_ + int64_t(n.rng.below(uint64_t(s_.node.interval_ns))), 0, Kind::kTick, uint32_t(i), n.epoch, nullptr});
   }
 
   // ---- one window: every event before `end` (the first at `start`), node by node
@@ -285,7 +278,7 @@ class Simulation {
       case Kind::kTick:
         if (!n.up || n.epoch != it.epoch) break;
         n.node->tick(it.t);
-        fx.scheduled.emplace_back(n.running, Item{it.t + s_.interval_ns, 0, Kind::kTick, it.node, it.epoch, nullptr});
+        fx.scheduled.emplace_back(n.running, Item{it.t + s_.node.interval_ns, 0, Kind::kTick, it.node, it.epoch, nullptr});
         break;
       case Kind::kDeliver:
         if (!n.up || n.epoch != it.epoch) break;  // crashed (or restarted) since it was sent
@@ -407,7 +400,7 @@ class Simulation {
           add_node();
           start_node(nodes_.size() - 1, 1);
         }
-        if (s_.membership == MembershipKind::kStatic) {  // the operator adds them to the peers file
+        if (s_.node.membership == MembershipKind::kStatic) {  // the operator adds them to the peers file
           for (SimNode& n : nodes_) {
             if (n.up) n.node->set_peers(peers(), now_);
           }

@@ -170,7 +170,7 @@ TEST(Membership, ProbesPerRoundAreCappedAndEveryFailedMemberGetsItsTurn) {
 
 TEST(Membership, RowsRotateUnderTheCapAndAlwaysLeadWithOurOwn) {
   MembershipOptions o = heartbeat_options();
-  o.max_rows_per_message = 4;
+  o.member_rows = 4;
   Membership m("self", "self:1", 1, o);
   std::vector<MemberRecord> rows;
   for (int i = 0; i < 9; ++i) rows.push_back(row("n" + std::to_string(i), 1, 1));

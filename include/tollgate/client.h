@@ -82,8 +82,11 @@ enum class ReplySource : uint8_t {
 const char* reply_source_name(ReplySource source);
 
 // A Decision, and who made it. The Decision's fields are the daemon's when source == kDaemon;
-// otherwise they are left at their defaults apart from `allowed`.
+// otherwise `allowed` is the fail-open choice and the rest stay as constructed (not limited, no
+// limit, nothing remaining).
 struct CheckReply : Decision {
+  CheckReply() { limited = false; }
+
   ReplySource source = ReplySource::kDaemon;
   std::string error;  // why the daemon did not decide; empty when source == kDaemon
 

@@ -29,11 +29,6 @@ namespace tollgate {
 
 enum class MembershipKind : uint8_t { kStatic, kHeartbeat };
 
-// Bounds of MembershipOptions::max_rows_per_message as a setting (tollgated --member-rows, a
-// scenario's member_rows:): our row and at least one other; at most about 36 KB of rows a message.
-inline constexpr size_t kMinRowsPerMessage = 2;
-inline constexpr size_t kMaxRowsPerMessage = 1024;
-
 struct MembershipOptions {
   MembershipKind kind = MembershipKind::kStatic;
   // No heartbeat advance for this long: suspect (heartbeat) or unreachable (static). Many
@@ -49,7 +44,7 @@ struct MembershipOptions {
   int64_t probe_interval_ns = 1 * kNanosPerSecond;
   // Rows gossiped per message at most (the sender's own row always included); the rest rotate
   // through later messages, so messages stay small in large clusters.
-  size_t max_rows_per_message = 64;  // a setting within [kMinRowsPerMessage, kMaxRowsPerMessage]
+  size_t member_rows = 64;  // >= 2: our row and one other (as a setting: 2..1024)
   size_t max_probes_per_round = 8;
   size_t probe_scan_per_round = 128;
 };
@@ -107,7 +102,7 @@ class Membership {
   MemberRecord self_row() const;
   void leave() { self_.left = true; }
 
-  // Rows to put in the next message: ours first, then up to max_rows_per_message - 1 alive or
+  // Rows to put in the next message: ours first, then up to member_rows - 1 alive or
   // suspect members, rotating so every row goes out regularly.
   std::vector<MemberRecord> rows_for_message();
 

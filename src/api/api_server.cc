@@ -56,7 +56,7 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   std::string start() {
     if (options_.listen.empty()) return "no endpoint to listen on";
     for (const Endpoint& ep : options_.listen) {
-      listeners_.push_back(std::make_unique<Listener>(io_, ep));
+      listeners_.push_back(std::make_shared<Listener>(io_, ep));
       if (std::string error = listeners_.back()->listen(options_.unix_socket_mode); !error.empty()) {
         stop();
         return ep.to_string() + ": " + error;
@@ -64,9 +64,9 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
     }
     for (auto& listener : listeners_) {
       Listener* l = listener.get();
-      // `this` owns the listener, which calls back only while it is open.
-      listener->accept([this, l](const boost::system::error_code& ec, GenericStream::socket peer) {
-        accepted(*l, ec, std::move(peer));
+      // Weak: the server owns its listeners, and may be gone before a listener's last handler runs.
+      listener->accept([weak = weak_from_this(), l](const boost::system::error_code& ec, GenericStream::socket peer) {
+        if (auto self = weak.lock()) self->accepted(*l, ec, std::move(peer));
       });
     }
     return {};
@@ -165,7 +165,7 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   bool stopped_ = false;
   bool draining_ = false;              // listeners closed: accept nothing more
   bool answered_since_slice_ = false;  // an answer was written since the last slice began
-  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::vector<std::shared_ptr<Listener>> listeners_;
   // Owning references to open connections, so that stop() can close them.
   std::unordered_map<Connection*, std::shared_ptr<Connection>> connections_;
 };

@@ -66,6 +66,9 @@ std::optional<Endpoint> parse_endpoint(std::string_view text, std::string* error
     const std::string_view rest = text.substr(kTcpPrefix.size());
     std::string why;
     const bool bracketed = rest.starts_with('[');
+    if (!bracketed && rest.substr(0, rest.rfind(':')).find(':') != std::string_view::npos) {
+      return fail(error, text, "write IPv6 addresses in brackets, e.g. tcp:[::1]:7070");
+    }
     if (!split_host_port(rest, &ep.host, &ep.port, &why, /*allow_port_zero=*/true)) return fail(error, text, why);
     if (bracketed) {
       if (!is_ipv6(ep.host)) return fail(error, text, "\"" + ep.host + "\" is not an IPv6 address");

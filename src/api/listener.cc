@@ -96,24 +96,24 @@ std::string Listener::listen(uint32_t unix_socket_mode) {
 void Listener::accept(OnAccept on_accept) {
   if (on_accept) on_accept_ = std::move(on_accept);
   if (closed_) return;
-  acceptor_.async_accept([this](const boost::system::error_code& ec, Socket peer) {
-    // Aborted: closed, or the listener is gone (check before touching it).
-    if (ec == asio::error::operation_aborted || closed_) return;
-    on_accept_(ec, std::move(peer));
-    if (closed_) return;
+  acceptor_.async_accept([self = shared_from_this()](const boost::system::error_code& ec, Socket peer) {
+    if (ec == asio::error::operation_aborted || self->closed_) return;
+    self->on_accept_(ec, std::move(peer));
+    if (self->closed_) return;
     if (ec) {
-      retry_timer_.expires_after(kAcceptRetryDelay);
-      retry_timer_.async_wait([this](const boost::system::error_code& timer_ec) {
-        if (!timer_ec) accept(nullptr);
+      self->retry_timer_.expires_after(kAcceptRetryDelay);
+      self->retry_timer_.async_wait([self](const boost::system::error_code& timer_ec) {
+        if (!timer_ec) self->accept(nullptr);
       });
       return;
     }
-    accept(nullptr);
+    self->accept(nullptr);
   });
 }
 
 void Listener::close() {
   closed_ = true;
+  on_accept_ = nullptr;  // what it captured is released now, not when the last handler runs
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   retry_timer_.cancel();

@@ -12,13 +12,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "api/endpoint.h"
 
 namespace tollgate::api {
 
-class Listener {
+// Held by shared_ptr: its pending accept and retry handlers keep it alive until they run.
+class Listener : public std::enable_shared_from_this<Listener> {
  public:
   using Socket = boost::asio::generic::stream_protocol::socket;
   // Called with each accepted socket, or (with an empty socket) after accept() failed, before

@@ -678,7 +678,8 @@ std::optional<std::vector<MemberInfo>> Client::members(std::string* error) {
           if (!parse_member_state(m.state(), &info.state)) info.state = MemberState::kUnreachable;
           info.incarnation = m.incarnation();
           info.heartbeat = m.heartbeat();
-          info.last_heard_ns = m.last_heard_ms() * 1'000'000;
+          // Clamped first: the value comes off the wire, and * 10^6 must not overflow.
+          info.last_heard_ns = std::clamp<int64_t>(m.last_heard_ms(), 0, INT64_MAX / 1'000'000) * 1'000'000;
           info.self = m.self();
           members.push_back(std::move(info));
         }

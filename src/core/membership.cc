@@ -248,7 +248,7 @@ MemberRecord Membership::self_row() const { return self_; }
 std::vector<MemberRecord> Membership::rows_for_message() {
   std::vector<MemberRecord> rows;
   rows.push_back(self_);
-  const size_t budget = options_.max_rows_per_message > 0 ? options_.max_rows_per_message - 1 : 0;
+  const size_t budget = options_.member_rows > 0 ? options_.member_rows - 1 : 0;
   const size_t n = members_.size();
   for (size_t scanned = 0; scanned < n && rows.size() - 1 < budget; ++scanned) {
     const Member& m = members_[(rotate_ + scanned) % n];

@@ -94,7 +94,7 @@ Daemon::Daemon(DaemonOptions options)
     return split_for_sealing(std::move(entries), id, max_batch_bytes);
   };
   node_ = std::make_unique<Node>(node, rules, *faults_, random_);
-  if (options_.membership == MembershipKind::kStatic) {
+  if (options_.node.membership == MembershipKind::kStatic) {
     node_->set_peers(load_peers_file(options_.peers_file), clock_.now_ns());
     std::error_code ec;
     peers_mtime_ = std::filesystem::last_write_time(options_.peers_file, ec);
@@ -109,9 +109,9 @@ Daemon::Daemon(DaemonOptions options)
   if (std::string why = api_->start(); !why.empty()) throw std::runtime_error("--listen " + why);
 
   spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {}", options_.node_id,
-               incarnation_, dissemination_mode_name(options_.mode), options_.bind,
+               incarnation_, dissemination_mode_name(options_.node.mode), options_.bind,
                options_.transport == TransportKind::kUdp ? "udp" : "tcp",
-               options_.membership == MembershipKind::kStatic ? "static" : "heartbeat", fmt::join(options_.listen, ", "));
+               options_.node.membership == MembershipKind::kStatic ? "static" : "heartbeat", fmt::join(options_.listen, ", "));
 }
 
 Daemon::~Daemon() = default;
@@ -148,7 +148,7 @@ void Daemon::wait_for_signal() {
 void Daemon::schedule_tick() {
   // Rounds keep their cadence: the next deadline follows the previous one, not the end of the
   // work; after a stall the node skips to now rather than running rounds back to back.
-  const auto interval = std::chrono::nanoseconds(options_.interval_ns);
+  const auto interval = std::chrono::nanoseconds(options_.node.interval_ns);
   auto next = tick_timer_.expiry() + interval;
   if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + interval;
   tick_timer_.expires_at(next);
@@ -186,7 +186,7 @@ void Daemon::reload_rules() {
 }
 
 void Daemon::reload_peers_if_changed() {
-  if (options_.membership != MembershipKind::kStatic) return;
+  if (options_.node.membership != MembershipKind::kStatic) return;
   std::error_code ec;
   const auto mtime = std::filesystem::last_write_time(options_.peers_file, ec);
   if (ec) return;  // being replaced; try again next second

@@ -60,20 +60,6 @@ class YamlConfig : public CLI::Config {
   const CLI::App* app_;
 };
 
-// A CLI11 check that the value is a duration ("50ms", "2s").
-CLI::Validator duration_check() {
-  return CLI::Validator(
-      [](std::string& v) -> std::string {
-        std::string why;
-        const std::optional<int64_t> ns = parse_duration_ns(v, &why);
-        if (!ns) return why;
-        // Bounded so that the products the options imply (2 x --fail-after, ...) cannot overflow;
-        // found by the daemon_config fuzzer's reader (tests/fuzz/regressions/daemon_config/).
-        if (*ns > 168 * 3600 * kNanosPerSecond) return "must be at most 168h";
-        return std::string();
-      },
-      "DURATION");
-}
 
 CLI::Validator address_check() {
   return CLI::Validator(
@@ -94,9 +80,11 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       "flags override the file.",
       "tollgated"};
   app.option_defaults()->always_capture_default();
-  std::string mode = "gossip", transport = "udp", membership = "static", policy = "open";
-  std::string interval = "50ms", fail_after = "2s", forget_after = "60s", probe_interval = "1s", push_pull = "1s";
-  std::string seeds_csv;
+  std::string transport = "udp";
+  // Each node setting as the text given, defaults formatted: read into o->node after parsing.
+  const auto fields = node_setting_fields();
+  std::vector<std::string> setting_text;
+  for (const NodeSettingField& f : fields) setting_text.push_back(f.format(o->node));
 
   app.set_config("--config", "", "YAML config file; its keys are the long flag names (e.g. `mode: mesh`)");
   app.config_formatter(std::make_shared<YamlConfig>(&app));
@@ -107,25 +95,15 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "Client API endpoint: unix:PATH (mode 0660) or tcp:HOST:PORT (loopback advised); repeatable")
       ->delimiter(',');
   app.add_option("--rules", o->rules_file, "YAML rules file (see config/rules.yaml); SIGHUP reloads it")->required();
-  app.add_option("--mode", mode, "Dissemination: gossip (fan-out to random peers) or mesh (everyone)")
-      ->check(CLI::IsMember({"gossip", "mesh"}));
   app.add_option("--transport", transport, "Gossip transport: udp or tcp")->check(CLI::IsMember({"udp", "tcp"}));
-  app.add_option("--membership", membership, "static (--peers-file) or heartbeat (--seeds)")
-      ->check(CLI::IsMember({"static", "heartbeat"}));
   app.add_option("--peers-file", o->peers_file, "Static membership: lines of `id host:port`; reloaded when it changes");
   app.add_option("--seeds", o->seeds, "Heartbeat membership: HOST:PORT,... to join through")
       ->delimiter(',')
       ->check(address_check());
-  app.add_option("--interval", interval, "Dissemination round")->check(duration_check());
-  app.add_option("--fanout", o->fanout, "Gossip: peers per round")->check(CLI::Range(1, 64));
-  app.add_option("--member-rows", o->member_rows,
-                 "Membership rows each gossip message carries (this node's included), rotating through the members: "
-                 "more spread heartbeats faster in large clusters, at the cost of bytes (docs/operations.md)")
-      ->check(CLI::Range(kMinRowsPerMessage, kMaxRowsPerMessage));
-  app.add_option("--partition-policy", policy,
-                 "open: every reachable group enforces the full limit; proportional: refill scaled by "
-                 "reachable/known members")
-      ->check(CLI::IsMember({"open", "proportional"}));
+  for (size_t i = 0; i < fields.size(); ++i) {
+    app.add_option("--" + std::string(fields[i].flag), setting_text[i], std::string(fields[i].help))
+        ->type_name(std::string(fields[i].type_name));
+  }
   app.add_option("--cluster-key-file", o->cluster_key_file,
                  "Shared secret(s) authenticating gossip (HMAC-SHA256): one or two hex keys, the first signs; "
                  "SIGHUP reloads it")
@@ -134,20 +112,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--max-datagram", o->max_datagram,
                  "Largest UDP datagram sent, in bytes; also sizes sealed batches (use one value cluster-wide)")->check(CLI::Range(1232, 65000));
-  app.add_option("--fail-after", fail_after, "A member silent this long is suspect (heartbeat) or unreachable (static)")
-      ->check(duration_check());
-  app.add_option("--forget-after", forget_after, "Heartbeat: a dead member is forgotten after this long")
-      ->check(duration_check());
-  app.add_option("--probe-interval", probe_interval, "Dead and unreachable members are probed this often")
-      ->check(duration_check());
-  app.add_option("--push-pull-interval", push_pull, "Anti-entropy exchange with one random peer this often")
-      ->check(duration_check());
   app.add_option("--gossip-peer-rate", o->gossip_peer_bytes_per_second,
                  "Gossip bytes per second accepted from one source address (burst: one second's worth); "
                  "the excess is dropped before it is authenticated or parsed, and counted")
       ->check(CLI::Range(int64_t(64 * 1024), int64_t(1) << 40));
-  app.add_option("--max-keys", o->max_keys, "Buckets held at most (least recently used evicted beyond)")
-      ->check(CLI::Range(size_t(1), size_t(100'000'000)));
   app.add_option("--incarnation", o->incarnation, "Override the incarnation (default: microseconds of wall time at start)");
 
   try {
@@ -159,15 +127,7 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     return 2;
   }
   o->config_file = app.get_config_ptr()->as<std::string>();
-  o->mode = mode == "mesh" ? DisseminationMode::kMesh : DisseminationMode::kGossip;
   o->transport = transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
-  o->membership = membership == "heartbeat" ? MembershipKind::kHeartbeat : MembershipKind::kStatic;
-  o->partition_policy = policy == "proportional" ? PartitionPolicy::kProportional : PartitionPolicy::kOpen;
-  o->interval_ns = *parse_duration_ns(interval);
-  o->fail_after_ns = *parse_duration_ns(fail_after);
-  o->forget_after_ns = *parse_duration_ns(forget_after);
-  o->probe_interval_ns = *parse_duration_ns(probe_interval);
-  o->push_pull_interval_ns = *parse_duration_ns(push_pull);
   if (o->node_id.empty()) o->node_id = o->bind;
 
   auto usage_error = [](const std::string& why) {
@@ -177,18 +137,18 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   // An empty value (`--rules ""`, or `rules: !tag` with nothing after the tag in the config,
   // found by the daemon_config fuzzer) would start a daemon with no rules file to load or reload.
   if (o->rules_file.empty()) return usage_error("--rules must name a file; the value is empty");
-  if (o->membership == MembershipKind::kStatic && o->peers_file.empty()) {
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (std::string why = fields[i].parse(setting_text[i], o->node); !why.empty()) {
+      return usage_error(fields[i].name(SettingNames::kFlags) + " " + why);
+    }
+  }
+  if (o->node.membership == MembershipKind::kStatic && o->peers_file.empty()) {
     return usage_error("--membership static needs --peers-file FILE");
   }
-  if (o->membership == MembershipKind::kHeartbeat && o->seeds.empty()) {
+  if (o->node.membership == MembershipKind::kHeartbeat && o->seeds.empty()) {
     return usage_error("--membership heartbeat needs --seeds HOST:PORT,... (list this node's own address to start a cluster)");
   }
-  if (o->interval_ns < kNanosPerMilli) return usage_error("--interval must be at least 1ms");
-  if (o->fail_after_ns < 2 * o->interval_ns) return usage_error("--fail-after must be at least two --interval rounds");
-  if (o->forget_after_ns < 15 * kNanosPerSecond) {
-    return usage_error("--forget-after must be at least 15s: consumption is kept 10s for repair, and a member must not be "
-                       "forgotten while its batches can still arrive");
-  }
+  if (const SettingProblem p = validate(o->node, SettingNames::kFlags); !p.message.empty()) return usage_error(p.message);
   if (o->listen.empty()) return usage_error("--listen needs at least one endpoint");
   if (o->node_id.empty() || o->node_id.size() > 256) return usage_error("--node-id must be 1 to 256 bytes");
   if (o->bind.size() > 256) return usage_error("--bind must be at most 256 bytes");
@@ -200,19 +160,8 @@ NodeOptions node_options(const DaemonOptions& d, uint64_t incarnation) {
   n.id = d.node_id;
   n.address = d.bind;
   n.incarnation = incarnation;
-  n.mode = d.mode;
-  n.partition_policy = d.partition_policy;
-  n.interval_ns = d.interval_ns;
-  n.fanout = d.fanout;
-  n.push_pull_interval_ns = d.push_pull_interval_ns;
   n.seeds = d.seeds;
-  n.membership.kind = d.membership;
-  n.membership.fail_after_ns = d.fail_after_ns;
-  n.membership.dead_after_ns = 2 * d.fail_after_ns;
-  n.membership.forget_after_ns = d.forget_after_ns;
-  n.membership.probe_interval_ns = d.probe_interval_ns;
-  n.membership.max_rows_per_message = d.member_rows;
-  n.keys.max_keys = d.max_keys;
+  d.node.apply_to(n);
   return n;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "config/node_settings.h"
 #include "tollgate/node.h"
 
 namespace tollgate {
@@ -22,23 +23,13 @@ struct DaemonOptions {
   std::vector<std::string> listen = {"unix:/run/tollgate/tollgated.sock"};
   std::string rules_file;               // required
   std::string config_file;
-  DisseminationMode mode = DisseminationMode::kGossip;
+  NodeSettings node;                    // mode, membership, interval, ... (config/node_settings.h)
   TransportKind transport = TransportKind::kUdp;
-  MembershipKind membership = MembershipKind::kStatic;
   std::string peers_file;               // static membership
   std::vector<std::string> seeds;       // heartbeat membership
-  int64_t interval_ns = 50 * kNanosPerMilli;
-  size_t fanout = 3;
-  size_t member_rows = 64;             // membership rows per gossip message, ours included
-  PartitionPolicy partition_policy = PartitionPolicy::kOpen;
   std::string cluster_key_file;
   std::string log_level = "info";
   size_t max_datagram = 1400;           // bytes per UDP datagram, MAC included
-  int64_t fail_after_ns = 2 * kNanosPerSecond;
-  int64_t forget_after_ns = 60 * kNanosPerSecond;
-  int64_t probe_interval_ns = 1 * kNanosPerSecond;
-  int64_t push_pull_interval_ns = 1 * kNanosPerSecond;
-  size_t max_keys = 1'000'000;
   int64_t gossip_peer_bytes_per_second = 4 << 20;  // per source address, before decoding
   uint64_t incarnation = 0;             // 0: derived from the wall clock at start-up
 };

@@ -11,7 +11,7 @@
 namespace tollgate {
 
 // Splits "host:port" or "[v6]:port" into *host (brackets removed) and *port, either may be null.
-// A host holding ':' must be in brackets (otherwise "::1:80" is ambiguous). The port is a number
+// Without brackets the last ':' separates the port ("::1:80" is host "::1"). The port is a number
 // in 1..65535, or 0..65535 with `allow_port_zero` ("pick a free port"). Returns false, with
 // *error (if given) = `address "TEXT": why`, otherwise.
 inline bool split_host_port(std::string_view address, std::string* host, uint16_t* port, std::string* error,
@@ -33,7 +33,6 @@ inline bool split_host_port(std::string_view address, std::string* host, uint16_
     if (colon == std::string_view::npos) return fail("expected host:port");
     h = address.substr(0, colon);
     p = address.substr(colon + 1);
-    if (h.find(':') != std::string_view::npos) return fail("write IPv6 addresses in brackets, e.g. [::1]:7070");
   }
   if (h.empty()) return fail("missing host");
   unsigned value = 0;

@@ -49,10 +49,10 @@ TEST_F(DaemonOptionsTest, FlagsAloneWithDefaults) {
   const Parsed p = parse({"--rules", "r.yaml", "--peers-file", "peers.txt", "--bind", "127.0.0.1:7000"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
   EXPECT_EQ(p.options.node_id, "127.0.0.1:7000");  // defaults to the bind address
-  EXPECT_EQ(p.options.mode, DisseminationMode::kGossip);
+  EXPECT_EQ(p.options.node.mode, DisseminationMode::kGossip);
   EXPECT_EQ(p.options.transport, TransportKind::kUdp);
-  EXPECT_EQ(p.options.interval_ns, 50 * kNanosPerMilli);
-  EXPECT_EQ(p.options.fanout, 3u);
+  EXPECT_EQ(p.options.node.interval_ns, 50 * kNanosPerMilli);
+  EXPECT_EQ(p.options.node.fanout, 3u);
 }
 
 TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
@@ -69,14 +69,14 @@ TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
   const Parsed p = parse({"--config", config, "--mode", "gossip", "--interval", "20ms"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
   EXPECT_EQ(p.options.node_id, "a");
-  EXPECT_EQ(p.options.mode, DisseminationMode::kGossip);  // the flag
+  EXPECT_EQ(p.options.node.mode, DisseminationMode::kGossip);  // the flag
   EXPECT_EQ(p.options.transport, TransportKind::kTcp);    // the file
-  EXPECT_EQ(p.options.membership, MembershipKind::kHeartbeat);
+  EXPECT_EQ(p.options.node.membership, MembershipKind::kHeartbeat);
   EXPECT_EQ(p.options.seeds, (std::vector<std::string>{"127.0.0.1:7001", "127.0.0.1:7002"}));
-  EXPECT_EQ(p.options.interval_ns, 20 * kNanosPerMilli);
-  EXPECT_EQ(p.options.fail_after_ns, 3 * kNanosPerSecond);
-  EXPECT_EQ(p.options.member_rows, 128u);
-  EXPECT_EQ(node_options(p.options, 1).membership.max_rows_per_message, 128u);
+  EXPECT_EQ(p.options.node.interval_ns, 20 * kNanosPerMilli);
+  EXPECT_EQ(p.options.node.fail_after_ns, 3 * kNanosPerSecond);
+  EXPECT_EQ(p.options.node.member_rows, 128u);
+  EXPECT_EQ(node_options(p.options, 1).membership.member_rows, 128u);
 }
 
 TEST_F(DaemonOptionsTest, ConfigErrorsNameFileLineAndSetting) {
@@ -104,7 +104,7 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "r", "--membership", "heartbeat"}, "needs --seeds"},
       {{"--peers-file", "p"}, "--rules is required"},
       {{"--rules", "", "--peers-file", "p"}, "--rules must name a file"},
-      {{"--rules", "r", "--peers-file", "p", "--fail-after", "60ms"}, "at least two --interval rounds"},
+      {{"--rules", "r", "--peers-file", "p", "--fail-after", "60ms"}, "must be at least two --interval rounds"},
       {{"--rules", "r", "--peers-file", "p", "--forget-after", "5s"}, "at least 15s"},
       {{"--rules", "r", "--peers-file", "p", "--member-rows", "1"}, "--member-rows"},
       {{"--rules", "r", "--peers-file", "p", "--bogus"}, "bogus"},

@@ -54,13 +54,9 @@ std::optional<int> parse(const std::string& path, tollgate::DaemonOptions* optio
 
 bool same(const tollgate::DaemonOptions& a, const tollgate::DaemonOptions& b) {
   return a.node_id == b.node_id && a.bind == b.bind && a.listen == b.listen && a.rules_file == b.rules_file &&
-         a.mode == b.mode && a.transport == b.transport && a.membership == b.membership &&
-         a.peers_file == b.peers_file && a.seeds == b.seeds && a.interval_ns == b.interval_ns &&
-         a.fanout == b.fanout && a.partition_policy == b.partition_policy &&
+         a.node == b.node && a.transport == b.transport && a.peers_file == b.peers_file && a.seeds == b.seeds &&
          a.cluster_key_file == b.cluster_key_file && a.log_level == b.log_level && a.max_datagram == b.max_datagram &&
-         a.fail_after_ns == b.fail_after_ns && a.forget_after_ns == b.forget_after_ns &&
-         a.probe_interval_ns == b.probe_interval_ns && a.push_pull_interval_ns == b.push_pull_interval_ns &&
-         a.max_keys == b.max_keys && a.gossip_peer_bytes_per_second == b.gossip_peer_bytes_per_second &&
+         a.gossip_peer_bytes_per_second == b.gossip_peer_bytes_per_second &&
          a.incarnation == b.incarnation;
 }
 
@@ -88,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(options.bind.size() <= 256 && tollgate::split_host_port(options.bind, nullptr, nullptr, nullptr),
                "runs with an invalid bind address");
     FUZZ_CHECK(!options.listen.empty(), "runs without a client endpoint");
-    if (options.membership == tollgate::MembershipKind::kStatic) {
+    if (options.node.membership == tollgate::MembershipKind::kStatic) {
       FUZZ_CHECK(!options.peers_file.empty(), "static membership without a peers file");
     } else {
       FUZZ_CHECK(!options.seeds.empty(), "heartbeat membership without seeds");
@@ -96,12 +92,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& seed : options.seeds) {
       FUZZ_CHECK(tollgate::split_host_port(seed, nullptr, nullptr, nullptr), "runs with an invalid seed");
     }
-    FUZZ_CHECK(options.interval_ns >= kNanosPerMilli, "an interval below 1ms");
-    FUZZ_CHECK(options.fail_after_ns / 2 >= options.interval_ns, "fail-after below two intervals");  // no 2 * x: it may overflow
-    FUZZ_CHECK(options.forget_after_ns >= 15 * kNanosPerSecond, "forget-after below 15s");
-    FUZZ_CHECK(options.fanout >= 1 && options.fanout <= 64, "fanout out of range");
+    FUZZ_CHECK(options.node.interval_ns >= kNanosPerMilli, "an interval below 1ms");
+    FUZZ_CHECK(options.node.fail_after_ns / 2 >= options.node.interval_ns, "fail-after below two intervals");  // no 2 * x: it may overflow
+    FUZZ_CHECK(options.node.forget_after_ns >= 15 * kNanosPerSecond, "forget-after below 15s");
+    FUZZ_CHECK(options.node.fanout >= 1 && options.node.fanout <= 64, "fanout out of range");
     FUZZ_CHECK(options.max_datagram >= 1232 && options.max_datagram <= 65000, "max-datagram out of range");
-    FUZZ_CHECK(options.max_keys >= 1 && options.max_keys <= 100'000'000, "max-keys out of range");
+    FUZZ_CHECK(options.node.max_keys >= 1 && options.node.max_keys <= 100'000'000, "max-keys out of range");
     FUZZ_CHECK(options.gossip_peer_bytes_per_second >= 64 * 1024, "gossip-peer-rate out of range");
     (void)tollgate::node_options(options, 1);
 

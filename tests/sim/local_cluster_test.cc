@@ -56,7 +56,7 @@ Scenario partitioned() {
   Scenario s;
   s.name = "local-test";
   s.nodes = 3;
-  s.mode = DisseminationMode::kGossip;
+  s.node.mode = DisseminationMode::kGossip;
   s.duration_ns = 5 * kNanosPerSecond;
   s.rules_yaml = "rules:\n  - {match: \"k*\", rate: 20/s, burst: 20, max_debt: 20}\n";
   s.load.rate_per_sec = 150;
@@ -119,7 +119,7 @@ TEST_F(LocalClusterTest, AnInterruptedRunStopsEveryDaemonAndRemovesItsDir) {
 
 TEST_F(LocalClusterTest, ADaemonThatCannotStartIsReportedWithItsLog) {
   Scenario s = partitioned();
-  s.interval_ns = kNanosPerMilli / 2;  // tollgated refuses --interval below 1ms
+  s.node.interval_ns = kNanosPerMilli / 2;  // tollgated refuses --interval below 1ms
   try {
     run_local(s, parse_rules(s.rules_yaml, "test"), options());
     ADD_FAILURE() << "no error";

@@ -131,7 +131,7 @@ TEST(ShippedScenarios, MatchTheShapesTheIssueTargetsAreStatedFor) {
   EXPECT_EQ(minority.timeline[0].groups, (Groups{{0, 1}, {2, 3, 4, 5, 6, 7}}));
 
   const Scenario loss = load_scenario_file(kScenarioDir + "/loss-20.yaml");
-  EXPECT_EQ(loss.mode, DisseminationMode::kGossip);
+  EXPECT_EQ(loss.node.mode, DisseminationMode::kGossip);
   EXPECT_EQ(loss.transport, "udp");
   ASSERT_EQ(loss.timeline.size(), 1u);
   EXPECT_DOUBLE_EQ(loss.timeline[0].loss, 0.2);
@@ -186,14 +186,14 @@ TEST(ScenarioFile, EveryFieldIsRead) {
       "full.yaml");
   EXPECT_EQ(s.name, "full");
   EXPECT_EQ(s.nodes, 12u);
-  EXPECT_EQ(s.mode, DisseminationMode::kMesh);
+  EXPECT_EQ(s.node.mode, DisseminationMode::kMesh);
   EXPECT_EQ(s.transport, "tcp");
-  EXPECT_EQ(s.membership, MembershipKind::kHeartbeat);
-  EXPECT_EQ(s.policy, PartitionPolicy::kProportional);
-  EXPECT_EQ(s.interval_ns, 20 * kMs);
-  EXPECT_EQ(s.fanout, 4u);
-  EXPECT_EQ(s.fail_after_ns, 3 * kSec);
-  EXPECT_EQ(s.member_rows, 100u);
+  EXPECT_EQ(s.node.membership, MembershipKind::kHeartbeat);
+  EXPECT_EQ(s.node.partition_policy, PartitionPolicy::kProportional);
+  EXPECT_EQ(s.node.interval_ns, 20 * kMs);
+  EXPECT_EQ(s.node.fanout, 4u);
+  EXPECT_EQ(s.node.fail_after_ns, 3 * kSec);
+  EXPECT_EQ(s.node.member_rows, 100u);
   EXPECT_EQ(s.duration_ns, 120 * kSec);
   EXPECT_EQ(s.seed, UINT64_MAX);
   EXPECT_EQ(s.network.latency_min_ns, 2 * kMs);
@@ -220,14 +220,14 @@ TEST(ScenarioFile, FieldsLeftOutKeepTheirDefaultsAndTheNameComesFromTheFile) {
   const Scenario defaults;
   EXPECT_EQ(s.name, "my-run");
   EXPECT_EQ(s.nodes, 8u);
-  EXPECT_EQ(s.mode, DisseminationMode::kGossip);
+  EXPECT_EQ(s.node.mode, DisseminationMode::kGossip);
   EXPECT_EQ(s.transport, "udp");
-  EXPECT_EQ(s.membership, MembershipKind::kStatic);
-  EXPECT_EQ(s.policy, PartitionPolicy::kOpen);
-  EXPECT_EQ(s.interval_ns, 50 * kMs);
-  EXPECT_EQ(s.fanout, 3u);
-  EXPECT_EQ(s.fail_after_ns, 2 * kSec);  // tollgated's default --fail-after
-  EXPECT_EQ(s.member_rows, 64u);          // and --member-rows
+  EXPECT_EQ(s.node.membership, MembershipKind::kStatic);
+  EXPECT_EQ(s.node.partition_policy, PartitionPolicy::kOpen);
+  EXPECT_EQ(s.node.interval_ns, 50 * kMs);
+  EXPECT_EQ(s.node.fanout, 3u);
+  EXPECT_EQ(s.node.fail_after_ns, 2 * kSec);  // tollgated's default --fail-after
+  EXPECT_EQ(s.node.member_rows, 64u);          // and --member-rows
   EXPECT_EQ(s.duration_ns, 30 * kSec);
   EXPECT_EQ(s.seed, 1u);
   EXPECT_EQ(s.network.latency_min_ns, defaults.network.latency_min_ns);
@@ -276,12 +276,12 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
       {"transport: quic", "`transport` must be udp or tcp"},
       {"membership: dynamic", "`membership` must be static or heartbeat"},
       {"policy: closed", "`policy` must be open or proportional"},
-      {"interval: 50", "`interval`: duration \"50\": missing unit"},
-      {"interval: 0ms", "`interval` must be longer than 0s"},
+      {"interval: 50", "`interval` is not a duration (duration \"50\": missing unit"},
+      {"interval: 0ms", "`interval` must be at least 1ms"},
       {"duration: 0s", "`duration` must be longer than 0s"},
       {"fanout: 0", "`fanout` must be a whole number from 1 to 64"},
       {"fail_after: 0s", "`fail_after` must be longer than 0s"},
-      {"fail_after: 99ms", "fail_after 99ms must be at least two rounds (interval 50ms)"},
+      {"fail_after: 99ms", "fail_after 99ms must be at least two interval rounds (50ms)"},
       {"member_rows: 1", "`member_rows` must be a whole number from 2 to 1024"},
       {"seed: x", "`seed` must be a whole number"},
       {"name: ''", "`name` must not be empty"},
@@ -309,8 +309,9 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
 
 TEST(ScenarioFile, UnknownAndRepeatedFieldsAreErrorsAtTheirLine) {
   EXPECT_EQ(scenario_error(scenario_with("nodez: 4\n")),
-            "s.yaml:5:1: unknown field \"nodez\" (expected one of: name, nodes, mode, transport, membership, policy, "
-            "interval, fanout, fail_after, member_rows, duration, seed, network, rules, load, timeline)");
+            "s.yaml:5:1: unknown field \"nodez\" (expected one of: name, nodes, mode, membership, policy, interval, "
+            "fanout, member_rows, fail_after, forget_after, probe_interval, push_pull_interval, max_keys, transport, "
+            "duration, seed, network, rules, load, timeline)");
   EXPECT_EQ(scenario_error(scenario_with("nodes: 4\nnodes: 5\n")), "s.yaml:6:1: field \"nodes\" appears twice");
   EXPECT_TRUE(starts_with(scenario_error(scenario_with("load:\n  rate: 5/s\n  spred: one\n")), "s.yaml:7:3: unknown field \"spred\""));
   EXPECT_TRUE(starts_with(scenario_error(scenario_with("network: {loss: 1%, loss: 2%}\n")), "s.yaml:5:21: field \"loss\" appears twice"));

@@ -34,7 +34,7 @@ TEST(Targets, PartitionHalves) {
   EXPECT_LE(phase(open, "healed").over_admission(), 1.05);
   EXPECT_GT(phase(open, "partition").offered, 5000u);
 
-  s.policy = PartitionPolicy::kProportional;
+  s.node.partition_policy = PartitionPolicy::kProportional;
   const SimResult proportional = run(s);
   EXPECT_LE(phase(proportional, "partition").over_admission(), 1.15);
   EXPECT_LE(phase(proportional, "healed").over_admission(), 1.05);
@@ -42,7 +42,7 @@ TEST(Targets, PartitionHalves) {
 
 TEST(Targets, Loss20Gossip) {
   const Scenario s = load_scenario_file(kScenarioDir + "/loss-20.yaml");
-  ASSERT_EQ(s.mode, DisseminationMode::kGossip);
+  ASSERT_EQ(s.node.mode, DisseminationMode::kGossip);
   const SimResult r = run(s);
   EXPECT_LE(phase(r, "loss").over_admission(), 1.10);
   EXPECT_LE(r.total.over_admission(), 1.10);
@@ -61,7 +61,7 @@ TEST(Targets, GossipConvergesWithinLogNPlusTwoRoundsAtAThousandNodes) {
   s.nodes = 1000;
   s.duration_ns = 5 * kNanosPerSecond;
   s.network.loss = 0;
-  ASSERT_EQ(s.fanout, 3u);
+  ASSERT_EQ(s.node.fanout, 3u);
   Event cut;
   cut.kind = Event::Kind::kLoss;
   cut.at_ns = 3 * kNanosPerSecond;
@@ -72,7 +72,7 @@ TEST(Targets, GossipConvergesWithinLogNPlusTwoRoundsAtAThousandNodes) {
   const PhaseStats& warm = phase(r, "loss");
   const double rounds = std::log2(1000.0) + 2;  // 11.97
   ASSERT_GT(warm.convergence_ns.size(), 100u);
-  EXPECT_LE(warm.convergence_ms(99), rounds * double(s.interval_ns) / double(kNanosPerMilli))
+  EXPECT_LE(warm.convergence_ms(99), rounds * double(s.node.interval_ns) / double(kNanosPerMilli))
       << "p50 " << warm.convergence_ms(50) << " ms";
   RecordProperty("p99_ms", std::to_string(warm.convergence_ms(99)));  // docs/results.md quotes it
 }

@@ -17,7 +17,7 @@ Scenario steady(size_t nodes, DisseminationMode mode) {
   Scenario s;
   s.name = "steady-test";
   s.nodes = nodes;
-  s.mode = mode;
+  s.node.mode = mode;
   s.duration_ns = 20 * kNanosPerSecond;
   s.rules_yaml = "rules:\n  - {match: \"k*\", rate: 100/s, burst: 100, max_debt: 100}\n";
   s.load.rate_per_sec = 500;  // 5x the limit, spread evenly
@@ -64,8 +64,8 @@ TEST(VirtualSim, ThreadCountDoesNotChangeTheOutput) {
   const std::string one = json_of(s, 1);
   EXPECT_EQ(json_of(s, 2), one);
   EXPECT_EQ(json_of(s, 3), one);
-  s.mode = DisseminationMode::kMesh;
-  s.membership = MembershipKind::kHeartbeat;
+  s.node.mode = DisseminationMode::kMesh;
+  s.node.membership = MembershipKind::kHeartbeat;
   EXPECT_EQ(json_of(s, 3), json_of(s, 1));
 }
 
@@ -86,7 +86,7 @@ TEST(VirtualSim, TheScenariosFailAfterDecidesWhenASilentPeerIsMarkedFailed) {
   s.duration_ns = 4 * kNanosPerSecond;
   s.timeline.push_back(Event{Event::Kind::kPartition, 1 * kNanosPerSecond, 2'500 * kNanosPerMilli, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 0, 0, 0, "p"});
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 0);
-  s.fail_after_ns = 1 * kNanosPerSecond;
+  s.node.fail_after_ns = 1 * kNanosPerSecond;
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 8 * 4);
 }
 
@@ -96,10 +96,10 @@ TEST(VirtualSim, TheScenariosFailAfterDecidesWhenASilentPeerIsMarkedFailed) {
 TEST(VirtualSim, MoreMembershipRowsPerMessageMeanFewerFalseSuspicions) {
   Scenario s = steady(256, DisseminationMode::kGossip);
   s.duration_ns = 4 * kNanosPerSecond;
-  s.fail_after_ns = 1 * kNanosPerSecond;
-  s.member_rows = 8;
+  s.node.fail_after_ns = 1 * kNanosPerSecond;
+  s.node.member_rows = 8;
   const int64_t few_rows = run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures;
-  s.member_rows = 64;
+  s.node.member_rows = 64;
   const int64_t default_rows = run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures;
   EXPECT_GT(few_rows, 0);
   EXPECT_LT(default_rows * 10, few_rows) << "8 rows: " << few_rows << ", 64 rows: " << default_rows;

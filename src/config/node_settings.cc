@@ -1,0 +1,148 @@
+#include "config/node_settings.h"
+
+#include <charconv>
+#include <optional>
+
+#include "tollgate/duration.h"
+
+namespace tollgate {
+namespace {
+
+// Durations are bounded so that the products the settings imply (2 x fail_after, ...) cannot
+// overflow; found by the daemon_config fuzzer (tests/fuzz/regressions/daemon_config/).
+constexpr int64_t kMaxDurationNs = 168 * 3600 * kNanosPerSecond;
+
+std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+std::string parse_duration_setting(std::string_view text, int64_t min_ns, int64_t& out) {
+  std::string why;
+  const std::optional<int64_t> ns = parse_duration_ns(text, &why);
+  if (!ns) return "is not a duration (" + why + ")";
+  if (*ns < min_ns) return min_ns <= 1 ? "must be longer than 0s" : "must be at least " + format_duration(min_ns);
+  if (*ns > kMaxDurationNs) return "must be at most 168h";
+  out = *ns;
+  return {};
+}
+
+std::string parse_whole(std::string_view text, size_t min, size_t max, size_t& out) {
+  size_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < min || v > max) {
+    return "must be a whole number from " + std::to_string(min) + " to " + std::to_string(max) + ", got " + quoted(text);
+  }
+  out = v;
+  return {};
+}
+
+template <typename E>
+std::string parse_choice(std::string_view text, std::string_view a, E ea, std::string_view b, E eb, E& out) {
+  if (text == a) {
+    out = ea;
+  } else if (text == b) {
+    out = eb;
+  } else {
+    return "must be " + std::string(a) + " or " + std::string(b) + ", got " + quoted(text);
+  }
+  return {};
+}
+
+#define TOLLGATE_DURATION_FIELD(FLAG, KEY, MEMBER, MIN_NS, HELP)                                                  \
+  NodeSettingField {                                                                                              \
+    FLAG, KEY, HELP, "DURATION",                                                                                  \
+        [](std::string_view t, NodeSettings& s) { return parse_duration_setting(t, MIN_NS, s.MEMBER); },          \
+        [](const NodeSettings& s) { return format_duration(s.MEMBER); }                                           \
+  }
+#define TOLLGATE_WHOLE_FIELD(FLAG, KEY, MEMBER, MIN, MAX, HELP)                                           \
+  NodeSettingField {                                                                                      \
+    FLAG, KEY, HELP, #MIN ".." #MAX,                                                                      \
+        [](std::string_view t, NodeSettings& s) { return parse_whole(t, MIN, MAX, s.MEMBER); },           \
+        [](const NodeSettings& s) { return std::to_string(s.MEMBER); }                                    \
+  }
+
+const NodeSettingField kFields[] = {
+    {"mode", "mode", "Dissemination: gossip (fan-out to random peers) or mesh (everyone)", "{mesh,gossip}",
+     [](std::string_view t, NodeSettings& s) {
+       return parse_choice(t, "mesh", DisseminationMode::kMesh, "gossip", DisseminationMode::kGossip, s.mode);
+     },
+     [](const NodeSettings& s) { return std::string(dissemination_mode_name(s.mode)); }},
+    {"membership", "membership", "static (--peers-file) or heartbeat (--seeds)", "{static,heartbeat}",
+     [](std::string_view t, NodeSettings& s) {
+       return parse_choice(t, "static", MembershipKind::kStatic, "heartbeat", MembershipKind::kHeartbeat, s.membership);
+     },
+     [](const NodeSettings& s) {
+       return std::string(s.membership == MembershipKind::kStatic ? "static" : "heartbeat");
+     }},
+    {"partition-policy", "policy",
+     "open: every reachable group enforces the full limit; proportional: refill scaled by reachable/known members",
+     "{open,proportional}",
+     [](std::string_view t, NodeSettings& s) {
+       return parse_choice(t, "open", PartitionPolicy::kOpen, "proportional", PartitionPolicy::kProportional,
+                           s.partition_policy);
+     },
+     [](const NodeSettings& s) { return std::string(partition_policy_name(s.partition_policy)); }},
+    TOLLGATE_DURATION_FIELD("interval", "interval", interval_ns, kNanosPerMilli, "Dissemination round"),
+    TOLLGATE_WHOLE_FIELD("fanout", "fanout", fanout, 1, 64, "Gossip: peers per round"),
+    TOLLGATE_WHOLE_FIELD("member-rows", "member_rows", member_rows, 2, 1024,
+                         "Membership rows each gossip message carries (this node's included), rotating through the "
+                         "members: more spread heartbeats faster in large clusters, at the cost of bytes "
+                         "(docs/operations.md)"),
+    TOLLGATE_DURATION_FIELD("fail-after", "fail_after", fail_after_ns, 1,
+                            "A member silent this long is suspect (heartbeat) or unreachable (static); dead after twice that"),
+    TOLLGATE_DURATION_FIELD("forget-after", "forget_after", forget_after_ns, 1,
+                            "Heartbeat: a dead member is forgotten after this long"),
+    TOLLGATE_DURATION_FIELD("probe-interval", "probe_interval", probe_interval_ns, 1,
+                            "Dead and unreachable members are probed this often"),
+    TOLLGATE_DURATION_FIELD("push-pull-interval", "push_pull_interval", push_pull_interval_ns, 1,
+                            "Anti-entropy exchange with one random peer this often"),
+    TOLLGATE_WHOLE_FIELD("max-keys", "max_keys", max_keys, 1, 100000000,
+                         "Buckets held at most (least recently used evicted beyond)"),
+};
+
+#undef TOLLGATE_DURATION_FIELD
+#undef TOLLGATE_WHOLE_FIELD
+
+const NodeSettingField& field(std::string_view flag) {
+  for (const NodeSettingField& f : kFields) {
+    if (f.flag == flag) return f;
+  }
+  return kFields[0];  // not reached: callers name fields of the table
+}
+
+}  // namespace
+
+std::string NodeSettingField::name(SettingNames names) const {
+  return names == SettingNames::kFlags ? "--" + std::string(flag) : std::string(key);
+}
+
+std::span<const NodeSettingField> node_setting_fields() { return kFields; }
+
+SettingProblem validate(const NodeSettings& s, SettingNames names) {
+  auto name = [&](std::string_view flag) { return field(flag).name(names); };
+  if (s.fail_after_ns < 2 * s.interval_ns) {
+    return {"fail-after", name("fail-after") + " " + format_duration(s.fail_after_ns) + " must be at least two " +
+                              name("interval") + " rounds (" + format_duration(s.interval_ns) + ")"};
+  }
+  if (s.forget_after_ns < 15 * kNanosPerSecond) {
+    return {"forget-after", name("forget-after") +
+                                " must be at least 15s: consumption is kept 10s for repair, and a member must not be "
+                                "forgotten while its batches can still arrive"};
+  }
+  return {};
+}
+
+void NodeSettings::apply_to(NodeOptions& o) const {
+  o.mode = mode;
+  o.partition_policy = partition_policy;
+  o.interval_ns = interval_ns;
+  o.fanout = fanout;
+  o.push_pull_interval_ns = push_pull_interval_ns;
+  o.membership.kind = membership;
+  o.membership.fail_after_ns = fail_after_ns;
+  o.membership.dead_after_ns = 2 * fail_after_ns;
+  o.membership.forget_after_ns = forget_after_ns;
+  o.membership.probe_interval_ns = probe_interval_ns;
+  o.membership.member_rows = member_rows;
+  o.keys.max_keys = max_keys;
+}
+
+}  // namespace tollgate
