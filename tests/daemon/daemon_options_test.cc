@@ -127,5 +127,42 @@ TEST_F(DaemonOptionsTest, HelpExitsZeroWithoutRunning) {
   EXPECT_NE(out.find("--partition-policy"), std::string::npos);
 }
 
+// Every node setting (config/node_settings.h) is a flag and a config key of tollgated, reads back
+// what it prints, and reaches NodeOptions.
+TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
+  NodeSettings changed;
+  changed.mode = DisseminationMode::kMesh;
+  changed.membership = MembershipKind::kHeartbeat;
+  changed.partition_policy = PartitionPolicy::kProportional;
+  changed.interval_ns = 20 * kNanosPerMilli;
+  changed.fanout = 5;
+  changed.member_rows = 100;
+  changed.fail_after_ns = 3 * kNanosPerSecond;
+  changed.forget_after_ns = 90 * kNanosPerSecond;
+  changed.probe_interval_ns = 2 * kNanosPerSecond;
+  changed.push_pull_interval_ns = 500 * kNanosPerMilli;
+  changed.max_keys = 4096;
+  std::vector<std::string> args = {"--rules", "r.yaml", "--seeds", "127.0.0.1:7000"};
+  std::string config = "rules: r.yaml\nseeds: 127.0.0.1:7000\n";
+  for (const NodeSettingField& f : node_setting_fields()) {
+    ASSERT_NE(f.format(changed), f.format(NodeSettings{})) << f.flag << ": the test must change every setting";
+    args.insert(args.end(), {"--" + std::string(f.flag), f.format(changed)});
+    config += std::string(f.flag) + ": " + f.format(changed) + "\n";
+  }
+  const Parsed by_flags = parse(args);
+  ASSERT_FALSE(by_flags.exit_code.has_value()) << by_flags.stderr_text;
+  EXPECT_TRUE(by_flags.options.node == changed);
+  const Parsed by_file = parse({"--config", write("all.yaml", config)});
+  ASSERT_FALSE(by_file.exit_code.has_value()) << by_file.stderr_text;
+  EXPECT_TRUE(by_file.options.node == changed);
+
+  const NodeOptions n = node_options(by_flags.options, 1);
+  EXPECT_EQ(n.mode, DisseminationMode::kMesh);
+  EXPECT_EQ(n.membership.dead_after_ns, 6 * kNanosPerSecond);  // twice fail_after
+  EXPECT_EQ(n.membership.forget_after_ns, 90 * kNanosPerSecond);
+  EXPECT_EQ(n.push_pull_interval_ns, 500 * kNanosPerMilli);
+  EXPECT_EQ(n.keys.max_keys, 4096u);
+}
+
 }  // namespace
 }  // namespace tollgate
