@@ -96,6 +96,9 @@ const NodeSettingField kFields[] = {
                             "Anti-entropy exchange with one random peer this often"),
     TOLLGATE_WHOLE_FIELD("max-keys", "max_keys", max_keys, 1, 100000000,
                          "Buckets held at most (least recently used evicted beyond)"),
+    TOLLGATE_WHOLE_FIELD("retransmit-mult", "retransmit_mult", retransmit_mult, 1, 16,
+                         "Gossip: each node sends a batch to mult x ceil(log10(N + 1)) peers in all (N members); "
+                         "more copies reach every node sooner and under more loss, at the cost of bytes"),
 };
 
 #undef TOLLGATE_DURATION_FIELD
@@ -143,6 +146,7 @@ void NodeSettings::apply_to(NodeOptions& o) const {
   o.membership.probe_interval_ns = probe_interval_ns;
   o.membership.member_rows = member_rows;
   o.keys.max_keys = max_keys;
+  o.retransmit_mult = static_cast<uint32_t>(retransmit_mult);
 }
 
 }  // namespace tollgate

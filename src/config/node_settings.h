@@ -29,6 +29,7 @@ struct NodeSettings {
   int64_t probe_interval_ns = 1 * kNanosPerSecond;     // dead and unreachable members are probed
   int64_t push_pull_interval_ns = 1 * kNanosPerSecond; // anti-entropy with one random peer
   size_t max_keys = 1'000'000;                         // buckets held at most
+  size_t retransmit_mult = 4;                          // gossip: copies of a batch = mult x ceil(log10(N + 1))
 
   // Sets these settings' part of `o` (a member dead after twice fail_after, ...).
   void apply_to(NodeOptions& o) const;

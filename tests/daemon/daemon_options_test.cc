@@ -142,6 +142,7 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   changed.probe_interval_ns = 2 * kNanosPerSecond;
   changed.push_pull_interval_ns = 500 * kNanosPerMilli;
   changed.max_keys = 4096;
+  changed.retransmit_mult = 6;
   std::vector<std::string> args = {"--rules", "r.yaml", "--seeds", "127.0.0.1:7000"};
   std::string config = "rules: r.yaml\nseeds: 127.0.0.1:7000\n";
   for (const NodeSettingField& f : node_setting_fields()) {
@@ -162,6 +163,7 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   EXPECT_EQ(n.membership.forget_after_ns, 90 * kNanosPerSecond);
   EXPECT_EQ(n.push_pull_interval_ns, 500 * kNanosPerMilli);
   EXPECT_EQ(n.keys.max_keys, 4096u);
+  EXPECT_EQ(n.retransmit_mult, 6u);
 }
 
 }  // namespace
