@@ -136,16 +136,6 @@ TEST(Ledger, DuplicateOutOfOrderAndRelayedBatchesAreChargedOnce) {
   EXPECT_EQ(a.charged("k"), 7);
 }
 
-TEST(Ledger, IsNewAgreesWithMerge) {
-  Node a("a"), b("b");
-  BatchPtr b1 = a.admit_and_seal({{"k", 1}});
-  EXPECT_TRUE(b.ledger.is_new(*b1));
-  EXPECT_EQ(b.ledger.stats().origins, 1u);  // is_new creates no state
-  b.merge(b1);
-  EXPECT_FALSE(b.ledger.is_new(*b1));
-  EXPECT_FALSE(a.ledger.is_new(*b1));
-}
-
 // Property 2.
 TEST(Ledger, LostBatchIsRepairedByTheNextDigestExchange) {
   Node a("a"), b("b"), c("c");

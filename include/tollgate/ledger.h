@@ -93,9 +93,6 @@ class Ledger {
   // batches are retained for relaying and repair.
   MergeResult merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns);
 
-  // True if `batch` would be applied by merge() (it is news to this node).
-  bool is_new(const Batch& batch) const;
-
   // This node's windows, to send to a peer for repair.
   Digest digest() const;
   // Retained batches that the owner of `peer` has not applied, oldest first. When the digest is

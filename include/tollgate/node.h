@@ -72,18 +72,15 @@ struct NodeOptions {
   int64_t push_pull_interval_ns = 1 * kNanosPerSecond;
   // How a round's consumption is cut into batches: a batch is the unit of loss and repair and
   // must fit one datagram. The daemon passes the codec's split_for_sealing (exact bytes); by
-  // default runs of at most max_batch_entries entries.
+  // default runs of at most 32 entries. (The retransmit queue holds at most 4,096 batches, the
+  // oldest going first: push-pull repairs them.)
   std::function<std::vector<std::vector<ConsumptionEntry>>(std::vector<ConsumptionEntry>)> split_for_sealing;
-  size_t max_batch_entries = 32;
-  // Gossip: batches held for retransmission at most; the oldest go first (push-pull repairs them).
-  size_t max_queued_batches = 4096;
   // Gossip: batches per message at most, newest first (as memberlist's transmit-limited queue):
   // a batch only spends a retransmit when it is actually sent, so under heavy traffic old news
   // waits (or is repaired by push-pull) instead of every message carrying the whole queue.
   size_t max_batches_per_message = 128;
   // Push-pull answers carry at most this many batches; the next exchange sends the rest.
   size_t max_repair_batches = 512;
-  size_t sweep_per_round = 256;  // idle keys examined per round
   // When this many keys (an upper bound: KeyTable::pending_keys) have consumption not yet
   // sealed, check() seals up to that many at once instead of leaving them all to the round: a
   // flood of new keys (15,000 a round at 300,000/s) otherwise makes each round one long stop of
@@ -150,7 +147,19 @@ class Node {
     BatchPtr batch;
     uint32_t transmits_left;
   };
-  GossipMessagePtr message(std::vector<BatchPtr> batches);
+  // A message from us carrying `batches` and membership rows; mutable until it is sent.
+  std::shared_ptr<GossipMessage> message(std::vector<BatchPtr> batches);
+  // Puts our digest in `m` and asks the receiver to answer with what we lack and its own.
+  void ask_for_digest_reply(GossipMessage& m) const;
+  // The round's steps, in order (see the top of this file).
+  void advance_membership(MonoNanos now_ns);
+  std::vector<BatchPtr> seal_round(MonoNanos now_ns);
+  void disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh);
+  void push_pull(const std::vector<const MemberInfo*>& live, MonoNanos now_ns);
+  void probe(MonoNanos now_ns);
+  void housekeeping(MonoNanos now_ns);
+  // k distinct indices of 0..n-1 (all of them if k >= n), uniformly at random.
+  std::vector<size_t> pick_distinct(size_t n, size_t k);
   // Seals up to `max_keys` keys' unsealed consumption into batches, onto sealed_.
   void seal(MonoNanos now_ns, size_t max_keys);
   // Keeps a just-sealed batch on sealed_ (for the round, or leave()) and, in gossip, queues it.
@@ -160,8 +169,6 @@ class Node {
   // Copies of a newly queued batch to send, from the live members counted at the last
   // tick (not recounted per batch: enqueue runs for every batch sealed or applied).
   uint32_t retransmits() const;
-  void forget(const std::vector<NodeId>& ids);
-  void apply_partition_policy(MonoNanos now_ns);
 
   NodeOptions options_;
   Outbox& outbox_;

@@ -197,11 +197,6 @@ class Ledger::Impl {
     return MergeResult::kApplied;
   }
 
-  bool is_new(const Batch& batch) {
-    SeenWindow* window = nullptr;
-    return classify(batch, /*create=*/false, &window) == MergeResult::kApplied;
-  }
-
   Digest digest() const {
     Digest d;
     d.origins.reserve(origins_.size());
@@ -368,7 +363,6 @@ BatchPtr Ledger::seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns) {
 MergeResult Ledger::merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns) {
   return impl_->merge(batch, table, now_ns);
 }
-bool Ledger::is_new(const Batch& batch) const { return impl_->is_new(batch); }
 Digest Ledger::digest() const { return impl_->digest(); }
 std::vector<BatchPtr> Ledger::missing_for(const Digest& peer, const NodeId& from,
                                           const std::optional<NodeId>& until) const {

@@ -7,6 +7,15 @@
 
 namespace tollgate {
 
+namespace {
+// Sealing without split_for_sealing (the simulator): runs of at most this many entries.
+constexpr size_t kMaxBatchEntries = 32;
+// Gossip: batches held for retransmission at most; the oldest go first (push-pull repairs them).
+constexpr size_t kMaxQueuedBatches = 4096;
+// Idle keys examined per round by the table's sweep.
+constexpr size_t kSweepPerRound = 256;
+}  // namespace
+
 const char* dissemination_mode_name(DisseminationMode m) {
   return m == DisseminationMode::kMesh ? "mesh" : "gossip";
 }
@@ -21,7 +30,6 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
       table_(std::move(rules), options_.keys),
       ledger_(options_.id, options_.incarnation, options_.ledger),
       membership_(options_.id, options_.address, options_.incarnation, options_.membership) {
-  if (options_.max_batch_entries == 0) options_.max_batch_entries = 1;
 }
 
 Node::~Node() = default;
@@ -47,8 +55,8 @@ void Node::seal(MonoNanos now, size_t max_keys) {
     }
     return;
   }
-  for (size_t i = 0; i < pending_.size(); i += options_.max_batch_entries) {
-    const size_t end = std::min(pending_.size(), i + options_.max_batch_entries);
+  for (size_t i = 0; i < pending_.size(); i += kMaxBatchEntries) {
+    const size_t end = std::min(pending_.size(), i + kMaxBatchEntries);
     std::vector<ConsumptionEntry> run(std::make_move_iterator(pending_.begin() + long(i)),
                                       std::make_move_iterator(pending_.begin() + long(end)));
     if (BatchPtr b = ledger_.seal(std::move(run), now)) keep_sealed(std::move(b));
@@ -72,14 +80,14 @@ uint32_t Node::retransmits() const {
 }
 
 void Node::enqueue(const BatchPtr& b) {
-  if (queue_.size() >= options_.max_queued_batches) {
+  if (queue_.size() >= kMaxQueuedBatches) {
     queue_.pop_front();
     ++stats_.queue_overflow;
   }
   queue_.push_back({b, retransmits()});
 }
 
-GossipMessagePtr Node::message(std::vector<BatchPtr> batches) {
+std::shared_ptr<GossipMessage> Node::message(std::vector<BatchPtr> batches) {
   auto m = std::make_shared<GossipMessage>();
   m->sender = options_.id;
   m->sender_incarnation = options_.incarnation;
@@ -87,6 +95,11 @@ GossipMessagePtr Node::message(std::vector<BatchPtr> batches) {
   m->batches = std::move(batches);
   m->members = membership_.rows_for_message();
   return m;
+}
+
+void Node::ask_for_digest_reply(GossipMessage& m) const {
+  m.digest = ledger_.digest();
+  m.digest_reply_wanted = true;
 }
 
 void Node::send(const std::string& address, const GossipMessagePtr& m) {
@@ -97,112 +110,129 @@ void Node::send(const std::string& address, const GossipMessagePtr& m) {
 
 void Node::tick(MonoNanos now) {
   ++stats_.rounds;
+  advance_membership(now);
+  std::vector<BatchPtr> fresh = seal_round(now);
+  const std::vector<const MemberInfo*>& live = membership_.live();
+  live_members_ = live.size();  // sizes the retransmit budget until the next round
+  disseminate(live, std::move(fresh));
+  push_pull(live, now);
+  probe(now);
+  first_round_ = false;
+  housekeeping(now);
+}
+
+void Node::advance_membership(MonoNanos now) {
   std::vector<NodeId> forgotten;
   membership_.tick(now, &forgotten);
-  forget(forgotten);
+  // Membership forgets only after forget_after, which is configured above the ledger's retention
+  // plus dissemination time, so forgetting the windows cannot let an old batch in twice.
+  for (const NodeId& id : forgotten) ledger_.forget_origin(id);
+}
 
-  // Seal this round's consumption into datagram-sized batches (with any sealed early by check()).
+std::vector<BatchPtr> Node::seal_round(MonoNanos now) {
+  // This round's consumption, in datagram-sized batches, with any sealed early by check().
   seal(now, SIZE_MAX);
   std::vector<BatchPtr> fresh = std::move(sealed_);
   sealed_.clear();
+  return fresh;
+}
 
-  const std::vector<const MemberInfo*>& live = membership_.live();
-  live_members_ = live.size();  // sizes the retransmit budget until the next round
+void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh) {
+  if (live.empty()) return;
   if (options_.mode == DisseminationMode::kMesh) {
     // Everyone hears from us every round: our news, or just our heartbeat.
-    if (!live.empty()) {
-      const GossipMessagePtr m = message(fresh);
-      for (const MemberInfo* v : live) send(v->address, m);
-    }
-  } else {
-    // fresh was queued when sealed (keep_sealed).
-    if (!live.empty()) {
-      // `fanout` distinct members, chosen uniformly: a partial Fisher-Yates shuffle of the
-      // indices 0..n-1 that stores only the k swaps it makes (O(k), not O(n), per round).
-      const size_t n = live.size(), k = std::min(options_.fanout, n);
-      std::vector<std::pair<size_t, size_t>> moved;  // position -> index now there, if swapped
-      auto at = [&](size_t pos) {
-        for (const auto& [p, v] : moved) {
-          if (p == pos) return v;
-        }
-        return pos;
-      };
-      auto put = [&](size_t pos, size_t v) {
-        for (auto& [p, old] : moved) {
-          if (p == pos) {
-            old = v;
-            return;
-          }
-        }
-        moved.emplace_back(pos, v);
-      };
-      std::vector<size_t> idx(k);
-      for (size_t i = 0; i < k; ++i) {
-        const size_t j = i + random_.below(n - i);
-        idx[i] = at(j);
-        put(j, at(i));
-      }
-      std::vector<BatchPtr> batches;
-      const size_t take = std::min(queue_.size(), options_.max_batches_per_message);
-      batches.reserve(take);
-      // The budget counts copies sent (one per peer), as memberlist's transmit limit does.
-      for (auto it = queue_.rbegin(); batches.size() < take; ++it) {
-        batches.push_back(it->batch);
-        it->transmits_left -= std::min<uint32_t>(it->transmits_left, uint32_t(k));
-      }
-      // Only the newest `take` entries were sent, so only they can have run out.
-      const auto sent = queue_.end() - long(take);
-      queue_.erase(std::remove_if(sent, queue_.end(), [](const Queued& q) { return q.transmits_left == 0; }),
-                   queue_.end());
-      const GossipMessagePtr m = message(std::move(batches));
-      for (size_t i = 0; i < k; ++i) send(live[idx[i]]->address, m);
-    }
+    const GossipMessagePtr m = message(std::move(fresh));
+    for (const MemberInfo* v : live) send(v->address, m);
+    return;
   }
-
-  // Push-pull repair with one random live member (at once after start, to learn recent debt).
-  if (!live.empty() && now >= next_push_pull_ns_) {
-    auto m = std::const_pointer_cast<GossipMessage>(message({}));
-    m->digest = ledger_.digest();
-    m->digest_reply_wanted = true;
-    ++stats_.push_pulls;
-    send(live[random_.below(live.size())]->address, m);
-    next_push_pull_ns_ = now + options_.push_pull_interval_ns;
+  // Gossip: `fresh` was queued when sealed (keep_sealed). The queue's newest batches go to
+  // `fanout` random live members.
+  const std::vector<size_t> targets = pick_distinct(live.size(), options_.fanout);
+  std::vector<BatchPtr> batches;
+  const size_t take = std::min(queue_.size(), options_.max_batches_per_message);
+  batches.reserve(take);
+  // The budget counts copies sent (one per peer), as memberlist's transmit limit does.
+  for (auto it = queue_.rbegin(); batches.size() < take; ++it) {
+    batches.push_back(it->batch);
+    it->transmits_left -= std::min<uint32_t>(it->transmits_left, uint32_t(targets.size()));
   }
+  // Only the newest `take` entries were sent, so only they can have run out.
+  const auto sent = queue_.end() - long(take);
+  queue_.erase(std::remove_if(sent, queue_.end(), [](const Queued& q) { return q.transmits_left == 0; }), queue_.end());
+  const GossipMessagePtr m = message(std::move(batches));
+  for (size_t i : targets) send(live[i]->address, m);
+}
 
-  // Probes: failed members, and seeds we are not yet connected through.
+std::vector<size_t> Node::pick_distinct(size_t n, size_t k) {
+  // k distinct indices of 0..n-1, chosen uniformly: a partial Fisher-Yates shuffle that stores
+  // only the k swaps it makes (O(k), not O(n), per round).
+  k = std::min(k, n);
+  std::vector<std::pair<size_t, size_t>> moved;  // position -> index now there, if swapped
+  auto at = [&](size_t pos) {
+    for (const auto& [p, v] : moved) {
+      if (p == pos) return v;
+    }
+    return pos;
+  };
+  auto put = [&](size_t pos, size_t v) {
+    for (auto& [p, old] : moved) {
+      if (p == pos) {
+        old = v;
+        return;
+      }
+    }
+    moved.emplace_back(pos, v);
+  };
+  std::vector<size_t> picked(k);
+  for (size_t i = 0; i < k; ++i) {
+    const size_t j = i + random_.below(n - i);
+    picked[i] = at(j);
+    put(j, at(i));
+  }
+  return picked;
+}
+
+void Node::push_pull(const std::vector<const MemberInfo*>& live, MonoNanos now) {
+  // Repair with one random live member (at once after start, to learn recent debt).
+  if (live.empty() || now < next_push_pull_ns_) return;
+  const std::shared_ptr<GossipMessage> m = message({});
+  ask_for_digest_reply(*m);
+  ++stats_.push_pulls;
+  send(live[random_.below(live.size())]->address, m);
+  next_push_pull_ns_ = now + options_.push_pull_interval_ns;
+}
+
+void Node::probe(MonoNanos now) {
+  // Failed members, and seeds we are not yet connected through.
   const std::vector<std::string> probes = membership_.due_probes(now);
   const bool seeds_due = membership_.kind() == MembershipKind::kHeartbeat && now >= next_seed_probe_ns_;
-  if (!probes.empty() || seeds_due) {
-    GossipMessagePtr m = message({});
-    if (first_round_) {
-      // Just started (perhaps restarted after a crash): our digest asks whoever answers first
-      // for the recent consumption we lack, so what we admit reflects the cluster's debt within
-      // a round trip, not after the first regular push-pull.
-      auto with_digest = std::const_pointer_cast<GossipMessage>(m);
-      with_digest->digest = ledger_.digest();
-      with_digest->digest_reply_wanted = true;
-    }
+  if (probes.empty() && !seeds_due) return;
+  if (!probes.empty()) {
+    const std::shared_ptr<GossipMessage> m = message({});
+    // Just started (perhaps restarted after a crash): our digest asks whoever answers first for
+    // the recent consumption we lack, so what we admit reflects the cluster's debt within a
+    // round trip, not after the first regular push-pull.
+    if (first_round_) ask_for_digest_reply(*m);
     for (const std::string& a : probes) send(a, m);
-    if (seeds_due) {
-      for (const std::string& seed : options_.seeds) {
-        if (seed != options_.address && !membership_.knows_address(seed)) {
-          // A digest with the first contact lets a restarted node learn recent consumption.
-          auto join = std::const_pointer_cast<GossipMessage>(message({}));
-          if (first_round_) {
-            join->digest = ledger_.digest();
-            join->digest_reply_wanted = true;
-          }
-          send(seed, join);
-        }
-      }
-      next_seed_probe_ns_ = now + options_.membership.probe_interval_ns;
-    }
   }
-  first_round_ = false;
+  if (!seeds_due) return;
+  for (const std::string& seed : options_.seeds) {
+    if (seed == options_.address || membership_.knows_address(seed)) continue;
+    // A digest with the first contact lets a restarted node learn recent consumption.
+    const std::shared_ptr<GossipMessage> join = message({});
+    if (first_round_) ask_for_digest_reply(*join);
+    send(seed, join);
+  }
+  next_seed_probe_ns_ = now + options_.membership.probe_interval_ns;
+}
 
+void Node::housekeeping(MonoNanos now) {
   ledger_.expire(now);
-  table_.sweep_idle(now, options_.sweep_per_round);
-  apply_partition_policy(now);
+  table_.sweep_idle(now, kSweepPerRound);
+  if (options_.partition_policy == PartitionPolicy::kProportional) {
+    const auto [reachable, known] = membership_.reachable_fraction();
+    table_.set_rate_scale(reachable, known, now);
+  }
 }
 
 void Node::receive(const GossipMessage& m, MonoNanos now) {
@@ -233,7 +263,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     if (missing.size() > options_.max_repair_batches) missing.resize(options_.max_repair_batches);
     if (!missing.empty() || m.digest_reply_wanted) {
       stats_.repairs_sent += missing.size();
-      auto reply = std::const_pointer_cast<GossipMessage>(message(std::move(missing)));
+      const std::shared_ptr<GossipMessage> reply = message(std::move(missing));
       if (m.digest_reply_wanted) reply->digest = ledger_.digest();  // so the asker can answer in turn
       const MemberInfo* v = membership_.find(m.sender);
       send(v ? v->address : m.sender_address, reply);
@@ -242,12 +272,10 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
 }
 
 void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {
-  std::vector<NodeId> removed;
-  membership_.set_peers(peers, now, &removed);
   // A peer removed from the file is not forgotten by the ledger at once: its retained batches may
   // still circulate (see Ledger::forget_origin). Its window stays until the ledger is rebuilt;
   // at most max_origins are tracked.
-  (void)removed;
+  membership_.set_peers(peers, now);
 }
 
 void Node::leave(MonoNanos now) {
@@ -261,23 +289,11 @@ void Node::leave(MonoNanos now) {
   }
   sealed_.clear();
   membership_.leave();
-  auto m = std::const_pointer_cast<GossipMessage>(message({}));
+  const std::shared_ptr<GossipMessage> m = message({});
   m->leaving = true;
   for (const MemberInfo* v : membership_.live()) send(v->address, m);
 }
 
 void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) { table_.replace_rules(std::move(rules), now); }
-
-void Node::forget(const std::vector<NodeId>& ids) {
-  // Membership forgets only after forget_after, which is configured above the ledger's retention
-  // plus dissemination time, so forgetting the windows cannot let an old batch in twice.
-  for (const NodeId& id : ids) ledger_.forget_origin(id);
-}
-
-void Node::apply_partition_policy(MonoNanos now) {
-  if (options_.partition_policy != PartitionPolicy::kProportional) return;
-  const auto [reachable, known] = membership_.reachable_fraction();
-  table_.set_rate_scale(reachable, known, now);
-}
 
 }  // namespace tollgate
