@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tollgate/rules.h"
+#include "util/flat_table.h"
 
 namespace tollgate {
 namespace {
@@ -30,10 +31,6 @@ class KeyTable::Impl {
       : rules_(std::move(rules)), options_(options) {
     if (options_.max_keys == 0) options_.max_keys = 1;
     options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
-    // Starts small (8 KiB) and doubles as keys arrive: a node with few keys (or one of the
-    // simulator's thousand) stays small. It never holds more than max_keys, so it stops growing
-    // at 2 * max_keys slots.
-    index_.assign(std::bit_ceil(std::min<size_t>(options_.max_keys, 512) * 2), IndexSlot{});
   }
 
   Decision allow(std::string_view key, int64_t cost, MonoNanos now) {
@@ -201,12 +198,12 @@ class KeyTable::Impl {
 
   KeyTableStats stats() const {
     KeyTableStats s = stats_;
-    s.keys = indexed_;
+    s.keys = index_.size();
     s.remembered = remembered_.size();
     const size_t chunks = (slots_.size() + EntryStore::kChunk - 1) / EntryStore::kChunk;
     size_t bytes = chunks * EntryStore::kChunk * sizeof(Entry) + free_.capacity() * sizeof(uint32_t);
     for (size_t i = 0; i < slots_.size(); ++i) bytes += slots_[i].key_heap ? slots_[i].key_size : 0;
-    bytes += index_.capacity() * sizeof(IndexSlot);
+    bytes += index_.bytes();
     bytes += remembered_.bytes() + (light_order_.size() + heavy_order_.size()) * sizeof(std::pair<size_t, uint64_t>);
     for (const auto& [key, tokens] : orphan_pending_) bytes += sizeof(key) + sizeof(tokens) + string_heap_bytes(key);
     s.bytes = bytes;
@@ -214,7 +211,7 @@ class KeyTable::Impl {
   }
 
   const RuleSet& rules() const { return *rules_; }
-  size_t size() const { return indexed_; }
+  size_t size() const { return index_.size(); }
 
  private:
   // One key's state, two cache lines. Keys up to kInlineKey bytes (nearly all real ones) live
@@ -270,77 +267,49 @@ class KeyTable::Impl {
     Limit limit;
     uint64_t generation = 0;
   };
-  // Remembered balances by key hash: open addressing with linear probing, at most half full,
-  // deletion by backward shift, grown by doubling (bounded by max_remembered). A key flood
-  // remembers and forgets a balance per eviction, hundreds of thousands a second: with
-  // std::unordered_map that was a node malloc and free each, 40% of the daemon's time under a
-  // flood of 300,000 new keys/s (perf), and allocator stalls in the checks of other clients.
+  // Remembered balances by key hash, on FlatTable (util/flat_table.h), grown by doubling (bounded
+  // by max_remembered). A key flood remembers and forgets a balance per eviction, hundreds of
+  // thousands a second: with std::unordered_map that was a node malloc and free each, 40% of the
+  // daemon's time under a flood of 300,000 new keys/s (perf), and allocator stalls in the checks
+  // of other clients. Lookups probe the hashes only (eight to a cache line); the value is in a
+  // parallel array, touched on a match.
   class RememberedMap {
    public:
-    size_t size() const { return size_; }
-    bool empty() const { return size_ == 0; }
-    size_t bytes() const { return hashes_.capacity() * sizeof(size_t) + values_.capacity() * sizeof(Remembered); }
+    size_t size() const { return table_.size(); }
+    bool empty() const { return table_.empty(); }
+    size_t bytes() const { return table_.bytes(); }
     Remembered* find(size_t hash) {
       const size_t i = locate(stored(hash));
-      return i == kNone ? nullptr : &values_[i];
+      return i == Table::kNone ? nullptr : &table_.value(i);
     }
     void assign(size_t hash, const Remembered& value) {
       if (Remembered* at = find(hash)) {
         *at = value;
         return;
       }
-      if ((size_ + 1) * 2 > hashes_.size()) grow();
       const size_t h = stored(hash);
-      size_t i = h & mask();
-      while (hashes_[i] != 0) i = (i + 1) & mask();
-      hashes_[i] = h;
-      values_[i] = value;
-      ++size_;
+      const size_t i = table_.claim(h);
+      table_.slot(i) = h;
+      table_.value(i) = value;
     }
     void erase(size_t hash) {
-      size_t hole = locate(stored(hash));
-      if (hole == kNone) return;
-      // Backward shift: pull later entries of the run into the hole when their home allows it.
-      for (size_t j = (hole + 1) & mask(); hashes_[j] != 0; j = (j + 1) & mask()) {
-        const size_t home = hashes_[j] & mask();
-        const bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-        if (stays) continue;
-        hashes_[hole] = hashes_[j];
-        values_[hole] = values_[j];
-        hole = j;
-      }
-      hashes_[hole] = 0;
-      --size_;
+      const size_t i = locate(stored(hash));
+      if (i != Table::kNone) table_.erase(i);
     }
 
    private:
-    static constexpr size_t kNone = ~size_t(0);
+    struct Policy {
+      static bool empty(size_t h) { return h == 0; }
+      static size_t hash(size_t h) { return h; }
+    };
+    using Table = FlatTable<size_t, Policy, Remembered>;
     // 0 marks an empty slot; a key hashing to 0 is stored as 1 (balances are remembered by
     // hash, so two keys of one hash share a balance already; this adds 2^-64 to that).
     static size_t stored(size_t hash) { return hash ? hash : 1; }
-    size_t mask() const { return hashes_.size() - 1; }
-    // Probes the hashes only (eight to a cache line); the value is touched on a match.
     size_t locate(size_t h) const {
-      if (hashes_.empty()) return kNone;
-      for (size_t i = h & mask();; i = (i + 1) & mask()) {
-        if (hashes_[i] == 0) return kNone;
-        if (hashes_[i] == h) return i;
-      }
+      return table_.find(h, [h](size_t x) { return x == h; });
     }
-    void grow() {
-      std::vector<size_t> old_hashes = std::move(hashes_);
-      std::vector<Remembered> old_values = std::move(values_);
-      const size_t n = old_hashes.empty() ? 64 : old_hashes.size() * 2;
-      hashes_.assign(n, 0);
-      values_.assign(n, Remembered{});
-      size_ = 0;
-      for (size_t i = 0; i < old_hashes.size(); ++i) {
-        if (old_hashes[i] != 0) assign(old_hashes[i], old_values[i]);
-      }
-    }
-    std::vector<size_t> hashes_;       // size 0 or a power of two, at most half non-zero
-    std::vector<Remembered> values_;   // values_[i] belongs to hashes_[i]
-    size_t size_ = 0;
+    Table table_{0, 64};
   };
   // The index: open addressing with linear probing over a power-of-two array, at most half
   // full. Each slot holds 32 bits of the key's hash (its home position is tag & mask) and the
@@ -351,6 +320,11 @@ class KeyTable::Impl {
     uint32_t tag = 0;
     uint32_t slot = kNil;  // kNil: empty
   };
+  struct IndexPolicy {
+    static bool empty(const IndexSlot& x) { return x.slot == kNil; }
+    static size_t hash(const IndexSlot& x) { return x.tag; }
+  };
+  using Index = FlatTable<IndexSlot, IndexPolicy>;
 
   // The limit a bucket is held to: the rule's, with the refill rate scaled by rate_scale_ (an
   // exact fraction, so scaled refill stays drift-free).
@@ -365,54 +339,15 @@ class KeyTable::Impl {
 
   uint32_t find(std::string_view key) const {
     const uint32_t tag = uint32_t(hash_key(key));
-    const size_t mask = index_.size() - 1;
-    for (size_t i = tag & mask;; i = (i + 1) & mask) {
-      const IndexSlot& x = index_[i];
-      if (x.slot == kNil) return kNil;
-      if (x.tag == tag && slots_[x.slot].key() == key) return x.slot;
-    }
+    const size_t i = index_.find(tag, [&](const IndexSlot& x) { return x.tag == tag && slots_[x.slot].key() == key; });
+    return i == Index::kNone ? kNil : index_.slot(i).slot;
   }
 
-  void index_insert(uint32_t tag, uint32_t slot) {
-    if ((indexed_ + 1) * 2 > index_.size()) index_grow();
-    const size_t mask = index_.size() - 1;
-    size_t i = tag & mask;
-    while (index_[i].slot != kNil) i = (i + 1) & mask;
-    index_[i] = {tag, slot};
-    ++indexed_;
-  }
+  void index_insert(uint32_t tag, uint32_t slot) { index_.slot(index_.claim(tag)) = {tag, slot}; }
 
-  void index_grow() {
-    std::vector<IndexSlot> old(index_.size() * 2);
-    old.swap(index_);
-    const size_t mask = index_.size() - 1;
-    for (const IndexSlot& x : old) {
-      if (x.slot == kNil) continue;
-      size_t i = x.tag & mask;
-      while (index_[i].slot != kNil) i = (i + 1) & mask;
-      index_[i] = x;
-    }
-  }
-
-  // Removes `slot` (whose key hashes to `tag`) by backward-shift deletion: later members of the
-  // probe run move up, so no tombstones accumulate under churn.
+  // Removes `slot` (whose key hashes to `tag`) from the index.
   void index_erase(uint32_t tag, uint32_t slot) {
-    const size_t mask = index_.size() - 1;
-    size_t i = tag & mask;
-    while (index_[i].slot != slot) i = (i + 1) & mask;
-    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
-      const IndexSlot& x = index_[j];
-      if (x.slot == kNil) break;
-      const size_t home = x.tag & mask;
-      // x may fill the hole at i only if its home is not cyclically within (i, j].
-      const bool home_in_between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-      if (!home_in_between) {
-        index_[i] = x;
-        i = j;
-      }
-    }
-    index_[i] = IndexSlot{};
-    --indexed_;
+    index_.erase(index_.find(tag, [slot](const IndexSlot& x) { return x.slot == slot; }));
   }
 
   uint32_t insert(std::string_view key, uint32_t rule, MonoNanos now) {
@@ -426,7 +361,7 @@ class KeyTable::Impl {
         remembered_.erase(hash);
       }
     }
-    if (indexed_ >= options_.max_keys) evict_lru();
+    if (index_.size() >= options_.max_keys) evict_lru();
     uint32_t slot;
     if (!free_.empty()) {
       slot = free_.back();
@@ -458,7 +393,7 @@ class KeyTable::Impl {
     // used since it last passed, and evicts the first that was not. A key used since the last
     // pass is never evicted before one that was not, and a check only sets a flag in its own
     // entry instead of relinking list neighbours (two more cache misses per check).
-    if (indexed_ == 0) return;
+    if (index_.size() == 0) return;
     uint32_t victim;
     for (;;) {
       if (clock_hand_ >= slots_.size()) clock_hand_ = 0;
@@ -523,8 +458,10 @@ class KeyTable::Impl {
   KeyTableOptions options_;
   EntryStore slots_;
   std::vector<uint32_t> free_;
-  std::vector<IndexSlot> index_;
-  size_t indexed_ = 0;  // keys in index_
+  // Starts small (8 KiB) and doubles as keys arrive: a node with few keys (or one of the
+  // simulator's thousand) stays small. It never holds more than max_keys, so it stops growing at
+  // 2 * max_keys slots.
+  Index index_{std::max<size_t>(std::min<size_t>(options_.max_keys, 512), 1) * 2};
   uint32_t dirty_head_ = kNil;
   size_t dirty_count_ = 0;  // slots on the dirty list
   int64_t scale_num_ = 1, scale_den_ = 1;  // refill at num/den of each rule's rate

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/id_map.h"
+#include "util/flat_table.h"
 
 #include "tollgate/key_table.h"
 
@@ -69,22 +70,16 @@ uint64_t count_low(const std::array<uint64_t, kWords>& bits, uint64_t n) {
 // 1,000 origins a second; a std::unordered_map allocated a node per origin each time.)
 class DigestIndex {
  public:
-  explicit DigestIndex(const Digest& d) : slots_(std::bit_ceil(2 * d.origins.size() + 2)) {
+  explicit DigestIndex(const Digest& d) : table_(2 * d.origins.size() + 2) {
     for (const OriginDigest& o : d.origins) {
       const uint64_t h = hash(o.origin);
-      size_t i = h & mask();
-      for (; slots_[i].entry; i = (i + 1) & mask()) {
-        if (slots_[i].hash == h && slots_[i].entry->origin == o.origin) break;  // listed twice: the first counts
-      }
-      if (!slots_[i].entry) slots_[i] = {h, &o};
+      if (locate(o.origin, h) != Table::kNone) continue;  // listed twice: the first counts
+      table_.slot(table_.claim(h)) = {h, &o};
     }
   }
   const OriginDigest* find(std::string_view origin) const {
-    const uint64_t h = hash(origin);
-    for (size_t i = h & mask(); slots_[i].entry; i = (i + 1) & mask()) {
-      if (slots_[i].hash == h && slots_[i].entry->origin == origin) return slots_[i].entry;
-    }
-    return nullptr;
+    const size_t i = locate(origin, hash(origin));
+    return i == Table::kNone ? nullptr : table_.slot(i).entry;
   }
 
  private:
@@ -92,9 +87,16 @@ class DigestIndex {
     uint64_t hash = 0;
     const OriginDigest* entry = nullptr;
   };
+  struct Policy {
+    static bool empty(const Slot& s) { return s.entry == nullptr; }
+    static size_t hash(const Slot& s) { return s.hash; }
+  };
+  using Table = FlatTable<Slot, Policy>;
   static uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
-  size_t mask() const { return slots_.size() - 1; }
-  std::vector<Slot> slots_;  // a power of two, at most half full
+  size_t locate(std::string_view origin, uint64_t h) const {
+    return table_.find(h, [&](const Slot& s) { return s.hash == h && s.entry->origin == origin; });
+  }
+  Table table_;  // sized at most half full for the digest: it never grows
 };
 
 }  // namespace

@@ -207,14 +207,14 @@ void Node::probe(MonoNanos now) {
   const std::vector<std::string> probes = membership_.due_probes(now);
   const bool seeds_due = membership_.kind() == MembershipKind::kHeartbeat && now >= next_seed_probe_ns_;
   if (probes.empty() && !seeds_due) return;
-  if (!probes.empty()) {
-    const std::shared_ptr<GossipMessage> m = message({});
-    // Just started (perhaps restarted after a crash): our digest asks whoever answers first for
-    // the recent consumption we lack, so what we admit reflects the cluster's debt within a
-    // round trip, not after the first regular push-pull.
-    if (first_round_) ask_for_digest_reply(*m);
-    for (const std::string& a : probes) send(a, m);
-  }
+  // (Built even when only seeds are due: building takes the next membership rows, and the
+  // simulator's figures replay byte for byte only if the rotation advances as it always has.)
+  const std::shared_ptr<GossipMessage> m = message({});
+  // Just started (perhaps restarted after a crash): our digest asks whoever answers first for
+  // the recent consumption we lack, so what we admit reflects the cluster's debt within a round
+  // trip, not after the first regular push-pull.
+  if (first_round_) ask_for_digest_reply(*m);
+  for (const std::string& a : probes) send(a, m);
   if (!seeds_due) return;
   for (const std::string& seed : options_.seeds) {
     if (seed == options_.address || membership_.knows_address(seed)) continue;
