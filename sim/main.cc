@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < fields.size(); ++i) {
     const NodeSettingField& f = fields[i];
     app.add_option("--" + std::string(f.flag), setting_text[i],
-                   "Override the scenario's " + std::string(f.key) + ": " + std::string(f.help))
+                   "Override the scenario's " + f.key() + ": " + std::string(f.help))
         ->type_name(std::string(f.type_name));
   }
   app.add_option("--duration", duration, "Override: duration of the run (simulated, or real with --cluster local), e.g. 30s");

@@ -434,12 +434,14 @@ class ScenarioParser {
     s.name = default_name();
     std::optional<YAML::Node> rules, timeline;
     std::map<std::string_view, YAML::Mark> setting_marks;  // node settings given, by flag
+    std::vector<std::string> setting_keys;
+    for (const NodeSettingField& f : node_setting_fields()) setting_keys.push_back(f.key());
     std::vector<std::string_view> fields = {"name", "nodes"};
-    for (const NodeSettingField& f : node_setting_fields()) fields.push_back(f.key);
+    fields.insert(fields.end(), setting_keys.begin(), setting_keys.end());
     fields.insert(fields.end(), {"transport", "duration", "seed", "network", "rules", "load", "timeline"});
     for_each_field(root, fields, [&](const std::string& field, const YAML::Node& v) {
       for (const NodeSettingField& f : node_setting_fields()) {
-        if (field != f.key) continue;
+        if (field != f.key()) continue;
         if (std::string why = f.parse(scalar(v, field), s.node); !why.empty()) fail(v, "`" + field + "` " + why);
         setting_marks[f.flag] = v.Mark();
         return;

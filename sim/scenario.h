@@ -6,7 +6,7 @@
 //   mode: gossip              # mesh | gossip
 //   transport: udp            # udp | tcp (the virtual back end models both as datagrams)
 //   membership: static        # static | heartbeat
-//   policy: open              # open | proportional
+//   partition_policy: open    # open | proportional
 //   interval: 50ms
 //   fanout: 3
 //   fail_after: 2s            # a member silent this long is suspect/unreachable (>= 2 rounds)
@@ -87,7 +87,7 @@ struct Phase {
 struct Scenario {
   std::string name;
   size_t nodes = 8;
-  // mode, membership, policy, interval, fanout, fail_after, member_rows, ...: the node settings,
+  // mode, membership, partition_policy, interval, fanout, fail_after, member_rows, ...: the node settings,
   // with tollgated's defaults (config/node_settings.h: every setting is also a scenario key).
   NodeSettings node;
   std::string transport = "udp";

@@ -5,7 +5,7 @@
 //
 // A round (tick(), every `interval`):
 //   1. membership: our heartbeat +1; members move alive -> suspect -> dead (or unreachable);
-//   2. seal: this round's admitted consumption becomes batches (at most max_batch_entries each),
+//   2. seal: this round's admitted consumption becomes batches (each fits one datagram),
 //      joining any that check() sealed early (early_seal_keys);
 //   3. disseminate:
 //        mesh:   our new batches go to every live member;

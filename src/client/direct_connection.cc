@@ -131,4 +131,31 @@ DirectConnection::Outcome DirectConnection::exchange(std::string_view frame, Tim
   }
 }
 
+std::unique_ptr<DirectConnection> DirectPool::take(DirectConnection::TimePoint deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!idle_.empty()) {
+      auto c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+    if (open_ >= max_open_) return nullptr;
+    ++open_;
+  }
+  std::string error;
+  auto c = DirectConnection::open(endpoint_, deadline, &error);
+  if (!c) discard();
+  return c;
+}
+
+void DirectPool::give_back(std::unique_ptr<DirectConnection> connection) {
+  std::lock_guard lock(mutex_);
+  idle_.push_back(std::move(connection));
+}
+
+void DirectPool::discard() {
+  std::lock_guard lock(mutex_);
+  --open_;
+}
+
 }  // namespace tollgate::client

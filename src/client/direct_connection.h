@@ -14,6 +14,8 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -53,6 +55,27 @@ class DirectConnection {
   int fd_;
   FrameReader decoder_;
   std::array<char, 16 * 1024> read_buffer_;
+};
+
+// The callers' connections: at most `max_open` exist (idle or in use); a caller takes one,
+// uses it alone, and gives it back, or discards it when it broke. Thread-safe.
+class DirectPool {
+ public:
+  DirectPool(api::Endpoint endpoint, uint32_t max_open) : endpoint_(std::move(endpoint)), max_open_(max_open) {}
+
+  // An idle connection, or a new one (connected by `deadline`) while fewer than max_open exist;
+  // null otherwise.
+  std::unique_ptr<DirectConnection> take(DirectConnection::TimePoint deadline);
+  void give_back(std::unique_ptr<DirectConnection> connection);
+  // Accounts for a taken connection that the caller destroys.
+  void discard();
+
+ private:
+  const api::Endpoint endpoint_;
+  const uint32_t max_open_;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<DirectConnection>> idle_;
+  uint32_t open_ = 0;  // idle + taken
 };
 
 }  // namespace tollgate::client

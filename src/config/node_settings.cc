@@ -46,33 +46,33 @@ std::string parse_choice(std::string_view text, std::string_view a, E ea, std::s
   return {};
 }
 
-#define TOLLGATE_DURATION_FIELD(FLAG, KEY, MEMBER, MIN_NS, HELP)                                                  \
+#define TOLLGATE_DURATION_FIELD(FLAG, MEMBER, MIN_NS, HELP)                                                  \
   NodeSettingField {                                                                                              \
-    FLAG, KEY, HELP, "DURATION",                                                                                  \
+    FLAG, HELP, "DURATION",                                                                                  \
         [](std::string_view t, NodeSettings& s) { return parse_duration_setting(t, MIN_NS, s.MEMBER); },          \
         [](const NodeSettings& s) { return format_duration(s.MEMBER); }                                           \
   }
-#define TOLLGATE_WHOLE_FIELD(FLAG, KEY, MEMBER, MIN, MAX, HELP)                                           \
+#define TOLLGATE_WHOLE_FIELD(FLAG, MEMBER, MIN, MAX, HELP)                                           \
   NodeSettingField {                                                                                      \
-    FLAG, KEY, HELP, #MIN ".." #MAX,                                                                      \
+    FLAG, HELP, #MIN ".." #MAX,                                                                      \
         [](std::string_view t, NodeSettings& s) { return parse_whole(t, MIN, MAX, s.MEMBER); },           \
         [](const NodeSettings& s) { return std::to_string(s.MEMBER); }                                    \
   }
 
 const NodeSettingField kFields[] = {
-    {"mode", "mode", "Dissemination: gossip (fan-out to random peers) or mesh (everyone)", "{mesh,gossip}",
+    {"mode", "Dissemination: gossip (fan-out to random peers) or mesh (everyone)", "{mesh,gossip}",
      [](std::string_view t, NodeSettings& s) {
        return parse_choice(t, "mesh", DisseminationMode::kMesh, "gossip", DisseminationMode::kGossip, s.mode);
      },
      [](const NodeSettings& s) { return std::string(dissemination_mode_name(s.mode)); }},
-    {"membership", "membership", "static (--peers-file) or heartbeat (--seeds)", "{static,heartbeat}",
+    {"membership", "static (--peers-file) or heartbeat (--seeds)", "{static,heartbeat}",
      [](std::string_view t, NodeSettings& s) {
        return parse_choice(t, "static", MembershipKind::kStatic, "heartbeat", MembershipKind::kHeartbeat, s.membership);
      },
      [](const NodeSettings& s) {
        return std::string(s.membership == MembershipKind::kStatic ? "static" : "heartbeat");
      }},
-    {"partition-policy", "policy",
+    {"partition-policy",
      "open: every reachable group enforces the full limit; proportional: refill scaled by reachable/known members",
      "{open,proportional}",
      [](std::string_view t, NodeSettings& s) {
@@ -80,23 +80,23 @@ const NodeSettingField kFields[] = {
                            s.partition_policy);
      },
      [](const NodeSettings& s) { return std::string(partition_policy_name(s.partition_policy)); }},
-    TOLLGATE_DURATION_FIELD("interval", "interval", interval_ns, kNanosPerMilli, "Dissemination round"),
-    TOLLGATE_WHOLE_FIELD("fanout", "fanout", fanout, 1, 64, "Gossip: peers per round"),
-    TOLLGATE_WHOLE_FIELD("member-rows", "member_rows", member_rows, 2, 1024,
+    TOLLGATE_DURATION_FIELD("interval", interval_ns, kNanosPerMilli, "Dissemination round"),
+    TOLLGATE_WHOLE_FIELD("fanout", fanout, 1, 64, "Gossip: peers per round"),
+    TOLLGATE_WHOLE_FIELD("member-rows", member_rows, 2, 1024,
                          "Membership rows each gossip message carries (this node's included), rotating through the "
                          "members: more spread heartbeats faster in large clusters, at the cost of bytes "
                          "(docs/operations.md)"),
-    TOLLGATE_DURATION_FIELD("fail-after", "fail_after", fail_after_ns, 1,
+    TOLLGATE_DURATION_FIELD("fail-after", fail_after_ns, 1,
                             "A member silent this long is suspect (heartbeat) or unreachable (static); dead after twice that"),
-    TOLLGATE_DURATION_FIELD("forget-after", "forget_after", forget_after_ns, 1,
+    TOLLGATE_DURATION_FIELD("forget-after", forget_after_ns, 1,
                             "Heartbeat: a dead member is forgotten after this long"),
-    TOLLGATE_DURATION_FIELD("probe-interval", "probe_interval", probe_interval_ns, 1,
+    TOLLGATE_DURATION_FIELD("probe-interval", probe_interval_ns, 1,
                             "Dead and unreachable members are probed this often"),
-    TOLLGATE_DURATION_FIELD("push-pull-interval", "push_pull_interval", push_pull_interval_ns, 1,
+    TOLLGATE_DURATION_FIELD("push-pull-interval", push_pull_interval_ns, 1,
                             "Anti-entropy exchange with one random peer this often"),
-    TOLLGATE_WHOLE_FIELD("max-keys", "max_keys", max_keys, 1, 100000000,
+    TOLLGATE_WHOLE_FIELD("max-keys", max_keys, 1, 100000000,
                          "Buckets held at most (least recently used evicted beyond)"),
-    TOLLGATE_WHOLE_FIELD("retransmit-mult", "retransmit_mult", retransmit_mult, 1, 16,
+    TOLLGATE_WHOLE_FIELD("retransmit-mult", retransmit_mult, 1, 16,
                          "Gossip: each node sends a batch to mult x ceil(log10(N + 1)) peers in all (N members); "
                          "more copies reach every node sooner and under more loss, at the cost of bytes"),
 };
@@ -114,7 +114,10 @@ const NodeSettingField& field(std::string_view flag) {
 }  // namespace
 
 std::string NodeSettingField::name(SettingNames names) const {
-  return names == SettingNames::kFlags ? "--" + std::string(flag) : std::string(key);
+  if (names == SettingNames::kFlags) return "--" + std::string(flag);
+  std::string key(flag);
+  for (char& c : key) c = c == '-' ? '_' : c;
+  return key;
 }
 
 std::span<const NodeSettingField> node_setting_fields() { return kFields; }

@@ -37,13 +37,12 @@ struct NodeSettings {
 };
 
 // How a setting is named: tollgated's flag ("fail-after", as --fail-after and as the config
-// file's key) or the scenario's key ("fail_after").
+// file's key) or the scenario's key ("fail_after"): one name, in each file's style.
 enum class SettingNames : uint8_t { kFlags, kScenario };
 
 // One setting as text.
 struct NodeSettingField {
-  std::string_view flag;  // "fail-after"
-  std::string_view key;   // "fail_after"
+  std::string_view flag;  // "fail-after"; the scenario key is the same with '_' for '-': "fail_after"
   std::string_view help;
   std::string_view type_name;  // for --help: "DURATION", "1..64", "{mesh,gossip}"
   // Reads `text` into `s`; returns "" or why not, as a phrase that follows the setting's name
@@ -52,6 +51,7 @@ struct NodeSettingField {
   std::string (*format)(const NodeSettings& s);
 
   std::string name(SettingNames names) const;  // "--fail-after" or "fail_after"
+  std::string key() const { return name(SettingNames::kScenario); }
 };
 
 // Every setting, in the order --help and scenarios list them.

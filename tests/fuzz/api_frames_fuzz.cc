@@ -1,5 +1,5 @@
 // The client API as the daemon reads it: a byte stream from a client socket cut into frames by
-// tollgate::FrameReader (src/api/framing.h), each frame answered by the daemon's own dispatch
+// tollgate::FrameReader (src/util/frame_reader.h), each frame answered by the daemon's own dispatch
 // (api::Dispatch, src/api/dispatch.h) over a real KeyTable, following the read loop of
 // src/api/connection.cc. The input layout is fuzz_util.h's StreamInput; flag bit 3 lowers the
 // frame limit to 64 bytes so the oversize path is reached with small inputs.
@@ -151,7 +151,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (std::string_view chunk : in.chunks) {
     if (close) break;
     decoder.append(std::string_view(chunk.data(), chunk.size()));
-    // framing.h: at most one incomplete frame plus the last piece fed.
+    // frame_reader.h: buffered() is at most one incomplete frame plus the last piece fed.
     FUZZ_CHECK(decoder.buffered() <= 4 + size_t{max_frame_bytes} + chunk.size(), "the decoder holds too much");
     while (!close) {
       std::string_view payload;

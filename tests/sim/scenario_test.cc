@@ -165,7 +165,7 @@ TEST(ScenarioFile, EveryFieldIsRead) {
       "mode: mesh\n"
       "transport: tcp\n"
       "membership: heartbeat\n"
-      "policy: proportional\n"
+      "partition_policy: proportional\n"
       "interval: 20ms\n"
       "fanout: 4\n"
       "fail_after: 3s\n"
@@ -275,7 +275,7 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
       {"mode: Gossip", "`mode` must be mesh or gossip, got \"Gossip\""},
       {"transport: quic", "`transport` must be udp or tcp"},
       {"membership: dynamic", "`membership` must be static or heartbeat"},
-      {"policy: closed", "`policy` must be open or proportional"},
+      {"partition_policy: closed", "`partition_policy` must be open or proportional"},
       {"interval: 50", "`interval` is not a duration (duration \"50\": missing unit"},
       {"interval: 0ms", "`interval` must be at least 1ms"},
       {"duration: 0s", "`duration` must be longer than 0s"},
@@ -310,11 +310,11 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
 TEST(ScenarioFile, UnknownAndRepeatedFieldsAreErrorsAtTheirLine) {
   // The node settings (config/node_settings.h) are keys too, between nodes and transport.
   std::string expected = "name, nodes";
-  for (const NodeSettingField& f : node_setting_fields()) expected += ", " + std::string(f.key);
+  for (const NodeSettingField& f : node_setting_fields()) expected += ", " + f.key();
   expected += ", transport, duration, seed, network, rules, load, timeline";
   EXPECT_EQ(scenario_error(scenario_with("nodez: 4\n")),
             "s.yaml:5:1: unknown field \"nodez\" (expected one of: " + expected + ")");
-  EXPECT_NE(expected.find("mode, membership, policy, interval, fanout, member_rows, fail_after"), std::string::npos);
+  EXPECT_NE(expected.find("mode, membership, partition_policy, interval, fanout, member_rows, fail_after"), std::string::npos);
   EXPECT_EQ(scenario_error(scenario_with("nodes: 4\nnodes: 5\n")), "s.yaml:6:1: field \"nodes\" appears twice");
   EXPECT_TRUE(starts_with(scenario_error(scenario_with("load:\n  rate: 5/s\n  spred: one\n")), "s.yaml:7:3: unknown field \"spred\""));
   EXPECT_TRUE(starts_with(scenario_error(scenario_with("network: {loss: 1%, loss: 2%}\n")), "s.yaml:5:21: field \"loss\" appears twice"));
