@@ -121,6 +121,7 @@ class Daemons {
                                      "--listen", "unix:" + socket_path(i),
                                      "--rules", (dir_ / "rules.yaml").string(),
                                      "--transport", s_.transport,
+                                     "--enable-fault-injection",  // partitions and loss are injected
                                      "--log-level", o_.log_level};
     for (const NodeSettingField& f : node_setting_fields()) {
       args.insert(args.end(), {"--" + std::string(f.flag), f.format(s_.node)});  // the scenario's node settings

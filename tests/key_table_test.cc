@@ -310,5 +310,24 @@ TEST(KeyTable, MemoryStaysBoundedUnderAFloodOfNewKeys) {
   EXPECT_LE(s.bytes, bytes_at_capacity * 11 / 10);
 }
 
+// The proportional scale multiplies a rule's period by the number of known members: a slow
+// rule in a large cluster must not overflow (1/h x 4,096 members x 1,000 is 1.5e19 ns).
+TEST(KeyTable, ARateScaleThatOverflows64BitsStillScalesTheRate) {
+  auto rules = std::make_shared<RuleSet>(
+      std::vector<Rule>{{"slow", Limit{Rate{1, 3600 * kSec}, 10, 10}, 0}, {"k", Limit{Rate{1000, 3600 * kSec}, 10, 10}, 0}},
+      std::nullopt);
+  KeyTable t(rules);
+  t.set_rate_scale(0, 4096, 0);  // nobody reachable: 1/1000 of 1/4096 of the rate
+  // 1000/h: exact once the fraction is reduced, one token every 4,096,000 h / 1000.
+  const Limit k = *t.limit_for("k");
+  EXPECT_EQ(k.rate, (Rate{1, 3600 * kSec * 4'096}));
+  // 1/h: one token every 4,096,000 h cannot be written in 64 bits; it refills as slowly as can be.
+  const Limit slow = *t.limit_for("slow");
+  EXPECT_EQ(slow.rate, (Rate{1, INT64_MAX}));
+  ASSERT_TRUE(t.allow("slow", 10, 0).allowed);
+  EXPECT_FALSE(t.allow("slow", 1, 3600 * kSec).allowed);  // nothing back after an hour
+  EXPECT_TRUE(t.allow("k", 10, 0).allowed);
+}
+
 }  // namespace
 }  // namespace tollgate

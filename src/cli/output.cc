@@ -15,6 +15,18 @@ std::string describe_limit(const Limit& limit) {
 
 constexpr int64_t kMaxMillis = INT64_MAX / 1'000'000;  // so that * 10^6 cannot overflow
 
+// Text from the network (node ids, addresses) as it may go to a terminal: unchanged when it is
+// plain printable UTF-8, else as a quoted, escaped JSON string, so that no control character
+// (an escape sequence) reaches the terminal.
+std::string shown(std::string_view text) {
+  std::string quoted = json_string(text);
+  if (quoted.size() == text.size() + 2 && quoted.compare(1, text.size(), text) == 0 &&
+      text.find_first_of("\"\\\x7f") == std::string_view::npos) {
+    return std::string(text);
+  }
+  return quoted;
+}
+
 std::string pad(std::string text, size_t width) {
   if (text.size() < width) text.append(width - text.size(), ' ');
   return text;
@@ -90,7 +102,7 @@ std::string format_members_text(const std::vector<MemberInfo>& members) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"ID", "ADDRESS", "STATE", "INCARNATION", "LAST-HEARD"});
   for (const MemberInfo& m : members) {
-    rows.push_back({m.id + (m.self ? " (self)" : ""), m.address, member_state_name(m.state), std::to_string(m.incarnation),
+    rows.push_back({shown(m.id) + (m.self ? " (self)" : ""), shown(m.address), member_state_name(m.state), std::to_string(m.incarnation),
                     m.self ? "-" : format_duration_human(std::clamp<int64_t>(m.last_heard_ns / 1'000'000, 0, kMaxMillis) * 1'000'000) + " ago"});
   }
   std::vector<size_t> widths(rows.front().size(), 0);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "tollgate/rules.h"
 #include "util/flat_table.h"
@@ -15,6 +16,8 @@ namespace tollgate {
 namespace {
 
 constexpr uint32_t kNil = UINT32_MAX;
+// __extension__ keeps -Wpedantic quiet about the GCC/Clang builtin type.
+__extension__ typedef __int128 Wide;
 
 size_t hash_key(std::string_view key) { return std::hash<std::string_view>{}(key); }
 
@@ -331,9 +334,37 @@ class KeyTable::Impl {
   Limit limit_of(uint32_t rule) const { return scaled(rules_->limit(rule)); }
   Limit scaled(Limit limit) const {
     if (scale_num_ != scale_den_) {
-      limit.rate.tokens *= scale_num_;
-      limit.rate.period_ns *= scale_den_;
+      int64_t tokens, period;
+      if (__builtin_mul_overflow(limit.rate.tokens, scale_num_, &tokens) ||
+          __builtin_mul_overflow(limit.rate.period_ns, scale_den_, &period)) {
+        return scaled_wide(limit);
+      }
+      limit.rate.tokens = tokens;
+      limit.rate.period_ns = period;
     }
+    return limit;
+  }
+  // scaled() when a product overflows 64 bits (a slow rule in a large cluster: 1/h x 4,096
+  // members x 1,000 is 1.5e19 ns): the fraction reduced, exact whenever it then fits; otherwise
+  // both terms scaled down to fit (the relative error is about 1/tokens), and a rate slower than
+  // one token in 2^63 ns (292 years) refills at that rate.
+  Limit scaled_wide(Limit limit) const {
+    Wide tokens = static_cast<Wide>(limit.rate.tokens) * scale_num_;
+    Wide period = static_cast<Wide>(limit.rate.period_ns) * scale_den_;
+    Wide a = tokens, b = period;
+    while (b != 0) a = std::exchange(b, a % b);
+    tokens /= a;
+    period /= a;
+    if (period / tokens >= INT64_MAX) {
+      tokens = 1;
+      period = INT64_MAX;
+    } else if (tokens > INT64_MAX || period > INT64_MAX) {
+      const Wide f = std::max(tokens, period) / INT64_MAX + 1;
+      tokens = std::max<Wide>(tokens / f, 1);
+      period = std::max<Wide>(period / f, 1);
+    }
+    limit.rate.tokens = static_cast<int64_t>(tokens);
+    limit.rate.period_ns = static_cast<int64_t>(period);
     return limit;
   }
 

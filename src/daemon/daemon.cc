@@ -298,6 +298,10 @@ StatsList Daemon::stats() {
 }
 
 std::string Daemon::set_faults(const FaultSettings& faults) {
+  if (!options_.enable_fault_injection) {
+    return "fault injection is off on this daemon: it is accepted only when tollgated runs with "
+           "--enable-fault-injection (tests and tollgate-sim's local back end)";
+  }
   if (std::string why = faults.validate(); !why.empty()) return why;
   FaultSettings spec = faults;
   // Operators name nodes by id; the transport sees addresses. Accept both.

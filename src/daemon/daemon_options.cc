@@ -116,6 +116,9 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "Gossip bytes per second accepted from one source address (burst: one second's worth); "
                  "the excess is dropped before it is authenticated or parsed, and counted")
       ->check(CLI::Range(int64_t(64 * 1024), int64_t(1) << 40));
+  app.add_flag("--enable-fault-injection", o->enable_fault_injection,
+               "Accept `tollgate admin faults` (drop, delay, duplicate gossip): for tests and tollgate-sim's local "
+               "back end only. Off by default, so no client of the API can cut this node off");
   app.add_option("--incarnation", o->incarnation, "Override the incarnation (default: microseconds of wall time at start)");
 
   try {

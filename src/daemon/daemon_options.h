@@ -32,6 +32,7 @@ struct DaemonOptions {
   size_t max_datagram = 1400;           // bytes per UDP datagram, MAC included
   int64_t gossip_peer_bytes_per_second = 4 << 20;  // per source address, before decoding
   uint64_t incarnation = 0;             // 0: derived from the wall clock at start-up
+  bool enable_fault_injection = false;  // admin faults requests are refused unless set
 };
 
 // Parses argv (flags, then the --config file for whatever the flags did not set) and validates.

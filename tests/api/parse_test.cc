@@ -2,6 +2,8 @@
 // tollgate::parse_duration_ns, tested in tests/duration_test.cc; the CLI tests check its use.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 
 #include "api/endpoint.h"
@@ -126,6 +128,17 @@ TEST(CliOutput, MembersJsonHasExactlyTheDocumentedFields) {
             "\"incarnation\": 3, \"last_heard_ms\": 0}, {\"id\": \"no\\\"de\", \"address\": \"127.0.0.1:7002\", "
             "\"state\": \"dead\", \"incarnation\": 1, \"last_heard_ms\": 2500}]}\n");
   EXPECT_EQ(format_members_json({}), "{\"members\": []}\n");
+}
+
+// Node ids and addresses come from the network: a terminal escape in one is shown, not obeyed.
+TEST(CliOutput, MembersTableEscapesControlCharactersFromTheNetwork) {
+  std::vector<MemberInfo> members = {{"evil\x1b[2J\x1b]0;owned\x07", "127.0.0.1:7\n01", MemberState::kAlive, 1, 1, 0, false}};
+  const std::string text = format_members_text(members);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+  EXPECT_NE(text.find("\"evil\\u001b[2J\\u001b]0;owned\\u0007\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"127.0.0.1:7\\n01\""), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;  // header and one row
 }
 
 TEST(CliOutput, MembersTableMarksTheNodeItself) {

@@ -79,6 +79,7 @@ class Cluster {
 
   // `listed`: how many nodes the peers file lists at first (all by default).
   // `env`: NAME=value entries added to the daemons' environment.
+  // Fault injection is on (--enable-fault-injection): tests cut and degrade the network with it.
   Cluster(size_t n, Combo combo, const std::string& rules, ExtraArgs extra = {}, size_t listed = SIZE_MAX,
           std::vector<std::string> env = {})
       : combo_(combo), extra_(std::move(extra)), env_(std::move(env)) {
@@ -105,6 +106,12 @@ class Cluster {
   }
 
   static std::string id(size_t i) { return "node-" + std::to_string(i); }
+  // Whether nodes (re)started from now on accept fault injection.
+  void set_faults_enabled(bool on) { faults_enabled_ = on; }
+  void restart(size_t i) {
+    stop(i, SIGTERM);
+    start(i);
+  }
   const std::filesystem::path& dir() const { return dir_; }
 
   // Rewrites the peers file with the first `count` nodes (atomically: write, then rename).
@@ -132,6 +139,7 @@ class Cluster {
                                      "--probe-interval", "200ms",
                                      "--push-pull-interval", "500ms",
                                      "--log-level", "warn"};
+    if (faults_enabled_) args.push_back("--enable-fault-injection");
     if (std::string(combo_.membership) == "static") {
       args.insert(args.end(), {"--peers-file", (dir_ / "peers.txt").string()});
     } else {
@@ -248,6 +256,7 @@ class Cluster {
   std::vector<uint16_t> ports_;
   std::vector<pid_t> pids_;
   std::vector<std::string> env_;
+  bool faults_enabled_ = true;
   bool wrapped_ = false;
   std::vector<std::unique_ptr<Client>> clients_;
 };
@@ -498,6 +507,26 @@ TEST(ClusterSecurity, GossipSignedWithAnotherKeyIsDroppedAndCounted) {
 // A host that floods node 0's gossip port with 100 times a member's traffic: the excess is
 // dropped before it is parsed or authenticated and counted, node 0 keeps answering its clients
 // and keeps hearing its real peer, and its memory does not grow with the flood.
+// Fault injection cuts a node off; only a daemon started with --enable-fault-injection takes it.
+TEST(ClusterSecurity, FaultInjectionIsRefusedUnlessTheDaemonEnablesIt) {
+  Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules);
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
+  c.set_faults_enabled(false);
+  c.restart(1);
+  ASSERT_TRUE(c.client(1).wait_connected(10s)) << c.log(1);
+  FaultSettings isolate;
+  isolate.loss = 1;
+  const std::string refused = c.client(1).set_faults(isolate);
+  EXPECT_NE(refused.find("--enable-fault-injection"), std::string::npos) << refused;
+  // Nothing was injected: node 1 still hears node 0 and is heard.
+  ASSERT_TRUE(c.client(0).check("k", 7).allowed);
+  EXPECT_TRUE(eventually([&] { return c.remaining(1, "k") == 993; }, 5s)) << c.remaining(1, "k");
+  EXPECT_EQ(c.stat(1, "faults_lost"), 0);
+  // The daemon with it enabled takes the same request.
+  EXPECT_EQ(c.client(0).set_faults(isolate), "");
+  EXPECT_EQ(c.client(0).set_faults(FaultSettings{}), "");
+}
+
 TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) {
   Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules, [](size_t) {
     return std::vector<std::string>{"--gossip-peer-rate", "262144"};  // 256 KiB/s per source
