@@ -1,5 +1,7 @@
 #include "local_cluster.h"
 
+#include "codec/cluster_key.h"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -88,6 +90,13 @@ class Daemons {
     std::ofstream rules(dir_ / "rules.yaml");
     rules << s.rules_yaml;
     if (!rules) throw std::runtime_error("cannot write " + (dir_ / "rules.yaml").string());
+    // The cluster's gossip is authenticated, as tollgated requires: a fresh key for this run.
+    {
+      std::ofstream key(dir_ / "cluster.key");
+      key << generate_cluster_key_hex() << "\n";
+      if (!key) throw std::runtime_error("cannot write " + (dir_ / "cluster.key").string());
+    }
+    fs::permissions(dir_ / "cluster.key", fs::perms::owner_read | fs::perms::owner_write);
   }
   ~Daemons() {
     stop_all();
@@ -120,6 +129,7 @@ class Daemons {
                                      "--bind", address(i),
                                      "--listen", "unix:" + socket_path(i),
                                      "--rules", (dir_ / "rules.yaml").string(),
+                                     "--cluster-key-file", (dir_ / "cluster.key").string(),
                                      "--transport", s_.transport,
                                      "--enable-fault-injection",  // partitions and loss are injected
                                      "--log-level", o_.log_level};

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli/output.h"
+#include "codec/cluster_key.h"
 #include "tollgate/client.h"
 #include "tollgate/duration.h"
 
@@ -72,6 +73,11 @@ int main(int argc, char** argv) {
   CLI::App* stats = app.add_subcommand("stats", "Print the daemon's counters");
   stats->add_flag("--json", json, "Print {\"stats\": {name: value, ...}}");
 
+  CLI::App* keygen = app.add_subcommand(
+      "keygen",
+      "Print a new random cluster key (32 bytes, hex) for tollgated --cluster-key-file; no daemon is asked.\n"
+      "Make the file readable by tollgated alone, e.g.: (umask 077; tollgate keygen > /etc/tollgate/cluster.key)");
+
   CLI::App* admin = app.add_subcommand("admin", "Administrative commands");
   admin->require_subcommand(1);
   CLI::App* faults = admin->add_subcommand("faults", "Set the daemon's fault injection (tests and simulation); "
@@ -110,6 +116,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help or the error
     return rc == 0 ? 0 : kExitError;
+  }
+
+  if (*keygen) {
+    try {
+      std::cout << "# tollgate cluster key: give this file to every tollgated as --cluster-key-file\n"
+                << tollgate::generate_cluster_key_hex() << "\n";
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    return std::cout ? 0 : kExitError;
   }
 
   std::string error;

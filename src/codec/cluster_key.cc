@@ -1,6 +1,7 @@
 #include "codec/cluster_key.h"
 
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -140,6 +141,19 @@ ClusterKeys load_cluster_keys(const std::string& path) {
     throw ConfigError(path, 0, 0, std::string("cannot read cluster key file: ") + std::strerror(errno));
   }
   return parse_cluster_keys(text, path);
+}
+
+std::string generate_cluster_key_hex() {
+  unsigned char bytes[ClusterKeys::kMinKeyBytes];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("OpenSSL's random generator failed");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : bytes) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  OPENSSL_cleanse(bytes, sizeof bytes);
+  return hex;
 }
 
 std::optional<std::string> cluster_key_file_warning(const std::string& path) {

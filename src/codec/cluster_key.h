@@ -1,6 +1,7 @@
 // The shared secret that authenticates gossip (--cluster-key-file).
 //
-// The file holds one or two keys, one per line, each as hex (e.g. from `openssl rand -hex 32`),
+// The file holds one or two keys, one per line, each as hex (`tollgate keygen`, or
+// `openssl rand -hex 32`),
 // at least 32 bytes once decoded. `#` starts a comment; blank lines are ignored. The first key
 // signs every message; every key listed verifies. So a key rotates without downtime:
 //   1. everywhere: "OLD\nNEW"  (sign with OLD, accept both)
@@ -56,6 +57,10 @@ ClusterKeys parse_cluster_keys(std::string_view text, const std::string& source)
 
 // Reads and parses the key file at `path`. An unreadable file is a ConfigError too.
 ClusterKeys load_cluster_keys(const std::string& path);
+
+// A new random key in the key file's format: 32 bytes from OpenSSL's CSPRNG as 64 hex digits.
+// Throws std::runtime_error if the generator fails (it never returns a weak key).
+std::string generate_cluster_key_hex();
 
 // A warning for the log when the file at `path` can be read or written by its group or by
 // others (anyone who reads the key can forge every message); nullopt when it cannot, or when the

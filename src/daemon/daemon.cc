@@ -72,10 +72,12 @@ Daemon::Daemon(DaemonOptions options)
     }
     endpoints.push_back(*ep);
   }
-  if (keys.empty() && !all_loopback) {
-    spdlog::warn("gossip is not authenticated (no --cluster-key-file) and this daemon listens on addresses that "
-                 "are not loopback (--bind {}, --listen {}): anyone who can reach them can charge any bucket",
-                 options_.bind, fmt::join(options_.listen, ","));
+  if (keys.empty()) {
+    // --insecure-gossip: said at every start, loopback included (there every local user can reach
+    // the gossip port, and so bypass the API socket's permissions).
+    spdlog::warn("gossip is not authenticated (--insecure-gossip): anyone who can send to {} can charge, deny or "
+                 "evict at will{}",
+                 options_.bind, all_loopback ? " (on loopback: every local user)" : "");
   }
 
   if (options_.transport == TransportKind::kUdp) {

@@ -33,6 +33,7 @@ struct DaemonOptions {
   int64_t gossip_peer_bytes_per_second = 4 << 20;  // per source address, before decoding
   uint64_t incarnation = 0;             // 0: derived from the wall clock at start-up
   bool enable_fault_injection = false;  // admin faults requests are refused unless set
+  bool insecure_gossip = false;         // run without --cluster-key-file (refused unless set)
 };
 
 // Parses argv (flags, then the --config file for whatever the flags did not set) and validates.

@@ -46,7 +46,7 @@ class DaemonOptionsTest : public ::testing::Test {
 };
 
 TEST_F(DaemonOptionsTest, FlagsAloneWithDefaults) {
-  const Parsed p = parse({"--rules", "r.yaml", "--peers-file", "peers.txt", "--bind", "127.0.0.1:7000"});
+  const Parsed p = parse({"--rules", "r.yaml", "--peers-file", "peers.txt", "--bind", "127.0.0.1:7000", "--insecure-gossip"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
   EXPECT_EQ(p.options.node_id, "127.0.0.1:7000");  // defaults to the bind address
   EXPECT_EQ(p.options.node.mode, DisseminationMode::kGossip);
@@ -66,7 +66,7 @@ TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
                                    "interval: 100ms\n"
                                    "fail-after: 3s\n"
                                    "member-rows: 128\n");
-  const Parsed p = parse({"--config", config, "--mode", "gossip", "--interval", "20ms"});
+  const Parsed p = parse({"--config", config, "--mode", "gossip", "--interval", "20ms", "--insecure-gossip"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
   EXPECT_EQ(p.options.node_id, "a");
   EXPECT_EQ(p.options.node.mode, DisseminationMode::kGossip);  // the flag
@@ -119,6 +119,31 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
   }
 }
 
+// Gossip is authenticated unless the operator says, in so many words, that it need not be.
+TEST_F(DaemonOptionsTest, AClusterKeyIsRequiredUnlessInsecureGossipIsAskedFor) {
+  const std::vector<std::string> base = {"--rules", "r.yaml", "--peers-file", "peers.txt"};
+  const Parsed none = parse(base);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.stderr_text.find("gossip must be authenticated"), std::string::npos) << none.stderr_text;
+  EXPECT_NE(none.stderr_text.find("tollgate keygen"), std::string::npos) << none.stderr_text;
+
+  std::vector<std::string> insecure = base;
+  insecure.push_back("--insecure-gossip");
+  const Parsed ok = parse(insecure);
+  EXPECT_FALSE(ok.exit_code.has_value()) << ok.stderr_text;
+  EXPECT_TRUE(ok.options.insecure_gossip);
+
+  const std::string key = write("cluster.key", std::string(64, 'a') + "\n");
+  std::vector<std::string> keyed = base;
+  keyed.insert(keyed.end(), {"--cluster-key-file", key});
+  const Parsed with_key = parse(keyed);
+  EXPECT_FALSE(with_key.exit_code.has_value()) << with_key.stderr_text;
+  EXPECT_EQ(with_key.options.cluster_key_file, key);
+
+  keyed.push_back("--insecure-gossip");  // contradictory: refused
+  EXPECT_TRUE(parse(keyed).exit_code.has_value());
+}
+
 TEST_F(DaemonOptionsTest, HelpExitsZeroWithoutRunning) {
   ::testing::internal::CaptureStdout();
   const Parsed p = parse({"--help"});
@@ -143,8 +168,8 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   changed.push_pull_interval_ns = 500 * kNanosPerMilli;
   changed.max_keys = 4096;
   changed.retransmit_mult = 6;
-  std::vector<std::string> args = {"--rules", "r.yaml", "--seeds", "127.0.0.1:7000"};
-  std::string config = "rules: r.yaml\nseeds: 127.0.0.1:7000\n";
+  std::vector<std::string> args = {"--rules", "r.yaml", "--seeds", "127.0.0.1:7000", "--insecure-gossip"};
+  std::string config = "rules: r.yaml\nseeds: 127.0.0.1:7000\ninsecure-gossip: true\n";
   for (const NodeSettingField& f : node_setting_fields()) {
     ASSERT_NE(f.format(changed), f.format(NodeSettings{})) << f.flag << ": the test must change every setting";
     args.insert(args.end(), {"--" + std::string(f.flag), f.format(changed)});

@@ -86,6 +86,10 @@ class Cluster {
     dir_ = fs::temp_directory_path() / ("tollgate-it-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     fs::create_directories(dir_);
     std::ofstream(dir_ / "rules.yaml") << rules;
+    // Gossip is authenticated by default (tollgated refuses to start without a key): one key for
+    // the cluster, unless a test gives its nodes keys of their own.
+    std::ofstream(dir_ / "cluster.key") << std::string(64, 'c') << "\n";
+    fs::permissions(dir_ / "cluster.key", fs::perms::owner_read | fs::perms::owner_write);
     for (size_t i = 0; i < n; ++i) ports_.push_back(free_port());
     write_peers(std::min(n, listed));
     pids_.assign(n, -1);
@@ -145,9 +149,14 @@ class Cluster {
     } else {
       args.insert(args.end(), {"--seeds", address(0)});
     }
+    bool keyed = false;
     if (extra_) {
-      for (std::string& a : extra_(i)) args.push_back(std::move(a));
+      for (std::string& a : extra_(i)) {
+        keyed = keyed || a == "--cluster-key-file" || a == "--insecure-gossip";
+        args.push_back(std::move(a));
+      }
     }
+    if (!keyed) args.insert(args.end(), {"--cluster-key-file", (dir_ / "cluster.key").string()});
     // TOLLGATE_TEST_WRAPPER (e.g. "valgrind --error-exitcode=99 --leak-check=full"): node 0 runs
     // under it, and its exit status is checked when it stops (see stop()).
     const char* wrapper = i == 0 ? std::getenv("TOLLGATE_TEST_WRAPPER") : nullptr;
