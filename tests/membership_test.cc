@@ -77,6 +77,27 @@ TEST(Membership, ARowAboutANewerLifeOfOursIsOutbid) {
   EXPECT_EQ(m.find("self"), nullptr) << "we never become a member of our own list";
 }
 
+// Issue #15, finding 6: a row claiming incarnation 2^64 - 1 made us take incarnation + 1 = 0 and
+// lose to the remembered row for ever; one about a peer pinned it to a life nothing outbids.
+TEST(Membership, IncarnationsBeyondAnyWallClockAreIgnoredAndNeverWrap) {
+  Membership m("self", "self:1", 5, heartbeat_options());
+  m.merge({row("b", 7, 1)}, 0);
+  m.merge({row("self", UINT64_MAX, 1), row("b", UINT64_MAX, 1), row("c", kMaxIncarnation + 1, 1)}, 0);
+  EXPECT_EQ(m.self_row().incarnation, 5u);
+  ASSERT_NE(m.find("b"), nullptr);
+  EXPECT_EQ(m.find("b")->incarnation, 7u);
+  EXPECT_EQ(m.find("c"), nullptr);
+  m.mark_left("b", UINT64_MAX, 0);
+  EXPECT_EQ(m.find("b")->state, MemberState::kAlive);
+  EXPECT_EQ(m.stats().implausible, 4u);
+  // Outbidding saturates at the largest plausible incarnation, so our rows stay plausible.
+  m.merge({row("self", kMaxIncarnation - 1, 1)}, 0);
+  EXPECT_EQ(m.self_row().incarnation, kMaxIncarnation);
+  m.merge({row("self", kMaxIncarnation, 1)}, 0);
+  EXPECT_EQ(m.self_row().incarnation, kMaxIncarnation);
+  EXPECT_EQ(m.stats().refuted, 1u);
+}
+
 TEST(Membership, AnAdvancingHeartbeatRevivesAndAStaleOneDoesNot) {
   Membership m("self", "self:1", 1, heartbeat_options());
   m.merge({row("b", 1, 5)}, 0);

@@ -29,6 +29,12 @@ namespace tollgate {
 
 enum class MembershipKind : uint8_t { kStatic, kHeartbeat };
 
+// Incarnations are microseconds of wall time at start-up (about 2^51 today); 2^62 is 146,000
+// years away. A row or departure claiming more is forged or corrupt: it is ignored (and
+// counted), so no incarnation ever wraps when outbid by one, and no member can be pinned to a
+// life that nothing can outbid.
+inline constexpr uint64_t kMaxIncarnation = uint64_t{1} << 62;
+
 struct MembershipOptions {
   MembershipKind kind = MembershipKind::kStatic;
   // No heartbeat advance for this long: suspect (heartbeat) or unreachable (static). Many
@@ -64,6 +70,7 @@ struct MembershipStats {
   uint64_t forgotten = 0;    // dead or departed members removed
   uint64_t unknown_rows = 0; // static: rows about members not in the peers file, ignored
   uint64_t refuted = 0;      // rows about a newer life of ours: we took a higher incarnation
+  uint64_t implausible = 0;  // rows and departures with an incarnation above kMaxIncarnation, ignored
 };
 
 class Membership {

@@ -173,13 +173,18 @@ bool Membership::accepts_sender(const NodeId& id) const {
 void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
   for (const MemberRecord& r : rows) {
     if (r.id.empty()) continue;
+    if (r.incarnation > kMaxIncarnation) {
+      ++stats_.implausible;
+      continue;
+    }
     const MemberIndexEntry* known = index_->find(r.id);
     if (!known && r.id == self_.id) {  // (we are never in index_: no string compare for most rows)
       // Our own row is authoritative, except that a life of ours the cluster still remembers as
       // newer than this one (we restarted after the wall clock stepped back, and incarnations
       // come from the wall clock) would win over us everywhere: outbid it, as SWIM refutes.
       if (r.incarnation > self_.incarnation && !self_.left) {
-        self_.incarnation = r.incarnation + 1;
+        // Saturating: our rows must stay plausible to the others (<= kMaxIncarnation).
+        self_.incarnation = std::min(r.incarnation + 1, kMaxIncarnation);
         ++stats_.refuted;
       }
       continue;
@@ -234,6 +239,10 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
 }
 
 void Membership::mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now) {
+  if (incarnation > kMaxIncarnation) {
+    ++stats_.implausible;
+    return;
+  }
   Member* m = find_member(id);
   if (!m || incarnation < m->view.incarnation) return;
   m->left = true;

@@ -271,6 +271,7 @@ StatsList Daemon::stats() {
   add("members_forgotten", m.forgotten);
   add("members_unknown_rows", m.unknown_rows);
   add("members_refuted", m.refuted);
+  add("members_implausible_incarnation", m.implausible);
   add("gossip_messages_sent", n.messages_sent);
   add("gossip_messages_received", n.messages_received);
   add("gossip_dropped_unknown_sender", n.dropped_unknown_sender);

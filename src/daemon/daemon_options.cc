@@ -166,6 +166,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   }
   if (o->node_id.empty() || o->node_id.size() > 256) return usage_error("--node-id must be 1 to 256 bytes");
   if (o->bind.size() > 256) return usage_error("--bind must be at most 256 bytes");
+  if (o->incarnation > kMaxIncarnation) {
+    return usage_error("--incarnation must be at most 2^62 (" + std::to_string(kMaxIncarnation) +
+                       "): peers ignore rows above it");
+  }
   return std::nullopt;
 }
 
