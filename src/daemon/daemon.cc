@@ -173,16 +173,20 @@ void Daemon::schedule_watch() {
 void Daemon::reload_rules() {
   try {
     node_->replace_rules(load_rules_file(options_.rules_file), clock_.now_ns());
+    ++reloads_.rules;
     spdlog::info("rules reloaded from {}", options_.rules_file);
   } catch (const std::exception& e) {
+    ++reloads_.rules_failed;
     spdlog::error("rules not reloaded, the previous rules stay in force: {}", e.what());
   }
   // The cluster key file too: each step of a key rotation is a SIGHUP on every node.
   if (options_.cluster_key_file.empty()) return;
   try {
     faults_->set_cluster_keys(load_cluster_keys(options_.cluster_key_file));
+    ++reloads_.keys;
     spdlog::info("cluster keys reloaded from {}", options_.cluster_key_file);
   } catch (const std::exception& e) {
+    ++reloads_.keys_failed;
     spdlog::error("cluster keys not reloaded, the previous keys stay in force: {}", e.what());
   }
 }
@@ -246,6 +250,10 @@ StatsList Daemon::stats() {
   add("checks_allowed", n.allowed);
   add("checks_denied", n.denied);
   add("rounds", n.rounds);
+  add("rules_reloads", reloads_.rules);
+  add("rules_reload_failures", reloads_.rules_failed);
+  add("cluster_key_reloads", reloads_.keys);
+  add("cluster_key_reload_failures", reloads_.keys_failed);
   const KeyTableStats k = node_->table().stats();
   add("keys", k.keys);
   add("key_bytes", k.bytes);

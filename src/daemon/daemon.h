@@ -71,6 +71,10 @@ class Daemon final : public RequestHandler {
   std::optional<std::filesystem::file_time_type> peers_mtime_;
   uintmax_t peers_size_ = 0;
   bool stopping_ = false;
+  // SIGHUP reloads: done, and refused (the previous file stays in force).
+  struct {
+    uint64_t rules = 0, rules_failed = 0, keys = 0, keys_failed = 0;
+  } reloads_;
 };
 
 }  // namespace tollgate
