@@ -314,13 +314,20 @@ TEST(KeyTable, MemoryStaysBoundedUnderAFloodOfNewKeys) {
 // rule in a large cluster must not overflow (1/h x 4,096 members x 1,000 is 1.5e19 ns).
 TEST(KeyTable, ARateScaleThatOverflows64BitsStillScalesTheRate) {
   auto rules = std::make_shared<RuleSet>(
-      std::vector<Rule>{{"slow", Limit{Rate{1, 3600 * kSec}, 10, 10}, 0}, {"k", Limit{Rate{1000, 3600 * kSec}, 10, 10}, 0}},
+      std::vector<Rule>{{"slow", Limit{Rate{1, 3600 * kSec}, 10, 10}, 0},
+                        {"k", Limit{Rate{1000, 3600 * kSec}, 10, 10}, 0},
+                        {"seven", Limit{Rate{7, 3600 * kSec}, 10, 10}, 0}},
       std::nullopt);
   KeyTable t(rules);
   t.set_rate_scale(0, 4096, 0);  // nobody reachable: 1/1000 of 1/4096 of the rate
   // 1000/h: exact once the fraction is reduced, one token every 4,096,000 h / 1000.
   const Limit k = *t.limit_for("k");
   EXPECT_EQ(k.rate, (Rate{1, 3600 * kSec * 4'096}));
+  // 7/h: no common factor, and 7 tokens per 1.47e19 ns do not fit: fewer tokens over a shorter
+  // period, the time per token kept.
+  const Limit seven = *t.limit_for("seven");
+  const long double per_token = static_cast<long double>(seven.rate.period_ns) / seven.rate.tokens;
+  EXPECT_NEAR(per_token / (3600.0L * kSec * 4'096'000 / 7), 1.0L, 1e-12L) << seven.rate.tokens << "/" << seven.rate.period_ns;
   // 1/h: one token every 4,096,000 h cannot be written in 64 bits; it refills as slowly as can be.
   const Limit slow = *t.limit_for("slow");
   EXPECT_EQ(slow.rate, (Rate{1, INT64_MAX}));

@@ -30,9 +30,8 @@ namespace tollgate {
 enum class MembershipKind : uint8_t { kStatic, kHeartbeat };
 
 // Incarnations are microseconds of wall time at start-up (about 2^51 today); 2^62 is 146,000
-// years away. A row or departure claiming more is forged or corrupt: it is ignored (and
-// counted), so no incarnation ever wraps when outbid by one, and no member can be pinned to a
-// life that nothing can outbid.
+// years away. A row or departure claiming 2^62 or more is forged or corrupt: it is ignored (and
+// counted), and outbidding saturates below it, so no incarnation ever wraps when outbid by one.
 inline constexpr uint64_t kMaxIncarnation = uint64_t{1} << 62;
 
 struct MembershipOptions {

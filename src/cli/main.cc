@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       return fail(e.what());
     }
-    return std::cout ? 0 : kExitError;
+    std::cout.flush();
+    return std::cout ? 0 : fail("cannot write the key to standard output");
   }
 
   std::string error;

@@ -19,12 +19,33 @@ constexpr int64_t kMaxMillis = INT64_MAX / 1'000'000;  // so that * 10^6 cannot 
 // plain printable UTF-8, else as a quoted, escaped JSON string, so that no control character
 // (an escape sequence) reaches the terminal.
 std::string shown(std::string_view text) {
-  std::string quoted = json_string(text);
-  if (quoted.size() == text.size() + 2 && quoted.compare(1, text.size(), text) == 0 &&
-      text.find_first_of("\"\\\x7f") == std::string_view::npos) {
+  const std::string quoted = json_string(text);
+  bool c1 = false;  // DEL, or a C1 control (U+0080..U+009F, UTF-8 C2 80..C2 9F): JSON lets them through
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    c1 = c1 || b == 0x7f || (b == 0xc2 && i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xe0) == 0x80);
+  }
+  if (!c1 && quoted.size() == text.size() + 2 && quoted.compare(1, text.size(), text) == 0 &&
+      text.find_first_of("\"\\") == std::string_view::npos) {
     return std::string(text);
   }
-  return quoted;
+  if (!c1) return quoted;
+  std::string out;
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (size_t i = 0; i < quoted.size(); ++i) {
+    const auto b = static_cast<unsigned char>(quoted[i]);
+    if (b == 0x7f) {
+      out += "\\u007f";
+    } else if (b == 0xc2 && i + 1 < quoted.size() && (static_cast<unsigned char>(quoted[i + 1]) & 0xe0) == 0x80) {
+      const auto c = static_cast<unsigned char>(quoted[++i]);
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += quoted[i];
+    }
+  }
+  return out;
 }
 
 std::string pad(std::string text, size_t width) {

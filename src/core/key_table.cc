@@ -346,8 +346,10 @@ class KeyTable::Impl {
   }
   // scaled() when a product overflows 64 bits (a slow rule in a large cluster: 1/h x 4,096
   // members x 1,000 is 1.5e19 ns): the fraction reduced, exact whenever it then fits; otherwise
-  // both terms scaled down to fit (the relative error is about 1/tokens), and a rate slower than
-  // one token in 2^63 ns (292 years) refills at that rate.
+  // fewer tokens over a proportionally shorter period (the period per token kept to within one
+  // part in tokens), and a rate slower than one token in 2^63 ns (292 years) refills at that.
+  // Only such absurd rules pay this (a 128-bit gcd per check), and only under the proportional
+  // policy while members are unreachable.
   Limit scaled_wide(Limit limit) const {
     Wide tokens = static_cast<Wide>(limit.rate.tokens) * scale_num_;
     Wide period = static_cast<Wide>(limit.rate.period_ns) * scale_den_;
@@ -355,16 +357,23 @@ class KeyTable::Impl {
     while (b != 0) a = std::exchange(b, a % b);
     tokens /= a;
     period /= a;
-    if (period / tokens >= INT64_MAX) {
-      tokens = 1;
-      period = INT64_MAX;
-    } else if (tokens > INT64_MAX || period > INT64_MAX) {
-      const Wide f = std::max(tokens, period) / INT64_MAX + 1;
-      tokens = std::max<Wide>(tokens / f, 1);
-      period = std::max<Wide>(period / f, 1);
+    if (tokens > INT64_MAX || period > INT64_MAX) {
+      const Wide per_token = period / tokens;  // >= 0; tokens >= 1
+      if (per_token >= INT64_MAX) {
+        tokens = 1;
+        period = INT64_MAX;
+      } else {
+        const Wide fewer = std::min<Wide>(tokens, INT64_MAX / (per_token + 1));
+        // period x fewer / tokens, below (per_token + 1) x fewer <= INT64_MAX; the product itself
+        // may not fit 128 bits, so in long double (64 mantissa bits: exact to one part in 2^63).
+        const long double shorter =
+            static_cast<long double>(period) * static_cast<long double>(fewer) / static_cast<long double>(tokens);
+        period = std::min<Wide>(static_cast<Wide>(shorter), INT64_MAX);
+        tokens = fewer;
+      }
     }
     limit.rate.tokens = static_cast<int64_t>(tokens);
-    limit.rate.period_ns = static_cast<int64_t>(period);
+    limit.rate.period_ns = std::max<int64_t>(static_cast<int64_t>(period), 1);
     return limit;
   }
 

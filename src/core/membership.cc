@@ -173,7 +173,7 @@ bool Membership::accepts_sender(const NodeId& id) const {
 void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
   for (const MemberRecord& r : rows) {
     if (r.id.empty()) continue;
-    if (r.incarnation > kMaxIncarnation) {
+    if (r.incarnation >= kMaxIncarnation) {
       ++stats_.implausible;
       continue;
     }
@@ -183,8 +183,8 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
       // newer than this one (we restarted after the wall clock stepped back, and incarnations
       // come from the wall clock) would win over us everywhere: outbid it, as SWIM refutes.
       if (r.incarnation > self_.incarnation && !self_.left) {
-        // Saturating: our rows must stay plausible to the others (<= kMaxIncarnation).
-        self_.incarnation = std::min(r.incarnation + 1, kMaxIncarnation);
+        // Saturating: our rows must stay plausible to the others (< kMaxIncarnation).
+        self_.incarnation = std::min(r.incarnation + 1, kMaxIncarnation - 1);
         ++stats_.refuted;
       }
       continue;
@@ -239,7 +239,7 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
 }
 
 void Membership::mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now) {
-  if (incarnation > kMaxIncarnation) {
+  if (incarnation >= kMaxIncarnation) {
     ++stats_.implausible;
     return;
   }

@@ -104,15 +104,14 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     app.add_option("--" + std::string(fields[i].flag), setting_text[i], std::string(fields[i].help))
         ->type_name(std::string(fields[i].type_name));
   }
-  auto* key_file = app.add_option("--cluster-key-file", o->cluster_key_file,
+  app.add_option("--cluster-key-file", o->cluster_key_file,
                                   "Shared secret(s) authenticating gossip (HMAC-SHA256): one or two hex keys, the first "
                                   "signs; SIGHUP reloads it. Required unless --insecure-gossip. Make one with "
                                   "`(umask 077; tollgate keygen > FILE)`")
-                      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile);
   app.add_flag("--insecure-gossip", o->insecure_gossip,
                "Run without --cluster-key-file: gossip is neither signed nor checked, so anyone who can send to the "
-               "gossip port (any local user, on loopback) can charge, deny or evict at will. For experiments only")
-      ->excludes(key_file);
+               "gossip port (any local user, on loopback) can charge, deny or evict at will. For experiments only");
   app.add_option("--log-level", o->log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--max-datagram", o->max_datagram,
@@ -158,6 +157,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   }
   if (const SettingProblem p = validate(o->node, SettingNames::kFlags); !p.message.empty()) return usage_error(p.message);
   if (o->listen.empty()) return usage_error("--listen needs at least one endpoint");
+  if (!o->cluster_key_file.empty() && o->insecure_gossip) {
+    return usage_error("--insecure-gossip and --cluster-key-file contradict each other: give one (the flag or the "
+                       "config file's key)");
+  }
   if (o->cluster_key_file.empty() && !o->insecure_gossip) {
     return usage_error(
         "gossip must be authenticated: give --cluster-key-file FILE, the same key on every node (make one with "
@@ -166,9 +169,9 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   }
   if (o->node_id.empty() || o->node_id.size() > 256) return usage_error("--node-id must be 1 to 256 bytes");
   if (o->bind.size() > 256) return usage_error("--bind must be at most 256 bytes");
-  if (o->incarnation > kMaxIncarnation) {
-    return usage_error("--incarnation must be at most 2^62 (" + std::to_string(kMaxIncarnation) +
-                       "): peers ignore rows above it");
+  if (o->incarnation >= kMaxIncarnation) {
+    return usage_error("--incarnation must be below 2^62 (" + std::to_string(kMaxIncarnation) +
+                       "): peers ignore rows from there on");
   }
   return std::nullopt;
 }

@@ -139,6 +139,11 @@ TEST(CliOutput, MembersTableEscapesControlCharactersFromTheNetwork) {
   EXPECT_NE(text.find("\"evil\\u001b[2J\\u001b]0;owned\\u0007\""), std::string::npos) << text;
   EXPECT_NE(text.find("\"127.0.0.1:7\\n01\""), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;  // header and one row
+  // DEL and the C1 controls (U+009B is CSI to some terminals) pass JSON's escaping: escaped too.
+  const std::string c1 = format_members_text({{"a\x7f" "b\xc2\x9b" "2J", "h:1", MemberState::kAlive, 1, 1, 0, false}});
+  EXPECT_EQ(c1.find('\x7f'), std::string::npos) << c1;
+  EXPECT_EQ(c1.find("\xc2\x9b"), std::string::npos) << c1;
+  EXPECT_NE(c1.find("\"a\\u007fb\\u009b2J\""), std::string::npos) << c1;
 }
 
 TEST(CliOutput, MembersTableMarksTheNodeItself) {

@@ -534,11 +534,15 @@ TEST(ClusterSecurity, FaultInjectionIsRefusedUnlessTheDaemonEnablesIt) {
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
   c.set_faults_enabled(false);
   c.restart(1);
-  ASSERT_TRUE(c.client(1).wait_connected(10s)) << c.log(1);
   FaultSettings isolate;
   isolate.loss = 1;
-  const std::string refused = c.client(1).set_faults(isolate);
-  EXPECT_NE(refused.find("--enable-fault-injection"), std::string::npos) << refused;
+  // The client reconnects to the restarted daemon; until then its calls fail for that reason.
+  std::string refused;
+  EXPECT_TRUE(eventually([&] {
+    refused = c.client(1).set_faults(isolate);
+    return refused.find("--enable-fault-injection") != std::string::npos;
+  }))
+      << refused << "\n" << c.log(1);
   // Nothing was injected: node 1 still hears node 0 and is heard.
   ASSERT_TRUE(c.client(0).check("k", 7).allowed);
   EXPECT_TRUE(eventually([&] { return c.remaining(1, "k") == 993; }, 5s)) << c.remaining(1, "k");
@@ -588,6 +592,15 @@ TEST(ClusterReload, AKeyRotationUnderTrafficKeepsTheClusterConnectedAndCharging)
       std::this_thread::sleep_for(5ms);  // paces the traffic; not a synchronization
     }
   });
+  // Stops and joins the spender on every way out, a failed ASSERT included.
+  struct Join {
+    std::atomic<bool>& done;
+    std::thread& thread;
+    ~Join() {
+      done.store(true);
+      if (thread.joinable()) thread.join();
+    }
+  } join{done, spender};
   int64_t reloads = 0;
   for (const std::string& keys : {old_key + "\n" + new_key + "\n", new_key + "\n" + old_key + "\n", new_key + "\n"}) {
     c.write_keys(keys);
@@ -630,6 +643,12 @@ TEST(ClusterReload, AKeyRotationUnderTrafficKeepsTheClusterConnectedAndCharging)
     EXPECT_EQ(c.stat(n, "cluster_key_reload_failures"), 0) << "node " << n;
   }
   EXPECT_TRUE(c.all_alive({0, 1, 2}));
+  // The reloads really changed the keys: node 0 taken back to the old key alone is no longer
+  // understood by the others.
+  c.write_keys(old_key + "\n");
+  c.sighup(0);
+  ASSERT_TRUE(eventually([&] { return c.stat(0, "cluster_key_reloads") == reloads + 1; }, 5s)) << c.log(0);
+  EXPECT_TRUE(eventually([&] { return c.stat(1, "transport_dropped_bad_mac") > 0; }, 5s));
 }
 
 TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) {
