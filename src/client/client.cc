@@ -22,6 +22,7 @@ namespace tollgate {
 
 using SteadyClock = std::chrono::steady_clock;
 using client::Completion;
+using client::deadline_after;
 using client::ResponseCheck;
 namespace pb = ::tollgate::v1::api;
 
@@ -35,13 +36,6 @@ const char* reply_source_name(ReplySource source) {
 }
 
 namespace {
-
-// Waits longer than this are treated as this (so that now + timeout cannot overflow).
-constexpr std::chrono::nanoseconds kLongestWait = std::chrono::hours(24 * 365);
-
-SteadyClock::time_point deadline_after(std::chrono::nanoseconds timeout) {
-  return SteadyClock::now() + std::min(timeout, kLongestWait);
-}
 
 api::Endpoint parse_or_throw(const std::string& text) {
   std::string error;

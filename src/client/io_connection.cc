@@ -27,8 +27,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 constexpr size_t kReadChunkBytes = 16 * 1024;
-// Waits longer than this are treated as this (so that now + timeout cannot overflow).
-constexpr std::chrono::nanoseconds kLongestWait = std::chrono::hours(24 * 365);
 }  // namespace
 
 class IoConnection::Impl {
@@ -336,7 +334,7 @@ void IoConnection::fail(Completion done, std::string error) { impl_->fail(std::m
 
 bool IoConnection::wait_connected(std::chrono::nanoseconds timeout) {
   std::unique_lock lock(connected_mutex_);
-  return connected_cv_.wait_until(lock, SteadyClock::now() + std::min(timeout, kLongestWait),
+  return connected_cv_.wait_until(lock, deadline_after(timeout),
                                   [this] { return connected_.load(); });
 }
 

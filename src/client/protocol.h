@@ -4,6 +4,8 @@
 #ifndef TOLLGATE_SRC_CLIENT_PROTOCOL_H_
 #define TOLLGATE_SRC_CLIENT_PROTOCOL_H_
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -14,6 +16,11 @@
 namespace tollgate::client {
 
 namespace pb = ::tollgate::v1::api;
+
+// `timeout` from now; waits longer than a year are treated as a year, so the sum cannot overflow.
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
+  return std::chrono::steady_clock::now() + std::min<std::chrono::nanoseconds>(timeout, std::chrono::hours(24 * 365));
+}
 
 // Stamps `request` with the API version and `id`, and frames it into *frame. False, leaving
 // *frame empty, when the frame would exceed `max_request_bytes`.
