@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstring>
 #include <unordered_map>
 #include <utility>
@@ -22,26 +23,39 @@ using GenericStream = asio::generic::stream_protocol;
 
 namespace {
 
-// Names the client for logs: its pid and uid on a Unix socket (the kernel's word, SO_PEERCRED),
-// its address over TCP (without the port, which changes with every connection).
-std::string describe_peer(GenericStream::socket& socket, bool tcp) {
+// Who a client is: for logs, its pid and uid on a Unix socket (the kernel's word, SO_PEERCRED)
+// or its address over TCP (without the port, which changes with every connection); and the
+// group its connections are counted in for max_connections_per_client.
+struct PeerIdentity {
+  std::string who;
+  std::string group;
+};
+
+PeerIdentity identify_peer(GenericStream::socket& socket, bool tcp) {
   if (tcp) {
     boost::system::error_code ec;
     const GenericStream::endpoint ep = socket.remote_endpoint(ec);
-    if (ec) return "tcp client";
+    if (ec) return {"tcp client", "tcp"};
     sockaddr_storage storage{};
     std::memcpy(&storage, ep.data(), std::min(sizeof storage, static_cast<size_t>(ep.size())));
     char text[INET6_ADDRSTRLEN] = {};
     const void* addr = storage.ss_family == AF_INET6
                            ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr)
                            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr);
-    if (!::inet_ntop(storage.ss_family, addr, text, sizeof text)) return "tcp client";
-    return text;
+    if (!::inet_ntop(storage.ss_family, addr, text, sizeof text)) return {"tcp client", "tcp"};
+    return {text, std::string("tcp ") + text};
   }
   ucred cred{};
   socklen_t len = sizeof cred;
-  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return "unix client";
-  return "pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")";
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return {"unix client", "unix"};
+  return {"pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")", "uid " + std::to_string(cred.uid)};
+}
+
+// How often open connections are checked for idle_timeout and stalled writes.
+std::chrono::milliseconds sweep_interval(const ApiServerOptions& o) {
+  auto shortest = o.frame_timeout;
+  if (o.idle_timeout.count() > 0) shortest = std::min(shortest, o.idle_timeout);
+  return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
 }
 
 }  // namespace
@@ -51,7 +65,8 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   Impl(asio::io_context& io, RequestHandler& handler, ApiServerOptions options)
       : io_(io),
         options_(std::move(options)),
-        dispatch_(handler, options_.max_checks_per_batch, options_.max_frame_bytes, counters_) {}
+        dispatch_(handler, options_.max_checks_per_batch, options_.max_frame_bytes, counters_),
+        sweep_timer_(io) {}
 
   std::string start() {
     if (options_.listen.empty()) return "no endpoint to listen on";
@@ -69,6 +84,7 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
         if (auto self = weak.lock()) self->accepted(*l, ec, std::move(peer));
       });
     }
+    schedule_sweep();
     return {};
   }
 
@@ -76,6 +92,7 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   void stop() {
     if (stopped_) return;
     stopped_ = true;
+    sweep_timer_.cancel();
     close_listeners();
     for (auto& connection : open_connections()) connection->close();
   }
@@ -110,12 +127,21 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
     ::sched_yield();
   }
   void answered() override { answered_since_slice_ = true; }
+  void output_pending(size_t bytes) override {
+    counters_.pending_output_high_water = std::max<uint64_t>(counters_.pending_output_high_water, bytes);
+  }
   void frame_timed_out() override { ++counters_.connections_timed_out; }
   void offense(std::string_view peer, std::string_view what) override {
     if (options_.on_offense) options_.on_offense(peer, what);
   }
   void connection_closed(Connection* connection) override {
-    if (connections_.erase(connection) > 0) --counters_.connections_open;
+    auto it = connections_.find(connection);
+    if (it == connections_.end()) return;
+    if (auto group = per_client_.find(it->second.group); group != per_client_.end() && --group->second == 0) {
+      per_client_.erase(group);
+    }
+    connections_.erase(it);
+    --counters_.connections_open;
   }
 
  private:
@@ -126,10 +152,13 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
       return;
     }
     const bool tcp = listener.tcp();
-    if (connections_.size() >= options_.max_connections) {
+    PeerIdentity peer_id = identify_peer(peer, tcp);
+    if (!make_room(peer_id)) {
       ++counters_.connections_rejected;
-      offense(describe_peer(peer, tcp), "connection refused: " + std::to_string(options_.max_connections) +
-                                            " client connections are open (the limit)");
+      offense(peer_id.who, "connection refused: the client connection limits are reached (" +
+                               std::to_string(options_.max_connections) + " in all, " +
+                               std::to_string(options_.max_connections_per_client) +
+                               " per client) and no connection has been idle long enough to make room");
       boost::system::error_code ignored;
       peer.close(ignored);
       return;
@@ -140,10 +169,70 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
       boost::system::error_code ignored;
       peer.set_option(asio::ip::tcp::no_delay(true), ignored);  // answers are tiny and latency-bound
     }
-    std::string who = describe_peer(peer, tcp);
-    auto connection = std::make_shared<Connection>(shared_from_this(), std::move(peer), std::move(who));
-    connections_.emplace(connection.get(), connection);
+    auto connection = std::make_shared<Connection>(shared_from_this(), std::move(peer), std::move(peer_id.who));
+    ++per_client_[peer_id.group];
+    connections_.emplace(connection.get(), Entry{connection, std::move(peer_id.group)});
     connection->start();
+  }
+
+  // True if a connection from `newcomer` may be added, after evicting an idle one if a limit
+  // is reached (ApiServerOptions::max_connections).
+  bool make_room(const PeerIdentity& newcomer) {
+    const auto own = per_client_.find(newcomer.group);
+    const size_t own_count = own == per_client_.end() ? 0 : own->second;
+    const std::string* victim_group = nullptr;
+    if (own_count >= options_.max_connections_per_client) {
+      victim_group = &newcomer.group;
+    } else if (connections_.size() >= options_.max_connections) {
+      auto largest = std::max_element(per_client_.begin(), per_client_.end(),
+                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+      if (largest == per_client_.end()) return false;
+      // A newcomer never displaces a client that holds no more than it does itself.
+      victim_group = own_count >= largest->second ? &newcomer.group : &largest->first;
+    } else {
+      return true;
+    }
+    // The least recently active idle connection of that client (a scan: this happens only at
+    // a limit, and the limit bounds it).
+    const auto latest = std::chrono::steady_clock::now() - options_.evict_idle_after;
+    Connection* victim = nullptr;
+    for (const auto& [raw, entry] : connections_) {
+      if (entry.group != *victim_group || !raw->idle() || raw->last_active() > latest) continue;
+      if (!victim || raw->last_active() < victim->last_active()) victim = raw;
+    }
+    if (!victim) return false;
+    ++counters_.connections_evicted;
+    const std::shared_ptr<Connection> keep = connections_.at(victim).connection;
+    keep->close();
+    return true;
+  }
+
+  void schedule_sweep() {
+    sweep_timer_.expires_after(sweep_interval(options_));
+    sweep_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (auto self = weak.lock(); self && !self->stopped_) {
+        self->sweep();
+        self->schedule_sweep();
+      }
+    });
+  }
+
+  // Closes connections idle for idle_timeout, and those whose client has not taken a write of
+  // answers within frame_timeout (it never reads: its answers and buffers would stay for ever).
+  void sweep() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& connection : open_connections()) {
+      if (const auto since = connection->write_stalled_since(); since && now - *since >= options_.frame_timeout) {
+        ++counters_.connections_write_stalled;
+        offense(connection->peer(), "did not read its answers within the frame timeout; connection closed");
+        connection->close();
+      } else if (options_.idle_timeout.count() > 0 && connection->idle() &&
+                 now - connection->last_active() >= options_.idle_timeout) {
+        ++counters_.connections_idle_closed;
+        connection->close();
+      }
+    }
   }
 
   void close_listeners() {
@@ -154,9 +243,14 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   // Copies: closing a connection removes it from the set.
   std::vector<std::shared_ptr<Connection>> open_connections() const {
     std::vector<std::shared_ptr<Connection>> open;
-    for (const auto& [raw, connection] : connections_) open.push_back(connection);
+    for (const auto& [raw, entry] : connections_) open.push_back(entry.connection);
     return open;
   }
+
+  struct Entry {
+    std::shared_ptr<Connection> connection;  // owning: stop() can close it
+    std::string group;                       // PeerIdentity::group
+  };
 
   asio::io_context& io_;
   const ApiServerOptions options_;
@@ -166,8 +260,9 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   bool draining_ = false;              // listeners closed: accept nothing more
   bool answered_since_slice_ = false;  // an answer was written since the last slice began
   std::vector<std::shared_ptr<Listener>> listeners_;
-  // Owning references to open connections, so that stop() can close them.
-  std::unordered_map<Connection*, std::shared_ptr<Connection>> connections_;
+  std::unordered_map<Connection*, Entry> connections_;
+  std::unordered_map<std::string, size_t> per_client_;  // open connections by PeerIdentity::group
+  asio::steady_timer sweep_timer_;
 };
 
 ApiServer::ApiServer(asio::io_context& io, RequestHandler& handler, ApiServerOptions options)
@@ -190,7 +285,10 @@ StatsList ApiServer::stats() const {
   return {
       {"api.connections_accepted", v(c.connections_accepted)},
       {"api.connections_rejected", v(c.connections_rejected)},
+      {"api.connections_evicted", v(c.connections_evicted)},
       {"api.connections_timed_out", v(c.connections_timed_out)},
+      {"api.connections_write_stalled", v(c.connections_write_stalled)},
+      {"api.connections_idle_closed", v(c.connections_idle_closed)},
       {"api.connections_open", v(c.connections_open)},
       {"api.accept_errors", v(c.accept_errors)},
       {"api.requests", v(c.requests)},
@@ -202,6 +300,7 @@ StatsList ApiServer::stats() const {
       {"api.errors.empty_request", v(c.errors_empty_request)},
       {"api.errors.internal", v(c.errors_internal)},
       {"api.busy_yields", v(c.busy_yields)},
+      {"api.pending_output_high_water_bytes", v(c.pending_output_high_water)},
   };
 }
 

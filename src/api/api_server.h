@@ -41,9 +41,20 @@ struct ApiServerOptions {
   // fail, and a path that exists but is not a socket is never touched.
   std::vector<Endpoint> listen;
   uint32_t unix_socket_mode = 0660;
-  // Connections beyond this many are accepted and closed at once (counted as rejected), so a
-  // flood of clients cannot exhaust the daemon's file descriptors.
+  // At most this many connections are open, so a flood of clients cannot exhaust the daemon's
+  // file descriptors, and at most max_connections_per_client of them from one client (one uid
+  // on a Unix socket, from SO_PEERCRED; one address over TCP). A newcomer over either limit
+  // takes the place of the least recently active idle connection (nothing read but unanswered,
+  // nothing unwritten) of the client holding the most (over the per-client limit: its own),
+  // provided it has been idle for evict_idle_after; otherwise the newcomer is closed at once.
+  // So a client that hoards idle connections cannot lock others out, and one that keeps all of
+  // its connections busy can hold only its share.
   size_t max_connections = 1024;
+  size_t max_connections_per_client = 512;
+  std::chrono::milliseconds evict_idle_after{1'000};
+  // A connection with nothing pending is closed after this long without a request (0: never).
+  // Clients reconnect on their next call; the client library does so at once.
+  std::chrono::milliseconds idle_timeout{300'000};
   // Largest request frame (payload bytes). Larger frames close the connection.
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
   // Largest number of checks in one request; more gets a BATCH_TOO_LARGE error.
@@ -51,9 +62,9 @@ struct ApiServerOptions {
   // A connection stops reading while this many response bytes wait to be written: a client that
   // pipelines requests but never reads answers cannot grow the daemon's memory without bound.
   size_t max_pending_output_bytes = 1024 * 1024;
-  // A frame must arrive whole within this long of its first byte, or the connection is closed:
-  // a client that sends half a frame and goes silent cannot hold a connection slot for ever.
-  // (A connection with nothing pending may stay idle: clients keep theirs open.)
+  // A frame must arrive whole within this long of its first byte, and the client must take each
+  // write of answers within this long, or the connection is closed: a client that sends half a
+  // frame, or never reads, cannot hold a connection slot and its buffers for ever.
   std::chrono::milliseconds frame_timeout{10'000};
   // Before a slice of a large batch, if answers were written since the previous slice, give the
   // CPU away once (sched_yield). Writing to a socket wakes the reader as a "sync" wakeup: Linux
@@ -70,11 +81,17 @@ struct ApiServerOptions {
 // Monotonic counts since construction (connections_open is a gauge), with the dispatch's.
 struct ApiServerCounters : DispatchCounters {
   uint64_t connections_accepted = 0;  // served (not counting rejected ones)
-  uint64_t connections_rejected = 0;  // closed at once: max_connections reached
+  uint64_t connections_rejected = 0;  // closed at once: a connection limit reached, none evictable
+  uint64_t connections_evicted = 0;   // idle, closed to make room for a newcomer
   uint64_t connections_timed_out = 0; // closed: a frame did not complete within frame_timeout
+  uint64_t connections_write_stalled = 0;  // closed: answers not taken within frame_timeout
+  uint64_t connections_idle_closed = 0;    // closed: no request for idle_timeout
   uint64_t connections_open = 0;      // gauge
   uint64_t accept_errors = 0;         // accept() failed (e.g. out of file descriptors)
   uint64_t busy_yields = 0;      // CPU given away before a slice, answers having been written
+  // The most answer bytes one connection has held, unwritten or not yet taken by its client:
+  // max_pending_output_bytes plus at most one answer.
+  uint64_t pending_output_high_water = 0;
 };
 
 class ApiServer {

@@ -19,8 +19,7 @@ void Connection::drain() {
   draining_ = true;
   frame_timer_.cancel();
   if (sliced_) return;  // continue_slice() finishes, then answers the rest and closes
-  close_after_flush_ = true;
-  flush();
+  process_frames();     // answers the whole frames read, then closes once they are written
 }
 
 void Connection::close() {
@@ -56,6 +55,7 @@ void Connection::on_read(const boost::system::error_code& ec, size_t n) {
     close();  // reset, or the server is stopping: nothing more to answer
     return;
   }
+  last_active_ = std::chrono::steady_clock::now();
   decoder_.append(std::string_view(read_buffer_.data(), n));
   process_frames();
 }
@@ -63,7 +63,10 @@ void Connection::on_read(const boost::system::error_code& ec, size_t n) {
 void Connection::process_frames() {
   std::string_view payload;
   Dispatch& dispatch = host_->dispatch();
-  while (!close_after_flush_ && !sliced_) {
+  // Stops once the answers waiting for the client reach the output cap, even with whole frames
+  // still buffered: a client that pipelines requests and never reads cannot make the daemon hold
+  // more than the cap plus one answer. on_write() comes back here as the client takes them.
+  while (!close_after_flush_ && !sliced_ && output_bytes() < host_->max_pending_output_bytes()) {
     const FrameReader::Status status = decoder_.next(&payload);
     if (status == FrameReader::Status::kNeedMore) break;
     if (status == FrameReader::Status::kTooLarge) {
@@ -82,6 +85,14 @@ void Connection::process_frames() {
   if (sliced_) {
     flush();  // the answers before the batch need not wait for it
     asio::post(host_->io(), [self = shared_from_this()] { self->continue_slice(); });
+    return;
+  }
+  if (!close_after_flush_ && output_bytes() >= host_->max_pending_output_bytes()) {
+    // Held back by the output cap: whole frames may be waiting, so this is no half frame.
+    // A client that never takes its answers is closed by the server's write-stall sweep.
+    partial_since_.reset();
+    frame_timer_.cancel();
+    flush();
     return;
   }
   if (draining_) close_after_flush_ = true;
@@ -120,6 +131,7 @@ void Connection::watch_partial_frame() {
 }
 
 void Connection::flush() {
+  host_->output_pending(output_bytes());
   if (writing_in_flight_ || closed_) return;
   if (pending_out_.empty()) {
     if (close_after_flush_) close();
@@ -127,6 +139,7 @@ void Connection::flush() {
   }
   writing_.swap(pending_out_);
   writing_in_flight_ = true;
+  write_started_ = std::chrono::steady_clock::now();
   // Asio writes at once when the socket can take it (a speculative write): the reader has been
   // woken by the time async_write returns.
   asio::async_write(socket_, asio::buffer(writing_),
@@ -142,8 +155,10 @@ void Connection::on_write(const boost::system::error_code& ec) {
     close();
     return;
   }
+  last_active_ = std::chrono::steady_clock::now();
   flush();
-  read();
+  if (sliced_) return;  // continue_slice() goes on by itself
+  process_frames();     // frames held back by the output cap, then reading resumes
 }
 
 }  // namespace tollgate::api

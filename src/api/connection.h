@@ -1,8 +1,9 @@
 // One accepted client API connection: reads frames, has the dispatch answer each, and writes the
 // answers back in request order. A large check batch is answered a slice at a time, the
 // connection reading nothing meanwhile; a connection whose unwritten answers exceed the output
-// cap stops reading until they drain; a frame that does not complete within the frame timeout
-// closes it. Runs on the server's io_context; owned by the server's connection set and by its
+// cap stops answering (even frames already read) and reading until they drain; a frame that
+// does not complete within the frame timeout closes it. The server sweeps for connections idle
+// too long or whose answers the client does not take (idle_since(), write_stalled_since()). Runs on the server's io_context; owned by the server's connection set and by its
 // own in-flight handlers.
 #ifndef TOLLGATE_SRC_API_CONNECTION_H_
 #define TOLLGATE_SRC_API_CONNECTION_H_
@@ -37,6 +38,8 @@ class ConnectionHost {
   virtual void before_slice() = 0;
   // Answers were handed to the socket.
   virtual void answered() = 0;
+  // A connection holds `bytes` of answers not yet taken by its client (for the high-water mark).
+  virtual void output_pending(size_t bytes) = 0;
   virtual void frame_timed_out() = 0;
   virtual void offense(std::string_view peer, std::string_view what) = 0;
   // The connection closed; the caller still holds a reference to it.
@@ -48,12 +51,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
   using Socket = boost::asio::generic::stream_protocol::socket;
   Connection(std::shared_ptr<ConnectionHost> host, Socket socket, std::string peer);
 
-  void start() { read(); }
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  void start() {
+    last_active_ = std::chrono::steady_clock::now();
+    read();
+  }
   // Answers what has been read, then closes (the graceful stop). A batch being answered in
   // slices is finished first, and so are the whole requests read behind it.
   void drain();
   // Closes the socket at once; pending answers are dropped. Idempotent.
   void close();
+
+  // Nothing half read, unanswered or unwritten: closing it now loses nothing the client sent.
+  bool idle() const { return !closed_ && decoder_.buffered() == 0 && output_bytes() == 0 && !sliced_; }
+  // When a byte last arrived or an answer was last taken by the client (or the connection began).
+  TimePoint last_active() const { return last_active_; }
+  // Since when a write has been waiting for the client to take it; nullopt if none is.
+  std::optional<TimePoint> write_stalled_since() const {
+    return writing_in_flight_ ? std::optional<TimePoint>(write_started_) : std::nullopt;
+  }
+  // Who the client is ("pid 4242 (uid 1000)", "127.0.0.1"), and the group its connections are
+  // counted in for the per-client cap ("uid 1000", "tcp 127.0.0.1").
+  const std::string& peer() const { return peer_; }
 
  private:
   size_t output_bytes() const { return pending_out_.size() + writing_.size(); }
@@ -87,6 +107,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<SlicedBatch> sliced_;  // a large check batch being answered (no reading meanwhile)
   bool draining_ = false;                // drain(): answer what has been read, read no more
   std::string peer_;  // who the client is, for offense reports
+  TimePoint last_active_{};
+  TimePoint write_started_{};
 };
 
 }  // namespace tollgate::api

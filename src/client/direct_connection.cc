@@ -131,16 +131,25 @@ DirectConnection::Outcome DirectConnection::exchange(std::string_view frame, Tim
   }
 }
 
+bool DirectConnection::closed_by_daemon() const {
+  char byte;
+  const ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 std::unique_ptr<DirectConnection> DirectPool::take(DirectConnection::TimePoint deadline) {
   {
+    std::unique_ptr<DirectConnection> stale;  // closed after the lock is released
     std::lock_guard lock(mutex_);
     if (!idle_.empty()) {
       auto c = std::move(idle_.back());
       idle_.pop_back();
-      return c;
+      if (std::chrono::steady_clock::now() - c->idle_since() < kCheckAfterIdle || !c->closed_by_daemon()) return c;
+      stale = std::move(c);  // its slot goes to a new connection, below
+    } else {
+      if (open_ >= max_open_) return nullptr;
+      ++open_;
     }
-    if (open_ >= max_open_) return nullptr;
-    ++open_;
   }
   std::string error;
   auto c = DirectConnection::open(endpoint_, deadline, &error);
@@ -149,6 +158,7 @@ std::unique_ptr<DirectConnection> DirectPool::take(DirectConnection::TimePoint d
 }
 
 void DirectPool::give_back(std::unique_ptr<DirectConnection> connection) {
+  connection->set_idle_since(std::chrono::steady_clock::now());
   std::lock_guard lock(mutex_);
   idle_.push_back(std::move(connection));
 }

@@ -47,12 +47,20 @@ class DirectConnection {
   // *payload stays valid until the next call.
   Outcome exchange(std::string_view frame, TimePoint deadline, std::string_view* payload, std::string* error);
 
+  // True if the daemon has closed this connection (it reads EOF or an error; nothing is
+  // consumed). One non-blocking syscall.
+  bool closed_by_daemon() const;
+  // When the connection was last given back to the pool.
+  TimePoint idle_since() const { return idle_since_; }
+  void set_idle_since(TimePoint t) { idle_since_ = t; }
+
  private:
   explicit DirectConnection(int fd) : fd_(fd), decoder_(api::kMaxResponseFrameBytes) {}
   // Waits until fd_ is ready for `events` (POLLIN/POLLOUT) or `deadline`; false on the deadline.
   bool wait(short events, TimePoint deadline);
 
   int fd_;
+  TimePoint idle_since_{};
   FrameReader decoder_;
   std::array<char, 16 * 1024> read_buffer_;
 };
@@ -64,7 +72,10 @@ class DirectPool {
   DirectPool(api::Endpoint endpoint, uint32_t max_open) : endpoint_(std::move(endpoint)), max_open_(max_open) {}
 
   // An idle connection, or a new one (connected by `deadline`) while fewer than max_open exist;
-  // null otherwise.
+  // null otherwise. An idle connection that sat in the pool for kCheckAfterIdle is first checked
+  // for a close by the daemon (its idle timeout), and replaced if so: over TCP a request
+  // written to a closed connection is only found out when the answer never comes.
+  static constexpr std::chrono::seconds kCheckAfterIdle{1};
   std::unique_ptr<DirectConnection> take(DirectConnection::TimePoint deadline);
   void give_back(std::unique_ptr<DirectConnection> connection);
   // Accounts for a taken connection that the caller destroys.

@@ -27,6 +27,8 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 constexpr size_t kReadChunkBytes = 16 * 1024;
+// A connection the daemon closes while idle is replaced at once if it lived at least this long.
+constexpr auto kQuickReconnectAfter = std::chrono::seconds(1);
 }  // namespace
 
 class IoConnection::Impl {
@@ -154,6 +156,7 @@ class IoConnection::Impl {
 
   void on_connected() {
     state_ = State::kConnected;
+    connected_at_ = SteadyClock::now();
     backoff_ = first_backoff();
     if (endpoint_.kind == api::Endpoint::Kind::kTcp) {
       boost::system::error_code ignored;
@@ -257,6 +260,17 @@ class IoConnection::Impl {
   }
 
   void on_read(const boost::system::error_code& ec, size_t n) {
+    if (ec == asio::error::eof && outstanding_.empty() && unsent_.empty() &&
+        SteadyClock::now() - connected_at_ >= kQuickReconnectAfter) {
+      // The daemon closed a connection with nothing in flight (its idle timeout, or it made room
+      // for a newcomer): connect again at once, calls queueing meanwhile, rather than failing
+      // calls through a backoff. Only for a connection that lived a while, so a daemon that
+      // closes every connection at once still meets the backoff.
+      counters_.disconnects.fetch_add(1, std::memory_order_relaxed);
+      drop_connection();
+      start_connect();
+      return;
+    }
     if (ec) {
       connection_failed(ec == asio::error::eof ? "the daemon closed the connection" : "read failed: " + ec.message());
       return;
@@ -317,6 +331,7 @@ class IoConnection::Impl {
   FrameReader decoder_;
   std::array<char, kReadChunkBytes> read_buffer_{};
   std::chrono::nanoseconds backoff_{0};
+  TimePoint connected_at_{};
   std::string last_error_;
   std::minstd_rand rng_;
 };

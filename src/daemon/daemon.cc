@@ -106,6 +106,10 @@ Daemon::Daemon(DaemonOptions options)
 
   api::ApiServerOptions api_options;
   api_options.listen = endpoints;
+  api_options.max_connections = options_.api_max_connections;
+  api_options.max_connections_per_client = options_.api_max_connections_per_client;
+  api_options.idle_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.api_idle_timeout_ns));
   api_options.on_offense = [this](std::string_view who, std::string_view what) { report_offense(who, what); };
   api_ = std::make_unique<api::ApiServer>(io_, *this, api_options);
   if (std::string why = api_->start(); !why.empty()) throw std::runtime_error("--listen " + why);

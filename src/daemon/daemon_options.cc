@@ -123,6 +123,19 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   app.add_flag("--enable-fault-injection", o->enable_fault_injection,
                "Accept `tollgate admin faults` (drop, delay, duplicate gossip): for tests and tollgate-sim's local "
                "back end only. Off by default, so no client of the API can cut this node off");
+  app.add_option("--api-max-connections", o->api_max_connections,
+                 "Client API connections open at once; at the limit a newcomer takes the place of the least "
+                 "recently active idle connection of the client holding the most, or is refused")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--api-max-connections-per-client", o->api_max_connections_per_client,
+                 "Client API connections one client may hold (one uid on a Unix socket, one address over TCP); "
+                 "beyond it its own least recently active idle connection makes room, or the newcomer is refused")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  std::string api_idle_timeout = format_duration(o->api_idle_timeout_ns);
+  app.add_option("--api-idle-timeout", api_idle_timeout,
+                 "Close a client API connection with nothing pending after this long without a request "
+                 "(0s: never); the client library reconnects at once")
+      ->type_name("DURATION");
   app.add_option("--incarnation", o->incarnation, "Override the incarnation (default: microseconds of wall time at start)");
 
   try {
@@ -134,6 +147,16 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     return 2;
   }
   o->config_file = app.get_config_ptr()->as<std::string>();
+  {
+    std::string why;
+    const auto idle = parse_duration_ns(api_idle_timeout, &why);
+    if (idle && *idle > 168 * 3600 * kNanosPerSecond) why = "must be at most 168h";
+    if (!idle || !why.empty()) {
+      std::cerr << "tollgated: --api-idle-timeout " << why << "\nRun with --help for the flags.\n";
+      return 2;
+    }
+    o->api_idle_timeout_ns = *idle;
+  }
   o->transport = transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
   if (o->node_id.empty()) o->node_id = o->bind;
 

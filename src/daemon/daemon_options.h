@@ -34,6 +34,10 @@ struct DaemonOptions {
   uint64_t incarnation = 0;             // 0: derived from the wall clock at start-up
   bool enable_fault_injection = false;  // admin faults requests are refused unless set
   bool insecure_gossip = false;         // run without --cluster-key-file (refused unless set)
+  // The client API's connection limits (api::ApiServerOptions).
+  size_t api_max_connections = 1024;
+  size_t api_max_connections_per_client = 512;
+  int64_t api_idle_timeout_ns = 300'000'000'000;
 };
 
 // Parses argv (flags, then the --config file for whatever the flags did not set) and validates.

@@ -466,6 +466,52 @@ TEST_F(ClientTest, ACallerConnectionClosedByARestartIsReplaced) {
   EXPECT_EQ(client.counters().direct_calls, 2u);
 }
 
+// The daemon closes idle connections (ApiServerOptions::idle_timeout). The io thread's
+// connection is replaced at once, not after the reconnect backoff (an hour here), so calls made
+// meanwhile queue instead of failing open.
+TEST_F(ClientTest, AnIdleConnectionTheDaemonClosesIsReplacedAtOnce) {
+  ApiServerOptions server_options;
+  server_options.idle_timeout = 1200ms;  // the client replaces at once a connection that lived 1 s
+  ASSERT_EQ(server_.start_unix(path_, server_options), "");
+  ClientOptions options = options_for(path_);
+  options.direct_connections = 0;
+  options.reconnect_initial = std::chrono::hours(1);
+  options.reconnect_max = std::chrono::hours(1);
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(kPatient));
+  ASSERT_TRUE(client.check("k").from_daemon());
+  ASSERT_TRUE(wait_until([&] { return server_.counters().connections_idle_closed == 1; }));
+  ASSERT_TRUE(wait_until([&] { return client.counters().connects == 2; }));
+  EXPECT_EQ(client.counters().disconnects, 1u);
+  const CheckReply reply = client.check("k");
+  EXPECT_TRUE(reply.from_daemon()) << reply.error;
+  EXPECT_EQ(client.counters().fallback_replies, 0u);
+}
+
+// Over TCP, a request written to a connection the daemon has closed is only found out when no
+// answer comes; so a caller's pooled connection that sat idle is checked first, and replaced.
+TEST(ClientOverTcp, ACallersPooledConnectionClosedByTheDaemonWhileIdleIsReplaced) {
+  FakeHandler handler;
+  ServerHarness server(handler);
+  ApiServerOptions server_options;
+  server_options.listen = {*parse_endpoint("tcp:127.0.0.1:0")};
+  server_options.idle_timeout = 1200ms;
+  ASSERT_EQ(server.start(server_options), "");
+  ClientOptions options;
+  options.endpoint = "tcp:127.0.0.1:" + std::to_string(server.bound().at(0).port);
+  options.deadline = kPatient;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(kPatient));
+  ASSERT_TRUE(client.check("k").from_daemon());
+  ASSERT_EQ(client.counters().direct_calls, 1u);
+  // Both the io thread's connection and the caller's are closed by the daemon.
+  ASSERT_TRUE(wait_until([&] { return server.counters().connections_idle_closed == 2; }));
+  const CheckReply reply = client.check("k");
+  EXPECT_TRUE(reply.from_daemon()) << reply.error;
+  EXPECT_EQ(client.counters().direct_calls, 2u);
+  EXPECT_EQ(client.counters().fallback_replies, 0u);
+}
+
 TEST(ClientWithoutDaemon, ASilentDaemonCostsACallerConnectionOnlyTheDeadline) {
   TempDir dir;
   const std::string path = dir.file("silent.sock");

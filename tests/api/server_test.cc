@@ -228,6 +228,7 @@ TEST_F(ApiServerTest, AnswersWhatWasSentBeforeTheClientHalfCloses) {
 TEST_F(ApiServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
   ApiServerOptions options;
   options.max_connections = 2;
+  options.evict_idle_after = std::chrono::hours(1);  // neither is idle long enough to give way
   ASSERT_EQ(server_.start_unix(socket_path_, options), "");
   auto first = connect();
   auto second = connect();
@@ -301,6 +302,7 @@ TEST_F(ApiServerTest, TenThousandConnectionsAreCappedWhileConnectedClientsAreSer
   Offenses offenses;
   ApiServerOptions options;
   options.max_connections = 256;
+  options.evict_idle_after = std::chrono::hours(1);  // refused, not made room for
   options.on_offense = offenses.reporter();
   ASSERT_EQ(server_.start_unix(socket_path_, options), "");
   auto steady = connect();
@@ -324,6 +326,149 @@ TEST_F(ApiServerTest, TenThousandConnectionsAreCappedWhileConnectedClientsAreSer
   const auto seen = offenses.copy();
   ASSERT_FALSE(seen.empty());
   EXPECT_NE(seen.back().second.find("limit"), std::string::npos);
+}
+
+// --- a client cannot lock others out --------------------------------------------------------
+
+// Frames already read are answered only while the connection's unwritten answers stay under the
+// cap: a client that pipelines 20,000 requests in one go makes the server hold at most the cap
+// plus one answer, not every answer at once, and still gets each answer, in order.
+TEST_F(ApiServerTest, PipelinedFramesAreAnsweredOnlyWhileTheOutputIsUnderTheCap) {
+  ApiServerOptions options;
+  options.max_pending_output_bytes = 1024;
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto c = connect();
+  constexpr uint64_t kRequests = 20'000;
+  std::string burst;
+  for (uint64_t id = 1; id <= kRequests; ++id) ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
+  // Sent from another thread: the server stops reading while the answers back up, so one
+  // thread that first sends everything and then reads would wait on itself.
+  std::thread sender([&] { EXPECT_TRUE(c->send_bytes(burst)); });
+  uint64_t in_order = 0;
+  for (uint64_t id = 1; id <= kRequests; ++id) {
+    pb::Response r;
+    if (c->read_response(&r) != Status::kFrame) break;
+    in_order += r.id() == id;
+  }
+  sender.join();
+  EXPECT_EQ(in_order, kRequests);
+  // A one-check answer is about 20 bytes; 16 KB read at once holds ~650 requests, whose answers
+  // (~13 KB) the server would all have queued before checking the cap.
+  EXPECT_LE(server_.counters().pending_output_high_water, 1024u + 64u);
+}
+
+// A client that sends requests and never reads its answers: once the server's write has waited
+// a frame timeout for it, the connection is closed (its send then fails), and others are served.
+TEST_F(ApiServerTest, AClientThatNeverReadsItsAnswersIsClosedAfterTheFrameTimeout) {
+  Offenses offenses;
+  ApiServerOptions options;
+  options.max_pending_output_bytes = 64 * 1024;
+  options.frame_timeout = std::chrono::milliseconds(300);
+  options.on_offense = offenses.reporter();
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto deaf = connect();
+  std::string burst;
+  for (uint64_t id = 1; id <= 200'000; ++id) ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
+  // ~5 MB of requests: far more than the socket buffers and the cap take, so the send blocks
+  // until the server gives up on the connection.
+  EXPECT_FALSE(deaf->send_bytes(burst));
+  EXPECT_EQ(server_.counters().connections_write_stalled, 1u);
+  EXPECT_LE(server_.counters().pending_output_high_water, 64u * 1024u + 64u);
+  auto other = connect();
+  expect_served(*other, 1);
+  const auto seen = offenses.copy();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_NE(seen.back().second.find("did not read its answers"), std::string::npos) << seen.back().second;
+}
+
+// At the connection limit, a newcomer takes the place of the least recently active idle
+// connection (here evictable at once): an idle hoard cannot lock anyone out.
+TEST_F(ApiServerTest, AtTheLimitANewcomerTakesThePlaceOfTheLeastRecentlyActiveIdleConnection) {
+  ApiServerOptions options;
+  options.max_connections = 2;
+  options.evict_idle_after = std::chrono::milliseconds(0);
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto first = connect();
+  auto second = connect();
+  expect_served(*first, 1);
+  expect_served(*second, 2);  // `first` is now the least recently active
+  auto third = connect();
+  expect_served(*third, 3);
+  EXPECT_TRUE(first->reads_eof());
+  expect_served(*second, 4);
+  EXPECT_EQ(server_.counters().connections_evicted, 1u);
+  EXPECT_EQ(server_.counters().connections_rejected, 0u);
+  EXPECT_EQ(server_.counters().connections_open, 2u);
+}
+
+// One client (one uid here) may hold at most max_connections_per_client; beyond it, with no
+// connection of its own idle for evict_idle_after, the newcomer is refused, and the
+// connections it already has are untouched.
+TEST_F(ApiServerTest, OneClientBeyondItsShareIsRefusedWhenNoneOfItsConnectionsIsIdleLongEnough) {
+  ApiServerOptions options;
+  options.max_connections_per_client = 2;
+  options.evict_idle_after = std::chrono::hours(1);
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto first = connect();
+  auto second = connect();
+  expect_served(*first, 1);
+  expect_served(*second, 2);
+  auto third = connect();
+  EXPECT_TRUE(third->reads_eof());
+  EXPECT_EQ(server_.counters().connections_rejected, 1u);
+  expect_served(*first, 3);
+  expect_served(*second, 4);
+}
+
+// Clients told apart by address over TCP: a client holding the most connections makes room for
+// another client out of its own idle ones, never out of the other's; once the two hold as many,
+// a newcomer displaces only its own client's.
+TEST(ApiServerFairness, AHoardingClientLosesItsOwnIdleConnectionsNotAnothers) {
+  FakeHandler handler;
+  ServerHarness server(handler);
+  ApiServerOptions options;
+  options.listen = {*parse_endpoint("tcp:127.0.0.1:0")};
+  options.max_connections = 4;
+  options.max_connections_per_client = 3;
+  options.evict_idle_after = std::chrono::milliseconds(0);
+  ASSERT_EQ(server.start(options), "");
+  const uint16_t port = server.bound().at(0).port;
+  auto served = [](RawConnection& c, uint64_t id) {
+    if (!c.send_request(check_request(id, {{"k", 1}}))) return false;
+    pb::Response r;
+    return c.read_response(&r) == Status::kFrame && r.id() == id;
+  };
+  std::vector<std::unique_ptr<RawConnection>> hog;
+  for (uint64_t i = 0; i < 3; ++i) {
+    hog.push_back(RawConnection::connect_tcp(port, "127.0.0.2"));
+    ASSERT_NE(hog.back(), nullptr);
+    ASSERT_TRUE(served(*hog.back(), i));  // in order: hog[0] is the least recently active
+  }
+  auto a = RawConnection::connect_tcp(port, "127.0.0.3");
+  ASSERT_TRUE(served(*a, 10));
+  auto b = RawConnection::connect_tcp(port, "127.0.0.3");  // the limit: the hog gives way
+  ASSERT_TRUE(served(*b, 11));
+  EXPECT_TRUE(hog[0]->reads_eof());
+  hog.push_back(RawConnection::connect_tcp(port, "127.0.0.2"));  // 2 against 2: its own gives way
+  ASSERT_TRUE(served(*hog.back(), 12));
+  EXPECT_TRUE(hog[1]->reads_eof());
+  EXPECT_TRUE(served(*a, 13));
+  EXPECT_TRUE(served(*b, 14));
+  EXPECT_TRUE(served(*hog[2], 15));
+  EXPECT_EQ(server.counters().connections_evicted, 2u);
+  EXPECT_EQ(server.counters().connections_open, 4u);
+}
+
+TEST_F(ApiServerTest, AConnectionWithNothingPendingIsClosedAfterTheIdleTimeout) {
+  ApiServerOptions options;
+  options.idle_timeout = std::chrono::milliseconds(200);
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  auto c = connect();
+  expect_served(*c, 1);
+  EXPECT_TRUE(c->reads_eof());  // blocks until the server closes it (or the 20 s socket timeout)
+  EXPECT_EQ(server_.counters().connections_idle_closed, 1u);
+  auto again = connect();
+  expect_served(*again, 2);
 }
 
 // The graceful stop (SIGTERM): every request the server has read is answered before its
@@ -464,15 +609,25 @@ TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
   std::vector<std::string> names;
   for (const auto& [name, value] : stats) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{
-                       "api.connections_accepted", "api.connections_rejected", "api.connections_timed_out",
+                       "api.connections_accepted", "api.connections_rejected", "api.connections_evicted",
+                       "api.connections_timed_out", "api.connections_write_stalled", "api.connections_idle_closed",
                        "api.connections_open", "api.accept_errors", "api.requests", "api.checks", "api.errors.frame_too_large",
                        "api.errors.malformed", "api.errors.unsupported_version", "api.errors.batch_too_large",
-                       "api.errors.empty_request", "api.errors.internal", "api.busy_yields"}));
-  EXPECT_EQ(stats[0].second, 1);  // accepted
-  EXPECT_EQ(stats[3].second, 1);  // open
-  EXPECT_EQ(stats[5].second, 1);  // requests
-  EXPECT_EQ(stats[6].second, 1);  // checks
-  EXPECT_EQ(stats[13].second, 0);  // busy yields: nothing else was queued when it answered
+                       "api.errors.empty_request", "api.errors.internal", "api.busy_yields",
+                       "api.pending_output_high_water_bytes"}));
+  auto stat = [&](const std::string& name) {
+    for (const auto& [n, value] : stats) {
+      if (n == name) return value;
+    }
+    ADD_FAILURE() << name;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(stat("api.connections_accepted"), 1);
+  EXPECT_EQ(stat("api.connections_open"), 1);
+  EXPECT_EQ(stat("api.requests"), 1);
+  EXPECT_EQ(stat("api.checks"), 1);
+  EXPECT_EQ(stat("api.busy_yields"), 0);  // nothing else was queued when it answered
+  EXPECT_GT(stat("api.pending_output_high_water_bytes"), 0);  // the one answer
 }
 
 // --- the Unix socket file ---------------------------------------------------------------------

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -201,6 +203,26 @@ class RawConnection {
     return std::unique_ptr<RawConnection>(new RawConnection(fd));
   }
 
+  // A TCP connection to 127.0.0.1:`port` from `source_ip` (any 127.0.0.0/8 address), so a test
+  // can play several clients that the server tells apart by address.
+  static std::unique_ptr<RawConnection> connect_tcp(uint16_t port, const char* source_ip = "127.0.0.1") {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return nullptr;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source_ip, &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+        ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+      ::close(fd);
+      return nullptr;
+    }
+    return std::unique_ptr<RawConnection>(new RawConnection(fd));
+  }
+
   ~RawConnection() { ::close(fd_); }
   RawConnection(const RawConnection&) = delete;
   RawConnection& operator=(const RawConnection&) = delete;
@@ -254,6 +276,18 @@ class RawConnection {
   }
   int fd_;
 };
+
+// Polls `done` (state the test can observe, e.g. a server counter) until it holds or `limit`
+// passes; true if it held.
+template <typename Predicate>
+bool wait_until(Predicate done, std::chrono::milliseconds limit = std::chrono::milliseconds(20'000)) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 inline pb::Request check_request(uint64_t id, const std::vector<std::pair<std::string, int64_t>>& checks) {
   pb::Request request;

@@ -53,6 +53,8 @@ TEST_F(DaemonOptionsTest, FlagsAloneWithDefaults) {
   EXPECT_EQ(p.options.transport, TransportKind::kUdp);
   EXPECT_EQ(p.options.node.interval_ns, 50 * kNanosPerMilli);
   EXPECT_EQ(p.options.node.fanout, 3u);
+  EXPECT_EQ(p.options.api_max_connections, 1024u);
+  EXPECT_EQ(p.options.api_idle_timeout_ns, 300 * kNanosPerSecond);
 }
 
 TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
@@ -111,6 +113,9 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       // Durations are bounded, so 2 x --fail-after and 2 x --interval cannot overflow.
       {{"--rules", "r", "--peers-file", "p", "--fail-after", "9223372036s"}, "at most 168h"},
       {{"--rules", "r", "--peers-file", "p", "--interval", "9223372036s"}, "at most 168h"},
+      {{"--rules", "r", "--peers-file", "p", "--api-idle-timeout", "30"}, "--api-idle-timeout"},
+      {{"--rules", "r", "--peers-file", "p", "--api-idle-timeout", "200h"}, "--api-idle-timeout must be at most 168h"},
+      {{"--rules", "r", "--peers-file", "p", "--api-max-connections", "0"}, "--api-max-connections"},
   };
   for (const Case& c : cases) {
     const Parsed p = parse(c.args);

@@ -8,12 +8,14 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -550,6 +552,39 @@ TEST(ClusterSecurity, FaultInjectionIsRefusedUnlessTheDaemonEnablesIt) {
   // The daemon with it enabled takes the same request.
   EXPECT_EQ(c.client(0).set_faults(isolate), "");
   EXPECT_EQ(c.client(0).set_faults(FaultSettings{}), "");
+}
+
+// A local user opens connections to the client API and leaves them idle, as many as the daemon
+// takes: a service's new client must still be answered (it takes an idle one's place once that
+// has been idle a second), never refused for good and left failing open.
+TEST(ClusterSecurity, IdleClientConnectionsCannotLockOutANewClient) {
+  Cluster c(1, Combo{"mesh", "udp", "static"}, kSlowRules, [](size_t) {
+    return std::vector<std::string>{"--api-max-connections", "64"};
+  });
+  ASSERT_TRUE(eventually([&] { return c.remaining(0, "k") == 1000; })) << c.log(0);
+  std::vector<int> hoard;
+  for (int i = 0; i < 80; ++i) {  // more than the limit: the last are refused or make room
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, c.socket_path(0).c_str(), sizeof addr.sun_path - 1);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    hoard.push_back(fd);
+  }
+  ClientOptions o;
+  o.endpoint = "unix:" + c.socket_path(0);
+  o.fail_open = false;
+  o.deadline = 1s;
+  Client newcomer(o);
+  CheckReply reply;
+  EXPECT_TRUE(eventually([&] {
+    reply = newcomer.check("k", 1);
+    return reply.from_daemon();
+  })) << reply.error;
+  EXPECT_GE(c.stat(0, "api.connections_evicted"), 1) << c.stats_text(0);
+  EXPECT_LE(c.stat(0, "api.connections_open"), 64) << c.stats_text(0);
+  for (int fd : hoard) ::close(fd);
 }
 
 // SIGHUP re-reads the rules: a broken file leaves the old limits in force, a valid edit applies.
