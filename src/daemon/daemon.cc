@@ -9,6 +9,7 @@
 #include "api/api_server.h"
 #include "api/endpoint.h"
 #include "bind_address.h"
+#include "daemon/descriptor_limit.h"
 #include "fault_injection.h"
 #include "tcp_transport.h"
 #include "codec/codec.h"
@@ -80,10 +81,17 @@ Daemon::Daemon(DaemonOptions options)
                  options_.bind, all_loopback ? " (on loopback: every local user)" : "");
   }
 
+  // Descriptors for every connection the limits allow, plus outbound connections to peers (a
+  // thousand counted) and files.
+  const TcpTransportOptions tcp_options;
+  uint64_t descriptors = options_.api_max_connections + 64;
+  if (options_.transport == TransportKind::kTcp) descriptors += tcp_options.max_inbound_connections + 1024;
+  if (std::string warning = ensure_descriptor_limit(descriptors); !warning.empty()) spdlog::warn("{}", warning);
+
   if (options_.transport == TransportKind::kUdp) {
     transport_ = std::make_unique<UdpTransport>(io_, options_.bind, keys, options_.max_datagram);
   } else {
-    transport_ = std::make_unique<TcpTransport>(io_, options_.bind, keys, TcpTransportOptions{});
+    transport_ = std::make_unique<TcpTransport>(io_, options_.bind, keys, tcp_options);
   }
   transport_->set_source_limits({options_.gossip_peer_bytes_per_second, options_.gossip_peer_bytes_per_second});
   transport_->set_offense_reporter([this](std::string_view who, std::string_view what) { report_offense(who, what); });

@@ -3,8 +3,10 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <stdexcept>
 
 #include "bind_address.h"
@@ -130,58 +132,103 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
   int64_t backoff_ms_;
 };
 
-// A peer's connection to us: frames in, decoded and delivered; an oversize length prefix or a
-// read error closes it.
+// A peer's connection to us: frames in, decoded and delivered. A stranger until its first
+// authentic frame (TcpTransportOptions); an oversize length prefix, a read error, a stranger's
+// unauthentic frame or bytes over the budget close it.
 class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
  public:
-  Inbound(TcpTransport& t, tcp::socket socket)
-      : t_(t), socket_(std::move(socket)), reader_(gossip_frame_reader(t.options_.max_frame_bytes)) {
-    boost::system::error_code ec;
-    const tcp::endpoint peer = socket_.remote_endpoint(ec);
-    if (!ec) peer_ = peer.address().to_string() + ":" + std::to_string(peer.port());
-  }
+  using Clock = std::chrono::steady_clock;
+
+  Inbound(TcpTransport& t, tcp::socket socket, std::string ip, std::string peer)
+      : t_(t),
+        socket_(std::move(socket)),
+        reader_(gossip_frame_reader(t.options_.send_frame_bytes)),
+        ip_(std::move(ip)),
+        peer_(std::move(peer)),
+        accepted_at_(Clock::now()),
+        last_read_(accepted_at_) {}
 
   void read() {
     socket_.async_read_some(boost::asio::buffer(buffer_), [self = shared_from_this()](const boost::system::error_code& ec,
                                                                                       size_t n) {
-      if (self->t_.stopped_) return;
+      if (self->t_.stopped_ || self->closed_) return;
       if (ec) return self->close();
-      self->t_.stats_.bytes_received += n;
-      self->reader_.append(std::string_view(self->buffer_, n));
-      std::string_view frame;
-      for (;;) {
-        const FrameReader::Status s = self->reader_.next(&frame);
-        if (s == FrameReader::Status::kNeedMore) break;
-        if (s == FrameReader::Status::kTooLarge) {
-          ++self->t_.dropped_["frame_too_large"];
-          self->t_.report_offense(self->peer_, "gossip frame over the size limit; connection closed");
-          return self->close();
-        }
-        if (self->t_.admit_source(self->peer_, frame.size(), self->t_.dropped_)) self->t_.deliver(frame, self->peer_);
-      }
-      self->read();
+      self->on_bytes(n);
     });
   }
 
+  void on_bytes(size_t n) {
+    t_.stats_.bytes_received += n;
+    last_read_ = Clock::now();
+    // Charged as the bytes arrive, not per whole frame: a stalled half frame has paid for itself.
+    if (!t_.admit_source(proven_ ? peer_ : ip_, proven_ ? SourceKind::kMember : SourceKind::kOther, n, t_.dropped_)) {
+      return close();
+    }
+    reader_.append(std::string_view(buffer_, n));
+    std::string_view frame;
+    for (;;) {
+      const FrameReader::Status s = reader_.next(&frame);
+      if (s == FrameReader::Status::kNeedMore) break;
+      if (s == FrameReader::Status::kTooLarge) {
+        ++t_.dropped_["frame_too_large"];
+        t_.report_offense(peer_, "gossip frame over the size limit; connection closed");
+        return close();
+      }
+      if (t_.deliver(frame, peer_)) {
+        if (!proven_) t_.proven(this);
+      } else if (!proven_) {
+        t_.report_offense(peer_, "first gossip frame not authentic; connection closed");
+        return close();
+      }
+      if (closed_) return;  // the receiver stopped the transport
+    }
+    partial_since_ = reader_.buffered() == 0 ? std::nullopt : std::optional(partial_since_.value_or(last_read_));
+    read();
+  }
+
   void close() {
+    if (closed_) return;
+    closed_ = true;
     close_socket();
-    t_.inbound_.erase(this);  // the running handler holds `self`, so this is not destroyed yet
+    t_.forget(this);  // the running handler holds `self`, so this is not destroyed yet
   }
   void close_socket() {
     boost::system::error_code ec;
     socket_.close(ec);
   }
+  void prove() {
+    proven_ = true;
+    reader_.set_max_frame_bytes(static_cast<uint32_t>(t_.options_.max_frame_bytes));
+  }
+
+  bool proven() const { return proven_; }
+  const std::string& ip() const { return ip_; }
+  const std::string& peer() const { return peer_; }
+  Clock::time_point accepted_at() const { return accepted_at_; }
+  Clock::time_point last_read() const { return last_read_; }
+  std::optional<Clock::time_point> partial_since() const { return partial_since_; }
 
  private:
   TcpTransport& t_;
   tcp::socket socket_;
   FrameReader reader_;
-  std::string peer_ = "unknown peer";  // address:port, for offense reports
+  std::string ip_;    // the budget and the caps of a stranger are its IP's
+  std::string peer_;  // address:port, for offense reports and a proven connection's own budget
+  bool proven_ = false;
+  bool closed_ = false;
+  Clock::time_point accepted_at_;
+  Clock::time_point last_read_;
+  std::optional<Clock::time_point> partial_since_;  // a frame has begun and not completed
   char buffer_[16384];
 };
 
 TcpTransport::TcpTransport(boost::asio::io_context& io, const std::string& bind, ClusterKeys keys, TcpTransportOptions options)
-    : io_(io), acceptor_(io), keys_(std::move(keys)), options_(options), jitter_(std::random_device{}()) {
+    : io_(io),
+      acceptor_(io),
+      keys_(std::move(keys)),
+      options_(options),
+      sweep_timer_(io),
+      jitter_(std::random_device{}()) {
   const auto [ip, port] = parse_bind_address(bind);
   const tcp::endpoint ep(ip, port);
   boost::system::error_code ec;
@@ -191,6 +238,7 @@ TcpTransport::TcpTransport(boost::asio::io_context& io, const std::string& bind,
   if (!ec) acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
   if (ec) throw std::runtime_error("cannot listen on TCP " + bind + ": " + ec.message());
   accept();
+  schedule_sweep();
 }
 
 TcpTransport::~TcpTransport() { stop(); }
@@ -203,6 +251,7 @@ uint16_t TcpTransport::port() const {
 void TcpTransport::stop() {
   if (stopped_) return;
   stopped_ = true;
+  sweep_timer_.cancel();
   boost::system::error_code ec;
   acceptor_.close(ec);
   for (auto& [address, out] : outbound_) out->stop();
@@ -215,13 +264,20 @@ void TcpTransport::accept() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
     if (stopped_ || ec == boost::asio::error::operation_aborted) return;
     if (!ec) {
-      if (inbound_.size() >= options_.max_inbound_connections) {
-        ++inbound_rejected_;
+      boost::system::error_code rec;
+      const tcp::endpoint remote = socket.remote_endpoint(rec);
+      std::string ip = rec ? std::string("unknown") : remote.address().to_string();
+      std::string peer = rec ? std::string("unknown peer") : ip + ":" + std::to_string(remote.port());
+      if (!make_room(ip)) {
+        ++dropped_["inbound_connection_limit"];
+        report_offense(peer, "gossip connection refused: the inbound connection limit is reached");
         boost::system::error_code ignored;
         socket.close(ignored);
       } else {
-        auto in = std::make_shared<Inbound>(*this, std::move(socket));
+        auto in = std::make_shared<Inbound>(*this, std::move(socket), std::move(ip), std::move(peer));
         inbound_.emplace(in.get(), in);
+        ++unproven_;
+        ++unproven_by_ip_[in->ip()];
         in->read();
       }
     }
@@ -229,24 +285,100 @@ void TcpTransport::accept() {
   });
 }
 
-void TcpTransport::deliver(std::string_view frame, const std::string& from) {
+TcpTransport::Inbound* TcpTransport::oldest_unproven(const std::string* ip) const {
+  Inbound* oldest = nullptr;
+  for (const auto& [raw, in] : inbound_) {
+    if (raw->proven() || (ip && raw->ip() != *ip)) continue;
+    if (!oldest || raw->accepted_at() < oldest->accepted_at()) oldest = raw;
+  }
+  return oldest;
+}
+
+bool TcpTransport::make_room(const std::string& ip) {
+  auto evict = [this](Inbound* victim) {
+    if (!victim) return false;
+    ++dropped_["inbound_unproven_evicted"];
+    report_offense(victim->peer(), "unauthenticated gossip connection closed to make room for another");
+    const std::shared_ptr<Inbound> keep = inbound_.at(victim);  // close() drops the table's reference
+    keep->close();
+    return true;
+  };
+  auto by_ip = unproven_by_ip_.find(ip);
+  if (by_ip != unproven_by_ip_.end() && by_ip->second >= options_.max_unproven_per_ip) {
+    if (!evict(oldest_unproven(&ip))) return false;
+  }
+  if (unproven_ >= options_.max_unproven_connections || inbound_.size() >= options_.max_inbound_connections) {
+    if (!evict(oldest_unproven(nullptr))) return false;
+  }
+  return inbound_.size() < options_.max_inbound_connections;
+}
+
+void TcpTransport::proven(Inbound* in) {
+  in->prove();
+  --unproven_;
+  if (auto it = unproven_by_ip_.find(in->ip()); it != unproven_by_ip_.end() && --it->second == 0) unproven_by_ip_.erase(it);
+}
+
+void TcpTransport::forget(Inbound* in) {
+  auto it = inbound_.find(in);
+  if (it == inbound_.end()) return;
+  if (!in->proven()) {
+    --unproven_;
+    if (auto ip = unproven_by_ip_.find(in->ip()); ip != unproven_by_ip_.end() && --ip->second == 0) unproven_by_ip_.erase(ip);
+  }
+  inbound_.erase(it);
+}
+
+void TcpTransport::schedule_sweep() {
+  const auto shortest = std::min({options_.auth_timeout, options_.frame_timeout, options_.idle_timeout});
+  sweep_timer_.expires_after(std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
+                                                                   std::chrono::milliseconds(1000)));
+  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    sweep();
+    schedule_sweep();
+  });
+}
+
+void TcpTransport::sweep() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<Inbound>> expired;
+  for (const auto& [raw, in] : inbound_) {
+    const char* reason = nullptr;
+    if (!in->proven() && now - in->accepted_at() >= options_.auth_timeout) {
+      reason = "inbound_unproven_timeout";
+    } else if (const auto since = in->partial_since(); since && now - *since >= options_.frame_timeout) {
+      reason = "inbound_frame_timeout";
+    } else if (now - in->last_read() >= options_.idle_timeout) {
+      reason = "inbound_idle";
+    }
+    if (!reason) continue;
+    ++dropped_[reason];
+    expired.push_back(in);
+  }
+  for (auto& in : expired) in->close();
+}
+
+bool TcpTransport::deliver(std::string_view frame, const std::string& from) {
   DecodeResult r = decode(frame, keys_);
   if (!r.message) {
     ++dropped_[decode_error_name(r.error)];
     report_offense(from, std::string("gossip frame dropped: ") + decode_error_name(r.error));
-    return;
+    return false;
   }
   ++stats_.messages_received;
   r.message->digest_from = r.digest_range.from;
   r.message->digest_until = r.digest_range.until;
   if (receiver_) receiver_(std::move(*r.message));
+  return true;
 }
 
 std::shared_ptr<const std::vector<std::string>> TcpTransport::encoded(const GossipMessagePtr& message) {
   if (message != last_message_) {
     last_message_ = message;
     EncodeStats encode_stats;
-    last_encoded_ = std::make_shared<const std::vector<std::string>>(encode_frames(*message, keys_, options_.max_frame_bytes, &encode_stats));
+    last_encoded_ = std::make_shared<const std::vector<std::string>>(
+        encode_frames(*message, keys_, options_.send_frame_bytes, &encode_stats));
     stats_.encode_dropped += encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
   }
   return last_encoded_;
@@ -262,7 +394,6 @@ void TcpTransport::send(const std::string& address, const GossipMessagePtr& mess
 TransportStats TcpTransport::stats() const {
   TransportStats s = stats_;
   s.dropped.assign(dropped_.begin(), dropped_.end());
-  if (inbound_rejected_) s.dropped.emplace_back("inbound_connection_limit", inbound_rejected_);
   return s;
 }
 

@@ -8,6 +8,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <random>
@@ -19,12 +21,26 @@
 
 namespace tollgate {
 
+// Inbound connections are strangers until one delivers an authentic frame (a valid MAC under
+// the cluster key): until then it may send only frames of send_frame_bytes, must prove itself
+// within auth_timeout, shares its IP's byte budget, and counts against the caps on strangers
+// (per IP and in all), at which the oldest stranger makes room. So whoever lacks the key holds
+// at most max_unproven_connections x (send_frame_bytes + a read buffer) of memory, for at most
+// auth_timeout each, and cannot keep a member from connecting. Every connection's frame must
+// complete within frame_timeout of its first byte, and one silent for idle_timeout is closed
+// (the peer reconnects when it has something to send).
 struct TcpTransportOptions {
-  size_t max_frame_bytes = size_t{1} << 20;       // envelope bytes per frame, both directions
+  size_t max_frame_bytes = size_t{1} << 20;       // largest frame read from a proven connection
+  size_t send_frame_bytes = size_t{64} << 10;     // largest frame sent, and read from a stranger
   size_t max_queue_bytes = size_t{4} << 20;       // per peer, not yet written
   int64_t backoff_initial_ms = 100;               // first reconnect delay
   int64_t backoff_max_ms = 5000;                  // cap; each delay is jittered to [d/2, d]
-  size_t max_inbound_connections = 1024;          // more are accepted and closed at once
+  size_t max_inbound_connections = 1024;          // beyond: the oldest stranger goes, or the newcomer
+  size_t max_unproven_connections = 256;
+  size_t max_unproven_per_ip = 32;
+  std::chrono::milliseconds auth_timeout{5'000};
+  std::chrono::milliseconds frame_timeout{10'000};
+  std::chrono::milliseconds idle_timeout{300'000};
 };
 
 class TcpTransport final : public Transport {
@@ -52,7 +68,16 @@ class TcpTransport final : public Transport {
   friend class Inbound;
 
   void accept();
-  void deliver(std::string_view frame, const std::string& from);
+  // Makes room for a stranger from `ip` (closing the oldest stranger at a cap); false if none
+  // can be made.
+  bool make_room(const std::string& ip);
+  Inbound* oldest_unproven(const std::string* ip) const;
+  void sweep();
+  void schedule_sweep();
+  void forget(Inbound* in);  // closed: drop it from the tables
+  void proven(Inbound* in);  // delivered an authentic frame
+  // Decodes and delivers one frame; false if it is not authentic.
+  bool deliver(std::string_view frame, const std::string& from);
   std::shared_ptr<const std::vector<std::string>> encoded(const GossipMessagePtr& message);
 
   boost::asio::io_context& io_;
@@ -62,12 +87,14 @@ class TcpTransport final : public Transport {
   Receiver receiver_;
   std::unordered_map<std::string, std::shared_ptr<Outbound>> outbound_;  // by peer address
   std::unordered_map<Inbound*, std::shared_ptr<Inbound>> inbound_;
+  std::unordered_map<std::string, size_t> unproven_by_ip_;
+  size_t unproven_ = 0;
+  boost::asio::steady_timer sweep_timer_;
   GossipMessagePtr last_message_;
   std::shared_ptr<const std::vector<std::string>> last_encoded_;
   std::minstd_rand jitter_;
   TransportStats stats_;
   std::map<std::string, uint64_t> dropped_;
-  uint64_t inbound_rejected_ = 0;
   bool stopped_ = false;
 };
 

@@ -56,14 +56,17 @@ class Transport : public Outbox {
   void report_offense(std::string_view from, std::string_view what) const {
     if (offense_) offense_(from, what);
   }
-  // True if `bytes` from `from` are within its budget; otherwise counts the drop as
-  // "rate_limited" in `dropped` and reports the sender.
+  // True if `bytes` from `source` (SourceLimiter: a member's address, or another sender's IP)
+  // are within its budget; otherwise counts the drop as "rate_limited" in `dropped` and reports
+  // the sender.
   template <typename DropCounts>
-  bool admit_source(std::string_view from, size_t bytes, DropCounts& dropped) {
+  bool admit_source(std::string_view source, SourceKind kind, size_t bytes, DropCounts& dropped) {
     const auto now = std::chrono::steady_clock::now().time_since_epoch();
-    if (sources_.admit(from, bytes, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count())) return true;
+    if (sources_.admit(source, kind, bytes, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count())) {
+      return true;
+    }
     ++dropped["rate_limited"];
-    report_offense(from, "gossip over the per-peer byte budget (--gossip-peer-rate); dropped unread");
+    report_offense(source, "gossip over the per-peer byte budget (--gossip-peer-rate); dropped unread");
     return false;
   }
 

@@ -13,6 +13,10 @@ namespace {
 constexpr size_t kReceiveBuffer = 65536;  // the largest UDP payload
 constexpr size_t kMaxInFlight = 8192;     // datagrams handed to the kernel, not yet completed
 
+std::string source_key(const boost::asio::ip::udp::endpoint& ep) {
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
 }  // namespace
 
 using boost::asio::ip::udp;
@@ -60,6 +64,7 @@ bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) 
   const auto ip = boost::asio::ip::make_address(host, ec);
   if (!ec) {
     *out = endpoints_[address] = udp::endpoint(ip, port);
+    member_sources_.insert(source_key(*out));
     return true;
   }
   // A host name: resolve in the background (never on the node's path), drop until then.
@@ -71,7 +76,10 @@ bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) 
                                                                         udp::resolver::results_type results) {
                               if (!*alive) return;
                               resolving_[address] = false;
-                              if (!rec && !results.empty()) endpoints_[address] = results.begin()->endpoint();
+                              if (!rec && !results.empty()) {
+                                endpoints_[address] = results.begin()->endpoint();
+                                member_sources_.insert(source_key(results.begin()->endpoint()));
+                              }
                             });
   }
   return false;
@@ -118,8 +126,11 @@ void UdpTransport::receive() {
   socket_.async_receive_from(boost::asio::buffer(buffer_.get(), kReceiveBuffer), from_,
                              [this, alive = alive_](const boost::system::error_code& ec, size_t bytes) {
                                if (!*alive || ec == boost::asio::error::operation_aborted) return;
-                               const std::string from = from_.address().to_string() + ":" + std::to_string(from_.port());
-                               if (!ec && admit_source(from, bytes, dropped_)) {
+                               const std::string from = source_key(from_);
+                               const bool member = member_sources_.count(from) != 0;
+                               const std::string ip = member ? std::string() : from_.address().to_string();
+                               if (!ec && admit_source(member ? from : ip, member ? SourceKind::kMember : SourceKind::kOther,
+                                                       bytes, dropped_)) {
                                  stats_.bytes_received += bytes;
                                  DecodeResult r = decode(std::string_view(buffer_.get(), bytes), keys_);
                                  if (r.message) {

@@ -76,6 +76,9 @@ class FrameReader {
   // The length header that caused kTooLarge.
   uint64_t rejected_length() const { return rejected_length_; }
   uint32_t max_frame_bytes() const { return max_frame_bytes_; }
+  // Changes the limit for the frames not yet returned (a connection that has proven itself may
+  // send larger frames than a stranger).
+  void set_max_frame_bytes(uint32_t max_frame_bytes) { max_frame_bytes_ = max_frame_bytes; }
 
  private:
   uint32_t max_frame_bytes_;

@@ -723,6 +723,50 @@ TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) 
   RecordProperty("rss_kib_before_after", std::to_string(rss_before) + " " + std::to_string(rss_after));
 }
 
+// 1,100 connections to a TCP gossip port, each a stalled 50 KB of a frame, from a host without
+// the key (127.0.0.2): they used to be kept for ever, up to 1,024 of them (50 MB here; 1 GiB
+// with 1 MiB frames), and the member's reconnect found no slot. Now strangers are capped per
+// address, charged for their bytes and must authenticate within 5 s: memory stays small, and a
+// member that restarts meanwhile reconnects and is heard.
+TEST(ClusterHardening, StalledHalfFramesOnTheTcpGossipPortHoldLittleAndLockNoMemberOut) {
+  Cluster c(2, Combo{"mesh", "tcp", "static"}, kSlowRules);
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
+  const int64_t rss_before = c.rss_kib(0);
+  const uint16_t port = uint16_t(std::stoi(c.address(0).substr(c.address(0).rfind(':') + 1)));
+  std::vector<int> stalled;
+  std::string half(4 + 50'000, 'x');
+  const uint32_t length = 60'000;  // under a stranger's frame limit, never completed
+  for (int b = 0; b < 4; ++b) half[b] = char((length >> (24 - 8 * b)) & 0xff);
+  for (int i = 0; i < 1100; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+    ::send(fd, half.data(), half.size(), MSG_NOSIGNAL);
+    stalled.push_back(fd);
+  }
+  c.restart(1);  // its new outbound connection to node 0 must get in among the strangers
+  ASSERT_TRUE(eventually([&] { return c.client(1).check("k", 10).allowed; }));
+  EXPECT_TRUE(eventually([&] { return c.remaining(0, "k") == 990; }, 10s))
+      << "node 0 shows " << c.remaining(0, "k") << "\n" << c.stats_text(0);
+  // Each stranger was closed: to make room for a newer one, or for its IP's byte budget.
+  EXPECT_GE(c.stat(0, "transport_dropped_inbound_unproven_evicted") + c.stat(0, "transport_dropped_rate_limited"),
+            1100 - 32)
+      << c.stats_text(0);
+  const int64_t rss_after = c.rss_kib(0);
+  if (!kSanitized) {
+    EXPECT_LT(rss_after - rss_before, 16 * 1024) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  }
+  RecordProperty("rss_kib_before_after", std::to_string(rss_before) + " " + std::to_string(rss_after));
+  for (int fd : stalled) ::close(fd);
+}
+
 // The system clock steps an hour forward, then back (an NTP step, an operator's mistake), under
 // libfaketime: buckets and failure detection run on the steady clock, so nothing refills and
 // nobody fails. Then node 2 is killed and restarted while the wall clock reads two hours behind

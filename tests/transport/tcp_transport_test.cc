@@ -1,0 +1,257 @@
+// TcpTransport over real loopback sockets: messages between two transports, queues and
+// reconnects, and what a stranger without the cluster key can and cannot do to the listener
+// (issue #15, finding 3: stalled half frames used to hold 1 MiB each, for ever).
+#include "tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "util/big_endian.h"
+
+namespace tollgate {
+namespace {
+
+using namespace std::chrono_literals;
+
+ClusterKeys cluster_key() { return ClusterKeys({std::string(32, 'K')}); }
+
+template <typename Predicate>
+bool wait_until(Predicate done, std::chrono::milliseconds limit = 20'000ms) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+uint64_t count(const TransportStats& s, const std::string& reason) {
+  for (const auto& [name, n] : s.dropped) {
+    if (name == reason) return n;
+  }
+  return 0;
+}
+
+GossipMessagePtr message(const std::string& sender, uint64_t incarnation = 1) {
+  auto m = std::make_shared<GossipMessage>();
+  m->sender = sender;
+  m->sender_incarnation = incarnation;
+  m->sender_address = sender;
+  return m;
+}
+
+// An io_context on its own thread; transports live and are used on it.
+class Io {
+ public:
+  Io() : work_(boost::asio::make_work_guard(io_)) {
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~Io() {
+    on_io([this] {
+      for (auto& t : transports_) t->stop();
+      transports_.clear();
+    });
+    work_.reset();
+    thread_.join();
+  }
+  template <typename F>
+  auto on_io(F f) -> decltype(f()) {
+    std::packaged_task<decltype(f())()> task(std::move(f));
+    auto result = task.get_future();
+    boost::asio::post(io_, [&task] { task(); });
+    return result.get();
+  }
+  // A transport on 127.0.0.1 (port 0: the kernel picks) that counts what it receives.
+  TcpTransport* listen(TcpTransportOptions options, uint16_t port = 0, ClusterKeys keys = cluster_key()) {
+    return on_io([&] {
+      transports_.push_back(std::make_unique<TcpTransport>(io_, "127.0.0.1:" + std::to_string(port), keys, options));
+      TcpTransport* t = transports_.back().get();
+      t->set_receiver([this](GossipMessage&& m) {
+        std::lock_guard lock(mu_);
+        received_.push_back(m.sender);
+      });
+      return t;
+    });
+  }
+  TransportStats stats(TcpTransport* t) {
+    return on_io([t] { return t->stats(); });
+  }
+  std::vector<std::string> received() {
+    std::lock_guard lock(mu_);
+    return received_;
+  }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::vector<std::unique_ptr<TcpTransport>> transports_;
+  std::mutex mu_;
+  std::vector<std::string> received_;
+  std::thread thread_;
+};
+
+// A raw TCP connection from `source_ip` to 127.0.0.1:port: a stranger without the key.
+class Stranger {
+ public:
+  Stranger(uint16_t port, const char* source_ip = "127.0.0.1") {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source_ip, &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
+                 ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+    timeval tv{};
+    tv.tv_sec = 20;  // a listener that wrongly keeps the connection fails the test, never hangs it
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~Stranger() { ::close(fd_); }
+  bool connected() const { return connected_; }
+  bool send(const std::string& bytes) { return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size()); }
+  // A frame header announcing `length` bytes, followed by `sent` of them.
+  bool send_partial_frame(uint32_t length, size_t sent) {
+    std::string bytes(4 + sent, 'x');
+    store_be32(length, bytes.data());
+    return send(bytes);
+  }
+  // True once the listener has closed the connection (EOF or reset).
+  bool closed_by_listener() {
+    char byte;
+    const ssize_t n = ::recv(fd_, &byte, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+TEST(TcpTransport, MessagesQueuedForAPeerThatIsNotUpYetArriveOnceItListens) {
+  Io io;
+  TcpTransportOptions options;
+  options.backoff_initial_ms = 10;
+  options.backoff_max_ms = 50;
+  // A port that nothing listens on yet (taken from a transport that is then stopped).
+  TcpTransport* placeholder = io.listen(options);
+  const uint16_t port = io.on_io([&] { return placeholder->port(); });
+  io.on_io([&] { placeholder->stop(); });
+  TcpTransport* sender = io.listen(options);
+  for (int i = 0; i < 3; ++i) io.on_io([&] { sender->send("127.0.0.1:" + std::to_string(port), message("s" + std::to_string(i))); });
+  TcpTransport* receiver = io.listen(options, port);
+  ASSERT_NE(receiver, nullptr);
+  ASSERT_TRUE(wait_until([&] { return io.received().size() == 3; })) << io.received().size();
+  EXPECT_EQ(io.received(), (std::vector<std::string>{"s0", "s1", "s2"}));
+  EXPECT_EQ(io.stats(sender).send_dropped, 0u);
+}
+
+TEST(TcpTransport, AQueueOverItsCapDropsAndCounts) {
+  Io io;
+  TcpTransportOptions options;
+  options.max_queue_bytes = 1000;  // a message with one member row is ~100 bytes framed
+  TcpTransport* placeholder = io.listen(options);
+  const uint16_t port = io.on_io([&] { return placeholder->port(); });
+  io.on_io([&] { placeholder->stop(); });  // nothing listens: everything stays queued
+  TcpTransport* sender = io.listen(options);
+  io.on_io([&] {
+    for (int i = 0; i < 100; ++i) sender->send("127.0.0.1:" + std::to_string(port), message("s" + std::to_string(i)));
+    return 0;
+  });
+  const TransportStats s = io.stats(sender);
+  EXPECT_GT(s.send_dropped, 80u);
+  EXPECT_LT(s.send_dropped, 100u);
+}
+
+TEST(TcpTransport, StrangersThatNeverAuthenticateAreClosedAfterTheAuthTimeout) {
+  Io io;
+  TcpTransportOptions options;
+  options.auth_timeout = 200ms;
+  TcpTransport* t = io.listen(options);
+  const uint16_t port = io.on_io([&] { return t->port(); });
+  std::vector<std::unique_ptr<Stranger>> strangers;
+  for (int i = 0; i < 10; ++i) {
+    strangers.push_back(std::make_unique<Stranger>(port));
+    ASSERT_TRUE(strangers.back()->connected());
+    ASSERT_TRUE(strangers.back()->send_partial_frame(60'000, 1000));  // half a frame, then nothing
+  }
+  for (auto& s : strangers) EXPECT_TRUE(s->closed_by_listener());
+  EXPECT_EQ(count(io.stats(t), "inbound_unproven_timeout"), 10u);
+}
+
+TEST(TcpTransport, AStrangerMaySendOnlySmallFramesAndMustAuthenticateTheFirst) {
+  Io io;
+  TcpTransport* t = io.listen({});
+  const uint16_t port = io.on_io([&] { return t->port(); });
+  Stranger big(port);
+  ASSERT_TRUE(big.send_partial_frame(1 << 20, 0));  // 1 MiB: a member's limit, not a stranger's
+  EXPECT_TRUE(big.closed_by_listener());
+  Stranger forger(port);
+  std::string junk(4 + 200, 'j');
+  store_be32(200, junk.data());
+  ASSERT_TRUE(forger.send(junk));
+  EXPECT_TRUE(forger.closed_by_listener());
+  const TransportStats s = io.stats(t);
+  EXPECT_EQ(count(s, "frame_too_large"), 1u);
+  EXPECT_EQ(s.messages_received, 0u);
+}
+
+// 400 strangers each holding a stalled half frame: at most max_unproven_per_ip of them stay
+// open (the oldest make room for the newest), and a member connecting meanwhile is heard.
+TEST(TcpTransport, StrangersAreCappedPerIpAndAMemberStillGetsIn) {
+  Io io;
+  TcpTransportOptions options;
+  options.max_unproven_per_ip = 16;
+  TcpTransport* t = io.listen(options);
+  const uint16_t port = io.on_io([&] { return t->port(); });
+  std::vector<std::unique_ptr<Stranger>> strangers;
+  for (int i = 0; i < 400; ++i) {
+    strangers.push_back(std::make_unique<Stranger>(port, "127.0.0.2"));
+    ASSERT_TRUE(strangers.back()->connected());
+    // 1 KB each: 400 KB in all, within the IP's byte budget (which would close them too).
+    ASSERT_TRUE(strangers.back()->send_partial_frame(60'000, 1000));
+  }
+  // Accepted in connect order: the first 384 are closed to make room, the last 16 stay.
+  for (int i = 0; i < 384; ++i) ASSERT_TRUE(strangers[i]->closed_by_listener()) << i;
+  EXPECT_EQ(count(io.stats(t), "inbound_unproven_evicted"), 384u);
+  TcpTransport* member = io.listen({});
+  io.on_io([&] { member->send("127.0.0.1:" + std::to_string(port), message("member")); });
+  ASSERT_TRUE(wait_until([&] { return io.received().size() == 1; }));
+  EXPECT_EQ(io.received()[0], "member");
+}
+
+// A stranger's bytes are charged to its IP's budget as they arrive, whole frame or not.
+TEST(TcpTransport, AStrangersBytesAreChargedAsTheyArrive) {
+  Io io;
+  TcpTransport* t = io.listen({});
+  io.on_io([&] {
+    SourceLimiterOptions tight;
+    tight.bytes_per_second = 1000;
+    tight.burst_bytes = 10'000;
+    t->set_source_limits(tight);
+    return 0;
+  });
+  const uint16_t port = io.on_io([&] { return t->port(); });
+  Stranger s(port);
+  ASSERT_TRUE(s.send_partial_frame(60'000, 30'000));  // never a whole frame
+  EXPECT_TRUE(s.closed_by_listener());
+  EXPECT_GE(count(io.stats(t), "rate_limited"), 1u);
+}
+
+}  // namespace
+}  // namespace tollgate
