@@ -26,6 +26,10 @@ struct MemberRecord {
   friend bool operator==(const MemberRecord&, const MemberRecord&) = default;
 };
 
+// Bounds of GossipMessage's freshness stamps (the codec reserves their bytes by them).
+inline constexpr uint64_t kMaxMessageSeq = (uint64_t{1} << 49) - 1;
+inline constexpr uint64_t kMaxSentAtSeconds = (uint64_t{1} << 35) - 1;
+
 struct GossipMessage {
   NodeId sender;
   uint64_t sender_incarnation = 0;
@@ -41,6 +45,16 @@ struct GossipMessage {
   std::optional<NodeId> digest_until;
   bool digest_reply_wanted = false;     // push-pull request: answer with your digest too
   bool leaving = false;                 // the sender is shutting down
+  // Increases with every message of the sender's life (Node::message); a receiver answers a
+  // digest request once per message_seq (parts of one split message share it).
+  uint64_t message_seq = 0;  // at most kMaxMessageSeq
+  // Set by decode: the sender's wall clock (s since the epoch) when it encoded the message; the
+  // transport drops a message too far from its own clock (replays; docs/design.md, "Replay").
+  uint64_t sent_at_s = 0;
+  // Set by the transport that received the message: the address it came from, as the sender's
+  // gossip address is written when known to the transport, else "ip:port"; empty when the
+  // transport cannot tell (TCP: the source port is not the sender's). Not sent.
+  std::string received_from;
 };
 using GossipMessagePtr = std::shared_ptr<const GossipMessage>;
 

@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tollgate/clock.h"
@@ -79,7 +80,11 @@ struct NodeOptions {
   // a batch only spends a retransmit when it is actually sent, so under heavy traffic old news
   // waits (or is repaired by push-pull) instead of every message carrying the whole queue.
   size_t max_batches_per_message = 128;
-  // Push-pull answers carry at most this many batches; the next exchange sends the rest.
+  // Push-pull answers carry at most this many batches; the next exchange sends the rest. One
+  // sender draws at most twice this many per push_pull_interval, however many digests it sends
+  // (a legitimate member sends one per interval): a member with the key cannot make this node
+  // flood someone, and a digest request is answered once per message (GossipMessage::message_seq),
+  // so a replayed one draws nothing.
   size_t max_repair_batches = 512;
   // When this many keys (an upper bound: KeyTable::pending_keys) have consumption not yet
   // sealed, check() seals up to that many at once instead of leaving them all to the round: a
@@ -111,6 +116,9 @@ struct NodeStats {
   uint64_t push_pulls = 0;              // digests sent
   uint64_t repairs_sent = 0;            // batches sent in answer to a digest
   uint64_t early_seals = 0;             // times check() sealed before the round (early_seal_keys)
+  uint64_t dropped_wrong_source = 0;    // came from an address other than the sender's own
+  uint64_t digests_ignored = 0;         // a digest (part) already answered: a replay
+  uint64_t repairs_capped = 0;          // batches left out: the sender's repair budget was spent
 };
 
 class Node {
@@ -170,6 +178,21 @@ class Node {
   // tick (not recounted per batch: enqueue runs for every batch sealed or applied).
   uint32_t retransmits() const;
 
+  // What this node answered to one sender's digests: the last message (parts of a message share
+  // its message_seq and differ in where their digest starts), and the repair batches sent in
+  // the current push-pull interval.
+  struct DigestsAnswered {
+    uint64_t incarnation = 0;
+    uint64_t message_seq = 0;
+    std::vector<NodeId> parts;  // digest_from of each part of that message answered
+    MonoNanos window_start = 0;
+    size_t repairs_in_window = 0;
+  };
+  // True if the digest in `m` is new (not a part already answered); records it.
+  bool first_time_asked(const GossipMessage& m, DigestsAnswered& answered);
+  // True if `m` came from where its sender lives (GossipMessage::received_from; unknown passes).
+  bool from_senders_address(const GossipMessage& m) const;
+
   NodeOptions options_;
   Outbox& outbox_;
   Random& random_;
@@ -183,6 +206,9 @@ class Node {
   size_t live_members_ = 0;
   NodeStats stats_;
   std::vector<ConsumptionEntry> pending_;  // reused across rounds
+  uint64_t message_seq_ = 0;               // of the last message built
+  // By sender; an entry goes when membership forgets the sender, so this is bounded by it.
+  std::unordered_map<NodeId, DigestsAnswered> digests_answered_;
   std::vector<BatchPtr> sealed_;           // sealed since the last round, not sent yet
 };
 

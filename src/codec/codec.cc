@@ -169,13 +169,20 @@ std::string seal_envelope(const pb::Gossip& gossip, const ClusterKeys& keys) {
 
 // The header fields every part repeats. `reserve` sets both flags, for the size the header may
 // take in any part.
-pb::Gossip header_of(const GossipMessage& m, bool reserve) {
+// The header reserves message_seq at 7 varint bytes and sent_at_s at 5, not 10 each, so that the
+// largest items still fit the smallest datagram: 2^49 messages of one life (17 years at a
+// million a second) and 2^35 seconds (the year 3058) are never reached; larger values are
+// clamped (Node saturates its count there).
+
+pb::Gossip header_of(const GossipMessage& m, bool reserve, uint64_t sent_at_s) {
   pb::Gossip header;
   header.set_sender(m.sender);
   header.set_sender_incarnation(m.sender_incarnation);
   header.set_sender_address(m.sender_address);
   header.set_leaving(m.leaving || reserve);
   header.set_digest_reply_wanted(reserve);
+  header.set_message_seq(reserve ? kMaxMessageSeq : std::min(m.message_seq, kMaxMessageSeq));
+  header.set_sent_at_s(reserve ? kMaxSentAtSeconds : std::min(sent_at_s, kMaxSentAtSeconds));
   return header;
 }
 
@@ -185,16 +192,16 @@ size_t worst_header_bytes() {
   m.sender.assign(kMaxNodeIdBytes, 'x');
   m.sender_incarnation = std::numeric_limits<uint64_t>::max();
   m.sender_address.assign(kMaxAddressBytes, 'x');
-  return header_of(m, /*reserve=*/true).ByteSizeLong();
+  return header_of(m, /*reserve=*/true, 0).ByteSizeLong();
 }
 
 // Splits a message into Gossip parts whose payloads each fit in `budget` bytes and the
 // per-message caps, in order: batches, members, then the digest by origin ranges.
 class Packer {
  public:
-  Packer(const GossipMessage& message, size_t budget, EncodeStats* stats)
-      : message_(message), budget_(budget), stats_(stats) {
-    header_bytes_ = header_of(message, /*reserve=*/true).ByteSizeLong();
+  Packer(const GossipMessage& message, size_t budget, EncodeStats* stats, uint64_t sent_at_s)
+      : message_(message), budget_(budget), stats_(stats), sent_at_s_(sent_at_s) {
+    header_bytes_ = header_of(message, /*reserve=*/true, 0).ByteSizeLong();
     start_part();
   }
 
@@ -210,7 +217,7 @@ class Packer {
 
  private:
   void start_part() {
-    current_ = header_of(message_, /*reserve=*/false);
+    current_ = header_of(message_, /*reserve=*/false, sent_at_s_);
     used_ = header_bytes_;
     batches_ = entries_ = members_ = 0;
   }
@@ -339,10 +346,11 @@ class Packer {
   pb::Gossip current_;
   size_t used_ = 0;  // payload bytes of current_, its header counted at the reserved size
   size_t batches_ = 0, entries_ = 0, members_ = 0;
+  uint64_t sent_at_s_;
 };
 
 std::vector<std::string> encode_envelopes(const GossipMessage& message, const ClusterKeys& keys, size_t max_bytes,
-                                          EncodeStats* stats, const char* what) {
+                                          EncodeStats* stats, uint64_t sent_at_s, const char* what) {
   if (max_bytes < kMinDatagramBytes || max_bytes > kMaxMessageBytes) {
     throw std::invalid_argument(std::string(what) + " of " + std::to_string(max_bytes) + " bytes: must be between " +
                                 std::to_string(kMinDatagramBytes) + " and " + std::to_string(kMaxMessageBytes));
@@ -356,7 +364,7 @@ std::vector<std::string> encode_envelopes(const GossipMessage& message, const Cl
   EncodeStats ignored;
   const bool signed_message = !keys.empty();
   const size_t budget = payload_budget(max_bytes, signed_message);
-  std::vector<pb::Gossip> parts = Packer(message, budget, stats ? stats : &ignored).pack();
+  std::vector<pb::Gossip> parts = Packer(message, budget, stats ? stats : &ignored, sent_at_s).pack();
 
   std::vector<std::string> out;
   out.reserve(parts.size());
@@ -390,13 +398,13 @@ const char* decode_error_name(DecodeError e) {
 }
 
 std::vector<std::string> encode_datagrams(const GossipMessage& message, const ClusterKeys& keys,
-                                          size_t max_datagram_bytes, EncodeStats* stats) {
-  return encode_envelopes(message, keys, max_datagram_bytes, stats, "max datagram");
+                                          size_t max_datagram_bytes, EncodeStats* stats, uint64_t sent_at_s) {
+  return encode_envelopes(message, keys, max_datagram_bytes, stats, sent_at_s, "max datagram");
 }
 
 std::vector<std::string> encode_frames(const GossipMessage& message, const ClusterKeys& keys, size_t max_frame_bytes,
-                                       EncodeStats* stats) {
-  std::vector<std::string> frames = encode_envelopes(message, keys, max_frame_bytes, stats, "max frame");
+                                       EncodeStats* stats, uint64_t sent_at_s) {
+  std::vector<std::string> frames = encode_envelopes(message, keys, max_frame_bytes, stats, sent_at_s, "max frame");
   for (std::string& frame : frames) {
     char prefix[kFrameHeaderBytes];
     store_be32(static_cast<uint32_t>(frame.size()), prefix);
@@ -447,6 +455,8 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
   m.sender_address = gossip.sender_address();
   m.digest_reply_wanted = gossip.digest_reply_wanted();
   m.leaving = gossip.leaving();
+  m.message_seq = gossip.message_seq();
+  m.sent_at_s = gossip.sent_at_s();
   if (!valid_id(m.sender) || m.sender_address.size() > kMaxAddressBytes) return fail(DecodeError::kInvalidContent);
 
   m.batches.resize(static_cast<size_t>(gossip.batches_size()));

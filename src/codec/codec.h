@@ -40,7 +40,7 @@
 namespace tollgate {
 
 inline constexpr uint32_t kProtocolVersionMajor = 1;
-inline constexpr uint32_t kProtocolVersionMinor = 0;
+inline constexpr uint32_t kProtocolVersionMinor = 1;  // 1: message_seq, sent_at_s
 
 inline constexpr size_t kDefaultMaxDatagramBytes = 1400;  // Ethernet MTU minus headers, with room
 // The smallest allowed max_datagram_bytes: the IPv6 minimum MTU (1280) minus the IPv6 and UDP
@@ -77,9 +77,11 @@ struct EncodeStats {
 // max_datagram_bytes is outside [kMinDatagramBytes, kMaxMessageBytes] or the sender id
 // (1..kMaxNodeIdBytes) or address (up to kMaxAddressBytes) is invalid: the daemon checks both
 // at start-up, so this is a programming error. Adds what it left out to `*stats` if given.
+// `sent_at_s` is the sender's wall clock (Gossip.sent_at_s); the transports pass the time of
+// encoding.
 std::vector<std::string> encode_datagrams(const GossipMessage& message, const ClusterKeys& keys,
                                           size_t max_datagram_bytes = kDefaultMaxDatagramBytes,
-                                          EncodeStats* stats = nullptr);
+                                          EncodeStats* stats = nullptr, uint64_t sent_at_s = 0);
 
 // As encode_datagrams, for a TCP stream: each element is one frame, a 4-byte big-endian length
 // followed by an envelope of at most max_frame_bytes (which has the same bounds as
@@ -87,7 +89,7 @@ std::vector<std::string> encode_datagrams(const GossipMessage& message, const Cl
 // same way, so a peer's FrameReader with the same limit never has to refuse it.
 std::vector<std::string> encode_frames(const GossipMessage& message, const ClusterKeys& keys,
                                        size_t max_frame_bytes = kDefaultMaxFrameBytes,
-                                       EncodeStats* stats = nullptr);
+                                       EncodeStats* stats = nullptr, uint64_t sent_at_s = 0);
 
 // A reader of TCP gossip frames (util/frame_reader.h) with a limit of `max_frame_bytes`. Throws
 // std::invalid_argument when that exceeds kMaxMessageBytes, what decode() accepts.

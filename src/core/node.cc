@@ -92,6 +92,8 @@ std::shared_ptr<GossipMessage> Node::message(std::vector<BatchPtr> batches) {
   m->sender = options_.id;
   m->sender_incarnation = options_.incarnation;
   m->sender_address = options_.address;
+  if (message_seq_ < kMaxMessageSeq) ++message_seq_;
+  m->message_seq = message_seq_;
   m->batches = std::move(batches);
   m->members = membership_.rows_for_message();
   return m;
@@ -126,7 +128,10 @@ void Node::advance_membership(MonoNanos now) {
   membership_.tick(now, &forgotten);
   // Membership forgets only after forget_after, which is configured above the ledger's retention
   // plus dissemination time, so forgetting the windows cannot let an old batch in twice.
-  for (const NodeId& id : forgotten) ledger_.forget_origin(id);
+  for (const NodeId& id : forgotten) {
+    ledger_.forget_origin(id);
+    digests_answered_.erase(id);
+  }
 }
 
 std::vector<BatchPtr> Node::seal_round(MonoNanos now) {
@@ -244,6 +249,10 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     ++stats_.dropped_unknown_sender;
     return;
   }
+  if (!from_senders_address(m)) {
+    ++stats_.dropped_wrong_source;
+    return;
+  }
   ++stats_.messages_received;
   membership_.merge(m.members, now);
   if (const uint64_t life = membership_.self_row().incarnation; life != options_.incarnation) {
@@ -259,8 +268,23 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   }
 
   if (m.digest) {
+    DigestsAnswered& answered = digests_answered_[m.sender];
+    if (!first_time_asked(m, answered)) {
+      ++stats_.digests_ignored;
+      return;
+    }
+    if (now - answered.window_start >= options_.push_pull_interval_ns) {
+      answered.window_start = now;
+      answered.repairs_in_window = 0;
+    }
+    const size_t budget = 2 * options_.max_repair_batches - std::min(answered.repairs_in_window, 2 * options_.max_repair_batches);
     std::vector<BatchPtr> missing = ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
     if (missing.size() > options_.max_repair_batches) missing.resize(options_.max_repair_batches);
+    if (missing.size() > budget) {
+      stats_.repairs_capped += missing.size() - budget;
+      missing.resize(budget);
+    }
+    answered.repairs_in_window += missing.size();
     if (!missing.empty() || m.digest_reply_wanted) {
       stats_.repairs_sent += missing.size();
       const std::shared_ptr<GossipMessage> reply = message(std::move(missing));
@@ -269,6 +293,37 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
       send(v ? v->address : m.sender_address, reply);
     }
   }
+}
+
+bool Node::first_time_asked(const GossipMessage& m, DigestsAnswered& answered) {
+  // Lives only move forward (a restart has a greater incarnation), and within one life every
+  // message has a greater message_seq than the one before.
+  if (m.sender_incarnation < answered.incarnation) return false;
+  if (m.sender_incarnation > answered.incarnation || m.message_seq > answered.message_seq) {
+    answered.incarnation = m.sender_incarnation;
+    answered.message_seq = m.message_seq;
+    answered.parts.assign(1, m.digest_from);
+    return true;
+  }
+  if (m.message_seq < answered.message_seq) return false;
+  // Another part of the message last answered: new if its digest starts elsewhere. (A message
+  // has at most a few dozen parts: kMaxDigestOriginsPerMessage origins per part.)
+  if (std::find(answered.parts.begin(), answered.parts.end(), m.digest_from) != answered.parts.end()) return false;
+  answered.parts.push_back(m.digest_from);
+  return true;
+}
+
+bool Node::from_senders_address(const GossipMessage& m) const {
+  if (m.received_from.empty()) return true;  // the transport cannot tell (TCP) or a simulation
+  // Static membership: where the peers file says the sender lives. Heartbeat: where the sender
+  // says it listens, which is where it sends from (UDP replies come from the bound socket); so
+  // a message replayed or forged from another host, or naming a third party as the address to
+  // answer, is dropped.
+  if (membership_.kind() == MembershipKind::kStatic) {
+    const MemberInfo* v = membership_.find(m.sender);
+    return v == nullptr || v->address == m.received_from;
+  }
+  return m.sender_address == m.received_from;
 }
 
 void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {

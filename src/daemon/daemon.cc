@@ -94,6 +94,8 @@ Daemon::Daemon(DaemonOptions options)
     transport_ = std::make_unique<TcpTransport>(io_, options_.bind, keys, tcp_options);
   }
   transport_->set_source_limits({options_.gossip_peer_bytes_per_second, options_.gossip_peer_bytes_per_second});
+  transport_->set_max_message_age(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::nanoseconds(options_.max_message_age_ns)));
   transport_->set_offense_reporter([this](std::string_view who, std::string_view what) { report_offense(who, what); });
   faults_ = std::make_unique<FaultInjectingTransport>(io_, *transport_, random_);
 
@@ -300,6 +302,9 @@ StatsList Daemon::stats() {
   add("push_pulls", n.push_pulls);
   add("repairs_sent", n.repairs_sent);
   add("early_seals", n.early_seals);
+  add("gossip_dropped_wrong_source", n.dropped_wrong_source);
+  add("digests_ignored", n.digests_ignored);
+  add("repairs_capped", n.repairs_capped);
   const TransportStats t = faults_->stats();
   add("transport_sent", t.messages_sent);
   add("transport_bytes_sent", t.bytes_sent);

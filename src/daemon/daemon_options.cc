@@ -136,6 +136,12 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "Close a client API connection with nothing pending after this long without a request "
                  "(0s: never); the client library reconnects at once")
       ->type_name("DURATION");
+  std::string max_message_age = format_duration(o->max_message_age_ns);
+  app.add_option("--max-message-age", max_message_age,
+                 "Drop gossip stamped further than this from this node's wall clock, either way (counted as "
+                 "transport_dropped_stale): a captured message cannot be replayed later. The cluster's clocks "
+                 "must agree within it; at most half of --forget-after")
+      ->type_name("DURATION");
   app.add_option("--incarnation", o->incarnation, "Override the incarnation (default: microseconds of wall time at start)");
 
   try {
@@ -156,6 +162,12 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       return 2;
     }
     o->api_idle_timeout_ns = *idle;
+    const auto age = parse_duration_ns(max_message_age, &why);
+    if (!age) {
+      std::cerr << "tollgated: --max-message-age " << why << "\nRun with --help for the flags.\n";
+      return 2;
+    }
+    o->max_message_age_ns = *age;
   }
   o->transport = transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
   if (o->node_id.empty()) o->node_id = o->bind;
@@ -180,6 +192,13 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   }
   if (const SettingProblem p = validate(o->node, SettingNames::kFlags); !p.message.empty()) return usage_error(p.message);
   if (o->listen.empty()) return usage_error("--listen needs at least one endpoint");
+  // A departed member is forgotten after --forget-after; a message of its from before must be
+  // stale by then, or a replay would bring it back.
+  if (o->max_message_age_ns < kNanosPerSecond || 2 * o->max_message_age_ns > o->node.forget_after_ns) {
+    return usage_error("--max-message-age " + format_duration(o->max_message_age_ns) +
+                       " must be at least 1s and at most half of --forget-after (" +
+                       format_duration(o->node.forget_after_ns) + ")");
+  }
   if (!o->cluster_key_file.empty() && o->insecure_gossip) {
     return usage_error("--insecure-gossip and --cluster-key-file contradict each other: give one (the flag or the "
                        "config file's key)");

@@ -38,6 +38,8 @@ struct DaemonOptions {
   size_t api_max_connections = 1024;
   size_t api_max_connections_per_client = 512;
   int64_t api_idle_timeout_ns = 300'000'000'000;
+  // Gossip further than this from our wall clock is dropped as stale (replays; Transport).
+  int64_t max_message_age_ns = 30'000'000'000;
 };
 
 // Parses argv (flags, then the --config file for whatever the flags did not set) and validates.

@@ -177,7 +177,7 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
       if (t_.deliver(frame, peer_)) {
         if (!proven_) t_.proven(this);
       } else if (!proven_) {
-        t_.report_offense(peer_, "first gossip frame not authentic; connection closed");
+        t_.report_offense(peer_, "first gossip frame not authentic and fresh; connection closed");
         return close();
       }
       if (closed_) return;  // the receiver stopped the transport
@@ -366,6 +366,7 @@ bool TcpTransport::deliver(std::string_view frame, const std::string& from) {
     report_offense(from, std::string("gossip frame dropped: ") + decode_error_name(r.error));
     return false;
   }
+  if (!fresh(*r.message, from, dropped_)) return false;  // a stale frame proves nothing
   ++stats_.messages_received;
   r.message->digest_from = r.digest_range.from;
   r.message->digest_until = r.digest_range.until;
@@ -378,7 +379,7 @@ std::shared_ptr<const std::vector<std::string>> TcpTransport::encoded(const Goss
     last_message_ = message;
     EncodeStats encode_stats;
     last_encoded_ = std::make_shared<const std::vector<std::string>>(
-        encode_frames(*message, keys_, options_.send_frame_bytes, &encode_stats));
+        encode_frames(*message, keys_, options_.send_frame_bytes, &encode_stats, wall_now_s()));
     stats_.encode_dropped += encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
   }
   return last_encoded_;

@@ -30,8 +30,11 @@ namespace tollgate {
 // complete within frame_timeout of its first byte, and one silent for idle_timeout is closed
 // (the peer reconnects when it has something to send).
 struct TcpTransportOptions {
-  size_t max_frame_bytes = size_t{1} << 20;       // largest frame read from a proven connection
-  size_t send_frame_bytes = size_t{64} << 10;     // largest frame sent, and read from a stranger
+  // Largest frame read from a proven connection, and from a stranger (the largest we send, so
+  // a member's first frame always fits). A proven connection can still be made by replaying a
+  // fresh captured frame, so both stay small: 1,024 connections hold at most ~80 MiB.
+  size_t max_frame_bytes = size_t{64} << 10;
+  size_t send_frame_bytes = size_t{64} << 10;
   size_t max_queue_bytes = size_t{4} << 20;       // per peer, not yet written
   int64_t backoff_initial_ms = 100;               // first reconnect delay
   int64_t backoff_max_ms = 5000;                  // cap; each delay is jittered to [d/2, d]
@@ -76,7 +79,7 @@ class TcpTransport final : public Transport {
   void schedule_sweep();
   void forget(Inbound* in);  // closed: drop it from the tables
   void proven(Inbound* in);  // delivered an authentic frame
-  // Decodes and delivers one frame; false if it is not authentic.
+  // Decodes and delivers one frame; false if it is not authentic, or stale.
   bool deliver(std::string_view frame, const std::string& from);
   std::shared_ptr<const std::vector<std::string>> encoded(const GossipMessagePtr& message);
 

@@ -52,10 +52,35 @@ class Transport : public Outbox {
   // default (SourceLimiterOptions{}).
   void set_source_limits(SourceLimiterOptions options) { sources_ = SourceLimiter(options); }
 
+  // A message whose sender's clock (GossipMessage::sent_at_s) is further than this from ours,
+  // either way, is dropped as "stale": a replay, or clocks that disagree (docs/design.md,
+  // "Replay"). 0 turns the check off.
+  void set_max_message_age(std::chrono::seconds age) { max_message_age_s_ = uint64_t(std::max<int64_t>(age.count(), 0)); }
+
+  // The wall clock, in seconds since the Unix epoch: what messages are stamped with.
+  static uint64_t wall_now_s() {
+    return uint64_t(
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  }
+
  protected:
   void report_offense(std::string_view from, std::string_view what) const {
     if (offense_) offense_(from, what);
   }
+  // True if `m` is fresh (set_max_message_age); otherwise counts it as "stale" in `dropped` and
+  // reports the sender.
+  template <typename DropCounts>
+  bool fresh(const GossipMessage& m, std::string_view from, DropCounts& dropped) {
+    if (max_message_age_s_ == 0) return true;
+    const uint64_t now = wall_now_s();
+    const uint64_t apart = now > m.sent_at_s ? now - m.sent_at_s : m.sent_at_s - now;
+    if (apart <= max_message_age_s_) return true;
+    ++dropped["stale"];
+    report_offense(from, "gossip message stamped " + std::to_string(apart) +
+                             " s away from this node's clock (a replay, or clocks apart: --max-message-age); dropped");
+    return false;
+  }
+
   // True if `bytes` from `source` (SourceLimiter: a member's address, or another sender's IP)
   // are within its budget; otherwise counts the drop as "rate_limited" in `dropped` and reports
   // the sender.
@@ -73,6 +98,7 @@ class Transport : public Outbox {
  private:
   OffenseReporter offense_;
   SourceLimiter sources_;
+  uint64_t max_message_age_s_ = 30;
 };
 
 }  // namespace tollgate

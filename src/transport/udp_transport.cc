@@ -14,7 +14,8 @@ constexpr size_t kReceiveBuffer = 65536;  // the largest UDP payload
 constexpr size_t kMaxInFlight = 8192;     // datagrams handed to the kernel, not yet completed
 
 std::string source_key(const boost::asio::ip::udp::endpoint& ep) {
-  return ep.address().to_string() + ":" + std::to_string(ep.port());
+  const std::string ip = ep.address().to_string();
+  return (ep.address().is_v6() ? "[" + ip + "]" : ip) + ":" + std::to_string(ep.port());
 }
 
 }  // namespace
@@ -64,7 +65,7 @@ bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) 
   const auto ip = boost::asio::ip::make_address(host, ec);
   if (!ec) {
     *out = endpoints_[address] = udp::endpoint(ip, port);
-    member_sources_.insert(source_key(*out));
+    member_sources_.emplace(source_key(*out), address);
     return true;
   }
   // A host name: resolve in the background (never on the node's path), drop until then.
@@ -78,7 +79,7 @@ bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) 
                               resolving_[address] = false;
                               if (!rec && !results.empty()) {
                                 endpoints_[address] = results.begin()->endpoint();
-                                member_sources_.insert(source_key(results.begin()->endpoint()));
+                                member_sources_.emplace(source_key(results.begin()->endpoint()), address);
                               }
                             });
   }
@@ -89,7 +90,8 @@ std::shared_ptr<const std::vector<std::string>> UdpTransport::encoded(const Goss
   if (message != last_message_) {
     last_message_ = message;
     EncodeStats encode_stats;
-    last_encoded_ = std::make_shared<const std::vector<std::string>>(encode_datagrams(*message, keys_, max_datagram_, &encode_stats));
+    last_encoded_ = std::make_shared<const std::vector<std::string>>(
+        encode_datagrams(*message, keys_, max_datagram_, &encode_stats, wall_now_s()));
     stats_.encode_dropped += encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
   }
   return last_encoded_;
@@ -133,18 +135,33 @@ void UdpTransport::receive() {
                                                        bytes, dropped_)) {
                                  stats_.bytes_received += bytes;
                                  DecodeResult r = decode(std::string_view(buffer_.get(), bytes), keys_);
-                                 if (r.message) {
+                                 if (r.message && fresh(*r.message, from, dropped_)) {
                                    ++stats_.messages_received;
                                    r.message->digest_from = r.digest_range.from;
                                    r.message->digest_until = r.digest_range.until;
+                                   r.message->received_from = received_from(from_, from, *r.message);
                                    if (receiver_) receiver_(std::move(*r.message));
-                                 } else {
+                                 } else if (!r.message) {
                                    ++dropped_[decode_error_name(r.error)];
                                    report_offense(from, std::string("gossip datagram dropped: ") + decode_error_name(r.error));
                                  }
                                }
                                receive();
                              });
+}
+
+std::string UdpTransport::received_from(const udp::endpoint& source, const std::string& key, const GossipMessage& m) const {
+  // An address we gossip to, as written (a peers file may name a host).
+  if (auto it = member_sources_.find(key); it != member_sources_.end()) return it->second;
+  // The address the sender gives for itself, if that is where the datagram came from.
+  std::string host, why;
+  uint16_t port = 0;
+  if (split_host_port(m.sender_address, &host, &port, &why)) {
+    boost::system::error_code ec;
+    const auto ip = boost::asio::ip::make_address(host, ec);
+    if (!ec && udp::endpoint(ip, port) == source) return m.sender_address;
+  }
+  return key;
 }
 
 TransportStats UdpTransport::stats() const {

@@ -480,9 +480,9 @@ TEST_F(ClientTest, AnIdleConnectionTheDaemonClosesIsReplacedAtOnce) {
   Client client(options);
   ASSERT_TRUE(client.wait_connected(kPatient));
   ASSERT_TRUE(client.check("k").from_daemon());
-  ASSERT_TRUE(wait_until([&] { return server_.counters().connections_idle_closed == 1; }));
-  ASSERT_TRUE(wait_until([&] { return client.counters().connects == 2; }));
-  EXPECT_EQ(client.counters().disconnects, 1u);
+  ASSERT_TRUE(wait_until([&] { return server_.counters().connections_idle_closed >= 1; }));
+  ASSERT_TRUE(wait_until([&] { return client.counters().connects >= 2; }));
+  EXPECT_GE(client.counters().disconnects, 1u);
   const CheckReply reply = client.check("k");
   EXPECT_TRUE(reply.from_daemon()) << reply.error;
   EXPECT_EQ(client.counters().fallback_replies, 0u);
@@ -505,7 +505,7 @@ TEST(ClientOverTcp, ACallersPooledConnectionClosedByTheDaemonWhileIdleIsReplaced
   ASSERT_TRUE(client.check("k").from_daemon());
   ASSERT_EQ(client.counters().direct_calls, 1u);
   // Both the io thread's connection and the caller's are closed by the daemon.
-  ASSERT_TRUE(wait_until([&] { return server.counters().connections_idle_closed == 2; }));
+  ASSERT_TRUE(wait_until([&] { return server.counters().connections_idle_closed >= 2; }));
   const CheckReply reply = client.check("k");
   EXPECT_TRUE(reply.from_daemon()) << reply.error;
   EXPECT_EQ(client.counters().direct_calls, 2u);

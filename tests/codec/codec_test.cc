@@ -118,9 +118,9 @@ TEST(Codec, MacIsHmacSha256OverTheVersionAndThePayload) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(datagrams.at(0)));
   EXPECT_EQ(e.version_major(), 1u);
-  EXPECT_EQ(e.version_minor(), 0u);
+  EXPECT_EQ(e.version_minor(), 1u);
   EXPECT_EQ(e.mac().size(), 32u);
-  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 0, e.payload()));
+  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 1, e.payload()));
 }
 
 TEST(Codec, SplitsAcrossDatagramsUnderMaxDatagram) {
@@ -391,7 +391,7 @@ TEST(Codec, AHigherMinorVersionWithUnknownFieldsIsRead) {
 TEST(Codec, TheMacCoversTheVersion) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(encode_datagrams(full_message(), key_a()).at(0)));
-  e.set_version_minor(1);  // same payload and MAC, another minor version
+  e.set_version_minor(2);  // same payload and MAC, another minor version
   EXPECT_EQ(decode(e.SerializeAsString(), key_a()).error, DecodeError::kBadMac);
 }
 

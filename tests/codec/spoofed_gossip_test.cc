@@ -171,5 +171,119 @@ TEST(SpoofedGossip, AKeyedSenderMissingFromThePeersFileChangesNothing) {
   EXPECT_EQ(h.b->stats().dropped_unknown_sender, from_c.size());
 }
 
+// --- replays of digest requests (issue #15, findings 2 and 5) --------------------------------
+
+// a's digest requests to b, captured as the wire carries them.
+std::vector<std::string> digest_requests_from_a(Harness& h) {
+  std::vector<std::string> requests;
+  for (int r = 0; r < 200 && requests.empty(); ++r) {
+    for (const std::string& d : h.a_round()) {
+      if (DecodeResult x = decode(d, h.keys); x.message && x.message->digest_reply_wanted) requests.push_back(d);
+    }
+  }
+  return requests;
+}
+
+// How many datagrams b sends back to a for `datagrams` delivered to it.
+size_t answers_from_b(Harness& h, const std::vector<std::string>& datagrams) {
+  h.b_wire.sent.clear();
+  h.deliver_to_b(datagrams);
+  return h.b_wire.sent.size();
+}
+
+TEST(SpoofedGossip, AReplayedDigestRequestIsAnsweredOnce) {
+  Harness h;
+  for (int r = 0; r < 3; ++r) h.deliver_to_b(h.a_round());
+  for (int i = 0; i < 50; ++i) {  // b retains batches a could ask for
+    h.b->check("k" + std::to_string(i), 1, h.now);
+    h.now += kRound;
+    h.b->tick(h.now);
+  }
+  const std::vector<std::string> request = digest_requests_from_a(h);
+  ASSERT_FALSE(request.empty());
+  EXPECT_GT(answers_from_b(h, request), 0u);
+  // The same authentic bytes, replayed a hundred times: not one datagram more, no scan.
+  size_t replies = 0;
+  for (int i = 0; i < 100; ++i) replies += answers_from_b(h, request);
+  EXPECT_EQ(replies, 0u);
+  EXPECT_EQ(h.b->stats().digests_ignored, 100u * request.size());
+  // a's next request, a new message, is answered.
+  EXPECT_GT(answers_from_b(h, digest_requests_from_a(h)), 0u);
+}
+
+TEST(SpoofedGossip, EachPartOfASplitDigestIsAnsweredOnce) {
+  Harness h;
+  GossipMessage m;
+  m.sender = "a";
+  m.sender_incarnation = 1;
+  m.sender_address = "a:1";
+  m.message_seq = 7;
+  m.digest.emplace();
+  m.digest_reply_wanted = true;
+  for (const char* from : {"", "m"}) {  // two parts of one message: digests of [.., m) and [m, ..)
+    m.digest_from = from;
+    h.b_wire.sent.clear();
+    h.b->receive(m, h.now);
+    EXPECT_FALSE(h.b_wire.sent.empty()) << "part from \"" << from << "\"";
+  }
+  h.b_wire.sent.clear();
+  h.b->receive(m, h.now);  // the second part again
+  m.message_seq = 6;       // an older message
+  h.b->receive(m, h.now);
+  EXPECT_TRUE(h.b_wire.sent.empty());
+  EXPECT_EQ(h.b->stats().digests_ignored, 2u);
+}
+
+// A member holding the key that asks for repairs as fast as it can draws at most twice
+// max_repair_batches per push-pull interval.
+TEST(SpoofedGossip, RepairsToOneSenderAreCappedPerPushPullInterval) {
+  Harness h;
+  for (int r = 0; r < 3; ++r) h.deliver_to_b(h.a_round());
+  for (int i = 0; i < 20; ++i) {
+    for (int k = 0; k < 64; ++k) h.b->check("k" + std::to_string(i * 64 + k), 1, h.now);
+    h.now += kRound;
+    h.b->tick(h.now);
+  }
+  ASSERT_GT(h.b->ledger().stats().retained_batches, 20u);
+  GossipMessage m;
+  m.sender = "a";
+  m.sender_incarnation = 1;
+  m.sender_address = "a:1";
+  m.digest.emplace();  // a has seen nothing: everything b retains is missing
+  const size_t max_repair = h.b->options().max_repair_batches;
+  size_t batches = 0;
+  for (uint64_t seq = 1000; seq < 1100; ++seq) {
+    m.message_seq = seq;
+    h.b_wire.sent.clear();
+    h.b->receive(m, h.now);
+    for (auto& [to, d] : h.b_wire.sent) batches += decode(d, h.keys).message->batches.size();
+  }
+  EXPECT_LE(batches, 2 * max_repair);
+  EXPECT_GT(h.b->stats().repairs_capped, 0u);
+}
+
+// Under static membership a message must come from its sender's listed address, so an
+// authentic datagram replayed (or forged, keyless) from another host changes nothing.
+TEST(SpoofedGossip, AMessageFromAnotherAddressThanItsSendersIsDropped) {
+  Harness h;
+  for (int r = 0; r < 3; ++r) h.deliver_to_b(h.a_round());
+  ASSERT_TRUE(h.a->check("k1", 30, h.now).allowed);
+  const std::vector<std::string> captured = h.a_round();
+  for (const std::string& d : captured) {
+    DecodeResult r = decode(d, h.keys);
+    ASSERT_TRUE(r.message);
+    r.message->received_from = "10.6.6.6:7946";
+    h.b->receive(*r.message, h.now);
+  }
+  EXPECT_EQ(h.charged_at_b("k1"), 0);
+  EXPECT_EQ(h.b->stats().dropped_wrong_source, captured.size());
+  for (const std::string& d : captured) {
+    DecodeResult r = decode(d, h.keys);
+    r.message->received_from = "a:1";  // where the peers file says a lives
+    h.b->receive(*r.message, h.now);
+  }
+  EXPECT_EQ(h.charged_at_b("k1"), 30);
+}
+
 }  // namespace
 }  // namespace tollgate

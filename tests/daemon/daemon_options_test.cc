@@ -116,6 +116,8 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "r", "--peers-file", "p", "--api-idle-timeout", "30"}, "--api-idle-timeout"},
       {{"--rules", "r", "--peers-file", "p", "--api-idle-timeout", "200h"}, "--api-idle-timeout must be at most 168h"},
       {{"--rules", "r", "--peers-file", "p", "--api-max-connections", "0"}, "--api-max-connections"},
+      {{"--rules", "r", "--peers-file", "p", "--max-message-age", "31s"}, "at most half of --forget-after (1m)"},
+      {{"--rules", "r", "--peers-file", "p", "--max-message-age", "500ms"}, "must be at least 1s"},
   };
   for (const Case& c : cases) {
     const Parsed p = parse(c.args);

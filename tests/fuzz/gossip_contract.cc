@@ -1,5 +1,6 @@
 #include "gossip_contract.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -86,7 +87,8 @@ Reassembled reassemble(const GossipMessage& original, const std::vector<std::str
     FUZZ_CHECK(r.authenticated == !keys.empty(), "a re-encoded part is not authenticated under its own key");
     const GossipMessage& m = *r.message;
     FUZZ_CHECK(m.sender == original.sender && m.sender_incarnation == original.sender_incarnation &&
-                   m.sender_address == original.sender_address && m.leaving == original.leaving,
+                   m.sender_address == original.sender_address && m.leaving == original.leaving &&
+                   m.message_seq == std::min(original.message_seq, kMaxMessageSeq),
                "a re-encoded part lost the sender fields");
     out.batches.insert(out.batches.end(), m.batches.begin(), m.batches.end());
     out.members.insert(out.members.end(), m.members.begin(), m.members.end());

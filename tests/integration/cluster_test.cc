@@ -587,6 +587,58 @@ TEST(ClusterSecurity, IdleClientConnectionsCannotLockOutANewClient) {
   for (int fd : hoard) ::close(fd);
 }
 
+// Datagrams captured from a real cluster (the peers file lists a "node-9" whose address is a
+// socket this test owns, so both daemons probe it), replayed to node 0 a hundred times from
+// that socket: authentic bytes, but not from their sender's address, so nothing is charged again
+// and no digest request is answered. The same bytes stamped long ago would be stale anyway
+// (TcpTransport/UdpTransport tests).
+TEST(ClusterSecurity, AuthenticDatagramsCapturedAndReplayedFromAnotherAddressAreDropped) {
+  Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules);
+  const int tap = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in tap_addr{};
+  tap_addr.sin_family = AF_INET;
+  tap_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(tap, reinterpret_cast<sockaddr*>(&tap_addr), sizeof tap_addr), 0);
+  socklen_t len = sizeof tap_addr;
+  ASSERT_EQ(::getsockname(tap, reinterpret_cast<sockaddr*>(&tap_addr), &len), 0);
+  timeval tv{};
+  tv.tv_sec = 5;
+  ::setsockopt(tap, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  {
+    std::ofstream peers(c.dir() / "peers.txt", std::ios::app);
+    peers << "node-9 127.0.0.1:" << ntohs(tap_addr.sin_port) << "\n";
+  }
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
+  ASSERT_TRUE(eventually([&] { return c.state_of(1, 9) == "unreachable"; }, 15s)) << c.state_of(1, 9);
+  ASSERT_TRUE(c.client(1).check("k", 10).allowed);
+  ASSERT_TRUE(eventually([&] { return c.remaining(0, "k") == 990; })) << c.remaining(0, "k");
+  // Capture a second of the daemons' gossip to node-9, queued on the socket since the peers
+  // file named it: probes of an unreachable member, with membership rows and, in a node's
+  // first round, digest requests. (Batches go to live members only; replays of those are the
+  // SpoofedGossip tests'.)
+  std::vector<std::string> captured;
+  const auto until = Clock::now() + 1s;
+  while (Clock::now() < until) {
+    char buf[65536];
+    const ssize_t n = ::recv(tap, buf, sizeof buf, 0);
+    if (n > 0) captured.emplace_back(buf, size_t(n));
+  }
+  ASSERT_GT(captured.size(), 10u) << "node-9 is listed: both daemons gossip to it";
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(uint16_t(std::stoi(c.address(0).substr(c.address(0).rfind(':') + 1))));
+  const int64_t repairs_before = c.stat(0, "repairs_sent");
+  for (int i = 0; i < 100; ++i) {
+    for (const std::string& d : captured) ::sendto(tap, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  }
+  ASSERT_TRUE(eventually([&] { return c.stat(0, "gossip_dropped_wrong_source") >= 100; })) << c.stats_text(0);
+  EXPECT_EQ(c.remaining(0, "k"), 990);
+  EXPECT_EQ(c.remaining(1, "k"), 990);
+  EXPECT_LE(c.stat(0, "repairs_sent") - repairs_before, 10) << "replayed digest requests drew repairs";
+  ::close(tap);
+}
+
 // SIGHUP re-reads the rules: a broken file leaves the old limits in force, a valid edit applies.
 TEST(ClusterReload, ABrokenRulesFileKeepsTheOldLimitsAndAValidEditApplies) {
   Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules);

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "codec/codec.h"
+#include "udp_transport.h"
 #include "util/big_endian.h"
 
 namespace tollgate {
@@ -199,7 +201,7 @@ TEST(TcpTransport, AStrangerMaySendOnlySmallFramesAndMustAuthenticateTheFirst) {
   TcpTransport* t = io.listen({});
   const uint16_t port = io.on_io([&] { return t->port(); });
   Stranger big(port);
-  ASSERT_TRUE(big.send_partial_frame(1 << 20, 0));  // 1 MiB: a member's limit, not a stranger's
+  ASSERT_TRUE(big.send_partial_frame(1 << 20, 0));  // 1 MiB: over the 64 KiB limit
   EXPECT_TRUE(big.closed_by_listener());
   Stranger forger(port);
   std::string junk(4 + 200, 'j');
@@ -251,6 +253,57 @@ TEST(TcpTransport, AStrangersBytesAreChargedAsTheyArrive) {
   ASSERT_TRUE(s.send_partial_frame(60'000, 30'000));  // never a whole frame
   EXPECT_TRUE(s.closed_by_listener());
   EXPECT_GE(count(io.stats(t), "rate_limited"), 1u);
+}
+
+// An authentic frame stamped 100 s ago (a capture, replayed) proves nothing: the stranger is
+// closed, the message counted as stale and never delivered; the same message stamped now is.
+TEST(TcpTransport, AStaleAuthenticFrameIsDroppedAndProvesNothing) {
+  Io io;
+  TcpTransport* t = io.listen({});
+  const uint16_t port = io.on_io([&] { return t->port(); });
+  const auto m = message("replayer");
+  Stranger old(port);
+  ASSERT_TRUE(old.send(encode_frames(*m, cluster_key(), 64 << 10, nullptr, Transport::wall_now_s() - 100).at(0)));
+  EXPECT_TRUE(old.closed_by_listener());
+  EXPECT_EQ(count(io.stats(t), "stale"), 1u);
+  EXPECT_TRUE(io.received().empty());
+  Stranger fresh(port);
+  ASSERT_TRUE(fresh.send(encode_frames(*m, cluster_key(), 64 << 10, nullptr, Transport::wall_now_s()).at(0)));
+  ASSERT_TRUE(wait_until([&] { return io.received().size() == 1; }));
+}
+
+// UDP: a stale datagram is dropped; a fresh one is delivered marked with where it came from,
+// which is how the node tells a sender's own datagram from one replayed by another host.
+TEST(UdpTransport, StaleDatagramsAreDroppedAndFreshOnesCarryTheirSource) {
+  boost::asio::io_context io;
+  UdpTransport t(io, "127.0.0.1:0", cluster_key(), 1400);
+  std::vector<GossipMessage> got;
+  t.set_receiver([&](GossipMessage&& m) { got.push_back(std::move(m)); });
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+  socklen_t len = sizeof from;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&from), &len), 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(t.port());
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const auto m = message("peer");
+  auto send = [&](uint64_t sent_at) {
+    const std::string d = encode_datagrams(*m, cluster_key(), 1400, nullptr, sent_at).at(0);
+    ASSERT_EQ(::sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to), ssize_t(d.size()));
+  };
+  send(Transport::wall_now_s() - 100);
+  send(Transport::wall_now_s() + 100);
+  send(Transport::wall_now_s());
+  while (got.empty()) io.run_one();  // each datagram is one receive; the fresh one ends it
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].received_from, "127.0.0.1:" + std::to_string(ntohs(from.sin_port)));
+  EXPECT_EQ(count(t.stats(), "stale"), 2u);
+  ::close(fd);
+  t.stop();
 }
 
 }  // namespace
