@@ -174,8 +174,9 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
         t_.report_offense(peer_, "gossip frame over the size limit; connection closed");
         return close();
       }
-      if (t_.deliver(frame, peer_)) {
-        if (!proven_) t_.proven(this);
+      NodeId sender;
+      if (t_.deliver(frame, peer_, &sender)) {
+        if (!proven_) t_.proven(this, std::move(sender));
       } else if (!proven_) {
         t_.report_offense(peer_, "first gossip frame not authentic and fresh; connection closed");
         return close();
@@ -196,12 +197,16 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
     boost::system::error_code ec;
     socket_.close(ec);
   }
-  void prove() {
+  void prove(NodeId sender) {
     proven_ = true;
+    proven_at_ = Clock::now();
+    sender_ = std::move(sender);
     reader_.set_max_frame_bytes(static_cast<uint32_t>(t_.options_.max_frame_bytes));
   }
 
   bool proven() const { return proven_; }
+  const NodeId& sender() const { return sender_; }
+  Clock::time_point proven_at() const { return proven_at_; }
   const std::string& ip() const { return ip_; }
   const std::string& peer() const { return peer_; }
   Clock::time_point accepted_at() const { return accepted_at_; }
@@ -216,6 +221,8 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
   std::string peer_;  // address:port, for offense reports and a proven connection's own budget
   bool proven_ = false;
   bool closed_ = false;
+  NodeId sender_;  // of the first authentic frame
+  Clock::time_point proven_at_{};
   Clock::time_point accepted_at_;
   Clock::time_point last_read_;
   std::optional<Clock::time_point> partial_since_;  // a frame has begun and not completed
@@ -313,8 +320,21 @@ bool TcpTransport::make_room(const std::string& ip) {
   return inbound_.size() < options_.max_inbound_connections;
 }
 
-void TcpTransport::proven(Inbound* in) {
-  in->prove();
+void TcpTransport::proven(Inbound* in, NodeId sender) {
+  // A member needs one connection to us (two while it reconnects). More in the name of one
+  // sender are replays of a captured fresh frame, holding slots a member needs: the oldest goes.
+  std::vector<Inbound*> same;
+  for (const auto& [raw, conn] : inbound_) {
+    if (raw != in && raw->proven() && raw->sender() == sender) same.push_back(raw);
+  }
+  if (same.size() >= kMaxConnectionsPerSender) {
+    Inbound* oldest = *std::min_element(same.begin(), same.end(),
+                                        [](const Inbound* a, const Inbound* b) { return a->proven_at() < b->proven_at(); });
+    ++dropped_["inbound_sender_replaced"];
+    const std::shared_ptr<Inbound> keep = inbound_.at(oldest);
+    keep->close();
+  }
+  in->prove(std::move(sender));
   --unproven_;
   if (auto it = unproven_by_ip_.find(in->ip()); it != unproven_by_ip_.end() && --it->second == 0) unproven_by_ip_.erase(it);
 }
@@ -359,7 +379,7 @@ void TcpTransport::sweep() {
   for (auto& in : expired) in->close();
 }
 
-bool TcpTransport::deliver(std::string_view frame, const std::string& from) {
+bool TcpTransport::deliver(std::string_view frame, const std::string& from, NodeId* sender) {
   DecodeResult r = decode(frame, keys_);
   if (!r.message) {
     ++dropped_[decode_error_name(r.error)];
@@ -368,6 +388,7 @@ bool TcpTransport::deliver(std::string_view frame, const std::string& from) {
   }
   if (!fresh(*r.message, from, dropped_)) return false;  // a stale frame proves nothing
   ++stats_.messages_received;
+  *sender = r.message->sender;
   r.message->digest_from = r.digest_range.from;
   r.message->digest_until = r.digest_range.until;
   if (receiver_) receiver_(std::move(*r.message));

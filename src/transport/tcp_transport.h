@@ -26,7 +26,9 @@ namespace tollgate {
 // within auth_timeout, shares its IP's byte budget, and counts against the caps on strangers
 // (per IP and in all), at which the oldest stranger makes room. So whoever lacks the key holds
 // at most max_unproven_connections x (send_frame_bytes + a read buffer) of memory, for at most
-// auth_timeout each, and cannot keep a member from connecting. Every connection's frame must
+// auth_timeout each, and cannot keep a member from connecting. A connection that opens with an
+// authentic, fresh frame is a member's, at most two per sender (the oldest goes), so replaying
+// a captured frame on many connections cannot fill the inbound limit either. Every connection's frame must
 // complete within frame_timeout of its first byte, and one silent for idle_timeout is closed
 // (the peer reconnects when it has something to send).
 struct TcpTransportOptions {
@@ -78,9 +80,12 @@ class TcpTransport final : public Transport {
   void sweep();
   void schedule_sweep();
   void forget(Inbound* in);  // closed: drop it from the tables
-  void proven(Inbound* in);  // delivered an authentic frame
+  // `in` delivered an authentic, fresh frame from `sender`; at most kMaxConnectionsPerSender
+  // proven connections per sender (the oldest goes).
+  void proven(Inbound* in, NodeId sender);
+  static constexpr size_t kMaxConnectionsPerSender = 2;
   // Decodes and delivers one frame; false if it is not authentic, or stale.
-  bool deliver(std::string_view frame, const std::string& from);
+  bool deliver(std::string_view frame, const std::string& from, NodeId* sender);
   std::shared_ptr<const std::vector<std::string>> encoded(const GossipMessagePtr& message);
 
   boost::asio::io_context& io_;

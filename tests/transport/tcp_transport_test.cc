@@ -272,6 +272,24 @@ TEST(TcpTransport, AStaleAuthenticFrameIsDroppedAndProvesNothing) {
   ASSERT_TRUE(wait_until([&] { return io.received().size() == 1; }));
 }
 
+// One fresh authentic frame, captured and replayed on ten connections: each opens as the
+// sender's, but a sender has at most two; the older ones are closed, so the replays cannot fill
+// the inbound limit in a member's name.
+TEST(TcpTransport, AReplayedFreshFrameHoldsAtMostTwoConnectionsInItsSendersName) {
+  Io io;
+  TcpTransport* t = io.listen({});
+  const uint16_t port = io.on_io([&] { return t->port(); });
+  const std::string frame = encode_frames(*message("m1"), cluster_key(), 64 << 10, nullptr, Transport::wall_now_s()).at(0);
+  std::vector<std::unique_ptr<Stranger>> replays;
+  for (int i = 0; i < 10; ++i) {
+    replays.push_back(std::make_unique<Stranger>(port));
+    ASSERT_TRUE(replays.back()->send(frame));
+    ASSERT_TRUE(wait_until([&] { return io.received().size() == size_t(i + 1); }));  // proven in order
+  }
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(replays[i]->closed_by_listener()) << i;
+  EXPECT_EQ(count(io.stats(t), "inbound_sender_replaced"), 8u);
+}
+
 // UDP: a stale datagram is dropped; a fresh one is delivered marked with where it came from,
 // which is how the node tells a sender's own datagram from one replayed by another host.
 TEST(UdpTransport, StaleDatagramsAreDroppedAndFreshOnesCarryTheirSource) {
