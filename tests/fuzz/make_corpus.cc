@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -337,6 +338,38 @@ void file_corpora(const fs::path& root) {
 
 }  // namespace
 
+// node_state: step sequences (opcode, argument) in the mixes node_state_fuzz.cc reads: rounds,
+// checks, deliveries in order and out of it, losses, replays, time jumps, restarts and forgeries,
+// for each membership and dissemination mode.
+void node_state_corpus() {
+  fs::create_directories(g_corpus / "node_state");
+  std::mt19937 rng(15);
+  struct Mix {
+    const char* name;
+    uint8_t flags;  // bit 0: heartbeat membership; bit 1: gossip dissemination
+    std::vector<double> weights;  // per opcode 0..8
+  };
+  const std::vector<Mix> mixes = {
+      {"static_mesh", 0, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
+      {"heartbeat_mesh", 1, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
+      {"static_gossip", 2, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
+      {"heartbeat_gossip", 3, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
+      {"replays_and_restarts", 1, {4, 4, 3, 8, 2, 1, 10, 2, 3}},
+      {"lossy_time_jumps", 0, {5, 5, 4, 6, 4, 6, 3, 3, 1}},
+  };
+  for (const Mix& mix : mixes) {
+    std::discrete_distribution<int> op(mix.weights.begin(), mix.weights.end());
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::string seed(1, char(mix.flags));
+    for (int step = 0; step < 600; ++step) {
+      const int o = op(rng);
+      seed += char(o);
+      seed += char(o == 7 ? byte(rng) % 8 : byte(rng));  // time jumps of at most 3.5 s
+    }
+    write_seed("node_state", mix.name, seed);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) die("usage: tollgate-fuzz-corpus REPO_ROOT");
   const fs::path root = argv[1];
@@ -345,6 +378,7 @@ int main(int argc, char** argv) {
   gossip_corpora();
   api_corpus();
   file_corpora(root);
+  node_state_corpus();
   std::printf("seed corpus written to %s\n", g_corpus.c_str());
   return 0;
 }
