@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "codec/codec.h"
 #include "tollgate/client.h"
 
 extern char** environ;
@@ -639,6 +640,75 @@ TEST(ClusterSecurity, AuthenticDatagramsCapturedAndReplayedFromAnotherAddressAre
   ::close(tap);
 }
 
+// A UDP socket on 127.0.0.1 with a port the kernel picks; reads give up after 5 s.
+struct UdpSocket {
+  UdpSocket() {
+    fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  }
+  ~UdpSocket() { ::close(fd); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)); }
+  void send_to(uint16_t port, const std::string& bytes) const {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(port);
+    ::sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  }
+  // Bytes waiting to be read now (without waiting).
+  size_t pending_bytes() const {
+    size_t total = 0;
+    char buf[65536];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0;) total += size_t(n);
+    return total;
+  }
+  int fd;
+  sockaddr_in addr{};
+};
+
+// Finding 2: a digest request naming a third party as the address to answer (the reflection
+// attack), here even signed with the cluster key, draws nothing at that address: the request
+// did not come from the address it names. And an authentic request stamped long ago (a capture
+// replayed later) is dropped as stale before the node sees it.
+TEST(ClusterSecurity, AForgedReplyAddressDrawsNothingAndAStaleRequestIsDropped) {
+  Cluster c(2, Combo{"mesh", "udp", "heartbeat"}, kSlowRules);
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(c.client(1).check("k" + std::to_string(i), 1).allowed);
+  ASSERT_TRUE(eventually([&] { return c.remaining(0, "k19") == 999; }));  // node 0 holds batches to repair
+  const ClusterKeys key({std::string(32, '\xcc')});  // the cluster.key file's 64 hex 'c's
+  UdpSocket attacker, victim;
+  const uint16_t node0 = uint16_t(std::stoi(c.address(0).substr(c.address(0).rfind(':') + 1)));
+  GossipMessage m;
+  m.sender = Cluster::id(1);
+  m.sender_incarnation = 1;
+  m.sender_address = victim.address();
+  m.message_seq = 1'000'000;
+  m.digest.emplace();  // "I have nothing": answered in full, were it answered
+  m.digest_reply_wanted = true;
+  const uint64_t now_s = uint64_t(std::chrono::duration_cast<std::chrono::seconds>(
+                                      std::chrono::system_clock::now().time_since_epoch()).count());
+  for (int i = 0; i < 10; ++i) {
+    ++m.message_seq;
+    for (const std::string& d : encode_datagrams(m, key, 1400, nullptr, now_s)) attacker.send_to(node0, d);
+  }
+  ASSERT_TRUE(eventually([&] { return c.stat(0, "gossip_dropped_wrong_source") >= 10; })) << c.stats_text(0);
+  EXPECT_EQ(victim.pending_bytes(), 0u) << "the cluster answered to a forged address";
+  EXPECT_EQ(attacker.pending_bytes(), 0u);
+
+  m.sender_address = attacker.address();  // its own address this time, but 100 s old
+  for (int i = 0; i < 10; ++i) {
+    ++m.message_seq;
+    for (const std::string& d : encode_datagrams(m, key, 1400, nullptr, now_s - 100)) attacker.send_to(node0, d);
+  }
+  ASSERT_TRUE(eventually([&] { return c.stat(0, "transport_dropped_stale") >= 10; })) << c.stats_text(0);
+  EXPECT_EQ(attacker.pending_bytes(), 0u);
+  EXPECT_EQ(victim.pending_bytes(), 0u);
+}
+
 // SIGHUP re-reads the rules: a broken file leaves the old limits in force, a valid edit applies.
 TEST(ClusterReload, ABrokenRulesFileKeepsTheOldLimitsAndAValidEditApplies) {
   Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules);
@@ -758,8 +828,12 @@ TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) 
     for (int i = 0; i < 3000; ++i) {
       ::sendto(fd, junk.data(), junk.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
     }
-    ASSERT_TRUE(c.client(0).check("other", 1).allowed) << "node 0 stopped answering its clients";
-    ASSERT_TRUE(c.client(1).check("k", 10).allowed);
+    // A generous deadline: the point is that node 0 answers at all while flooded. Under a
+    // sanitizer on a loaded 2-core machine the flood's burst can hold an answer past the
+    // cluster clients' 1 s (an ASan run once failed here that way); latency under a flood is
+    // measured by scripts/flood-latency, not asserted here.
+    ASSERT_TRUE(c.client(0).check("other", 1, 10s).allowed) << "node 0 stopped answering its clients";
+    ASSERT_TRUE(c.client(1).check("k", 10, 10s).allowed);
     spent += 10;
   }
   ::close(fd);
