@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "test_rules.h"
 #include "tollgate/rules.h"
@@ -30,6 +32,103 @@ TEST(KeyTable, KeysGetIndependentBuckets) {
   EXPECT_FALSE(t.allow("user:a", 1, 0).allowed);
   EXPECT_TRUE(t.allow("user:b", 2, 0).allowed);
   EXPECT_EQ(t.size(), 2u);
+}
+
+// --- all or nothing (allow_all) ----------------------------------------------------------------
+
+TEST(KeyTableAllOrNothing, WhenEveryCheckPassesEachIsChargedAsAllowWould) {
+  KeyTable t(one_rule("user:*", per_second(1, 5, 5)));
+  const CheckItem items[] = {{"user:a", 2}, {"user:b", 4}, {"other", 9}};
+  Decision out[3];
+  EXPECT_TRUE(t.allow_all(items, out, 0));
+  EXPECT_TRUE(out[0].allowed && out[1].allowed && out[2].allowed);
+  EXPECT_EQ(out[0].remaining, 3);
+  EXPECT_EQ(out[1].remaining, 1);
+  EXPECT_FALSE(out[2].limited);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"user:a", 2}, {"user:b", 4}}));
+}
+
+// The lesson of the systems we replace: a request over several limits must not spend the limits
+// that allowed it when another one denies it.
+TEST(KeyTableAllOrNothing, WhenOneCheckIsDeniedNoneIsCharged) {
+  KeyTable t(one_rule("user:*", per_second(1, 5, 5)));
+  ASSERT_TRUE(t.allow("user:b", 4, 0).allowed);  // b has 1 left
+  drain(t);
+  const CheckItem items[] = {{"user:a", 2}, {"user:b", 3}, {"user:new", 1}, {"other", 1}};
+  Decision out[4];
+  EXPECT_FALSE(t.allow_all(items, out, 0));
+  EXPECT_EQ(out[1].reason, DenyReason::kInsufficientTokens);
+  EXPECT_EQ(out[1].retry_after_ns, 2 * kSec);  // 2 more tokens at 1/s
+  EXPECT_FALSE(out[0].allowed);
+  EXPECT_EQ(out[0].reason, DenyReason::kOtherCheckDenied);
+  EXPECT_EQ(out[0].retry_after_ns, 2 * kSec);  // when the whole request could pass
+  EXPECT_EQ(out[0].remaining, 5);              // untouched
+  EXPECT_EQ(out[2].reason, DenyReason::kOtherCheckDenied);
+  EXPECT_TRUE(out[3].allowed);  // no rule: nothing to spend
+  EXPECT_EQ(t.balance_microtokens("user:a", 0), std::nullopt) << "a denied request creates no bucket";
+  EXPECT_EQ(t.balance_microtokens("user:b", 0), 1 * kM);
+  EXPECT_TRUE(drain(t).empty());
+  EXPECT_EQ(t.size(), 1u);
+}
+
+TEST(KeyTableAllOrNothing, TheSameKeyTwiceAddsUp) {
+  KeyTable t(one_rule("k*", per_second(1, 5, 5)));
+  const CheckItem twice[] = {{"k", 3}, {"k", 3}};
+  Decision out[2];
+  EXPECT_FALSE(t.allow_all(twice, out, 0));
+  EXPECT_EQ(out[1].reason, DenyReason::kInsufficientTokens);
+  EXPECT_EQ(out[0].reason, DenyReason::kOtherCheckDenied);
+  EXPECT_TRUE(drain(t).empty());
+  const CheckItem fits[] = {{"k", 2}, {"k", 3}};
+  EXPECT_TRUE(t.allow_all(fits, out, 0));
+  EXPECT_EQ(out[1].remaining, 0);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"k", 5}}));
+}
+
+TEST(KeyTableAllOrNothing, AnEvictedKeysRememberedDebtIsWhatDecides) {
+  KeyTableOptions o;
+  o.max_keys = 2;
+  KeyTable t(one_rule("k*", per_second(1, 10, 10)), o);
+  ASSERT_TRUE(t.allow("k1", 10, 0).allowed);  // k1 empty
+  t.allow("k2", 1, 0);
+  t.allow("k3", 1, 0);  // evicts k1, whose balance is remembered
+  ASSERT_EQ(t.balance_microtokens("k1", 0), std::nullopt);
+  const CheckItem items[] = {{"k2", 1}, {"k1", 1}};
+  Decision out[2];
+  EXPECT_FALSE(t.allow_all(items, out, 0)) << "k1 must not come back full";
+  EXPECT_EQ(out[1].reason, DenyReason::kInsufficientTokens);
+}
+
+// Random requests of 1 to 40 checks over 30 keys (past the linear lookup's 16): after each,
+// either every balance moved by exactly what the request asked of it, or none moved.
+TEST(KeyTableAllOrNothing, RandomRequestsAreChargedWhollyOrNotAtAll) {
+  KeyTable t(one_rule("k*", per_second(2, 20, 20)));
+  std::mt19937_64 rng(19);
+  int64_t now = 0;
+  int passed = 0, refused = 0;
+  for (int round = 0; round < 2000; ++round) {
+    now += int64_t(rng() % 300) * kNanosPerMilli;
+    std::vector<std::string> keys;
+    std::vector<CheckItem> items;
+    const size_t n = 1 + rng() % 40;
+    for (size_t i = 0; i < n; ++i) keys.push_back("k" + std::to_string(rng() % 30));
+    for (size_t i = 0; i < n; ++i) items.push_back({keys[i], int64_t(rng() % 4)});
+    std::map<std::string, int64_t> before, asked;
+    for (const CheckItem& c : items) {
+      before[std::string(c.key)] = t.balance_microtokens(c.key, now).value_or(20 * kM);
+      asked[std::string(c.key)] += c.cost;
+    }
+    std::vector<Decision> out(n);
+    const bool all = t.allow_all(items, out, now);
+    all ? ++passed : ++refused;
+    for (const auto& [key, balance] : before) {
+      const int64_t after = t.balance_microtokens(key, now).value_or(20 * kM);
+      ASSERT_EQ(after, all ? balance - asked[key] * kM : balance) << "round " << round << " key " << key;
+    }
+    for (const Decision& d : out) ASSERT_EQ(d.allowed, all);
+  }
+  EXPECT_GT(passed, 100);
+  EXPECT_GT(refused, 100);
 }
 
 TEST(KeyTable, KeysNoRuleGovernsAreAdmittedWithoutABucket) {

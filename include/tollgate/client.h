@@ -125,6 +125,13 @@ class Client {
   std::vector<CheckReply> check_batch(std::span<const CheckItem> items);
   std::vector<CheckReply> check_batch(std::span<const CheckItem> items, std::chrono::nanoseconds deadline);
 
+  // Several checks decided together, all or nothing (at most 64): if any is denied, none is
+  // charged, and those that would have passed come back denied with
+  // DenyReason::kOtherCheckDenied. For a request that must pass several limits at once (per
+  // user and per tenant, say) without spending one when another says no.
+  std::vector<CheckReply> check_all(std::span<const CheckItem> items);
+  std::vector<CheckReply> check_all(std::span<const CheckItem> items, std::chrono::nanoseconds deadline);
+
   // Asynchronous check with options.deadline. Returns at once; `done` is called exactly once, on
   // the client's background thread, with the daemon's answer or a fail-open/closed reply (at the
   // latest when the deadline passes, or when the Client is destroyed). `done` must be quick and

@@ -18,6 +18,8 @@ enum class DenyReason : uint8_t {
   kCostExceedsBurst,   // cost > burst: no amount of waiting makes it fit
   kInvalidCost,        // cost < 0
   kKeyTooLong,         // key longer than the key table accepts
+  kOtherCheckDenied,   // all or nothing (KeyTable::allow_all): this check would have passed, but
+                       // another of the same request did not, so nothing was charged
 };
 
 // Human-readable reason, e.g. "cost exceeds burst". Never null.

@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
+#include "tollgate/api.h"
 #include "tollgate/clock.h"
 #include "tollgate/consumption.h"
 #include "tollgate/token_bucket.h"
@@ -60,6 +62,15 @@ class KeyTable {
   // Decision::limited == false and no bucket. The Decision carries the governing limit (rate
   // scale applied), from the same probe. On an existing key: no heap allocation.
   Decision allow(std::string_view key, int64_t cost, MonoNanos now_ns);
+
+  // Several checks decided together, all or nothing: if every one is allowed, all are charged
+  // (as allow() would, in order; the same key twice adds up) and true is returned; if any is
+  // denied, none is charged and false is returned. Then a check that would have passed alone is
+  // denied with DenyReason::kOtherCheckDenied and the retry_after_ns of the slowest denied check,
+  // and every `remaining` is the balance untouched by this request. A key no rule governs is
+  // allowed either way. `out` must hold items.size() decisions. So a request over several limits
+  // never spends the limits that allowed it when another denies it.
+  bool allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns);
 
   // Charges `tokens` that another node admitted (see TokenBucket::consume_remote), creating the
   // bucket if a rule governs the key. Returns false if the charge was ignored (no rule, or the

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -129,6 +130,9 @@ class Node {
   // The local admission check: no network, answers from this node's bucket (KeyTable::allow:
   // the Decision carries the governing limit).
   Decision check(std::string_view key, int64_t cost, MonoNanos now_ns);
+  // Several checks, all or nothing (KeyTable::allow_all): true if every one passed and all were
+  // charged; false if none was charged.
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns);
 
   // One round; call every options().interval_ns.
   void tick(MonoNanos now_ns);

@@ -23,6 +23,7 @@ pb::DenyReason to_proto(DenyReason reason) {
     case DenyReason::kCostExceedsBurst: return pb::DENY_REASON_COST_EXCEEDS_BURST;
     case DenyReason::kInvalidCost: return pb::DENY_REASON_INVALID_COST;
     case DenyReason::kKeyTooLong: return pb::DENY_REASON_KEY_TOO_LONG;
+    case DenyReason::kOtherCheckDenied: return pb::DENY_REASON_OTHER_CHECK_DENIED;
   }
   return pb::DENY_REASON_NONE;
 }
@@ -101,6 +102,18 @@ void Dispatch::check_range(const pb::Request& request, int begin, int end, pb::R
   }
 }
 
+void Dispatch::check_all(const pb::Request& request, pb::Response& response) {
+  const auto& checks = request.check().checks();
+  const size_t n = size_t(checks.size());
+  std::array<CheckItem, kMaxAllOrNothingChecks> items;
+  std::array<Decision, kMaxAllOrNothingChecks> decisions;
+  for (size_t j = 0; j < n; ++j) items[j] = {checks[int(j)].key(), checks[int(j)].cost()};
+  handler_.check_all(std::span(items.data(), n), std::span(decisions.data(), n));
+  auto& results = *response.mutable_check()->mutable_results();
+  for (size_t j = 0; j < n; ++j) fill_result(decisions[j], *results.Add());
+  counters_.checks += n;
+}
+
 bool Dispatch::answer_slice(SlicedBatch& s, std::string& out) {
   const int size = s.request_->check().checks_size();
   const int end = std::min(size, s.next_ + kChecksPerSlice);
@@ -161,6 +174,19 @@ Dispatch::Outcome Dispatch::answer(std::string_view payload, std::string& out, s
           return Outcome::kAnswered;
         }
         response.mutable_check()->mutable_results()->Reserve(n);
+        if (request.check().all_or_nothing()) {
+          // Decided in one go, never in slices: hence the smaller limit.
+          if (static_cast<size_t>(n) > kMaxAllOrNothingChecks) {
+            ++counters_.errors_batch_too_large;
+            write_frame(error_response(id, pb::Error::BATCH_TOO_LARGE,
+                                       "an all-or-nothing batch of " + std::to_string(n) +
+                                           " checks exceeds the limit of " + std::to_string(kMaxAllOrNothingChecks)),
+                        out);
+            return Outcome::kAnswered;
+          }
+          check_all(request, response);
+          break;
+        }
         if (sliced && n > kChecksPerSlice) {
           auto s = std::unique_ptr<SlicedBatch>(new SlicedBatch());
           s->request_ = &request;

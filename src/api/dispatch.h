@@ -27,6 +27,8 @@ class Response;
 namespace tollgate::api {
 
 inline constexpr int kChecksPerSlice = 16;
+// An all-or-nothing batch (CheckBatch.all_or_nothing) is decided in one go, so it is smaller.
+inline constexpr size_t kMaxAllOrNothingChecks = 64;
 
 // Monotonic counts of what the dispatch answered.
 struct DispatchCounters {
@@ -77,6 +79,7 @@ class Dispatch {
   uint32_t max_frame_bytes() const { return max_frame_bytes_; }
 
  private:
+  void check_all(const ::tollgate::v1::api::Request& request, ::tollgate::v1::api::Response& response);
   void check_range(const ::tollgate::v1::api::Request& request, int begin, int end,
                    ::tollgate::v1::api::Response& response);
   void write_frame(const ::tollgate::v1::api::Response& response, std::string& out);

@@ -21,6 +21,9 @@ class RequestHandler {
   // Decides items[i] into out[i] (out.size() == items.size()), in order, each against its key's
   // bucket: its Decision carries the governing limit, found by the same table probe.
   virtual void check(std::span<const CheckItem> items, std::span<Decision> out) = 0;
+  // The same, all or nothing (KeyTable::allow_all): if any check is denied, none is charged and
+  // those that would have passed say kOtherCheckDenied. Returns whether all passed.
+  virtual bool check_all(std::span<const CheckItem> items, std::span<Decision> out) = 0;
   virtual std::vector<MemberInfo> members() = 0;
   virtual StatsList stats() = 0;
   // Replaces the fault settings (empty settings clear them). Returns an error text, or "".

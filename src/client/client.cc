@@ -54,6 +54,10 @@ class Client::Impl {
         direct_(endpoint_, options_.direct_connections),
         io_(options_, endpoint_, counters_) {}
 
+  // check_batch and check_all.
+  std::vector<CheckReply> check_many(std::span<const CheckItem> items, std::chrono::nanoseconds deadline,
+                                     bool all_or_nothing);
+
   // Frames `request` (giving it an id) and hands it to the io connection; `done` runs on the io
   // thread.
   void submit(pb::Request& request, SteadyClock::time_point deadline, Completion done) {
@@ -222,8 +226,22 @@ std::vector<CheckReply> Client::check_batch(std::span<const CheckItem> items) {
 }
 
 std::vector<CheckReply> Client::check_batch(std::span<const CheckItem> items, std::chrono::nanoseconds deadline) {
+  return impl_->check_many(items, deadline, /*all_or_nothing=*/false);
+}
+
+std::vector<CheckReply> Client::check_all(std::span<const CheckItem> items) {
+  return check_all(items, impl_->options_.deadline);
+}
+
+std::vector<CheckReply> Client::check_all(std::span<const CheckItem> items, std::chrono::nanoseconds deadline) {
+  return impl_->check_many(items, deadline, /*all_or_nothing=*/true);
+}
+
+std::vector<CheckReply> Client::Impl::check_many(std::span<const CheckItem> items, std::chrono::nanoseconds deadline,
+                                                 bool all_or_nothing) {
   if (items.empty()) return {};
   pb::Request request;
+  request.mutable_check()->set_all_or_nothing(all_or_nothing);
   auto& checks = *request.mutable_check()->mutable_checks();
   checks.Reserve(static_cast<int>(items.size()));
   for (const CheckItem& item : items) {
@@ -232,7 +250,7 @@ std::vector<CheckReply> Client::check_batch(std::span<const CheckItem> items, st
     c.set_cost(item.cost);
   }
   const size_t count = items.size();
-  Impl* impl = impl_.get();
+  Impl* impl = this;
   std::vector<CheckReply> replies = impl->call<std::vector<CheckReply>>(
       request, deadline, [impl, count](const pb::Response* response, const std::string& error) {
         return impl->check_replies(response, error, count);

@@ -10,6 +10,7 @@ const char* deny_reason_name(DenyReason reason) {
     case DenyReason::kCostExceedsBurst: return "cost exceeds burst";
     case DenyReason::kInvalidCost: return "invalid cost (negative)";
     case DenyReason::kKeyTooLong: return "key too long";
+    case DenyReason::kOtherCheckDenied: return "another check of the request was denied";
   }
   return "unknown";
 }

@@ -6,7 +6,9 @@
 #include <memory>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "tollgate/rules.h"
@@ -72,6 +74,77 @@ class KeyTable::Impl {
       }
     }
     return d;
+  }
+
+  // See KeyTable::allow_all.
+  bool allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now) {
+    // Phase 1: every check against a copy of its bucket, as though the request's earlier checks
+    // had been charged (the same key twice adds up). Nothing changes in the table.
+    probes_.clear();
+    probe_index_.clear();
+    bool all = true;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const CheckItem& c = items[i];
+      Probe* p = find_probe(c.key);
+      if (p == nullptr) {
+        Probe q;
+        q.key = c.key;
+        if (const uint32_t slot = find(c.key); slot != kNil) {
+          q.limit = limit_of(slots_[slot].rule);
+          q.bucket = slots_[slot].bucket;
+        } else if (c.key.size() > options_.max_key_bytes) {
+          ++stats_.rejected_keys;
+          out[i] = Decision{};
+          out[i].reason = DenyReason::kKeyTooLong;
+          out[i].retry_after_ns = kRetryNever;
+          all = false;
+          continue;
+        } else if (const uint32_t rule = rules_->match(c.key); rule == RuleSet::kUnlimited) {
+          out[i] = Decision{true, INT64_MAX, 0, DenyReason::kNone, false, {}};
+          continue;
+        } else {
+          // What insert() would make of it: a full bucket, or its remembered balance.
+          q.limit = limit_of(rule);
+          q.bucket = TokenBucket(q.limit, now);
+          if (Remembered* r = remembered_.find(hash_key(c.key))) {
+            q.bucket = r->bucket;
+            q.bucket.balance_microtokens(r->limit, now);
+            if (!(r->limit == q.limit)) q.bucket.clamp_to(q.limit);
+          }
+        }
+        q.before = q.bucket;
+        p = add_probe(q);
+      }
+      out[i] = p->bucket.try_acquire(p->limit, c.cost, now);
+      out[i].limit = p->limit;
+      all = all && out[i].allowed;
+    }
+    if (all) {
+      // Phase 2: charge for real. Each decision is the one phase 1 made (same state, same time;
+      // an eviction in between remembers a balance, or forgets one that was barely spent).
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (out[i].limited) out[i] = allow(items[i].key, items[i].cost, now);
+      }
+      return true;
+    }
+    // Nothing is charged. The checks that would have passed say why they did not, and when the
+    // whole request could: when its slowest denied check could.
+    int64_t retry = 0;
+    for (const Decision& d : out.first(items.size())) {
+      if (!d.allowed) retry = std::max(retry, d.retry_after_ns);
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      Decision& d = out[i];
+      if (const Probe* p = find_probe(items[i].key)) {
+        TokenBucket untouched = p->before;
+        d.remaining = untouched.try_acquire(p->limit, 0, now).remaining;
+      }
+      if (!d.allowed || !d.limited) continue;
+      d.allowed = false;
+      d.reason = DenyReason::kOtherCheckDenied;
+      d.retry_after_ns = retry;
+    }
+    return false;
   }
 
   bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now) {
@@ -509,6 +582,35 @@ class KeyTable::Impl {
   size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
   std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
   RememberedMap remembered_;                                      // by key hash
+  // allow_all's scratch: a request's distinct limited keys, with their buckets as phase 1 sees
+  // them; looked up linearly for small requests, by an index for large ones.
+  struct Probe {
+    std::string_view key;
+    TokenBucket bucket, before;
+    Limit limit;
+  };
+  static constexpr size_t kLinearProbes = 16;
+  Probe* find_probe(std::string_view key) {
+    if (probes_.size() <= kLinearProbes) {
+      for (Probe& p : probes_) {
+        if (p.key == key) return &p;
+      }
+      return nullptr;
+    }
+    auto it = probe_index_.find(key);
+    return it == probe_index_.end() ? nullptr : &probes_[it->second];
+  }
+  Probe* add_probe(const Probe& p) {
+    probes_.push_back(p);
+    if (probes_.size() == kLinearProbes + 1) {
+      for (size_t i = 0; i < probes_.size(); ++i) probe_index_.emplace(probes_[i].key, i);
+    } else if (probes_.size() > kLinearProbes + 1) {
+      probe_index_.emplace(p.key, probes_.size() - 1);
+    }
+    return &probes_.back();
+  }
+  std::vector<Probe> probes_;
+  std::unordered_map<std::string_view, size_t> probe_index_;
   // (hash, generation), oldest first: balances with more than half the burst left, and the rest.
   std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
   uint64_t remembered_generation_ = 0;
@@ -522,6 +624,9 @@ KeyTable::KeyTable(KeyTable&&) noexcept = default;
 KeyTable& KeyTable::operator=(KeyTable&&) noexcept = default;
 
 Decision KeyTable::allow(std::string_view key, int64_t cost, MonoNanos now_ns) { return impl_->allow(key, cost, now_ns); }
+bool KeyTable::allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns) {
+  return impl_->allow_all(items, out, now_ns);
+}
 bool KeyTable::charge_remote(std::string_view key, int64_t tokens, MonoNanos now_ns) {
   return impl_->charge_remote(key, tokens, now_ns);
 }

@@ -45,6 +45,17 @@ Decision Node::check(std::string_view key, int64_t cost, MonoNanos now) {
   return d;
 }
 
+bool Node::check_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now) {
+  const bool all = table_.allow_all(items, out, now);
+  stats_.checks += items.size();
+  (all ? stats_.allowed : stats_.denied) += items.size();
+  if (options_.early_seal_keys > 0 && table_.pending_keys() >= options_.early_seal_keys) {
+    seal(now, options_.early_seal_keys);
+    ++stats_.early_seals;
+  }
+  return all;
+}
+
 void Node::seal(MonoNanos now, size_t max_keys) {
   pending_.clear();
   table_.take_pending(pending_, max_keys);

@@ -254,6 +254,10 @@ void Daemon::check(std::span<const CheckItem> items, std::span<Decision> out) {
   for (size_t i = 0; i < items.size(); ++i) out[i] = node_->check(items[i].key, items[i].cost, now);
 }
 
+bool Daemon::check_all(std::span<const CheckItem> items, std::span<Decision> out) {
+  return node_->check_all(items, out, clock_.now_ns());
+}
+
 std::vector<MemberInfo> Daemon::members() { return node_->membership().view(clock_.now_ns()); }
 
 StatsList Daemon::stats() {

@@ -41,6 +41,7 @@ class Daemon final : public RequestHandler {
 
   // RequestHandler, called on the io thread.
   void check(std::span<const CheckItem> items, std::span<Decision> out) override;
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override;
   std::vector<MemberInfo> members() override;
   StatsList stats() override;
   std::string set_faults(const FaultSettings& faults) override;

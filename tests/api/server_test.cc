@@ -106,6 +106,31 @@ TEST_F(ApiServerTest, AnswersABatchOfChecksInOrder) {
   EXPECT_EQ(server_.counters().checks, 4u);
 }
 
+// CheckBatch.all_or_nothing goes to the handler's check_all, in one call (never in slices), and
+// is refused past 64 checks.
+TEST_F(ApiServerTest, AnAllOrNothingBatchIsDecidedTogether) {
+  auto c = connect();
+  pb::Request request = check_request(7, {{"k", 1}, {"k", 9}});
+  request.mutable_check()->set_all_or_nothing(true);
+  ASSERT_TRUE(c->send_request(request));
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  ASSERT_EQ(r.check().results_size(), 2);
+  EXPECT_FALSE(r.check().results(0).allowed());
+  EXPECT_EQ(r.check().results(0).reason_code(), pb::DENY_REASON_OTHER_CHECK_DENIED);
+  EXPECT_EQ(r.check().results(0).reason(), "another check of the request was denied");
+  EXPECT_EQ(r.check().results(1).reason_code(), pb::DENY_REASON_COST_EXCEEDS_BURST);
+
+  std::vector<std::pair<std::string, int64_t>> many(65, {"k", 1});
+  pb::Request big = check_request(8, many);
+  big.mutable_check()->set_all_or_nothing(true);
+  ASSERT_TRUE(c->send_request(big));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.error().code(), pb::Error::BATCH_TOO_LARGE);
+  EXPECT_EQ(r.id(), 8u);
+  expect_served(*c, 9);  // the connection stays open
+}
+
 TEST_F(ApiServerTest, RequestLevelErrorsAreAnsweredAndTheConnectionStaysOpen) {
   ApiServerOptions options;
   options.max_checks_per_batch = 3;

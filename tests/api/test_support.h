@@ -70,6 +70,20 @@ class FakeHandler : public RequestHandler {
   void check(std::span<const CheckItem> items, std::span<Decision> out) override {
     for (size_t i = 0; i < items.size(); ++i) out[i] = check_one(items[i].key, items[i].cost);
   }
+  // Each check as check_one decides it; if any is denied, the others say kOtherCheckDenied.
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
+    check(items, out);
+    bool all = true;
+    for (size_t i = 0; i < items.size(); ++i) all = all && out[i].allowed;
+    if (all) return true;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (out[i].allowed && out[i].limited) {
+        out[i].allowed = false;
+        out[i].reason = DenyReason::kOtherCheckDenied;
+      }
+    }
+    return false;
+  }
 
   Decision check_one(std::string_view key, int64_t cost) {
     std::function<Decision(std::string_view, int64_t)> hook;

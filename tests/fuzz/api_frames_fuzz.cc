@@ -48,6 +48,10 @@ class TableHandler : public tollgate::RequestHandler {
       out[i] = table_.allow(items[i].key, items[i].cost, now_);
     }
   }
+  bool check_all(std::span<const tollgate::CheckItem> items, std::span<tollgate::Decision> out) override {
+    now_ += 1'000'000;
+    return table_.allow_all(items, out, now_);
+  }
   std::vector<tollgate::MemberInfo> members() override { return {}; }
   tollgate::StatsList stats() override { return {}; }
   std::string set_faults(const tollgate::FaultSettings&) override { return {}; }
@@ -97,7 +101,8 @@ bool expect(std::string_view payload, std::vector<Answer>& answers) {
     const auto& checks = request.check().checks();
     if (checks.empty()) {
       a.error = pb::Error::EMPTY_REQUEST;
-    } else if (static_cast<size_t>(checks.size()) > kMaxChecksPerBatch) {
+    } else if (static_cast<size_t>(checks.size()) > kMaxChecksPerBatch ||
+               (request.check().all_or_nothing() && static_cast<size_t>(checks.size()) > api::kMaxAllOrNothingChecks)) {
       a.error = pb::Error::BATCH_TOO_LARGE;
     } else {
       a.results = static_cast<size_t>(checks.size());

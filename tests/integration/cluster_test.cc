@@ -583,8 +583,15 @@ TEST(ClusterSecurity, IdleClientConnectionsCannotLockOutANewClient) {
     reply = newcomer.check("k", 1);
     return reply.from_daemon();
   })) << reply.error;
-  EXPECT_GE(c.stat(0, "api.connections_evicted"), 1) << c.stats_text(0);
-  EXPECT_LE(c.stat(0, "api.connections_open"), 64) << c.stats_text(0);
+  // The test's own stats connection is one uid's idle connection like the hoard's, so it may
+  // be the one that made room (it reconnects at once): read through a retry.
+  int64_t evicted = -1, open = -1;
+  EXPECT_TRUE(eventually([&] {
+    evicted = c.stat(0, "api.connections_evicted");
+    open = c.stat(0, "api.connections_open");
+    return evicted >= 1 && open >= 0;
+  })) << evicted;
+  EXPECT_LE(open, 64);
   for (int fd : hoard) ::close(fd);
 }
 
@@ -707,6 +714,30 @@ TEST(ClusterSecurity, AForgedReplyAddressDrawsNothingAndAStaleRequestIsDropped) 
   ASSERT_TRUE(eventually([&] { return c.stat(0, "transport_dropped_stale") >= 10; })) << c.stats_text(0);
   EXPECT_EQ(attacker.pending_bytes(), 0u);
   EXPECT_EQ(victim.pending_bytes(), 0u);
+}
+
+// The lesson of the systems we replace: a request over several limits must not charge the
+// limits that allowed it when another denies it. Through the client library, on real daemons:
+// a denied all-or-nothing request charges nothing anywhere; an allowed one charges every limit,
+// cluster-wide.
+TEST(ClusterAllOrNothing, ADeniedRequestChargesNoLimitAndAnAllowedOneChargesEveryLimit) {
+  Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules);
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
+  ASSERT_TRUE(c.client(0).check("kb", 999).allowed);  // kb has 1 left
+  const CheckItem over[] = {{"ka", 10}, {"kb", 5}};
+  const std::vector<CheckReply> denied = c.client(0).check_all(over);
+  ASSERT_EQ(denied.size(), 2u);
+  ASSERT_TRUE(denied[0].from_daemon()) << denied[0].error;
+  EXPECT_FALSE(denied[0].allowed);
+  EXPECT_EQ(denied[0].reason, DenyReason::kOtherCheckDenied);
+  EXPECT_EQ(denied[1].reason, DenyReason::kInsufficientTokens);
+  const CheckItem fits[] = {{"ka", 10}, {"kb", 1}};
+  const std::vector<CheckReply> allowed = c.client(0).check_all(fits);
+  EXPECT_TRUE(allowed[0].allowed && allowed[1].allowed);
+  for (size_t n = 0; n < 2; ++n) {
+    EXPECT_TRUE(eventually([&] { return c.remaining(n, "ka") == 990 && c.remaining(n, "kb") == 0; }))
+        << "node " << n << ": ka " << c.remaining(n, "ka") << ", kb " << c.remaining(n, "kb");
+  }
 }
 
 // SIGHUP re-reads the rules: a broken file leaves the old limits in force, a valid edit applies.
