@@ -324,17 +324,28 @@ bool Node::first_time_asked(const GossipMessage& m, DigestsAnswered& answered) {
   return true;
 }
 
+namespace {
+// True if `address` ("host:port") names its host by IP ("10.0.0.2:7946", "[::1]:7946"), not by a
+// name a resolver would have to turn into one.
+bool ip_literal(std::string_view address) {
+  if (address.empty()) return false;
+  if (address.front() == '[') return true;
+  const std::string_view host = address.substr(0, address.rfind(':'));
+  return !host.empty() && host.find_first_not_of("0123456789.") == std::string_view::npos;
+}
+}  // namespace
+
 bool Node::from_senders_address(const GossipMessage& m) const {
   if (m.received_from.empty()) return true;  // the transport cannot tell (TCP) or a simulation
-  // Static membership: where the peers file says the sender lives. Heartbeat: where the sender
-  // says it listens, which is where it sends from (UDP replies come from the bound socket); so
-  // a message replayed or forged from another host, or naming a third party as the address to
-  // answer, is dropped.
-  if (membership_.kind() == MembershipKind::kStatic) {
-    const MemberInfo* v = membership_.find(m.sender);
-    return v == nullptr || v->address == m.received_from;
-  }
-  return m.sender_address == m.received_from;
+  // The transport marks a message with its sender_address when it came from there (UDP replies
+  // come from the bound socket), so a message replayed or forged from another host, or naming a
+  // third party as the address to answer, is dropped. Static membership also holds the sender to
+  // the address the peers file lists (compared as written when that is an IP; a listed host name
+  // is the sender's to resolve).
+  if (m.received_from != m.sender_address) return false;
+  if (membership_.kind() != MembershipKind::kStatic) return true;
+  const MemberInfo* v = membership_.find(m.sender);
+  return v == nullptr || v->address == m.sender_address || !ip_literal(v->address);
 }
 
 void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {

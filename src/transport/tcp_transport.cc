@@ -22,8 +22,11 @@ using boost::asio::ip::tcp;
 class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
  public:
   Outbound(TcpTransport& t, std::string address)
-      : t_(t), address_(std::move(address)), socket_(t.io_), timer_(t.io_), resolver_(t.io_),
+      : t_(t), alive_(t.alive_), address_(std::move(address)), socket_(t.io_), timer_(t.io_), resolver_(t.io_),
         backoff_ms_(t.options_.backoff_initial_ms) {}
+
+  // False once the transport is stopped or gone: handlers check this before touching t_.
+  bool live() const { return *alive_; }
 
   void enqueue(const std::shared_ptr<const std::vector<std::string>>& frames) {
     for (size_t i = 0; i < frames->size(); ++i) {
@@ -32,7 +35,7 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
         ++t_.stats_.send_dropped;
         continue;
       }
-      queue_.push_back({frames, i});
+      queue_.push_back({frames, i, std::chrono::steady_clock::now()});
       queued_bytes_ += size;
     }
     if (state_ == State::kIdle) connect();
@@ -51,6 +54,7 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
   struct Frame {
     std::shared_ptr<const std::vector<std::string>> frames;
     size_t index;
+    std::chrono::steady_clock::time_point queued_at;
     const std::string& bytes() const { return (*frames)[index]; }
   };
 
@@ -64,14 +68,14 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
     }
     resolver_.async_resolve(host, std::to_string(port),
                             [self = shared_from_this()](const boost::system::error_code& ec, tcp::resolver::results_type r) {
-                              if (self->t_.stopped_) return;
+                              if (!self->live()) return;
                               if (ec) {
                                 ++self->t_.stats_.unresolved;
                                 return self->retry_later();
                               }
                               boost::asio::async_connect(self->socket_, r,
                                                          [self](const boost::system::error_code& cec, const tcp::endpoint&) {
-                                                           if (self->t_.stopped_) return;
+                                                           if (!self->live()) return;
                                                            if (cec) return self->retry_later();
                                                            boost::system::error_code ignored;
                                                            self->socket_.set_option(tcp::no_delay(true), ignored);
@@ -93,12 +97,20 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
     backoff_ms_ = std::min(backoff_ms_ * 2, t_.options_.backoff_max_ms);
     timer_.expires_after(std::chrono::milliseconds(delay));
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& tec) {
-      if (tec || self->t_.stopped_) return;
+      if (tec || !self->live()) return;
       self->connect();
     });
   }
 
   void write() {
+    // Frames queued through an outage would arrive stale (the receiver drops them): drop them
+    // here, counted, once older than half --max-message-age.
+    const auto too_old = std::chrono::steady_clock::now() - t_.stale_after();
+    while (!queue_.empty() && queue_.front().queued_at < too_old) {
+      ++t_.stats_.send_dropped;
+      queued_bytes_ -= queue_.front().bytes().size();
+      queue_.pop_front();
+    }
     if (queue_.empty()) {
       writing_ = false;
       return;
@@ -107,7 +119,7 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
     const Frame& f = queue_.front();
     boost::asio::async_write(socket_, boost::asio::buffer(f.bytes()),
                              [self = shared_from_this()](const boost::system::error_code& ec, size_t bytes) {
-                               if (self->t_.stopped_) return;
+                               if (!self->live()) return;
                                if (ec) {
                                  ++self->t_.stats_.send_errors;
                                  return self->retry_later();  // the frame stays queued and goes again
@@ -121,6 +133,7 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
   }
 
   TcpTransport& t_;
+  std::shared_ptr<bool> alive_;
   std::string address_;
   tcp::socket socket_;
   boost::asio::steady_timer timer_;
@@ -141,6 +154,7 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
 
   Inbound(TcpTransport& t, tcp::socket socket, std::string ip, std::string peer)
       : t_(t),
+        alive_(t.alive_),
         socket_(std::move(socket)),
         reader_(gossip_frame_reader(t.options_.send_frame_bytes)),
         ip_(std::move(ip)),
@@ -151,7 +165,7 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
   void read() {
     socket_.async_read_some(boost::asio::buffer(buffer_), [self = shared_from_this()](const boost::system::error_code& ec,
                                                                                       size_t n) {
-      if (self->t_.stopped_ || self->closed_) return;
+      if (!*self->alive_ || self->closed_) return;
       if (ec) return self->close();
       self->on_bytes(n);
     });
@@ -161,11 +175,15 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
     t_.stats_.bytes_received += n;
     last_read_ = Clock::now();
     // Charged as the bytes arrive, not per whole frame: a stalled half frame has paid for itself.
-    if (!t_.admit_source(proven_ ? peer_ : ip_, proven_ ? SourceKind::kMember : SourceKind::kOther, n, t_.dropped_)) {
+    // A proven connection's budget is its sender's (authenticated, and at most two connections
+    // per sender), so replays on new ports cannot fill the members' table.
+    if (!t_.admit_source(proven_ ? "sender " + sender_ : ip_, proven_ ? SourceKind::kMember : SourceKind::kOther, n,
+                         t_.dropped_)) {
       return close();
     }
     reader_.append(std::string_view(buffer_, n));
     std::string_view frame;
+    bool completed = false;
     for (;;) {
       const FrameReader::Status s = reader_.next(&frame);
       if (s == FrameReader::Status::kNeedMore) break;
@@ -174,16 +192,26 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
         t_.report_offense(peer_, "gossip frame over the size limit; connection closed");
         return close();
       }
+      completed = true;
       NodeId sender;
-      if (t_.deliver(frame, peer_, &sender)) {
+      const Delivery d = t_.deliver(frame, peer_, &sender);
+      if (d == Delivery::kDelivered) {
         if (!proven_) t_.proven(this, std::move(sender));
-      } else if (!proven_) {
-        t_.report_offense(peer_, "first gossip frame not authentic and fresh; connection closed");
+      } else if (d == Delivery::kNotAuthentic && !proven_) {
+        t_.report_offense(peer_, "first gossip frame not authentic; connection closed");
         return close();
       }
-      if (closed_) return;  // the receiver stopped the transport
+      // A stale frame (counted) proves nothing, and closes nothing: a member's queue may hold
+      // old frames after an outage; auth_timeout still bounds a stranger that sends only those.
+      if (closed_ || !*alive_) return;  // closed, or the receiver stopped the transport
     }
-    partial_since_ = reader_.buffered() == 0 ? std::nullopt : std::optional(partial_since_.value_or(last_read_));
+    // The frame timeout counts from the first byte of the frame now incomplete: the start of this
+    // read if a frame completed in it, else when the pending frame began.
+    if (reader_.buffered() == 0) {
+      partial_since_.reset();
+    } else if (completed || !partial_since_) {
+      partial_since_ = last_read_;
+    }
     read();
   }
 
@@ -215,6 +243,7 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
 
  private:
   TcpTransport& t_;
+  std::shared_ptr<bool> alive_;  // false once the transport is stopped or gone
   tcp::socket socket_;
   FrameReader reader_;
   std::string ip_;    // the budget and the caps of a stranger are its IP's
@@ -258,6 +287,7 @@ uint16_t TcpTransport::port() const {
 void TcpTransport::stop() {
   if (stopped_) return;
   stopped_ = true;
+  *alive_ = false;
   sweep_timer_.cancel();
   boost::system::error_code ec;
   acceptor_.close(ec);
@@ -268,8 +298,8 @@ void TcpTransport::stop() {
 }
 
 void TcpTransport::accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
-    if (stopped_ || ec == boost::asio::error::operation_aborted) return;
+  acceptor_.async_accept([this, alive = alive_](const boost::system::error_code& ec, tcp::socket socket) {
+    if (!*alive || ec == boost::asio::error::operation_aborted) return;
     if (!ec) {
       boost::system::error_code rec;
       const tcp::endpoint remote = socket.remote_endpoint(rec);
@@ -353,8 +383,8 @@ void TcpTransport::schedule_sweep() {
   const auto shortest = std::min({options_.auth_timeout, options_.frame_timeout, options_.idle_timeout});
   sweep_timer_.expires_after(std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
                                                                    std::chrono::milliseconds(1000)));
-  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || stopped_) return;
+  sweep_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (ec || !*alive) return;
     sweep();
     schedule_sweep();
   });
@@ -379,20 +409,20 @@ void TcpTransport::sweep() {
   for (auto& in : expired) in->close();
 }
 
-bool TcpTransport::deliver(std::string_view frame, const std::string& from, NodeId* sender) {
+TcpTransport::Delivery TcpTransport::deliver(std::string_view frame, const std::string& from, NodeId* sender) {
   DecodeResult r = decode(frame, keys_);
   if (!r.message) {
     ++dropped_[decode_error_name(r.error)];
     report_offense(from, std::string("gossip frame dropped: ") + decode_error_name(r.error));
-    return false;
+    return Delivery::kNotAuthentic;
   }
-  if (!fresh(*r.message, from, dropped_)) return false;  // a stale frame proves nothing
+  if (!fresh(*r.message, from, dropped_)) return Delivery::kStale;
   ++stats_.messages_received;
   *sender = r.message->sender;
   r.message->digest_from = r.digest_range.from;
   r.message->digest_until = r.digest_range.until;
   if (receiver_) receiver_(std::move(*r.message));
-  return true;
+  return Delivery::kDelivered;
 }
 
 std::shared_ptr<const std::vector<std::string>> TcpTransport::encoded(const GossipMessagePtr& message) {

@@ -84,8 +84,9 @@ class TcpTransport final : public Transport {
   // proven connections per sender (the oldest goes).
   void proven(Inbound* in, NodeId sender);
   static constexpr size_t kMaxConnectionsPerSender = 2;
-  // Decodes and delivers one frame; false if it is not authentic, or stale.
-  bool deliver(std::string_view frame, const std::string& from, NodeId* sender);
+  enum class Delivery : uint8_t { kDelivered, kNotAuthentic, kStale };
+  // Decodes and delivers one frame (its sender in *sender), unless it is not authentic or stale.
+  Delivery deliver(std::string_view frame, const std::string& from, NodeId* sender);
   std::shared_ptr<const std::vector<std::string>> encoded(const GossipMessagePtr& message);
 
   boost::asio::io_context& io_;
@@ -104,6 +105,9 @@ class TcpTransport final : public Transport {
   TransportStats stats_;
   std::map<std::string, uint64_t> dropped_;
   bool stopped_ = false;
+  // Shared with every handler (connections, accept, timers): false once stopped, so a handler
+  // that runs after the transport is gone (its io_context still running) touches nothing.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace tollgate

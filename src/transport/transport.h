@@ -57,6 +57,12 @@ class Transport : public Outbox {
   // "Replay"). 0 turns the check off.
   void set_max_message_age(std::chrono::seconds age) { max_message_age_s_ = uint64_t(std::max<int64_t>(age.count(), 0)); }
 
+  // Queued messages older than this are not worth sending (half the age at which they are stale).
+  std::chrono::steady_clock::duration stale_after() const {
+    return max_message_age_s_ == 0 ? std::chrono::steady_clock::duration::max() / 2
+                                   : std::chrono::seconds(max_message_age_s_) / 2;
+  }
+
   // The wall clock, in seconds since the Unix epoch: what messages are stamped with.
   static uint64_t wall_now_s() {
     return uint64_t(

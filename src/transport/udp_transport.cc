@@ -65,7 +65,7 @@ bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) 
   const auto ip = boost::asio::ip::make_address(host, ec);
   if (!ec) {
     *out = endpoints_[address] = udp::endpoint(ip, port);
-    member_sources_.emplace(source_key(*out), address);
+    member_sources_.insert(source_key(*out));
     return true;
   }
   // A host name: resolve in the background (never on the node's path), drop until then.
@@ -79,7 +79,7 @@ bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) 
                               resolving_[address] = false;
                               if (!rec && !results.empty()) {
                                 endpoints_[address] = results.begin()->endpoint();
-                                member_sources_.emplace(source_key(results.begin()->endpoint()), address);
+                                member_sources_.insert(source_key(results.begin()->endpoint()));
                               }
                             });
   }
@@ -151,9 +151,8 @@ void UdpTransport::receive() {
 }
 
 std::string UdpTransport::received_from(const udp::endpoint& source, const std::string& key, const GossipMessage& m) const {
-  // An address we gossip to, as written (a peers file may name a host).
-  if (auto it = member_sources_.find(key); it != member_sources_.end()) return it->second;
-  // The address the sender gives for itself, if that is where the datagram came from.
+  // The address the sender gives for itself, as it wrote it, when the datagram came from there
+  // (compared as endpoints: "10.0.0.2:7946" and a peers file's host name are the same place).
   std::string host, why;
   uint16_t port = 0;
   if (split_host_port(m.sender_address, &host, &port, &why)) {
@@ -161,7 +160,7 @@ std::string UdpTransport::received_from(const udp::endpoint& source, const std::
     const auto ip = boost::asio::ip::make_address(host, ec);
     if (!ec && udp::endpoint(ip, port) == source) return m.sender_address;
   }
-  return key;
+  return key;  // somewhere else: "ip:port"
 }
 
 TransportStats UdpTransport::stats() const {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codec/cluster_key.h"
 #include "transport.h"
@@ -48,11 +49,11 @@ class UdpTransport final : public Transport {
   boost::asio::ip::udp::endpoint from_;
   std::unordered_map<std::string, boost::asio::ip::udp::endpoint> endpoints_;  // resolved addresses
   std::unordered_map<std::string, bool> resolving_;
-  // "ip:port" of every address gossiped to -> that address as written: a datagram from one of
-  // these is a member's, with a budget of its own (SourceLimiter; any other source's budget is
-  // its IP's), and is marked as received from that address (GossipMessage::received_from).
-  std::unordered_map<std::string, std::string> member_sources_;
-  // What GossipMessage::received_from says for a datagram from `source` carrying `m`.
+  // "ip:port" of every address gossiped to: a datagram from one of these is a member's, with a
+  // budget of its own (SourceLimiter); any other source's budget is its IP's.
+  std::unordered_set<std::string> member_sources_;
+  // What GossipMessage::received_from says for a datagram from `source` carrying `m`: its
+  // sender_address when it came from there, else the source's "ip:port".
   std::string received_from(const boost::asio::ip::udp::endpoint& source, const std::string& key,
                             const GossipMessage& m) const;
   // The node sends one message to several peers in a row: encode it once.

@@ -285,5 +285,27 @@ TEST(SpoofedGossip, AMessageFromAnotherAddressThanItsSendersIsDropped) {
   EXPECT_EQ(h.charged_at_b("k1"), 30);
 }
 
+// Static membership: a peers file that lists a sender by IP holds it to that IP; one that lists
+// it by host name accepts it from the address it gives, when the datagram came from there.
+TEST(SpoofedGossip, StaticMembersAreHeldToTheirListedIpOrTrustedForAListedName) {
+  Harness h;
+  h.b->set_peers({{"a", "10.0.0.1:7946"}, {"b", "b:1"}, {"n", "node-n.example:7946"}}, h.now);
+  auto from = [&](const std::string& sender, const std::string& address) {
+    GossipMessage m;
+    m.sender = sender;
+    m.sender_incarnation = 1;
+    m.sender_address = address;
+    m.received_from = address;  // it did come from the address it gives
+    m.message_seq = 1;
+    return m;
+  };
+  const uint64_t dropped = h.b->stats().dropped_wrong_source;
+  h.b->receive(from("a", "10.0.0.1:7946"), h.now);
+  h.b->receive(from("n", "10.0.0.7:7946"), h.now);
+  EXPECT_EQ(h.b->stats().dropped_wrong_source, dropped);
+  h.b->receive(from("a", "10.0.0.66:7946"), h.now);  // not where the peers file says a lives
+  EXPECT_EQ(h.b->stats().dropped_wrong_source, dropped + 1);
+}
+
 }  // namespace
 }  // namespace tollgate
