@@ -180,31 +180,43 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   bool make_room(const PeerIdentity& newcomer) {
     const auto own = per_client_.find(newcomer.group);
     const size_t own_count = own == per_client_.end() ? 0 : own->second;
-    const std::string* victim_group = nullptr;
+    std::vector<const std::string*> groups;  // whose idle connections may make room, in order
     if (own_count >= options_.max_connections_per_client) {
-      victim_group = &newcomer.group;
+      groups.push_back(&newcomer.group);
     } else if (connections_.size() >= options_.max_connections) {
-      auto largest = std::max_element(per_client_.begin(), per_client_.end(),
-                                      [](const auto& a, const auto& b) { return a.second < b.second; });
-      if (largest == per_client_.end()) return false;
-      // A newcomer never displaces a client that holds no more than it does itself.
-      victim_group = own_count >= largest->second ? &newcomer.group : &largest->first;
+      // Clients holding more than the newcomer, most first (a newcomer never displaces a client
+      // that holds no more than it does), then the newcomer's own.
+      std::vector<std::pair<size_t, const std::string*>> larger;
+      for (const auto& [group, count] : per_client_) {
+        if (count > own_count) larger.emplace_back(count, &group);
+      }
+      std::sort(larger.begin(), larger.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (const auto& [count, group] : larger) groups.push_back(group);
+      if (own_count > 0) groups.push_back(&newcomer.group);
     } else {
       return true;
     }
-    // The least recently active idle connection of that client (a scan: this happens only at
-    // a limit, and the limit bounds it).
+    for (const std::string* group : groups) {
+      if (Connection* victim = least_recently_active_idle(*group)) {
+        ++counters_.connections_evicted;
+        const std::shared_ptr<Connection> keep = connections_.at(victim).connection;
+        keep->close();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The connection of `group` idle for at least evict_idle_after that was active least recently;
+  // null if none. A scan: this happens only at a limit, and the limit bounds it.
+  Connection* least_recently_active_idle(const std::string& group) const {
     const auto latest = std::chrono::steady_clock::now() - options_.evict_idle_after;
     Connection* victim = nullptr;
     for (const auto& [raw, entry] : connections_) {
-      if (entry.group != *victim_group || !raw->idle() || raw->last_active() > latest) continue;
+      if (entry.group != group || !raw->idle() || raw->last_active() > latest) continue;
       if (!victim || raw->last_active() < victim->last_active()) victim = raw;
     }
-    if (!victim) return false;
-    ++counters_.connections_evicted;
-    const std::shared_ptr<Connection> keep = connections_.at(victim).connection;
-    keep->close();
-    return true;
+    return victim;
   }
 
   void schedule_sweep() {

@@ -45,7 +45,8 @@ struct ApiServerOptions {
   // file descriptors, and at most max_connections_per_client of them from one client (one uid
   // on a Unix socket, from SO_PEERCRED; one address over TCP). A newcomer over either limit
   // takes the place of the least recently active idle connection (nothing read but unanswered,
-  // nothing unwritten) of the client holding the most (over the per-client limit: its own),
+  // nothing unwritten) of the clients holding more than the newcomer, most first, then of its
+  // own (over the per-client limit: only its own),
   // provided it has been idle for evict_idle_after; otherwise the newcomer is closed at once.
   // So a client that hoards idle connections cannot lock others out, and one that keeps all of
   // its connections busy can hold only its share.

@@ -125,7 +125,7 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                "back end only. Off by default, so no client of the API can cut this node off");
   app.add_option("--api-max-connections", o->api_max_connections,
                  "Client API connections open at once; at the limit a newcomer takes the place of the least "
-                 "recently active idle connection of the client holding the most, or is refused")
+                 "recently active idle connection of a client holding more (most first), or is refused")
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--api-max-connections-per-client", o->api_max_connections_per_client,
                  "Client API connections one client may hold (one uid on a Unix socket, one address over TCP); "
