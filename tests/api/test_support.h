@@ -32,11 +32,15 @@
 #include "api/api_server.h"
 #include "api/request_handler.h"
 #include "api/framing.h"
+#include "net_test_util.h"
 #include "tollgate/v1/api.pb.h"
 
 namespace tollgate::api::testing {
 
 namespace pb = ::tollgate::v1::api;
+using ::tollgate::testing::run_on;
+using ::tollgate::testing::tcp_connect_from;
+using ::tollgate::testing::wait_until;
 
 // A fresh directory under /tmp, removed with everything in it on destruction. Short, so that
 // socket paths stay under the 108-byte limit.
@@ -183,11 +187,9 @@ class ServerHarness {
 
   template <typename F>
   auto on_io(F f) -> decltype(f()) {
-    std::packaged_task<decltype(f())()> task(std::move(f));
-    auto result = task.get_future();
-    boost::asio::post(io_, [&task] { task(); });
-    return result.get();
+    return run_on(io_, std::move(f));
   }
+
 
  private:
   RequestHandler& handler_;
@@ -220,20 +222,8 @@ class RawConnection {
   // A TCP connection to 127.0.0.1:`port` from `source_ip` (any 127.0.0.0/8 address), so a test
   // can play several clients that the server tells apart by address.
   static std::unique_ptr<RawConnection> connect_tcp(uint16_t port, const char* source_ip = "127.0.0.1") {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int fd = tcp_connect_from(source_ip, port);
     if (fd < 0) return nullptr;
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    ::inet_pton(AF_INET, source_ip, &from.sin_addr);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
-        ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-      ::close(fd);
-      return nullptr;
-    }
     return std::unique_ptr<RawConnection>(new RawConnection(fd));
   }
 
@@ -290,18 +280,6 @@ class RawConnection {
   }
   int fd_;
 };
-
-// Polls `done` (state the test can observe, e.g. a server counter) until it holds or `limit`
-// passes; true if it held.
-template <typename Predicate>
-bool wait_until(Predicate done, std::chrono::milliseconds limit = std::chrono::milliseconds(20'000)) {
-  const auto give_up = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 inline pb::Request check_request(uint64_t id, const std::vector<std::pair<std::string, int64_t>>& checks) {
   pb::Request request;

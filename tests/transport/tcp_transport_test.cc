@@ -23,23 +23,16 @@
 #include "codec/codec.h"
 #include "udp_transport.h"
 #include "util/big_endian.h"
+#include "net_test_util.h"
 
 namespace tollgate {
 namespace {
 
+using testing::wait_until;
+
 using namespace std::chrono_literals;
 
 ClusterKeys cluster_key() { return ClusterKeys({std::string(32, 'K')}); }
-
-template <typename Predicate>
-bool wait_until(Predicate done, std::chrono::milliseconds limit = 20'000ms) {
-  const auto give_up = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 uint64_t count(const TransportStats& s, const std::string& reason) {
   for (const auto& [name, n] : s.dropped) {
@@ -72,11 +65,9 @@ class Io {
   }
   template <typename F>
   auto on_io(F f) -> decltype(f()) {
-    std::packaged_task<decltype(f())()> task(std::move(f));
-    auto result = task.get_future();
-    boost::asio::post(io_, [&task] { task(); });
-    return result.get();
+    return testing::run_on(io_, std::move(f));
   }
+
   // A transport on 127.0.0.1 (port 0: the kernel picks) that counts what it receives.
   TcpTransport* listen(TcpTransportOptions options, uint16_t port = 0, ClusterKeys keys = cluster_key()) {
     return on_io([&] {
@@ -110,16 +101,8 @@ class Io {
 class Stranger {
  public:
   Stranger(uint16_t port, const char* source_ip = "127.0.0.1") {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    ::inet_pton(AF_INET, source_ip, &from.sin_addr);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
-                 ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+    fd_ = testing::tcp_connect_from(source_ip, port);
+    connected_ = fd_ >= 0;
     timeval tv{};
     tv.tv_sec = 20;  // a listener that wrongly keeps the connection fails the test, never hangs it
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
