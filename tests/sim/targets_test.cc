@@ -25,27 +25,48 @@ const PhaseStats& phase(const SimResult& r, const std::string& name) {
 }
 
 // Each half of the cluster enforces the full limit while split (open), or its share of it
-// (proportional); after the heal the halves pay back what they can within max_debt.
+// (proportional); after the heal the halves pay back what they can within max_debt, so the
+// healed phase admits a little less than the ideal bucket. Virtual time: the same figures every
+// run, so each phase is held to a band around what it measures (docs/results.md), from below too
+// (a policy that throttled to 0.3 would fail).
+// Measured (seed 1): open 1.005 / 1.998 / 0.892; proportional 1.003 / 1.096 / 0.911.
 TEST(Targets, PartitionHalves) {
   Scenario s = load_scenario_file(kScenarioDir + "/partition-halves.yaml");
   const SimResult open = run(s);
+  EXPECT_GE(phase(open, "steady").over_admission(), 0.98);
+  EXPECT_LE(phase(open, "steady").over_admission(), 1.03);
+  EXPECT_GE(phase(open, "partition").over_admission(), 1.9) << "each half should admit about the limit";
   EXPECT_LE(phase(open, "partition").over_admission(), 2.05);
-  EXPECT_GE(phase(open, "partition").over_admission(), 1.5) << "each half should admit about the limit";
+  EXPECT_GE(phase(open, "healed").over_admission(), 0.85) << "paying back the split's debt, not throttled";
   EXPECT_LE(phase(open, "healed").over_admission(), 1.05);
   EXPECT_GT(phase(open, "partition").offered, 5000u);
 
   s.node.partition_policy = PartitionPolicy::kProportional;
   const SimResult proportional = run(s);
+  EXPECT_GE(phase(proportional, "steady").over_admission(), 0.98);
+  EXPECT_LE(phase(proportional, "steady").over_admission(), 1.03);
+  EXPECT_GE(phase(proportional, "partition").over_admission(), 1.0) << "each half admits its share, not less";
   EXPECT_LE(phase(proportional, "partition").over_admission(), 1.15);
+  EXPECT_GE(phase(proportional, "healed").over_admission(), 0.85) << "refill back to the full rate after the heal";
   EXPECT_LE(phase(proportional, "healed").over_admission(), 1.05);
 }
 
+// 20% loss for 25 s: push-pull repairs what gossip loses, so both phases stay within a few
+// percent of the ideal bucket either way, batches converge within a few hundred ms at p99, and
+// all but a handful reach every node. Measured (seed 1): loss phase 0.998, under 0.019, p99
+// 209 ms; total 1.002; 1 batch never reached every node.
 TEST(Targets, Loss20Gossip) {
   const Scenario s = load_scenario_file(kScenarioDir + "/loss-20.yaml");
   ASSERT_EQ(s.node.mode, DisseminationMode::kGossip);
   const SimResult r = run(s);
-  EXPECT_LE(phase(r, "loss").over_admission(), 1.10);
-  EXPECT_LE(r.total.over_admission(), 1.10);
+  const PhaseStats& loss = phase(r, "loss");
+  EXPECT_GE(loss.over_admission(), 0.97);
+  EXPECT_LE(loss.over_admission(), 1.03);
+  EXPECT_LE(loss.under_admission(), 0.05);
+  EXPECT_LE(loss.convergence_ms(99), 500.0) << "repair did not happen in time";
+  EXPECT_GE(r.total.over_admission(), 0.98);
+  EXPECT_LE(r.total.over_admission(), 1.03);
+  EXPECT_LE(r.unconverged, 20u) << "batches lost for good: push-pull did not repair them";
   EXPECT_GT(r.total.offered, 10000u);
 }
 
