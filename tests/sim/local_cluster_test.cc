@@ -91,20 +91,35 @@ TEST_F(LocalClusterTest, APartitionedRunMeasuresThePartitionAndLeavesNothingBehi
   const PhaseStats& steady = phase(r, "steady");
   const PhaseStats& split = phase(r, "partition");
   // Most checks are decided (fail-opens are left out of the figures and counted apart).
+  // Measured on this 2-vCPU VM with a CI build running beside it (4 runs): steady 1.000-1.017,
+  // split 1.950-2.000, 0 of 781 checks failed open. The plain build is held to bands around that
+  // which a broken system would leave (the old ones, 0.85-1.3 and 1.4-2.4 with 10% failing open,
+  // did not). Daemons under a sanitizer run several times slower, so those builds keep the old
+  // bands: they are there to find memory and thread errors, the plain build to hold the figures.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr double kSteady[] = {0.85, 1.3}, kSplit[] = {1.4, 2.4};
+  constexpr uint64_t kFailOpenDivisor = 10;
+#else
+  constexpr double kSteady[] = {0.9, 1.12}, kSplit[] = {1.7, 2.2};
+  constexpr uint64_t kFailOpenDivisor = 20;
+#endif
   EXPECT_GT(r.total.offered, 600u) << progress.str();
-  EXPECT_LT(stats.failed_open_total, r.total.offered / 10) << stats.failed_open_example;
-  EXPECT_GT(steady.over_admission(), 0.85);
-  EXPECT_LT(steady.over_admission(), 1.3);
+  EXPECT_LT(stats.failed_open_total, r.total.offered / kFailOpenDivisor) << stats.failed_open_example;
+  EXPECT_GT(steady.over_admission(), kSteady[0]);
+  EXPECT_LT(steady.over_admission(), kSteady[1]);
   // Two sides, each enforcing alone: about 2x. 1.0 would mean the partition was not applied;
   // far above 2, that a side did not enforce at all (150 offered vs 20 allowed per second).
-  EXPECT_GT(split.over_admission(), 1.4) << "admitted " << split.admitted << ", oracle " << split.oracle_admitted;
-  EXPECT_LT(split.over_admission(), 2.4) << "admitted " << split.admitted << ", oracle " << split.oracle_admitted;
+  EXPECT_GT(split.over_admission(), kSplit[0]) << "admitted " << split.admitted << ", oracle " << split.oracle_admitted;
+  EXPECT_LT(split.over_admission(), kSplit[1]) << "admitted " << split.admitted << ", oracle " << split.oracle_admitted;
   // Cost was polled: three gossiping nodes send every round.
   EXPECT_GT(steady.msgs_per_node_s(), 5.0);
   EXPECT_GT(steady.bytes_per_node_s(), 100.0);
   EXPECT_NEAR(r.total.node_seconds, 15.0, 0.01);
   // Not measurable on real daemons, so not reported.
   EXPECT_EQ(r.total.convergence_ms(50), -1);
+  RecordProperty("steady_over", std::to_string(steady.over_admission()));
+  RecordProperty("split_over", std::to_string(split.over_admission()));
+  RecordProperty("failed_open", std::to_string(stats.failed_open_total) + " of " + std::to_string(r.total.offered));
 }
 
 TEST_F(LocalClusterTest, AnInterruptedRunStopsEveryDaemonAndRemovesItsDir) {
