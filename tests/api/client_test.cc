@@ -213,6 +213,24 @@ TEST_F(ClientTest, DaemonErrorsBecomeFallbackReplies) {
   EXPECT_TRUE(client.check("a").from_daemon());  // the connection is still good
 }
 
+// A daemon's error answer (here: a batch over its limit) is a fallback too: denied when the
+// client fails closed.
+TEST_F(ClientTest, FailClosedDeniesOnADaemonError) {
+  ApiServerOptions server_options;
+  server_options.max_checks_per_batch = 2;
+  ASSERT_EQ(server_.start_unix(path_, server_options), "");
+  ClientOptions options = options_for(path_);
+  options.fail_open = false;
+  Client client(options);
+  const std::vector<CheckItem> items = {{"a", 1}, {"b", 1}, {"c", 1}};
+  for (const CheckReply& r : client.check_batch(items)) {
+    EXPECT_FALSE(r.allowed);
+    EXPECT_EQ(r.source, ReplySource::kFailClosed);
+    EXPECT_NE(r.error.find("exceeds the limit of 2"), std::string::npos) << r.error;
+  }
+  EXPECT_TRUE(client.check("a").from_daemon());
+}
+
 TEST_F(ClientTest, ARequestTooLargeToSendFailsWithoutBeingSent) {
   ClientOptions options = options_for(path_);
   options.max_request_bytes = 100;
@@ -325,6 +343,32 @@ TEST(ClientWithoutDaemon, ADaemonThatNeverAnswersCostsOnlyTheDeadline) {
   auto future = done.get_future();
   ASSERT_EQ(future.wait_for(kPatient), std::future_status::ready);
   EXPECT_EQ(future.get().source, ReplySource::kFailOpen);
+}
+
+// Fail closed, tested where it matters: a daemon that is connected but silent (the deadline
+// ends the call) denies, for one check, a batch and an all-or-nothing batch, and says why.
+TEST(ClientWithoutDaemon, FailClosedDeniesWhenTheDeadlinePasses) {
+  TempDir dir;
+  const std::string path = dir.file("silent.sock");
+  SilentListener silent(path);
+  ClientOptions options;
+  options.endpoint = "unix:" + path;
+  options.deadline = 2ms;
+  options.fail_open = false;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(kPatient));
+  const CheckReply reply = client.check("k");
+  EXPECT_FALSE(reply.allowed);
+  EXPECT_EQ(reply.source, ReplySource::kFailClosed);
+  EXPECT_NE(reply.error.find("deadline"), std::string::npos) << reply.error;
+  const CheckItem items[] = {{"a", 1}, {"b", 1}};
+  for (const auto& replies : {client.check_batch(items), client.check_all(items)}) {
+    ASSERT_EQ(replies.size(), 2u);
+    for (const CheckReply& r : replies) {
+      EXPECT_FALSE(r.allowed);
+      EXPECT_EQ(r.source, ReplySource::kFailClosed);
+    }
+  }
 }
 
 TEST(ClientWithoutDaemon, DestroyingTheClientCompletesOutstandingAsyncCalls) {
