@@ -972,12 +972,14 @@ TEST(ClusterHardening, WallClockJumpsMoveNoBucketAndFailNoPeer) {
     ASSERT_EQ(c.state_of(1, 2), "alive") << "node 1 lost the restarted node 2";
     std::this_thread::sleep_for(100ms);  // sampling a state over a time span, not synchronizing
   }
-  ASSERT_TRUE(eventually([&] { const int64_t left = c.remaining(2, "k"); return left >= 0 && left <= 501; }, 10s))
-      << "the restarted node relearns the debt";
+  // 500 spent, plus what 1000/h refills over the test's seconds (a few tokens): 0 would be the
+  // 500 counted twice, 1000 the debt forgotten.
+  ASSERT_TRUE(eventually([&] { const int64_t left = c.remaining(2, "k"); return left >= 490 && left <= 510; }, 10s))
+      << "the restarted node relearns the debt, once: it shows " << c.remaining(2, "k");
   ASSERT_TRUE(c.client(2).check("k", 100).allowed);
   for (size_t n = 0; n < 2; ++n) {
-    EXPECT_TRUE(eventually([&] { const int64_t left = c.remaining(n, "k"); return left >= 0 && left <= 401; }, 10s))
-        << "node " << n << " shows " << c.remaining(n, "k") << ": the restarted node's consumption was not counted";
+    EXPECT_TRUE(eventually([&] { const int64_t left = c.remaining(n, "k"); return left >= 390 && left <= 410; }, 10s))
+        << "node " << n << " shows " << c.remaining(n, "k") << ": the restarted node's consumption was not counted once";
   }
   std::filesystem::remove(clock_file);
 }
