@@ -114,6 +114,7 @@ struct NodeStats {
   uint64_t dropped_self = 0;            // a message claiming our own id
   uint64_t batches_sent = 0;            // batch copies put in messages
   uint64_t queue_overflow = 0;          // gossip: batches dropped from a full retransmit queue
+  uint64_t queue_expired = 0;           // gossip: queued batches older than retention, unsent
   uint64_t push_pulls = 0;              // digests sent
   uint64_t repairs_sent = 0;            // batches sent in answer to a digest
   uint64_t early_seals = 0;             // times check() sealed before the round (early_seal_keys)
@@ -158,6 +159,7 @@ class Node {
   struct Queued {
     BatchPtr batch;
     uint32_t transmits_left;
+    MonoNanos queued_at;
   };
   // A message from us carrying `batches` and membership rows; mutable until it is sent.
   std::shared_ptr<GossipMessage> message(std::vector<BatchPtr> batches);
@@ -166,7 +168,7 @@ class Node {
   // The round's steps, in order (see the top of this file).
   void advance_membership(MonoNanos now_ns);
   std::vector<BatchPtr> seal_round(MonoNanos now_ns);
-  void disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh);
+  void disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh, MonoNanos now_ns);
   void push_pull(const std::vector<const MemberInfo*>& live, MonoNanos now_ns);
   void probe(MonoNanos now_ns);
   void housekeeping(MonoNanos now_ns);
@@ -175,9 +177,9 @@ class Node {
   // Seals up to `max_keys` keys' unsealed consumption into batches, onto sealed_.
   void seal(MonoNanos now_ns, size_t max_keys);
   // Keeps a just-sealed batch on sealed_ (for the round, or leave()) and, in gossip, queues it.
-  void keep_sealed(BatchPtr b);
+  void keep_sealed(BatchPtr b, MonoNanos now_ns);
   void send(const std::string& address, const GossipMessagePtr& m);
-  void enqueue(const BatchPtr& b);
+  void enqueue(const BatchPtr& b, MonoNanos now_ns);
   // Copies of a newly queued batch to send, from the live members counted at the last
   // tick (not recounted per batch: enqueue runs for every batch sealed or applied).
   uint32_t retransmits() const;

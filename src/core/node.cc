@@ -62,7 +62,7 @@ void Node::seal(MonoNanos now, size_t max_keys) {
   if (pending_.empty()) return;
   if (options_.split_for_sealing) {
     for (auto& run : options_.split_for_sealing(std::move(pending_))) {
-      if (BatchPtr b = ledger_.seal(std::move(run), now)) keep_sealed(std::move(b));
+      if (BatchPtr b = ledger_.seal(std::move(run), now)) keep_sealed(std::move(b), now);
     }
     return;
   }
@@ -70,16 +70,16 @@ void Node::seal(MonoNanos now, size_t max_keys) {
     const size_t end = std::min(pending_.size(), i + kMaxBatchEntries);
     std::vector<ConsumptionEntry> run(std::make_move_iterator(pending_.begin() + long(i)),
                                       std::make_move_iterator(pending_.begin() + long(end)));
-    if (BatchPtr b = ledger_.seal(std::move(run), now)) keep_sealed(std::move(b));
+    if (BatchPtr b = ledger_.seal(std::move(run), now)) keep_sealed(std::move(b), now);
   }
 }
 
-void Node::keep_sealed(BatchPtr b) {
+void Node::keep_sealed(BatchPtr b, MonoNanos now) {
   // Gossip queues a batch as soon as it is sealed, not in the round: under a key flood the
   // retransmit queue pushes out (and frees) as many old batches as are sealed, and doing that
   // for a whole round's 350 batches at once made every round a 0.3 ms stop of the daemon's
   // thread. The round sends the queue's newest batches either way.
-  if (options_.mode == DisseminationMode::kGossip) enqueue(b);
+  if (options_.mode == DisseminationMode::kGossip) enqueue(b, now);
   sealed_.push_back(std::move(b));
 }
 
@@ -90,12 +90,12 @@ uint32_t Node::retransmits() const {
   return std::max<uint32_t>(1, options_.retransmit_mult * digits);
 }
 
-void Node::enqueue(const BatchPtr& b) {
+void Node::enqueue(const BatchPtr& b, MonoNanos now) {
   if (queue_.size() >= kMaxQueuedBatches) {
     queue_.pop_front();
     ++stats_.queue_overflow;
   }
-  queue_.push_back({b, retransmits()});
+  queue_.push_back({b, retransmits(), now});
 }
 
 std::shared_ptr<GossipMessage> Node::message(std::vector<BatchPtr> batches) {
@@ -127,7 +127,7 @@ void Node::tick(MonoNanos now) {
   std::vector<BatchPtr> fresh = seal_round(now);
   const std::vector<const MemberInfo*>& live = membership_.live();
   live_members_ = live.size();  // sizes the retransmit budget until the next round
-  disseminate(live, std::move(fresh));
+  disseminate(live, std::move(fresh), now);
   push_pull(live, now);
   probe(now);
   first_round_ = false;
@@ -153,7 +153,7 @@ std::vector<BatchPtr> Node::seal_round(MonoNanos now) {
   return fresh;
 }
 
-void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh) {
+void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh, MonoNanos now) {
   if (live.empty()) return;
   if (options_.mode == DisseminationMode::kMesh) {
     // Everyone hears from us every round: our news, or just our heartbeat.
@@ -162,7 +162,14 @@ void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<B
     return;
   }
   // Gossip: `fresh` was queued when sealed (keep_sealed). The queue's newest batches go to
-  // `fanout` random live members.
+  // `fanout` random live members. Batches queued longer than the ledger's retention go unsent:
+  // a node that was stopped a while (a paused VM) must not hand out old batches under a fresh
+  // stamp, which a receiver that has since forgotten their origin would charge again. (Push-pull
+  // repairs only within retention too.)
+  while (!queue_.empty() && now - queue_.front().queued_at > options_.ledger.retention_ns) {
+    queue_.pop_front();
+    ++stats_.queue_expired;
+  }
   const std::vector<size_t> targets = pick_distinct(live.size(), options_.fanout);
   std::vector<BatchPtr> batches;
   const size_t take = std::min(queue_.size(), options_.max_batches_per_message);
@@ -275,7 +282,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   for (const BatchPtr& b : m.batches) {
     if (ledger_.merge(b, table_, now) != MergeResult::kApplied) continue;
     if (options_.on_applied) options_.on_applied(*b);
-    if (options_.mode == DisseminationMode::kGossip) enqueue(b);  // news to us: relay it
+    if (options_.mode == DisseminationMode::kGossip) enqueue(b, now);  // news to us: relay it
   }
 
   if (m.digest) {

@@ -306,6 +306,7 @@ StatsList Daemon::stats() {
   add("push_pulls", n.push_pulls);
   add("repairs_sent", n.repairs_sent);
   add("early_seals", n.early_seals);
+  add("gossip_queue_expired", n.queue_expired);
   add("gossip_dropped_wrong_source", n.dropped_wrong_source);
   add("digests_ignored", n.digests_ignored);
   add("repairs_capped", n.repairs_capped);

@@ -871,10 +871,11 @@ TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) 
   EXPECT_TRUE(eventually([&] { return c.remaining(0, "k") == 1000 - spent; }, 10s))
       << "node 0 shows " << c.remaining(0, "k") << ": its real peer's gossip was crowded out";
   const int64_t limited = c.stat(0, "transport_dropped_rate_limited");
-  // 29,788 of 30,000 in the plain build (docs/failure-modes.md): the 256 KiB/s budget passes
-  // about 200 of them. A sanitized daemon reads slower, so more overflow the socket's buffer in
-  // the kernel and are never seen at all.
-  EXPECT_GT(limited, kSanitized ? 10'000 : 25'000) << "most of the 30,000 junk datagrams are dropped unread";
+  // 29,141-29,788 of 30,000 when this test runs alone (docs/failure-modes.md): the 256 KiB/s
+  // budget passes about 200 of them. Beside other tests (ctest -j2), or sanitized, the daemon
+  // reads slower, so more overflow the socket's buffer in the kernel and are never seen at all:
+  // once under 25,000 in a parallel run. So: at least half, counted and dropped unread.
+  EXPECT_GT(limited, kSanitized ? 10'000 : 15'000) << "most of the 30,000 junk datagrams are dropped unread";
   const int64_t rss_after = c.rss_kib(0);
   if (!kSanitized) {
     EXPECT_LT(rss_after - rss_before, 16 * 1024) << "RSS " << rss_before << " -> " << rss_after << " KiB";
