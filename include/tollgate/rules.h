@@ -6,6 +6,8 @@
 //      ties go to the glob with more literal characters overall, then to the earlier rule;
 //   3. the default limit, if there is one;
 //   4. otherwise the key is not limited.
+// Keys of Envoy rate limit service buckets (first byte 0x1E, see tollgate/rls_config.h) are
+// governed by the RLS config given to the RuleSet, if any, and never by the rules above.
 // '*' matches any run of characters (including none); every other character matches itself.
 // Immutable once built, so one RuleSet can be shared by threads and swapped on reload.
 #ifndef TOLLGATE_RULES_H_
@@ -20,6 +22,10 @@
 #include <vector>
 
 #include "tollgate/limit.h"
+
+namespace tollgate {
+class RlsConfig;
+}
 
 namespace tollgate {
 
@@ -41,15 +47,21 @@ class RuleSet {
   // Rules must have valid limits (validate_limit) and distinct `match` strings; the loader
   // checks both and reports file and line. Here a violation throws std::invalid_argument.
   RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit);
+  // The same, plus the limits of an Envoy RLS config (null: none) for its bucket keys.
+  RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, std::shared_ptr<const RlsConfig> rls);
 
   // Index of the rule that governs `key` (see precedence above), or kUnlimited. The default
   // limit, when present, has index rules().size().
   uint32_t match(std::string_view key) const;
   // The limit for an index returned by match() (not kUnlimited).
-  const Limit& limit(uint32_t index) const { return index < rules_.size() ? rules_[index].limit : *default_; }
+  const Limit& limit(uint32_t index) const {
+    if (index < rules_.size()) return rules_[index].limit;
+    return index == rules_.size() ? *default_ : rls_limit(index - uint32_t(rules_.size()) - 1);
+  }
 
   const std::vector<Rule>& rules() const { return rules_; }
   const std::optional<Limit>& default_limit() const { return default_; }
+  const std::shared_ptr<const RlsConfig>& rls() const { return rls_; }
 
  private:
   struct StringHash {
@@ -57,8 +69,11 @@ class RuleSet {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
 
+  const Limit& rls_limit(uint32_t index) const;
+
   std::vector<Rule> rules_;
   std::optional<Limit> default_;
+  std::shared_ptr<const RlsConfig> rls_;
   std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> exact_;
   std::vector<uint32_t> globs_;  // indices into rules_, in precedence order
 };

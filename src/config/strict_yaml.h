@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace tollgate::yaml {
 
@@ -27,7 +28,9 @@ YAML::Node load(std::string_view text, const std::string& source);
 std::string join(std::span<const std::string_view> names);
 
 // Calls fn(name, value) for each field of mapping `map`, in order, rejecting a field not in
-// `allowed` ("unknown field "x" (expected one of: a, b)") and a field given twice.
+// `allowed` ("unknown field "x" (expected one of: a, b)") and a field given twice. A `fn` that
+// takes a third argument gets the field's name node too: an empty value's own mark points past
+// it (yaml-cpp gives it the next token's position), so errors about it belong at the name.
 template <typename Fn>
 void for_each_field(const std::string& source, const YAML::Node& map, std::span<const std::string_view> allowed,
                     Fn&& fn) {
@@ -38,7 +41,11 @@ void for_each_field(const std::string& source, const YAML::Node& map, std::span<
       fail(source, kv.first, "unknown field \"" + name + "\" (expected one of: " + join(allowed) + ")");
     }
     if (!seen.insert(name).second) fail(source, kv.first, "field \"" + name + "\" appears twice");
-    fn(name, kv.second);
+    if constexpr (std::is_invocable_v<Fn, const std::string&, const YAML::Node&, const YAML::Node&>) {
+      fn(name, kv.second, kv.first);
+    } else {
+      fn(name, kv.second);
+    }
   }
 }
 

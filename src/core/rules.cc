@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "tollgate/rls_config.h"
+
 namespace tollgate {
 
 bool glob_match(std::string_view pattern, std::string_view key) {
@@ -30,7 +32,10 @@ bool glob_match(std::string_view pattern, std::string_view key) {
 }
 
 RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit)
-    : rules_(std::move(rules)), default_(std::move(default_limit)) {
+    : RuleSet(std::move(rules), std::move(default_limit), nullptr) {}
+
+RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, std::shared_ptr<const RlsConfig> rls)
+    : rules_(std::move(rules)), default_(std::move(default_limit)), rls_(std::move(rls)) {
   if (default_ && !validate_limit(*default_).empty()) {
     throw std::invalid_argument("default limit: " + validate_limit(*default_));
   }
@@ -64,7 +69,14 @@ RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit)
   });
 }
 
+const Limit& RuleSet::rls_limit(uint32_t index) const { return rls_->limit(index).bucket; }
+
 uint32_t RuleSet::match(std::string_view key) const {
+  if (!key.empty() && key[0] == kRlsKeyPrefix) {
+    if (!rls_) return kUnlimited;
+    const std::optional<uint32_t> i = rls_->limit_index(key);
+    return i ? uint32_t(rules_.size()) + 1 + *i : kUnlimited;
+  }
   if (auto it = exact_.find(key); it != exact_.end()) return it->second;
   for (uint32_t i : globs_) {
     const std::string& pattern = rules_[i].match;

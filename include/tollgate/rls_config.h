@@ -1,0 +1,156 @@
+// Envoy rate limit service (RLS) limits: envoyproxy/ratelimit's configuration model (domains of
+// descriptor trees, each node optionally carrying a limit), its matching, and the mapping of each
+// matched limit onto one cluster-wide tollgate bucket.
+//
+// Matching follows envoyproxy/ratelimit (docs/rls-notes.md section 2): a request descriptor's
+// entries walk down its domain's tree from the top level; at each level the child with the same
+// key and value wins, then the first wildcard child (a value ending in '*', file order) whose
+// prefix the value starts with, then the child with that key and no value. A limit applies only
+// if the node reached by the last entry has one: a descriptor shorter or longer than the tree is
+// not limited. A node reached through a valueless or wildcard child gives each distinct value its
+// own bucket, unless `share_threshold` makes the values under a wildcard share one.
+//
+// Bucket keys are self-describing so that every node of the cluster, given the same config,
+// finds the same limit for a key it only hears about through gossip (RuleSet::match):
+//   0x1E domain 0x1F node-path 0x1D values
+// where node-path names the matched tree node by its keys and configured values (config text
+// may not contain control characters, so the separators are unambiguous) and values are the
+// request's values at the valueless and (unshared) wildcard levels, each as "LEN:BYTES". The limit
+// is found from the part before 0x1D alone, so front ends may replace an over-long values part
+// by a digest of it. The limit itself is not in the key: a reload that keeps a node's limit keeps
+// its buckets' balances.
+//
+// Immutable once built; share it between threads with shared_ptr<const RlsConfig>.
+#ifndef TOLLGATE_RLS_CONFIG_H_
+#define TOLLGATE_RLS_CONFIG_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tollgate/limit.h"
+
+namespace tollgate {
+
+// RateLimitResponse.RateLimit.Unit's numbers. MONTH is 30 days and YEAR 365, as in the
+// reference server.
+enum class RlsUnit : uint8_t { kUnknown = 0, kSecond = 1, kMinute = 2, kHour = 3, kDay = 4, kMonth = 5, kYear = 6, kWeek = 7 };
+
+// Seconds in one unit; 0 for kUnknown.
+int64_t rls_unit_seconds(RlsUnit unit);
+// "second", "minute", ... Never null.
+const char* rls_unit_name(RlsUnit unit);
+// Case-insensitive "second" .. "year", "week". False for anything else (including "unknown").
+bool parse_rls_unit(std::string_view text, RlsUnit* out);
+
+// The first byte of every RLS bucket key, and the separators inside it.
+inline constexpr char kRlsKeyPrefix = '\x1e';
+inline constexpr char kRlsKeyPathSep = '\x1f';
+inline constexpr char kRlsKeyValuesSep = '\x1d';
+// The domain and node path of a bucket key (everything before the values) may take at most this
+// many bytes, so that a digest of the values always fits the key table's 256-byte keys.
+inline constexpr size_t kRlsMaxKeyPathBytes = 192;
+
+// A `rate_limit` block as configured, with the bucket it becomes.
+struct RlsLimit {
+  std::string name;                  // `name`; "" when not given
+  bool unlimited = false;            // `unlimited: true`: always OK, never counted
+  uint32_t requests_per_unit = 0;    // 0 blocks every request that costs anything
+  RlsUnit unit = RlsUnit::kUnknown;
+  uint32_t unit_multiplier = 1;      // `unit_multiplier`: the period is this many units
+  std::vector<std::string> replaces; // names of limits this one replaces within a request
+  // tollgate's extensions: `burst` (default requests_per_unit) and `max_debt` (default burst).
+  std::optional<int64_t> burst;
+  std::optional<int64_t> max_debt;
+  // The token bucket: rate requests_per_unit per (unit x unit_multiplier), set by RlsConfig.
+  // Meaningful only when limited().
+  Limit bucket;
+
+  bool limited() const { return !unlimited && requests_per_unit > 0; }
+};
+
+// One descriptor of a domain's tree, as configured.
+struct RlsDescriptor {
+  std::string key;
+  std::optional<std::string> value;  // absent: any value; ending in '*': a prefix wildcard
+  std::optional<RlsLimit> rate_limit;
+  bool shadow_mode = false;          // counted as usual, never denies
+  bool detailed_metric = false;      // accepted for compatibility: affects metric names only
+  bool value_to_metric = false;      // likewise
+  bool share_threshold = false;      // only with a wildcard value: all matching values share one bucket
+  std::vector<RlsDescriptor> descriptors;
+  int line = 0;                      // where it came from (1-based), for error messages
+  int column = 0;
+};
+
+struct RlsDomain {
+  std::string domain;
+  std::vector<RlsDescriptor> descriptors;
+  std::string source;  // the file it came from
+  int line = 0;        // where its `domain` field is (1-based), for error messages
+  int column = 0;
+};
+
+// One entry of a request descriptor.
+struct RlsEntry {
+  std::string_view key;
+  std::string_view value;
+};
+
+// How one request descriptor resolves against the config.
+struct RlsMatch {
+  // The governing limit, or null: no limit applies (unknown domain, no match, or replaced).
+  const RlsLimit* limit = nullptr;
+  bool shadow_mode = false;
+  // The bucket key, when limit->limited(); else empty.
+  std::string key;
+  // Bytes of `key` before the values (prefix, domain, node path and the 0x1D separator).
+  size_t path_bytes = 0;
+};
+
+class RlsConfig {
+ public:
+  RlsConfig();  // no domains
+  // Compiles the trees. Throws std::invalid_argument naming the descriptor (and its line) for
+  // what the loader should already have rejected: duplicate domains, duplicate key/value pairs
+  // at one level, an empty key, control characters in config text, a path too long for a
+  // bucket key, a limit with no unit, `unlimited` together with a unit, a bad burst or max_debt,
+  // `replaces` naming the limit itself or an empty name, `share_threshold` without a wildcard.
+  explicit RlsConfig(std::vector<RlsDomain> domains);
+  ~RlsConfig();
+  RlsConfig(RlsConfig&&) noexcept;
+  RlsConfig& operator=(RlsConfig&&) noexcept;
+
+  bool has_domain(std::string_view domain) const;
+  const std::vector<RlsDomain>& domains() const { return domains_; }
+
+  // Resolves one descriptor, without `replaces` (see apply_replaces).
+  RlsMatch match(std::string_view domain, std::span<const RlsEntry> entries) const;
+
+  // The request-level `replaces` rule of the reference server: gathers the names every matched
+  // limit replaces, then clears each match (limit = null, key empty) whose limit's name is one.
+  static void apply_replaces(std::span<RlsMatch> matches);
+
+  // For RuleSet: the index of the limit governing bucket key `key` (one made by match(), with
+  // any values part), or nullopt if `key` is not one of this config's.
+  std::optional<uint32_t> limit_index(std::string_view key) const;
+  // The limit at an index from limit_index (always limited()).
+  const RlsLimit& limit(uint32_t index) const { return *limits_[index]; }
+  size_t limit_count() const { return limits_.size(); }
+
+ private:
+  struct Node;
+  struct Tree;
+  std::vector<RlsDomain> domains_;
+  std::vector<const RlsLimit*> limits_;  // the limited ones, into domains_
+  std::unique_ptr<Tree> tree_;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_RLS_CONFIG_H_

@@ -1,0 +1,59 @@
+// Loads an Envoy rate limit service config in envoyproxy/ratelimit's YAML format: one file, or a
+// directory whose *.yaml and *.yml files each hold one domain.
+//
+//   domain: mongo_cps                 # required, unique across the files
+//   descriptors:
+//     - key: database                 # required
+//       value: users                  # optional; absent = any value (one bucket per value),
+//                                     # "pre*" = any value starting with "pre"
+//       rate_limit:                   # optional
+//         unit: second                # second, minute, hour, day, week, month (30 d), year (365 d)
+//         requests_per_unit: 500      # 0 denies every request that costs anything
+//         unit_multiplier: 1          # optional: the period is this many units
+//         name: users_limit           # optional; what `replaces` refers to
+//         replaces: [{name: other}]   # optional: in one request, this limit replaces those
+//         unlimited: false            # true: always OK (no unit then)
+//         burst: 500                  # tollgate: bucket capacity (default requests_per_unit)
+//         max_debt: 500               # tollgate: how deep remote consumption may go (default burst)
+//       shadow_mode: false            # counted, never denies
+//       share_threshold: false        # with a wildcard value: all values share one bucket
+//       detailed_metric: false        # accepted; affects metric names only
+//       value_to_metric: false        # likewise
+//       descriptors: [...]            # nested descriptors
+//
+// Errors are ConfigError "FILE:LINE:COLUMN: problem". Unknown and repeated fields are errors,
+// never ignored.
+#ifndef TOLLGATE_RLS_CONFIG_FILE_H_
+#define TOLLGATE_RLS_CONFIG_FILE_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tollgate/config_error.h"
+#include "tollgate/rls_config.h"
+
+namespace tollgate {
+
+// One file's text and the name errors give it (usually its path).
+struct RlsConfigText {
+  std::string source;
+  std::string text;
+};
+
+// Parses the files together (a domain may appear in only one of them).
+std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigText>& files);
+
+// Reads `path`: a YAML file, or a directory of *.yaml / *.yml files (in name order; other files
+// and subdirectories are skipped). A directory with no such file is an error.
+std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path);
+
+// The files load_rls_config(path) reads, with their modification times and sizes folded into a
+// fingerprint that changes when any of them changes, appears or disappears. Never throws.
+std::string rls_config_fingerprint(const std::string& path);
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_RLS_CONFIG_FILE_H_

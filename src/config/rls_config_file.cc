@@ -1,0 +1,232 @@
+#include "tollgate/rls_config_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <limits>
+#include <optional>
+
+#include "config/strict_yaml.h"
+#include "read_file.h"
+
+namespace tollgate {
+namespace {
+
+class RlsParser {
+ public:
+  explicit RlsParser(const std::string& source) : source_(source) {}
+
+  RlsDomain parse(std::string_view text) {
+    const YAML::Node root = yaml::load(text, source_);
+    if (root.IsNull()) yaml::fail(source_, YAML::Mark::null_mark(), "empty file: expected `domain:` and `descriptors:`");
+    if (!root.IsMap()) fail(root, "expected a mapping with `domain:` and `descriptors:`");
+    RlsDomain d;
+    d.source = source_;
+    bool has_domain = false;
+    static constexpr std::string_view kFields[] = {"domain", "descriptors"};
+    yaml::for_each_field(source_, root, kFields, [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
+      at_ = at.Mark();
+      if (name == "domain") {
+        has_domain = true;
+        d.domain = scalar(value, "domain");
+        d.line = value.Mark().line + 1;
+        d.column = value.Mark().column + 1;
+      } else {
+        d.descriptors = descriptor_list(value);
+      }
+    });
+    if (!has_domain) fail(root, "no `domain`");
+    if (d.domain.empty()) fail(root, "`domain` must not be empty");
+    return d;
+  }
+
+ private:
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& problem) const { yaml::fail(source_, at, problem); }
+  // A field's value: at the value, or at the field's name when the value is empty (yaml-cpp puts
+  // an empty value's mark at the next token).
+  [[noreturn]] void fail_value(const YAML::Node& value, const std::string& problem) const {
+    yaml::fail(source_, value.IsNull() ? at_ : value.Mark(), problem);
+  }
+
+  std::vector<RlsDescriptor> descriptor_list(const YAML::Node& list) const {
+    if (list.IsNull()) return {};
+    if (!list.IsSequence()) fail(list, "`descriptors` must be a list of descriptors (each starting with \"- key:\")");
+    std::vector<RlsDescriptor> out;
+    for (const YAML::Node& item : list) out.push_back(descriptor(item));
+    return out;
+  }
+
+  RlsDescriptor descriptor(const YAML::Node& node) const {
+    if (!node.IsMap()) fail(node, "a descriptor must be a mapping with `key` and optionally `value`, `rate_limit`");
+    RlsDescriptor d;
+    d.line = node.Mark().line + 1;
+    d.column = node.Mark().column + 1;
+    bool has_key = false;
+    static constexpr std::string_view kFields[] = {"key",         "value",          "rate_limit",      "descriptors",
+                                                   "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"};
+    yaml::for_each_field(source_, node, kFields, [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
+      at_ = at.Mark();
+      if (name == "key") {
+        has_key = true;
+        d.key = scalar(value, "key");
+        if (d.key.empty()) fail_value(value, "descriptor `key` must not be empty");
+      } else if (name == "value") {
+        // As in envoyproxy/ratelimit, an empty value is the same as none: any value matches.
+        if (std::string v = scalar(value, "value"); !v.empty()) d.value = std::move(v);
+      } else if (name == "rate_limit") {
+        d.rate_limit = rate_limit(value);
+      } else if (name == "descriptors") {
+        d.descriptors = descriptor_list(value);
+      } else if (name == "shadow_mode") {
+        d.shadow_mode = boolean(value, "shadow_mode");
+      } else if (name == "detailed_metric") {
+        d.detailed_metric = boolean(value, "detailed_metric");
+      } else if (name == "value_to_metric") {
+        d.value_to_metric = boolean(value, "value_to_metric");
+      } else {
+        d.share_threshold = boolean(value, "share_threshold");
+      }
+    });
+    if (!has_key) fail(node, "descriptor has no `key`");
+    return d;
+  }
+
+  RlsLimit rate_limit(const YAML::Node& node) const {
+    if (!node.IsMap()) fail(node, "`rate_limit` must be a mapping with `unit` and `requests_per_unit`");
+    RlsLimit l;
+    bool has_rpu = false;
+    std::optional<YAML::Mark> unit_at;
+    static constexpr std::string_view kFields[] = {"requests_per_unit", "unit",      "unit_multiplier", "name",
+                                                   "replaces",          "unlimited", "burst",           "max_debt"};
+    yaml::for_each_field(source_, node, kFields, [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
+      at_ = at.Mark();
+      if (name == "requests_per_unit") {
+        has_rpu = true;
+        l.requests_per_unit = uint32_t(integer(value, "requests_per_unit", 0, std::numeric_limits<uint32_t>::max()));
+      } else if (name == "unit") {
+        const std::string text = scalar(value, "unit");
+        if (!parse_rls_unit(text, &l.unit)) {
+          fail_value(value, "unknown unit \"" + text + "\" (expected second, minute, hour, day, week, month or year)");
+        }
+        unit_at = value.Mark();
+      } else if (name == "unit_multiplier") {
+        l.unit_multiplier = uint32_t(integer(value, "unit_multiplier", 1, std::numeric_limits<uint32_t>::max()));
+      } else if (name == "name") {
+        l.name = scalar(value, "name");
+      } else if (name == "replaces") {
+        l.replaces = replaces(value);
+      } else if (name == "unlimited") {
+        l.unlimited = boolean(value, "unlimited");
+      } else if (name == "burst") {
+        l.burst = integer(value, "burst", 1, kMaxTokens);
+      } else {
+        l.max_debt = integer(value, "max_debt", 0, kMaxTokens);
+      }
+    });
+    if (l.unlimited && unit_at) yaml::fail(source_, *unit_at, "`unlimited: true` cannot have a `unit`");
+    if (!l.unlimited && l.unit == RlsUnit::kUnknown) fail(node, "`rate_limit` has no `unit` (e.g. unit: second)");
+    if (!l.unlimited && !has_rpu) fail(node, "`rate_limit` has no `requests_per_unit`");
+    return l;
+  }
+
+  std::vector<std::string> replaces(const YAML::Node& list) const {
+    if (!list.IsSequence()) fail(list, "`replaces` must be a list of `- name: LIMIT`");
+    std::vector<std::string> out;
+    for (const YAML::Node& item : list) {
+      if (!item.IsMap()) fail(item, "each `replaces` entry must be a mapping `name: LIMIT`");
+      static constexpr std::string_view kFields[] = {"name"};
+      bool has_name = false;
+      yaml::for_each_field(source_, item, kFields, [&](const std::string&, const YAML::Node& value, const YAML::Node& at) {
+        at_ = at.Mark();
+        has_name = true;
+        std::string name = scalar(value, "name");
+        if (name.empty()) fail_value(value, "`replaces` needs a non-empty `name`");
+        out.push_back(std::move(name));
+      });
+      if (!has_name) fail(item, "`replaces` entry has no `name`");
+    }
+    return out;
+  }
+
+  std::string scalar(const YAML::Node& value, const char* field) const {
+    if (value.IsNull()) return "";
+    if (!value.IsScalar()) fail(value, std::string("`") + field + "` must be a single value");
+    return value.Scalar();
+  }
+
+  bool boolean(const YAML::Node& value, const char* field) const {
+    bool b = false;
+    if (!value.IsScalar() || !YAML::convert<bool>::decode(value, b)) {
+      fail_value(value, std::string("`") + field + "` must be true or false");
+    }
+    return b;
+  }
+
+  int64_t integer(const YAML::Node& value, const char* field, int64_t min, int64_t max) const {
+    const std::string text = scalar(value, field);
+    int64_t n = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+      fail_value(value, std::string("`") + field + "` must be a whole number, got \"" + text + "\"");
+    }
+    if (n < min || n > max) {
+      fail_value(value, std::string("`") + field + "` must be between " + std::to_string(min) + " and " +
+                      std::to_string(max) + ", got " + text);
+    }
+    return n;
+  }
+
+  const std::string& source_;
+  mutable YAML::Mark at_ = YAML::Mark::null_mark();  // the name of the field being read
+};
+
+std::vector<std::filesystem::path> config_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return {fs::path(path)};
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const std::string ext = entry.path().extension().string();
+    if ((ext == ".yaml" || ext == ".yml") && entry.is_regular_file(ec)) files.push_back(entry.path());
+  }
+  if (ec) throw ConfigError(path, 0, 0, "cannot list the RLS config directory: " + ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigText>& files) {
+  std::vector<RlsDomain> domains;
+  for (const RlsConfigText& f : files) domains.push_back(RlsParser(f.source).parse(f.text));
+  return std::make_shared<const RlsConfig>(std::move(domains));
+}
+
+std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path) {
+  std::vector<RlsConfigText> texts;
+  for (const auto& file : config_files(path)) {
+    texts.push_back({file.string(), read_config_file(file.string(), "RLS config file")});
+  }
+  if (texts.empty()) throw ConfigError(path, 0, 0, "the RLS config directory has no *.yaml or *.yml file");
+  return parse_rls_config(texts);
+}
+
+std::string rls_config_fingerprint(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string out;
+  try {
+    for (const auto& file : config_files(path)) {
+      std::error_code ec;
+      const auto mtime = fs::last_write_time(file, ec).time_since_epoch().count();
+      const auto size = fs::file_size(file, ec);
+      out += file.string() + '\0' + std::to_string(mtime) + '\0' + std::to_string(ec ? 0 : size) + '\n';
+    }
+  } catch (const std::exception&) {
+    out += "unlistable";
+  }
+  return out;
+}
+
+}  // namespace tollgate

@@ -1,0 +1,247 @@
+#include "tollgate/rls_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <deque>
+#include <functional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tollgate/config_error.h"
+
+namespace tollgate {
+namespace {
+
+constexpr char kExactSep = '\x01';     // key, then its configured value
+constexpr char kWildcardSep = '\x02';  // key, then the wildcard's prefix
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+bool has_control_char(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; });
+}
+
+bool is_wildcard(const std::optional<std::string>& value) { return value && !value->empty() && value->back() == '*'; }
+
+}  // namespace
+
+int64_t rls_unit_seconds(RlsUnit unit) {
+  switch (unit) {
+    case RlsUnit::kSecond: return 1;
+    case RlsUnit::kMinute: return 60;
+    case RlsUnit::kHour: return 3600;
+    case RlsUnit::kDay: return 86400;
+    case RlsUnit::kWeek: return 7 * 86400;
+    case RlsUnit::kMonth: return 30 * 86400;
+    case RlsUnit::kYear: return 365 * 86400;
+    case RlsUnit::kUnknown: break;
+  }
+  return 0;
+}
+
+const char* rls_unit_name(RlsUnit unit) {
+  switch (unit) {
+    case RlsUnit::kSecond: return "second";
+    case RlsUnit::kMinute: return "minute";
+    case RlsUnit::kHour: return "hour";
+    case RlsUnit::kDay: return "day";
+    case RlsUnit::kWeek: return "week";
+    case RlsUnit::kMonth: return "month";
+    case RlsUnit::kYear: return "year";
+    case RlsUnit::kUnknown: break;
+  }
+  return "unknown";
+}
+
+bool parse_rls_unit(std::string_view text, RlsUnit* out) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  for (RlsUnit u : {RlsUnit::kSecond, RlsUnit::kMinute, RlsUnit::kHour, RlsUnit::kDay, RlsUnit::kMonth, RlsUnit::kYear,
+                    RlsUnit::kWeek}) {
+    if (lower == rls_unit_name(u)) {
+      *out = u;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct RlsConfig::Node {
+  const RlsDescriptor* descriptor = nullptr;
+  std::string path;          // prefix, domain and the node path: the key up to (not including) 0x1D
+  bool value_in_key = false; // the request's value at this level goes into the key's values
+  StringMap<Node*> exact;    // "key" 0x01 "value"
+  struct Wildcard {
+    std::string key, prefix;
+    Node* node;
+  };
+  std::vector<Wildcard> wildcards;  // in file order
+  StringMap<Node*> any;             // valueless children, by key
+};
+
+struct RlsConfig::Tree {
+  std::deque<Node> nodes;
+  StringMap<Node*> roots;        // by domain
+  StringMap<uint32_t> by_path;   // Node::path of each limited node -> index into limits_
+};
+
+RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domains)), tree_(std::make_unique<Tree>()) {
+  auto fail = [](const RlsDomain& d, int line, int column, const std::string& problem) {
+    throw ConfigError(d.source, line, column, problem);
+  };
+  StringMap<const RlsDomain*> seen_domains;
+  for (RlsDomain& d : domains_) {
+    if (d.domain.empty()) fail(d, d.line, d.column, "`domain` must not be empty");
+    if (has_control_char(d.domain)) fail(d, d.line, d.column, "`domain` must not contain control characters");
+    if (auto [it, fresh] = seen_domains.emplace(d.domain, &d); !fresh) {
+      fail(d, d.line, d.column, "domain \"" + d.domain + "\" is already defined in " + it->second->source);
+    }
+    Node& root = tree_->nodes.emplace_back();
+    root.path = std::string(1, kRlsKeyPrefix) + d.domain;
+    tree_->roots.emplace(d.domain, &root);
+
+    // Depth-first: compile each descriptor under its parent.
+    std::function<void(std::vector<RlsDescriptor>&, Node&)> add = [&](std::vector<RlsDescriptor>& list,
+                                                                             Node& parent) {
+      std::unordered_set<std::string> seen;
+      for (RlsDescriptor& desc : list) {
+        auto at = [&](const std::string& problem) { fail(d, desc.line, desc.column, problem); };
+        if (desc.key.empty()) at("descriptor `key` must not be empty");
+        if (has_control_char(desc.key) || (desc.value && has_control_char(*desc.value))) {
+          at("descriptor key and value must not contain control characters");
+        }
+        const bool wildcard = is_wildcard(desc.value);
+        std::string component = desc.key;
+        if (wildcard) {
+          component += kWildcardSep;
+          component.append(*desc.value, 0, desc.value->size() - 1);
+        } else if (desc.value) {
+          component += kExactSep;
+          component += *desc.value;
+        }
+        if (!seen.insert(component).second) {
+          at("duplicate descriptor: key \"" + desc.key + "\"" + (desc.value ? " value \"" + *desc.value + "\"" : "") +
+             " is already defined at this level");
+        }
+        if (desc.share_threshold && !wildcard) at("`share_threshold` needs a wildcard `value` ending in '*'");
+
+        Node& node = tree_->nodes.emplace_back();
+        node.descriptor = &desc;
+        node.path = parent.path + kRlsKeyPathSep + component;
+        node.value_in_key = !desc.value || (wildcard && !desc.share_threshold);
+        if (node.path.size() + 1 > kRlsMaxKeyPathBytes) {
+          at("domain and descriptor keys and values add up to more than " + std::to_string(kRlsMaxKeyPathBytes) +
+             " bytes: too long for a bucket key");
+        }
+        if (wildcard) {
+          parent.wildcards.push_back({desc.key, desc.value->substr(0, desc.value->size() - 1), &node});
+        } else if (desc.value) {
+          parent.exact.emplace(desc.key + kExactSep + *desc.value, &node);
+        } else {
+          parent.any.emplace(desc.key, &node);
+        }
+
+        if (desc.rate_limit) {
+          RlsLimit& limit = *desc.rate_limit;  // its `bucket` is derived here
+          if (limit.unlimited && limit.unit != RlsUnit::kUnknown) at("`unlimited: true` cannot have a `unit`");
+          if (!limit.unlimited && limit.unit == RlsUnit::kUnknown) at("`rate_limit` needs a `unit`");
+          if (limit.unit_multiplier < 1) at("`unit_multiplier` must be at least 1");
+          for (const std::string& r : limit.replaces) {
+            if (r.empty()) at("`replaces` needs a non-empty `name`");
+            if (r == limit.name) at("limit \"" + r + "\" cannot replace itself");
+          }
+          if (limit.limited()) {
+            const int64_t period_s = rls_unit_seconds(limit.unit) * int64_t(limit.unit_multiplier);
+            if (period_s > int64_t(100) * 365 * 86400) at("the period (unit x unit_multiplier) exceeds 100 years");
+            limit.bucket.rate = Rate{int64_t(limit.requests_per_unit), period_s * 1'000'000'000};
+            limit.bucket.burst = limit.burst.value_or(limit.requests_per_unit);
+            limit.bucket.max_debt = limit.max_debt.value_or(limit.bucket.burst);
+            if (std::string why = validate_limit(limit.bucket); !why.empty()) at(why);
+            tree_->by_path.emplace(node.path, uint32_t(limits_.size()));
+            limits_.push_back(&limit);
+          } else if (limit.burst || limit.max_debt) {
+            at("`burst` and `max_debt` need a limit with requests_per_unit above 0");
+          }
+        }
+        add(desc.descriptors, node);
+      }
+    };
+    add(d.descriptors, root);
+  }
+}
+
+RlsConfig::RlsConfig() = default;
+RlsConfig::~RlsConfig() = default;
+RlsConfig::RlsConfig(RlsConfig&&) noexcept = default;
+RlsConfig& RlsConfig::operator=(RlsConfig&&) noexcept = default;
+
+bool RlsConfig::has_domain(std::string_view domain) const { return tree_ && tree_->roots.contains(domain); }
+
+RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> entries) const {
+  RlsMatch m;
+  if (!tree_ || entries.empty()) return m;
+  auto root = tree_->roots.find(domain);
+  if (root == tree_->roots.end()) return m;
+  const Node* node = root->second;
+  std::string exact_key;
+  // Which levels put their value into the key, decided on the way down.
+  std::vector<std::string_view> values;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const RlsEntry& e = entries[i];
+    const Node* next = nullptr;
+    exact_key.assign(e.key).append(1, kExactSep).append(e.value);
+    if (auto it = node->exact.find(exact_key); it != node->exact.end()) next = it->second;
+    if (!next) {
+      for (const Node::Wildcard& w : node->wildcards) {
+        if (w.key == e.key && e.value.starts_with(w.prefix)) {
+          next = w.node;
+          break;
+        }
+      }
+    }
+    if (!next) {
+      if (auto it = node->any.find(e.key); it != node->any.end()) next = it->second;
+    }
+    if (!next) return m;  // no such branch: no limit
+    if (next->value_in_key) values.push_back(e.value);
+    node = next;
+  }
+  const RlsDescriptor& d = *node->descriptor;
+  if (!d.rate_limit) return m;
+  m.limit = &*d.rate_limit;
+  m.shadow_mode = d.shadow_mode;
+  if (!m.limit->limited()) return m;
+  m.key.reserve(node->path.size() + 1 + 16 * values.size());
+  m.key = node->path;
+  m.key += kRlsKeyValuesSep;
+  m.path_bytes = m.key.size();
+  for (std::string_view v : values) m.key.append(std::to_string(v.size())).append(1, ':').append(v);
+  return m;
+}
+
+void RlsConfig::apply_replaces(std::span<RlsMatch> matches) {
+  std::unordered_set<std::string_view> replaced;
+  for (const RlsMatch& m : matches) {
+    if (m.limit) replaced.insert(m.limit->replaces.begin(), m.limit->replaces.end());
+  }
+  if (replaced.empty()) return;
+  for (RlsMatch& m : matches) {
+    if (m.limit && !m.limit->name.empty() && replaced.contains(m.limit->name)) m = RlsMatch{};
+  }
+}
+
+std::optional<uint32_t> RlsConfig::limit_index(std::string_view key) const {
+  if (!tree_ || key.empty() || key[0] != kRlsKeyPrefix) return std::nullopt;
+  const size_t end = key.find(kRlsKeyValuesSep);
+  if (end == std::string_view::npos) return std::nullopt;
+  auto it = tree_->by_path.find(key.substr(0, end));
+  if (it == tree_->by_path.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace tollgate
