@@ -29,3 +29,26 @@ function(tollgate_proto_library target proto)
   target_compile_features(${target} PUBLIC cxx_std_20)
   target_link_libraries(${target} PUBLIC protobuf::libprotobuf)
 endfunction()
+
+# tollgate_grpc_library(TARGET PROTO): the same, plus the gRPC C++ service code
+# (PROTO's .grpc.pb.cc/.h from grpc_cpp_plugin), linked with gRPC::grpc++.
+function(tollgate_grpc_library target proto)
+  find_package(Protobuf REQUIRED)
+  find_package(gRPC CONFIG REQUIRED)
+  set(root ${PROJECT_SOURCE_DIR}/proto)
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/generated)
+  string(REGEX REPLACE "\\.proto$" "" stem ${proto})
+  set(sources ${out}/${stem}.pb.cc ${out}/${stem}.pb.h ${out}/${stem}.grpc.pb.cc ${out}/${stem}.grpc.pb.h)
+  file(MAKE_DIRECTORY ${out})
+  add_custom_command(
+    OUTPUT ${sources}
+    COMMAND protobuf::protoc --cpp_out=${out} --grpc_out=${out}
+            --plugin=protoc-gen-grpc=$<TARGET_FILE:gRPC::grpc_cpp_plugin> -I ${root} ${root}/${proto}
+    DEPENDS ${root}/${proto} protobuf::protoc gRPC::grpc_cpp_plugin
+    COMMENT "protoc + grpc_cpp_plugin: ${proto}"
+    VERBATIM)
+  add_library(${target} STATIC ${sources})
+  target_include_directories(${target} SYSTEM PUBLIC $<BUILD_INTERFACE:${out}>)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  target_link_libraries(${target} PUBLIC protobuf::libprotobuf gRPC::grpc++)
+endfunction()

@@ -17,6 +17,8 @@
 #include "codec/cluster_key.h"
 #include "tollgate/config_error.h"
 #include "tollgate/peers_file.h"
+#include "rls/rls_server.h"
+#include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 
 namespace tollgate {
@@ -54,7 +56,12 @@ Daemon::Daemon(DaemonOptions options)
       watch_timer_(io_),
       signals_(io_, SIGTERM, SIGINT) {
   signals_.add(SIGHUP);
-  auto rules = load_rules_file(options_.rules_file);
+  file_rules_ = options_.rules_file.empty() ? std::make_shared<const RuleSet>() : load_rules_file(options_.rules_file);
+  if (!options_.rls_config.empty()) {
+    rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
+    rls_config_ = load_rls_config(options_.rls_config);
+  }
+  auto rules = combined_rules();
 
   ClusterKeys keys;
   if (!options_.cluster_key_file.empty()) {
@@ -124,6 +131,20 @@ Daemon::Daemon(DaemonOptions options)
   api_ = std::make_unique<api::ApiServer>(io_, *this, api_options);
   if (std::string why = api_->start(); !why.empty()) throw std::runtime_error("--listen " + why);
 
+  if (!options_.rls_listen.empty()) {
+    rls::RlsServerOptions rls_options;
+    rls_options.listen = options_.rls_listen;
+    rls_options.response_headers = options_.rls_response_headers;
+    rls_options.max_pending = options_.rls_max_pending;
+    rls_ = std::make_unique<rls::RlsServer>(io_, *this, rls_options);
+    if (std::string why = rls_->start(rls_config_); !why.empty()) throw std::runtime_error("--rls-listen " + why);
+    if (!rls_->is_loopback()) {
+      spdlog::warn("rate limit service listens on {}, which is not loopback: it has no authentication", rls_->address());
+    }
+    spdlog::info("rate limit service (gRPC) on {}, {} domains from {}", rls_->address(), rls_config_->domains().size(),
+                 options_.rls_config);
+  }
+
   spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {}", options_.node_id,
                incarnation_, dissemination_mode_name(options_.node.mode), options_.bind,
                options_.transport == TransportKind::kUdp ? "udp" : "tcp",
@@ -137,7 +158,29 @@ int Daemon::run() {
   schedule_tick();
   schedule_watch();
   io_.run();
+  if (rls_) rls_->shutdown();  // the node no longer runs: what is still queued answers UNAVAILABLE
   return 0;
+}
+
+std::shared_ptr<const RuleSet> Daemon::combined_rules() const {
+  if (!rls_config_) return file_rules_;
+  return std::make_shared<const RuleSet>(file_rules_->rules(), file_rules_->default_limit(), rls_config_);
+}
+
+bool Daemon::reload_rls_config() {
+  if (options_.rls_config.empty()) return false;
+  rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
+  try {
+    rls_config_ = load_rls_config(options_.rls_config);
+    if (rls_) rls_->set_config(rls_config_);
+    ++reloads_.rls;
+    spdlog::info("RLS config reloaded from {}: {} domains", options_.rls_config, rls_config_->domains().size());
+    return true;
+  } catch (const std::exception& e) {
+    ++reloads_.rls_failed;
+    spdlog::error("RLS config not reloaded, the previous config stays in force: {}", e.what());
+    return false;
+  }
 }
 
 void Daemon::report_offense(std::string_view offender, std::string_view what) {
@@ -180,19 +223,27 @@ void Daemon::schedule_watch() {
   watch_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_) return;
     reload_peers_if_changed();
+    if (rls_ && rls_config_fingerprint(options_.rls_config) != rls_fingerprint_ && reload_rls_config()) {
+      node_->replace_rules(combined_rules(), clock_.now_ns());
+    }
     schedule_watch();
   });
 }
 
 void Daemon::reload_rules() {
-  try {
-    node_->replace_rules(load_rules_file(options_.rules_file), clock_.now_ns());
-    ++reloads_.rules;
-    spdlog::info("rules reloaded from {}", options_.rules_file);
-  } catch (const std::exception& e) {
-    ++reloads_.rules_failed;
-    spdlog::error("rules not reloaded, the previous rules stay in force: {}", e.what());
+  bool changed = reload_rls_config();
+  if (!options_.rules_file.empty()) {
+    try {
+      file_rules_ = load_rules_file(options_.rules_file);
+      changed = true;
+      ++reloads_.rules;
+      spdlog::info("rules reloaded from {}", options_.rules_file);
+    } catch (const std::exception& e) {
+      ++reloads_.rules_failed;
+      spdlog::error("rules not reloaded, the previous rules stay in force: {}", e.what());
+    }
   }
+  if (changed) node_->replace_rules(combined_rules(), clock_.now_ns());
   // The cluster key file too: each step of a key rotation is a SIGHUP on every node.
   if (options_.cluster_key_file.empty()) return;
   try {
@@ -229,6 +280,7 @@ void Daemon::shutdown() {
   if (stopping_) return;
   stopping_ = true;
   spdlog::info("leaving the cluster");
+  if (rls_) rls_->drain();  // health NOT_SERVING; calls are still answered for now
   api_->drain();  // answers to requests already read still go out; the socket file goes now
   tick_timer_.cancel();
   watch_timer_.cancel();
@@ -239,6 +291,7 @@ void Daemon::shutdown() {
   tick_timer_.expires_after(std::chrono::milliseconds(100));
   tick_timer_.async_wait([this](const boost::system::error_code&) {
     api_->stop();  // a client that has not taken its answers in 100 ms is cut off
+    if (rls_) rls_->stop();  // later rate limit calls answer UNAVAILABLE, uncharged
     node_->leave(clock_.now_ns());
     // Give the departure datagrams a moment to leave the socket, then stop.
     tick_timer_.expires_after(std::chrono::milliseconds(100));
@@ -272,6 +325,8 @@ StatsList Daemon::stats() {
   add("rules_reload_failures", reloads_.rules_failed);
   add("cluster_key_reloads", reloads_.keys);
   add("cluster_key_reload_failures", reloads_.keys_failed);
+  add("rls_config_reloads", reloads_.rls);
+  add("rls_config_reload_failures", reloads_.rls_failed);
   const KeyTableStats k = node_->table().stats();
   add("keys", k.keys);
   add("key_bytes", k.bytes);
@@ -327,6 +382,9 @@ StatsList Daemon::stats() {
   add("faults_duplicated", f.duplicated);
   add("faults_delayed", f.delayed);
   for (const auto& [name, value] : api_->stats()) s.emplace_back(name, value);
+  if (rls_) {
+    for (const auto& [name, value] : rls_->stats()) s.emplace_back(name, value);
+  }
   return s;
 }
 

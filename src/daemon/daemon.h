@@ -23,8 +23,13 @@ namespace tollgate {
 
 class Transport;
 class FaultInjectingTransport;
+class RlsConfig;
+class RuleSet;
 namespace api {
 class ApiServer;
+}
+namespace rls {
+class RlsServer;
 }
 
 class Daemon final : public RequestHandler {
@@ -36,7 +41,8 @@ class Daemon final : public RequestHandler {
 
   // Serves until SIGTERM or SIGINT, then announces that it leaves, closes the client API
   // (checks already answered are written; requests still unread are not), removes its socket
-  // files and returns 0. SIGHUP reloads the rules and the cluster key file.
+  // files and returns 0. SIGHUP reloads the rules, the RLS config and the cluster key file; the
+  // RLS config also reloads when one of its files changes.
   int run();
 
   // RequestHandler, called on the io thread.
@@ -51,6 +57,10 @@ class Daemon final : public RequestHandler {
   void schedule_tick();
   void schedule_watch();
   void reload_rules();
+  // Reloads the RLS config; true if it changed what is in force.
+  bool reload_rls_config();
+  // The rules file's rules with the RLS config's limits: what the node decides against.
+  std::shared_ptr<const RuleSet> combined_rules() const;
   void reload_peers_if_changed();
   void shutdown();
 
@@ -63,6 +73,11 @@ class Daemon final : public RequestHandler {
   std::unique_ptr<FaultInjectingTransport> faults_;
   std::unique_ptr<Node> node_;
   std::unique_ptr<api::ApiServer> api_;
+  // The last good rules file and RLS config (either may be empty).
+  std::shared_ptr<const RuleSet> file_rules_;
+  std::shared_ptr<const RlsConfig> rls_config_;
+  std::string rls_fingerprint_;  // of the RLS config's files when last loaded
+  std::unique_ptr<rls::RlsServer> rls_;
   // Misbehaving clients and peers: one log line per offender per 10 s (see OffenseLimiter).
   OffenseLimiter offenses_;
   void report_offense(std::string_view offender, std::string_view what);
@@ -74,7 +89,7 @@ class Daemon final : public RequestHandler {
   bool stopping_ = false;
   // SIGHUP reloads: done, and refused (the previous file stays in force).
   struct {
-    uint64_t rules = 0, rules_failed = 0, keys = 0, keys_failed = 0;
+    uint64_t rules = 0, rules_failed = 0, keys = 0, keys_failed = 0, rls = 0, rls_failed = 0;
   } reloads_;
 };
 

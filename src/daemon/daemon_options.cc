@@ -94,7 +94,21 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   app.add_option("--listen", o->listen,
                  "Client API endpoint: unix:PATH (mode 0660) or tcp:HOST:PORT (loopback advised); repeatable")
       ->delimiter(',');
-  app.add_option("--rules", o->rules_file, "YAML rules file (see config/rules.yaml); SIGHUP reloads it")->required();
+  app.add_option("--rules", o->rules_file,
+                 "YAML rules file (see config/rules.yaml); SIGHUP reloads it. Required unless --rls-config is given");
+  app.add_option("--rls-listen", o->rls_listen,
+                 "Serve Envoy's rate limit service (gRPC envoy.service.ratelimit.v3 and grpc.health.v1) on HOST:PORT "
+                 "or unix:PATH (loopback advised: the service has no authentication). Needs --rls-config");
+  app.add_option("--rls-config", o->rls_config,
+                 "envoyproxy/ratelimit config: a YAML file, or a directory of *.yaml files with one domain each; "
+                 "reloaded on SIGHUP and when a file changes (a broken one leaves the last good config in force)");
+  app.add_flag("--rls-response-headers", o->rls_response_headers,
+               "Answer rate limit calls with the IETF draft RateLimit-Policy and RateLimit headers, and Retry-After "
+               "when over the limit, for Envoy to pass to the caller");
+  app.add_option("--rls-max-pending", o->rls_max_pending,
+                 "Rate limit calls waiting for the node at most; beyond, a call fails at once with "
+                 "RESOURCE_EXHAUSTED (Envoy then applies its failure_mode_deny)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--transport", transport, "Gossip transport: udp or tcp")->check(CLI::IsMember({"udp", "tcp"}));
   app.add_option("--peers-file", o->peers_file, "Static membership: lines of `id host:port`; reloaded when it changes");
   app.add_option("--seeds", o->seeds, "Heartbeat membership: HOST:PORT,... to join through")
@@ -178,7 +192,14 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   };
   // An empty value (`--rules ""`, or `rules: !tag` with nothing after the tag in the config,
   // found by the daemon_config fuzzer) would start a daemon with no rules file to load or reload.
-  if (o->rules_file.empty()) return usage_error("--rules must name a file; the value is empty");
+  if (app.count("--rules") > 0 && o->rules_file.empty()) return usage_error("--rules must name a file; the value is empty");
+  if (o->rules_file.empty() && o->rls_config.empty()) {
+    return usage_error("--rules FILE is required (or --rls-config PATH, to serve Envoy's rate limit service only)");
+  }
+  if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
+  if (o->rls_listen.empty() && !o->rls_config.empty()) {
+    return usage_error("--rls-config is used by the rate limit service: give --rls-listen HOST:PORT too");
+  }
   for (size_t i = 0; i < fields.size(); ++i) {
     if (std::string why = fields[i].parse(setting_text[i], o->node); !why.empty()) {
       return usage_error(fields[i].name(SettingNames::kFlags) + " " + why);

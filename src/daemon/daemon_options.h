@@ -21,7 +21,7 @@ struct DaemonOptions {
   std::string bind = "127.0.0.1:7946";  // gossip address: UDP and TCP on this port
   // Client API endpoints; the default is the client library's (tollgate::kDefaultEndpoint).
   std::vector<std::string> listen = {"unix:/run/tollgate/tollgated.sock"};
-  std::string rules_file;               // required
+  std::string rules_file;               // required unless rls_config is given
   std::string config_file;
   NodeSettings node;                    // mode, membership, interval, ... (config/node_settings.h)
   TransportKind transport = TransportKind::kUdp;
@@ -38,6 +38,11 @@ struct DaemonOptions {
   size_t api_max_connections = 1024;
   size_t api_max_connections_per_client = 512;
   int64_t api_idle_timeout_ns = 300'000'000'000;
+  // The Envoy rate limit service (gRPC): off unless rls_listen is given, which needs rls_config.
+  std::string rls_listen;               // "HOST:PORT" or "unix:PATH"
+  std::string rls_config;               // envoyproxy/ratelimit YAML: a file or a directory
+  bool rls_response_headers = false;    // RateLimit-Policy, RateLimit, Retry-After in responses
+  size_t rls_max_pending = 4096;        // calls waiting for the node at most
   // Gossip further than this from our wall clock is dropped as stale (replays; Transport).
   int64_t max_message_age_ns = 30'000'000'000;
 };

@@ -57,7 +57,8 @@ bool same(const tollgate::DaemonOptions& a, const tollgate::DaemonOptions& b) {
          a.node == b.node && a.transport == b.transport && a.peers_file == b.peers_file && a.seeds == b.seeds &&
          a.cluster_key_file == b.cluster_key_file && a.log_level == b.log_level && a.max_datagram == b.max_datagram &&
          a.gossip_peer_bytes_per_second == b.gossip_peer_bytes_per_second &&
-         a.incarnation == b.incarnation;
+         a.incarnation == b.incarnation && a.rls_listen == b.rls_listen && a.rls_config == b.rls_config &&
+         a.rls_response_headers == b.rls_response_headers && a.rls_max_pending == b.rls_max_pending;
 }
 
 }  // namespace
@@ -79,7 +80,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!exit_code) {
     using tollgate::kNanosPerMilli;
     using tollgate::kNanosPerSecond;
-    FUZZ_CHECK(!options.rules_file.empty(), "runs without a rules file");
+    FUZZ_CHECK(!options.rules_file.empty() || !options.rls_config.empty(), "runs without a rules file or RLS config");
+    FUZZ_CHECK(options.rls_listen.empty() == options.rls_config.empty(), "an RLS config without a listener, or back");
     FUZZ_CHECK(!options.node_id.empty() && options.node_id.size() <= 256, "runs with an invalid node id");
     FUZZ_CHECK(options.bind.size() <= 256 && tollgate::split_host_port(options.bind, nullptr, nullptr, nullptr),
                "runs with an invalid bind address");

@@ -1,0 +1,191 @@
+#include "rls/decide.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include "tollgate/decision.h"
+
+namespace tollgate::rls {
+namespace {
+
+__extension__ typedef __int128 Wide;
+
+// "#" and the first 16 bytes of SHA-256(values), in hex: the values part of an over-long key.
+std::string values_digest(std::string_view values) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(values.data(), values.size(), md, &len, EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("OpenSSL SHA-256 failed");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "#";
+  for (unsigned int i = 0; i < 16 && i < len; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
+
+// Nanoseconds until a bucket left with `remaining` whole tokens holds `limit.burst` again.
+int64_t until_full_ns(const Decision& d) {
+  if (!d.has_limit() || d.limit.rate.tokens <= 0) return -1;
+  const Wide deficit = Wide(d.limit.burst) - d.remaining;
+  if (deficit <= 0) return 0;
+  const Wide ns = (deficit * d.limit.rate.period_ns + d.limit.rate.tokens - 1) / d.limit.rate.tokens;
+  return ns > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max() : int64_t(ns);
+}
+
+// When `cost` could pass on a bucket left with `d.remaining` whole tokens (approximate by under
+// a token's refill time: the fraction of a token is not known here), or kRetryNever.
+int64_t retry_after_ns(const Decision& d, int64_t cost) {
+  if (!d.has_limit() || d.limit.rate.tokens <= 0 || cost > d.limit.burst) return kRetryNever;
+  const Wide deficit = Wide(cost) - d.remaining;
+  if (deficit <= 0) return 0;
+  const Wide ns = (deficit * d.limit.rate.period_ns + d.limit.rate.tokens - 1) / d.limit.rate.tokens;
+  return ns > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max() : int64_t(ns);
+}
+
+uint32_t clamp_remaining(int64_t remaining) {
+  return uint32_t(std::clamp<int64_t>(remaining, 0, std::numeric_limits<uint32_t>::max()));
+}
+
+}  // namespace
+
+std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_view domain, uint32_t request_hits,
+                         const std::vector<DescriptorInput>& descriptors, size_t max_key_bytes, Plan& plan) {
+  plan.descriptors.clear();
+  plan.config = std::move(config);
+  if (domain.empty()) return "domain must not be empty";
+  if (descriptors.empty()) return "the request has no descriptors";
+  if (descriptors.size() > kMaxDescriptors) {
+    return "the request has " + std::to_string(descriptors.size()) + " descriptors; at most " +
+           std::to_string(kMaxDescriptors) + " are accepted";
+  }
+  const int64_t default_hits = request_hits == 0 ? 1 : int64_t(request_hits);
+  plan.descriptors.reserve(descriptors.size());
+  for (size_t i = 0; i < descriptors.size(); ++i) {
+    const DescriptorInput& in = descriptors[i];
+    if (in.entries.size() > kMaxEntries) {
+      return "descriptor " + std::to_string(i) + " has " + std::to_string(in.entries.size()) + " entries; at most " +
+             std::to_string(kMaxEntries) + " are accepted";
+    }
+    for (size_t j = 0; j < in.entries.size(); ++j) {
+      if (in.entries[j].key.empty()) {
+        return "descriptor " + std::to_string(i) + " entry " + std::to_string(j) + " has an empty key";
+      }
+    }
+    if (in.has_hits && in.hits > uint64_t(kMaxTokens)) {
+      return "descriptor " + std::to_string(i) + " hits_addend " + std::to_string(in.hits) + " exceeds " +
+             std::to_string(kMaxTokens);
+    }
+    DescriptorPlan& p = plan.descriptors.emplace_back();
+    p.hits = in.has_hits ? int64_t(in.hits) : default_hits;
+    if (plan.config) p.match = plan.config->match(domain, in.entries);
+  }
+  std::vector<RlsMatch> matches;
+  matches.reserve(plan.descriptors.size());
+  for (DescriptorPlan& p : plan.descriptors) matches.push_back(std::move(p.match));
+  RlsConfig::apply_replaces(matches);
+  for (size_t i = 0; i < matches.size(); ++i) {
+    RlsMatch& m = matches[i];
+    if (m.key.size() > max_key_bytes) {
+      m.key = m.key.substr(0, m.path_bytes) + values_digest(std::string_view(m.key).substr(m.path_bytes));
+    }
+    plan.descriptors[i].match = std::move(m);
+  }
+  return {};
+}
+
+Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorResult>& out) {
+  const size_t n = plan.descriptors.size();
+  out.assign(n, DescriptorResult{});
+  // The descriptors that decide: non-shadow, limited, costing something.
+  std::vector<CheckItem> items;
+  std::vector<size_t> where;
+  items.reserve(n);
+  where.reserve(n);
+  bool blocked = false;  // a requests_per_unit-0 limit denies the request
+  for (size_t i = 0; i < n; ++i) {
+    const DescriptorPlan& p = plan.descriptors[i];
+    const RlsLimit* limit = p.match.limit;
+    if (!limit) continue;  // no limit: OK, remaining 0
+    if (limit->unlimited) {
+      out[i].remaining = std::numeric_limits<uint32_t>::max();
+      continue;
+    }
+    out[i].limit = limit;
+    if (p.match.shadow_mode || p.hits == 0) continue;  // looked at below; never denies
+    if (!limit->limited()) {
+      blocked = true;
+      out[i].code = Code::kOverLimit;
+      out[i].retry_after_ns = kRetryNever;
+      continue;
+    }
+    items.push_back({p.match.key, p.hits});
+    where.push_back(i);
+  }
+
+  std::vector<Decision> decisions(items.size());
+  bool allowed = !blocked;
+  if (!items.empty()) {
+    if (blocked) {
+      // Denied already, so nothing may be charged: each is only looked at (cost 0), and judged
+      // by its balance in whole tokens, which is exact for a whole-token cost.
+      std::vector<CheckItem> look = items;
+      for (CheckItem& item : look) item.cost = 0;
+      handler.check(look, decisions);
+    } else {
+      allowed = handler.check_all(items, decisions);
+    }
+  }
+  for (size_t k = 0; k < items.size(); ++k) {
+    const Decision& d = decisions[k];
+    DescriptorResult& r = out[where[k]];
+    if (!d.limited) {  // the node's rules no longer know this limit (a reload in between)
+      r = DescriptorResult{};
+      continue;
+    }
+    r.until_full_ns = until_full_ns(d);
+    const bool has_room = blocked ? d.remaining >= items[k].cost : d.allowed || d.reason == DenyReason::kOtherCheckDenied;
+    if (has_room) {
+      r.remaining = clamp_remaining(d.remaining);
+    } else {
+      r.code = Code::kOverLimit;
+      r.retry_after_ns = blocked ? retry_after_ns(d, items[k].cost) : d.retry_after_ns;
+    }
+  }
+
+  // Shadow descriptors (charged only if the request goes ahead, never denying) and those that
+  // cost nothing (looked at only, always OK).
+  for (size_t i = 0; i < n; ++i) {
+    const DescriptorPlan& p = plan.descriptors[i];
+    const RlsLimit* limit = p.match.limit;
+    if (!limit || limit->unlimited || (!p.match.shadow_mode && p.hits != 0)) continue;
+    DescriptorResult& r = out[i];
+    const bool shadow = p.match.shadow_mode;
+    if (!limit->limited()) {
+      r.shadow_over = shadow && p.hits > 0;
+      continue;
+    }
+    const CheckItem item{p.match.key, shadow && allowed ? p.hits : 0};
+    Decision d;
+    handler.check({&item, 1}, {&d, 1});
+    if (!d.limited) {
+      r = DescriptorResult{};
+      continue;
+    }
+    r.until_full_ns = until_full_ns(d);
+    if (item.cost > 0) {
+      r.shadow_over = !d.allowed;
+    } else if (shadow) {
+      r.shadow_over = d.remaining < p.hits;
+    }
+    r.remaining = r.shadow_over ? 0 : clamp_remaining(d.remaining);
+  }
+  return allowed ? Code::kOk : Code::kOverLimit;
+}
+
+}  // namespace tollgate::rls

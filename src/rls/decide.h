@@ -1,0 +1,76 @@
+// The Envoy rate limit service's decision, apart from gRPC: a request's descriptors, resolved
+// against the RLS config (plan, on a gRPC thread), decided together on the node's thread
+// (decide, through the daemon's one request path) and turned into per-descriptor answers.
+//
+// Semantics (docs/operations.md, "Behind Envoy"):
+// - All or nothing: the request is allowed only if every non-shadow descriptor is; if any is
+//   over, none is charged. A descriptor that had room but was not charged answers OK with its
+//   untouched remaining count; overall_code is OVER_LIMIT.
+// - A shadow_mode descriptor is charged only when the request is allowed, and answers OK even
+//   when it would have denied (shadow_over tells).
+// - A descriptor that costs nothing (its own hits_addend 0) is only looked at: always OK, with
+//   its remaining count, as the reference server's count + 0 > limit is never true.
+// - requests_per_unit 0 denies any cost above 0 without a bucket; unlimited answers OK with
+//   remaining 4294967295; no limit answers OK with remaining 0 (as the reference server).
+#ifndef TOLLGATE_SRC_RLS_DECIDE_H_
+#define TOLLGATE_SRC_RLS_DECIDE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/request_handler.h"
+#include "tollgate/rls_config.h"
+
+namespace tollgate::rls {
+
+// Descriptors per request, at most: one all-or-nothing check each.
+inline constexpr size_t kMaxDescriptors = 64;
+// Entries per descriptor, at most.
+inline constexpr size_t kMaxEntries = 32;
+
+struct DescriptorPlan {
+  RlsMatch match;
+  int64_t hits = 1;  // tokens this descriptor costs; 0 checks without charging
+};
+
+struct Plan {
+  std::shared_ptr<const RlsConfig> config;  // keeps every match.limit alive
+  std::vector<DescriptorPlan> descriptors;
+};
+
+// A request descriptor as the front end read it off the wire.
+struct DescriptorInput {
+  std::vector<RlsEntry> entries;
+  bool has_hits = false;  // the descriptor's own hits_addend was set
+  uint64_t hits = 0;
+};
+
+// Resolves a request against `config` into `plan` (cleared first), applying `replaces`. Bucket
+// keys longer than `max_key_bytes` get their values part replaced by a SHA-256 digest of it.
+// Returns "" or why the request is invalid (INVALID_ARGUMENT): an empty domain, no descriptors,
+// more than kMaxDescriptors, more than kMaxEntries in one, an entry with an empty key, a cost above
+// the largest bucket.
+std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_view domain, uint32_t request_hits,
+                         const std::vector<DescriptorInput>& descriptors, size_t max_key_bytes, Plan& plan);
+
+enum class Code : uint8_t { kOk = 1, kOverLimit = 2 };
+
+struct DescriptorResult {
+  Code code = Code::kOk;
+  const RlsLimit* limit = nullptr;  // current_limit; null for no limit and for unlimited
+  uint32_t remaining = 0;           // limit_remaining
+  int64_t until_full_ns = -1;       // duration_until_reset; -1: none
+  int64_t retry_after_ns = 0;       // when over: until the same cost would pass (kRetryNever: never)
+  bool shadow_over = false;         // a shadow_mode descriptor that would have denied
+};
+
+// Decides `plan` on the node's thread. `out` gets one result per descriptor, in order. Returns
+// the overall code.
+Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorResult>& out);
+
+}  // namespace tollgate::rls
+
+#endif  // TOLLGATE_SRC_RLS_DECIDE_H_

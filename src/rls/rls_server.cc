@@ -1,0 +1,334 @@
+#include "rls/rls_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <mutex>
+#include <vector>
+
+#include "api/endpoint.h"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "rls/decide.h"
+#include "tollgate/clock.h"
+
+namespace tollgate::rls {
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// One call, from the gRPC thread that read it to the finisher that answers it.
+struct Job {
+  grpc::CallbackServerContext* ctx = nullptr;
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  pb::RateLimitResponse* response = nullptr;
+  Plan plan;
+  std::optional<SteadyTime> deadline;
+  // Set on the node's thread.
+  grpc::Status status;
+  Code overall = Code::kOk;
+  std::vector<DescriptorResult> results;
+};
+
+int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : (ns + kNanosPerSecond - 1) / kNanosPerSecond; }
+
+void set_duration(google::protobuf::Duration* d, int64_t ns) {
+  d->set_seconds(ns / kNanosPerSecond);
+  d->set_nanos(int32_t(ns % kNanosPerSecond));
+}
+
+void add_header(pb::RateLimitResponse* response, const std::string& key, const std::string& value) {
+  pb::HeaderValue* h = response->add_response_headers_to_add();
+  h->set_key(key);
+  h->set_value(value);
+}
+
+// The IETF draft's fields (draft-ietf-httpapi-ratelimit-headers) for the descriptor that denied,
+// or else the limited one with the least room left relative to its burst.
+void add_ratelimit_headers(const Job& job) {
+  const DescriptorResult* pick = nullptr;
+  double pick_room = 2;
+  for (const DescriptorResult& r : job.results) {
+    if (!r.limit || !r.limit->limited() || r.until_full_ns < 0) continue;
+    if (r.code == Code::kOverLimit) {
+      pick = &r;
+      break;
+    }
+    const double room = double(r.remaining) / double(r.limit->bucket.burst);
+    if (room < pick_room) {
+      pick = &r;
+      pick_room = room;
+    }
+  }
+  if (!pick) return;
+  const RlsLimit& l = *pick->limit;
+  const std::string name = "\"" + (l.name.empty() ? std::string("default") : l.name) + "\"";
+  add_header(job.response, "RateLimit-Policy",
+             name + ";q=" + std::to_string(l.bucket.burst) + ";w=" + std::to_string(l.bucket.rate.period_ns / kNanosPerSecond));
+  const int64_t reset_ns = pick->code == Code::kOverLimit ? pick->retry_after_ns : pick->until_full_ns;
+  std::string fields = name + ";r=" + std::to_string(pick->remaining);
+  if (reset_ns != kRetryNever) fields += ";t=" + std::to_string(ceil_seconds(reset_ns));
+  add_header(job.response, "RateLimit", fields);
+  if (pick->code == Code::kOverLimit && pick->retry_after_ns != kRetryNever) {
+    add_header(job.response, "Retry-After", std::to_string(std::max<int64_t>(1, ceil_seconds(pick->retry_after_ns))));
+  }
+}
+
+}  // namespace
+
+class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
+ public:
+  Impl(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options)
+      : node_io_(node_io), handler_(handler), options_(std::move(options)) {}
+
+  ~Impl() override { shutdown(); }
+
+  std::string start(std::shared_ptr<const RlsConfig> config) {
+    set_config(std::move(config));
+    std::string why;
+    std::string text = options_.listen;
+    if (!text.starts_with("unix:") && !text.starts_with("tcp:")) text = "tcp:" + text;
+    const auto endpoint = api::parse_endpoint(text, &why);
+    if (!endpoint) return why;
+    loopback_ = endpoint->is_loopback();
+    std::string grpc_address;
+    if (endpoint->kind == api::Endpoint::Kind::kUnix) {
+      grpc_address = "unix:" + endpoint->path;
+    } else {
+      const bool v6 = endpoint->host.find(':') != std::string::npos;
+      grpc_address = (v6 ? "[" + endpoint->host + "]" : endpoint->host) + ":" + std::to_string(endpoint->port);
+    }
+    // The standard health service; global, so set before the builder.
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(grpc_address, grpc::InsecureServerCredentials(), &port);
+    builder.SetMaxReceiveMessageSize(int(options_.max_request_bytes));
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    if (!server_ || (endpoint->kind == api::Endpoint::Kind::kTcp && port == 0)) {
+      server_.reset();
+      return "cannot serve gRPC on " + options_.listen + " (address in use, or not an address of this host?)";
+    }
+    address_ = endpoint->kind == api::Endpoint::Kind::kUnix
+                   ? grpc_address
+                   : grpc_address.substr(0, grpc_address.rfind(':') + 1) + std::to_string(port);
+    server_->GetHealthCheckService()->SetServingStatus(true);
+    return {};
+  }
+
+  void set_config(std::shared_ptr<const RlsConfig> config) {
+    std::lock_guard lock(config_mu_);
+    config_ = std::move(config);
+  }
+
+  void drain() {
+    if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  }
+
+  void stop() { node_stopped_ = true; }
+
+  void shutdown() {
+    std::vector<Job*> left;
+    {
+      std::lock_guard lock(queue_mu_);
+      if (shut_down_) return;
+      shut_down_ = true;
+      closed_ = true;
+      left.swap(queue_);
+    }
+    unavailable_ += int64_t(left.size());
+    for (Job* job : left) finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    finisher_.join();
+    if (server_) server_->Wait();
+  }
+
+  StatsList stats() const {
+    return {{"rls_calls", calls_.load()},
+            {"rls_calls_over_limit", over_limit_.load()},
+            {"rls_invalid_argument", invalid_.load()},
+            {"rls_busy", busy_.load()},
+            {"rls_deadline_expired", deadline_expired_.load()},
+            {"rls_cancelled", cancelled_.load()},
+            {"rls_unavailable", unavailable_.load()},
+            {"rls_shadow_over_limit", shadow_over_.load()}};
+  }
+
+  const std::string& address() const { return address_; }
+  bool is_loopback() const { return loopback_; }
+
+  // gRPC thread: read, resolve and queue.
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx, const pb::RateLimitRequest* request,
+                                            pb::RateLimitResponse* response) override {
+    ++calls_;
+    auto* job = new Job;
+    job->ctx = ctx;
+    job->reactor = ctx->DefaultReactor();
+    job->response = response;
+    grpc::ServerUnaryReactor* reactor = job->reactor;  // the job is gone once finished
+    if (std::string why = plan(*request, job->plan); !why.empty()) {
+      ++invalid_;
+      finish(job, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why));
+      return reactor;
+    }
+    // The caller's deadline, on our clock. None set: gRPC reports a time far in the future.
+    const auto left = ctx->deadline() - std::chrono::system_clock::now();
+    if (left < std::chrono::hours(24)) {
+      job->deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(left);
+    }
+    submit(job);
+    return reactor;
+  }
+
+ private:
+  std::string plan(const pb::RateLimitRequest& request, Plan& plan) {
+    std::vector<DescriptorInput> inputs(size_t(std::min(request.descriptors_size(), int(kMaxDescriptors) + 1)));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const pb::RateLimitDescriptor& d = request.descriptors(int(i));
+      if (d.is_negative_hits()) return "descriptor " + std::to_string(i) + ": refunds (is_negative_hits) are not supported";
+      if (d.has_limit()) {
+        return "descriptor " + std::to_string(i) +
+               ": limit overrides are not supported; configure the limit in the RLS config instead";
+      }
+      DescriptorInput& in = inputs[i];
+      in.entries.reserve(size_t(std::min(d.entries_size(), int(kMaxEntries) + 1)));
+      for (int j = 0; j < d.entries_size() && in.entries.size() <= kMaxEntries; ++j) {
+        in.entries.push_back({d.entries(j).key(), d.entries(j).value()});
+      }
+      if (d.has_hits_addend()) {
+        in.has_hits = true;
+        in.hits = d.hits_addend().value();
+      }
+    }
+    std::shared_ptr<const RlsConfig> config;
+    {
+      std::lock_guard lock(config_mu_);
+      config = config_;
+    }
+    return plan_request(std::move(config), request.domain(), request.hits_addend(), inputs, options_.max_key_bytes,
+                        plan);
+  }
+
+  void submit(Job* job) {
+    enum { kQueued, kPosted, kClosed, kFull } outcome;
+    {
+      std::lock_guard lock(queue_mu_);
+      if (closed_) {
+        outcome = kClosed;
+      } else if (queue_.size() >= options_.max_pending) {
+        outcome = kFull;
+      } else {
+        queue_.push_back(job);
+        outcome = drain_posted_ ? kQueued : kPosted;
+        drain_posted_ = true;
+      }
+    }
+    switch (outcome) {
+      case kQueued: return;
+      case kPosted: return boost::asio::post(node_io_, [this] { decide_queued(); });
+      case kClosed:
+        ++unavailable_;
+        return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
+      case kFull:
+        ++busy_;
+        return finish(job, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                        "tollgated has too many rate limit calls waiting"));
+    }
+  }
+
+  // Node thread: decide everything queued, then hand the answers to the finisher.
+  void decide_queued() {
+    std::vector<Job*> jobs;
+    {
+      std::lock_guard lock(queue_mu_);
+      jobs.swap(queue_);
+      drain_posted_ = false;
+    }
+    for (Job* job : jobs) {
+      if (node_stopped_) {
+        ++unavailable_;
+        job->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down");
+      } else if (job->deadline && std::chrono::steady_clock::now() >= *job->deadline) {
+        ++deadline_expired_;
+        job->status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the check ran");
+      } else if (job->ctx->IsCancelled()) {
+        ++cancelled_;
+        job->status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before the check ran");
+      } else {
+        job->overall = decide(handler_, job->plan, job->results);
+      }
+      boost::asio::post(finisher_, [this, job] { answer(job); });
+    }
+  }
+
+  // Finisher thread: build the response and finish the call.
+  void answer(Job* job) {
+    if (!job->status.ok()) return finish(job, job->status);
+    pb::RateLimitResponse* response = job->response;
+    response->set_overall_code(job->overall == Code::kOk ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
+    if (job->overall == Code::kOverLimit) ++over_limit_;
+    for (const DescriptorResult& r : job->results) {
+      pb::RateLimitResponse::DescriptorStatus* s = response->add_statuses();
+      s->set_code(r.code == Code::kOk ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
+      s->set_limit_remaining(r.remaining);
+      if (r.shadow_over) ++shadow_over_;
+      if (r.limit) {
+        pb::RateLimitResponse::RateLimit* l = s->mutable_current_limit();
+        l->set_requests_per_unit(r.limit->requests_per_unit);
+        l->set_unit(pb::RateLimitResponse::RateLimit::Unit(r.limit->unit));
+        l->set_name(r.limit->name);
+        if (r.limit->unit_multiplier != 1) l->mutable_unit_multiplier()->set_value(r.limit->unit_multiplier);
+      }
+      if (r.until_full_ns >= 0) set_duration(s->mutable_duration_until_reset(), r.until_full_ns);
+    }
+    if (options_.response_headers) add_ratelimit_headers(*job);
+    finish(job, grpc::Status::OK);
+  }
+
+  // Every call is finished exactly once, here; the job goes with it.
+  static void finish(Job* job, const grpc::Status& status) {
+    grpc::ServerUnaryReactor* reactor = job->reactor;
+    delete job;
+    reactor->Finish(status);
+  }
+
+  boost::asio::io_context& node_io_;
+  RequestHandler& handler_;
+  const RlsServerOptions options_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  bool loopback_ = true;
+  boost::asio::thread_pool finisher_{1};
+
+  std::mutex config_mu_;
+  std::shared_ptr<const RlsConfig> config_;
+
+  std::mutex queue_mu_;
+  std::vector<Job*> queue_;
+  bool drain_posted_ = false;
+  bool closed_ = false;
+  bool shut_down_ = false;
+  bool node_stopped_ = false;  // node thread only
+
+  std::atomic<int64_t> calls_{0}, over_limit_{0}, invalid_{0}, busy_{0}, deadline_expired_{0}, cancelled_{0},
+      unavailable_{0}, shadow_over_{0};
+};
+
+RlsServer::RlsServer(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options)
+    : impl_(std::make_unique<Impl>(node_io, handler, std::move(options))) {}
+RlsServer::~RlsServer() = default;
+std::string RlsServer::start(std::shared_ptr<const RlsConfig> config) { return impl_->start(std::move(config)); }
+const std::string& RlsServer::address() const { return impl_->address(); }
+bool RlsServer::is_loopback() const { return impl_->is_loopback(); }
+void RlsServer::set_config(std::shared_ptr<const RlsConfig> config) { impl_->set_config(std::move(config)); }
+void RlsServer::drain() { impl_->drain(); }
+void RlsServer::stop() { impl_->stop(); }
+void RlsServer::shutdown() { impl_->shutdown(); }
+StatsList RlsServer::stats() const { return impl_->stats(); }
+
+}  // namespace tollgate::rls

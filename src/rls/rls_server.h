@@ -1,0 +1,69 @@
+// The Envoy rate limit service front end: gRPC ShouldRateLimit (envoy.service.ratelimit.v3) and
+// the standard grpc.health.v1 service, on gRPC's own threads.
+//
+// Threading: a call is read and resolved against the RLS config on a gRPC thread, queued (bounded)
+// for the node's thread, decided there through the daemon's request path (RequestHandler), and
+// answered from a finisher thread that builds the response and finishes the call. The node's
+// thread does no gRPC work, and a slow or dead client never holds it: gRPC writes on its own.
+// A call whose deadline passed or that was cancelled before its turn is not charged.
+//
+// No gRPC header leaks from here: the daemon includes this file only.
+#ifndef TOLLGATE_SRC_RLS_RLS_SERVER_H_
+#define TOLLGATE_SRC_RLS_RLS_SERVER_H_
+
+#include <boost/asio/io_context.hpp>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "api/request_handler.h"
+#include "tollgate/api.h"
+#include "tollgate/rls_config.h"
+
+namespace tollgate::rls {
+
+struct RlsServerOptions {
+  std::string listen;                    // "HOST:PORT", "tcp:HOST:PORT" or "unix:PATH"
+  size_t max_pending = 4096;             // calls queued for the node at most; beyond: RESOURCE_EXHAUSTED
+  size_t max_key_bytes = 256;            // the key table's; longer bucket keys are digested
+  size_t max_request_bytes = 64 * 1024;  // a larger request is refused by gRPC (RESOURCE_EXHAUSTED)
+  bool response_headers = false;         // add RateLimit-Policy, RateLimit and Retry-After
+};
+
+class RlsServer {
+ public:
+  // `handler` is called on `node_io`'s thread only.
+  RlsServer(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options);
+  ~RlsServer();  // shutdown() if not done
+  RlsServer(const RlsServer&) = delete;
+  RlsServer& operator=(const RlsServer&) = delete;
+
+  // Parses the address, binds and starts serving (health: SERVING). Returns "" or what is wrong.
+  std::string start(std::shared_ptr<const RlsConfig> config);
+  // "127.0.0.1:8081" or "unix:/run/x.sock", the port chosen if 0 was asked; valid after start().
+  const std::string& address() const;
+  bool is_loopback() const;
+
+  // The config later calls resolve against (any thread).
+  void set_config(std::shared_ptr<const RlsConfig> config);
+  // Health: NOT_SERVING from now on (SIGTERM's drain). Calls are still answered.
+  void drain();
+  // On the node's thread: calls not yet decided, and every later one, answer UNAVAILABLE
+  // without being charged (the node is leaving).
+  void stop();
+  // Off the node's thread, once it no longer runs: answers what is still queued, shuts the
+  // server down and waits for the finisher. Idempotent.
+  void shutdown();
+
+  // Counters: rls_calls, rls_calls_over_limit, rls_invalid_argument, rls_busy, rls_deadline_expired,
+  // rls_cancelled, rls_unavailable, rls_shadow_over_limit.
+  StatsList stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate::rls
+
+#endif  // TOLLGATE_SRC_RLS_RLS_SERVER_H_

@@ -1,0 +1,570 @@
+// The Envoy RLS decision apart from gRPC (src/rls/decide.h): plan_request's validation and keys,
+// and decide's answers against a real KeyTable behind a minimal RequestHandler.
+#include "rls/decide.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "api/request_handler.h"
+#include "tollgate/key_table.h"
+#include "tollgate/rls_config.h"
+#include "tollgate/rls_config_file.h"
+#include "tollgate/rules.h"
+
+namespace tollgate::rls {
+namespace {
+
+constexpr int64_t kSec = kNanosPerSecond;
+constexpr int64_t kMs = kNanosPerSecond / 1000;
+constexpr uint32_t kUnlimitedRemaining = std::numeric_limits<uint32_t>::max();
+
+// The daemon's request path reduced to a key table on a hand-driven clock.
+class TableHandler : public RequestHandler {
+ public:
+  explicit TableHandler(std::shared_ptr<const RlsConfig> config)
+      : table_(std::make_shared<const RuleSet>(std::vector<Rule>{}, std::nullopt, std::move(config))) {}
+
+  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
+    ++checks;
+    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
+  }
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
+    ++check_alls;
+    return table_.allow_all(items, out, now);
+  }
+  std::vector<MemberInfo> members() override { return {}; }
+  StatsList stats() override { return {}; }
+  std::string set_faults(const FaultSettings&) override { return ""; }
+
+  KeyTable& table() { return table_; }
+  MonoNanos now = 0;
+  int checks = 0;
+  int check_alls = 0;
+
+ private:
+  KeyTable table_;
+};
+
+const char* const kConfig = R"(domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: m
+    rate_limit: {unit: minute, requests_per_unit: 20, name: per_minute}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: block
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: shadowblock
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: user
+    rate_limit: {name: base, unit: second, requests_per_unit: 5}
+  - key: vip
+    rate_limit: {replaces: [{name: base}], unit: second, requests_per_unit: 50}
+  - key: placeholder
+)";
+
+DescriptorInput desc(std::initializer_list<RlsEntry> entries, std::optional<uint64_t> hits = std::nullopt) {
+  DescriptorInput in;
+  in.entries.assign(entries.begin(), entries.end());
+  if (hits) {
+    in.has_hits = true;
+    in.hits = *hits;
+  }
+  return in;
+}
+
+class RlsDecide : public ::testing::Test {
+ protected:
+  RlsDecide() : config_(parse_rls_config({{"rls.yaml", kConfig}})), handler_(config_) {}
+
+  // Plans (expecting no error) and decides one request; results in `out`.
+  Code run(const std::vector<DescriptorInput>& descriptors, uint32_t request_hits = 0, std::string_view domain = "d") {
+    Plan plan;
+    const std::string error = plan_request(config_, domain, request_hits, descriptors, 256, plan);
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(plan.descriptors.size(), descriptors.size());
+    return decide(handler_, plan, out);
+  }
+
+  // The limit a single-entry descriptor of domain "d" resolves to.
+  const RlsLimit* limit_of(std::string_view key) const {
+    const RlsEntry e{key, "x"};
+    return config_->match("d", {&e, 1}).limit;
+  }
+
+  // Whole tokens left in the bucket of (key=value), by a check-only request.
+  uint32_t remaining(std::string_view key, std::string_view value) {
+    std::vector<DescriptorResult> saved = out;
+    EXPECT_EQ(run({desc({{key, value}}, 0)}), Code::kOk);
+    const uint32_t r = out[0].remaining;
+    out = saved;
+    return r;
+  }
+
+  std::shared_ptr<const RlsConfig> config_;
+  TableHandler handler_;
+  std::vector<DescriptorResult> out;
+};
+
+// --- limited descriptors -----------------------------------------------------------------------
+
+TEST_F(RlsDecide, FirstHitReportsTheLimitAndWhatIsLeft) {
+  EXPECT_EQ(run({desc({{"a", "x"}})}), Code::kOk);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].limit, limit_of("a"));
+  ASSERT_NE(out[0].limit, nullptr);
+  EXPECT_EQ(out[0].limit->requests_per_unit, 5u);
+  EXPECT_EQ(out[0].remaining, 4u);
+  EXPECT_EQ(out[0].until_full_ns, 200 * kMs);  // one token at 5/s
+  EXPECT_EQ(out[0].retry_after_ns, 0);
+  EXPECT_FALSE(out[0].shadow_over);
+}
+
+TEST_F(RlsDecide, TwentyFivePerMinuteOnTwentyPerMinute) {
+  // The reference's "25 hits on 20/min", on a token bucket at one instant.
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(run({desc({{"m", "random"}})}), Code::kOk) << i;
+    EXPECT_EQ(out[0].remaining, uint32_t(19 - i)) << i;
+    EXPECT_EQ(out[0].until_full_ns, (i + 1) * 3 * kSec) << i;  // 3 s a token
+  }
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(run({desc({{"m", "random"}})}), Code::kOverLimit) << i;
+    EXPECT_EQ(out[0].code, Code::kOverLimit);
+    EXPECT_EQ(out[0].remaining, 0u);
+    EXPECT_EQ(out[0].limit, limit_of("m"));
+    EXPECT_EQ(out[0].retry_after_ns, 3 * kSec);
+    EXPECT_EQ(out[0].until_full_ns, 60 * kSec);
+  }
+}
+
+TEST_F(RlsDecide, UntilFullIsExactAtTheInstantOfTheHit) {
+  EXPECT_EQ(run({desc({{"m", "x"}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 19u);
+  EXPECT_EQ(out[0].until_full_ns, 3 * kSec);  // 20/min after 1 hit: 3 s exactly
+  EXPECT_EQ(run({desc({{"m", "fresh"}}, 0)}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 20u);
+  EXPECT_EQ(out[0].until_full_ns, 0);  // a full bucket
+  // After the bucket refilled: full again.
+  handler_.now = 3 * kSec;
+  EXPECT_EQ(run({desc({{"m", "x"}}, 0)}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 20u);
+  EXPECT_EQ(out[0].until_full_ns, 0);
+}
+
+TEST_F(RlsDecide, RetryAfterSaysWhenTheSameCostPasses) {
+  EXPECT_EQ(run({desc({{"b", "r"}})}), Code::kOk);
+  EXPECT_EQ(run({desc({{"b", "r"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].retry_after_ns, 1 * kSec);
+  EXPECT_EQ(out[0].until_full_ns, 1 * kSec);
+  handler_.now = 250 * kMs;
+  EXPECT_EQ(run({desc({{"b", "r"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].retry_after_ns, 750 * kMs);
+  handler_.now = 1 * kSec;
+  EXPECT_EQ(run({desc({{"b", "r"}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 0u);
+  // A cost above the bucket's capacity never passes.
+  EXPECT_EQ(run({desc({{"a", "big"}}, 6)}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[0].retry_after_ns, kRetryNever);
+  EXPECT_EQ(remaining("a", "big"), 5u);
+}
+
+TEST_F(RlsDecide, PerValueBucketsAreIndependent) {
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(run({desc({{"a", "one"}})}), Code::kOk);
+  EXPECT_EQ(run({desc({{"a", "one"}})}), Code::kOverLimit);
+  EXPECT_EQ(run({desc({{"a", "two"}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 4u);
+}
+
+// --- all or nothing ----------------------------------------------------------------------------
+
+TEST_F(RlsDecide, AllOrNothingOneOverChargesNone) {
+  EXPECT_EQ(run({desc({{"a", "x"}}), desc({{"b", "y"}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 4u);
+  EXPECT_EQ(out[1].remaining, 0u);
+  EXPECT_EQ(handler_.check_alls, 1);
+
+  // b is over: nothing is charged; a had room and says so with its untouched balance.
+  EXPECT_EQ(run({desc({{"a", "x"}}), desc({{"b", "y"}})}), Code::kOverLimit);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].remaining, 4u);
+  EXPECT_EQ(out[0].limit, limit_of("a"));
+  EXPECT_EQ(out[0].until_full_ns, 200 * kMs);
+  EXPECT_EQ(out[0].retry_after_ns, 0);
+  EXPECT_EQ(out[1].code, Code::kOverLimit);
+  EXPECT_EQ(out[1].remaining, 0u);
+  EXPECT_EQ(out[1].limit, limit_of("b"));
+  EXPECT_EQ(out[1].retry_after_ns, 1 * kSec);
+  EXPECT_EQ(out[1].until_full_ns, 1 * kSec);
+
+  // a was not charged by the denied request.
+  EXPECT_EQ(run({desc({{"a", "x"}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 3u);
+}
+
+TEST_F(RlsDecide, TheSameBucketTwiceInOneRequestAddsUp) {
+  // 3 + 3 > 5: the second is over, and neither is charged.
+  EXPECT_EQ(run({desc({{"a", "x"}}, 3), desc({{"a", "x"}}, 3)}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].remaining, 5u);
+  EXPECT_EQ(out[1].code, Code::kOverLimit);
+  EXPECT_EQ(out[1].retry_after_ns, 200 * kMs);  // the one token short, at 5/s
+  EXPECT_EQ(remaining("a", "x"), 5u);
+  EXPECT_EQ(run({desc({{"a", "x"}}, 3), desc({{"a", "x"}}, 2)}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 2u);
+  EXPECT_EQ(out[1].remaining, 0u);
+}
+
+TEST_F(RlsDecide, StatusesFollowRequestOrder) {
+  EXPECT_EQ(run({desc({{"nomatch", "1"}}), desc({{"free", "1"}}), desc({{"m", "1"}}), desc({{"a", "1"}}, 2)}),
+            Code::kOk);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].limit, nullptr);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[1].remaining, kUnlimitedRemaining);
+  EXPECT_EQ(out[2].limit, limit_of("m"));
+  EXPECT_EQ(out[2].remaining, 19u);
+  EXPECT_EQ(out[3].limit, limit_of("a"));
+  EXPECT_EQ(out[3].remaining, 3u);
+}
+
+// --- hits_addend -------------------------------------------------------------------------------
+
+TEST_F(RlsDecide, RequestHitsZeroMeansOne) {
+  EXPECT_EQ(run({desc({{"a", "x"}})}, 0), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 4u);
+  EXPECT_EQ(run({desc({{"a", "y"}})}, 3), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 2u);
+  EXPECT_EQ(run({desc({{"a", "z"}})}, 6), Code::kOverLimit);  // above burst
+  EXPECT_EQ(out[0].retry_after_ns, kRetryNever);
+}
+
+TEST_F(RlsDecide, DescriptorHitsOverrideTheRequestsAndZeroOnlyChecks) {
+  // The descriptor's own 1 wins over the request's 3; the other descriptor takes the request's.
+  EXPECT_EQ(run({desc({{"a", "own"}}, 1), desc({{"a", "req"}})}, 3), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 4u);
+  EXPECT_EQ(out[1].remaining, 2u);
+  // A descriptor's 0 is not "1": it checks without charging, whatever the request says.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(run({desc({{"a", "own"}}, 0)}, 4), Code::kOk);
+    EXPECT_EQ(out[0].code, Code::kOk);
+    EXPECT_EQ(out[0].remaining, 4u);
+    EXPECT_EQ(out[0].limit, limit_of("a"));
+    EXPECT_EQ(out[0].until_full_ns, 200 * kMs);
+  }
+  // A descriptor's own cost may be larger than the request's.
+  EXPECT_EQ(run({desc({{"a", "own"}}, 4)}, 1), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[0].until_full_ns, 1 * kSec);
+}
+
+// A descriptor whose own hits_addend is 0 "checks without charging" (docs/operations.md 10.3); on
+// a bucket that is exactly used up the reference server computes count + 0 > limit: false, so OK
+// with remaining 0, as for hits 0 on requests_per_unit 0. It must not fail the request, nor keep
+// the other descriptors from being charged (in check_all, cost 0 would ask whether 1 token
+// passes: TokenBucket::try_acquire).
+TEST_F(RlsDecide, CheckOnlyDescriptorOnAUsedUpBucketDoesNotDeny) {
+  EXPECT_EQ(run({desc({{"b", "y"}})}), Code::kOk);  // b used up: 0 left
+  EXPECT_EQ(run({desc({{"b", "y"}}, 0), desc({{"a", "x"}})}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[1].code, Code::kOk);
+  EXPECT_EQ(out[1].remaining, 4u);
+}
+
+// --- no limit, unlimited, requests_per_unit 0 --------------------------------------------------
+
+TEST_F(RlsDecide, NoLimitIsOkWithNothingLeftAndNoLimit) {
+  for (const std::vector<DescriptorInput>& request : std::vector<std::vector<DescriptorInput>>{
+           {desc({{"nomatch", "x"}})},
+           {desc({{"placeholder", "x"}})},           // a node without rate_limit
+           {desc({{"a", "x"}, {"deeper", "y"}})},    // longer than the tree
+           {desc({})},                               // no entries: matches nothing
+       }) {
+    EXPECT_EQ(run(request, 1000), Code::kOk);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].code, Code::kOk);
+    EXPECT_EQ(out[0].limit, nullptr);
+    EXPECT_EQ(out[0].remaining, 0u);
+    EXPECT_EQ(out[0].until_full_ns, -1);
+    EXPECT_EQ(out[0].retry_after_ns, 0);
+    EXPECT_FALSE(out[0].shadow_over);
+  }
+  EXPECT_EQ(run({desc({{"a", "x"}})}, 1000, "unknown-domain"), Code::kOk);
+  EXPECT_EQ(out[0].limit, nullptr);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(handler_.checks + handler_.check_alls, 0);  // nothing to ask the table
+
+  // No config at all: every descriptor has no limit.
+  Plan plan;
+  EXPECT_EQ(plan_request(nullptr, "d", 0, {desc({{"a", "x"}})}, 256, plan), "");
+  EXPECT_EQ(decide(handler_, plan, out), Code::kOk);
+  EXPECT_EQ(out[0].limit, nullptr);
+  EXPECT_EQ(out[0].remaining, 0u);
+}
+
+TEST_F(RlsDecide, UnlimitedIsOkWithTheLargestRemainingAndIsNeverCounted) {
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(run({desc({{"free", "x"}})}, 1000000), Code::kOk);
+    EXPECT_EQ(out[0].code, Code::kOk);
+    EXPECT_EQ(out[0].remaining, kUnlimitedRemaining);
+    EXPECT_EQ(out[0].limit, nullptr);
+    EXPECT_EQ(out[0].until_full_ns, -1);
+  }
+  EXPECT_EQ(handler_.table().size(), 0u);
+}
+
+TEST_F(RlsDecide, RequestsPerUnitZeroDeniesAnyCostAndChargesNothingElse) {
+  EXPECT_EQ(run({desc({{"block", "x"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[0].limit, limit_of("block"));
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[0].retry_after_ns, kRetryNever);
+  EXPECT_EQ(out[0].until_full_ns, -1);
+
+  // With another descriptor that has room: it is not charged and reports its balance.
+  EXPECT_EQ(run({desc({{"a", "r"}}), desc({{"block", "x"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].remaining, 5u);
+  EXPECT_EQ(out[0].limit, limit_of("a"));
+  EXPECT_EQ(out[1].code, Code::kOverLimit);
+  EXPECT_EQ(remaining("a", "r"), 5u);
+
+  // Cost 0: OK, and the rest of the request goes ahead.
+  EXPECT_EQ(run({desc({{"block", "x"}}, 0), desc({{"a", "s"}})}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].limit, limit_of("block"));
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[1].remaining, 4u);
+}
+
+// When a requests_per_unit-0 descriptor has already blocked the request, the others are looked
+// at without charging, and judged against their own cost. A descriptor that itself has no room must answer OVER_LIMIT with its
+// retry_after, as it does when the request is denied by an ordinary bucket (first half, passes);
+// behind a requests_per_unit-0 descriptor it answers OK with remaining 1 (second half).
+TEST_F(RlsDecide, ADescriptorWithoutRoomIsOverWhateverElseDeniedTheRequest) {
+  EXPECT_EQ(run({desc({{"a", "t"}}, 4)}), Code::kOk);  // 1 left
+  EXPECT_EQ(run({desc({{"b", "u"}})}), Code::kOk);      // 0 left
+
+  // Denied by a used-up bucket: a (3 > 1) is over in its own right.
+  EXPECT_EQ(run({desc({{"a", "t"}}), desc({{"b", "u"}})}, 3), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[0].retry_after_ns, 400 * kMs);  // 2 tokens short at 5/s
+  EXPECT_EQ(out[1].code, Code::kOverLimit);
+
+  // Denied by requests_per_unit 0: a is just as over.
+  EXPECT_EQ(run({desc({{"a", "t"}}), desc({{"block", "v"}})}, 3), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[0].retry_after_ns, 400 * kMs);
+  EXPECT_EQ(out[1].code, Code::kOverLimit);
+  EXPECT_EQ(remaining("a", "t"), 1u);
+}
+
+// --- shadow mode -------------------------------------------------------------------------------
+
+TEST_F(RlsDecide, ShadowNeverDeniesAndTellsWhenItWouldHave) {
+  EXPECT_EQ(run({desc({{"shadow", "s"}})}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].remaining, 1u);
+  EXPECT_EQ(out[0].limit, limit_of("shadow"));
+  EXPECT_FALSE(out[0].shadow_over);
+  EXPECT_EQ(out[0].until_full_ns, 500 * kMs);
+  EXPECT_EQ(run({desc({{"shadow", "s"}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_FALSE(out[0].shadow_over);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(run({desc({{"shadow", "s"}})}), Code::kOk) << i;
+    EXPECT_EQ(out[0].code, Code::kOk);
+    EXPECT_TRUE(out[0].shadow_over);
+    EXPECT_EQ(out[0].remaining, 0u);
+    EXPECT_EQ(out[0].limit, limit_of("shadow"));
+    EXPECT_EQ(out[0].until_full_ns, 1 * kSec);
+  }
+  // Over its limit, it does not block the others, which are charged.
+  EXPECT_EQ(run({desc({{"shadow", "s"}}), desc({{"a", "q"}})}), Code::kOk);
+  EXPECT_TRUE(out[0].shadow_over);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[1].code, Code::kOk);
+  EXPECT_EQ(out[1].remaining, 4u);
+  EXPECT_EQ(remaining("a", "q"), 4u);
+}
+
+TEST_F(RlsDecide, ShadowIsChargedOnlyWhenTheRequestGoesAhead) {
+  // Denied by requests_per_unit 0.
+  EXPECT_EQ(run({desc({{"shadow", "t"}}), desc({{"block", "x"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_FALSE(out[0].shadow_over);
+  EXPECT_EQ(out[0].remaining, 2u);
+  EXPECT_EQ(remaining("shadow", "t"), 2u);
+  // Denied by a used-up bucket.
+  EXPECT_EQ(run({desc({{"b", "y"}})}), Code::kOk);
+  EXPECT_EQ(run({desc({{"shadow", "t"}}), desc({{"b", "y"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].remaining, 2u);
+  EXPECT_EQ(remaining("shadow", "t"), 2u);
+  // Allowed: charged.
+  EXPECT_EQ(run({desc({{"shadow", "t"}}), desc({{"a", "y"}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 1u);
+  EXPECT_EQ(remaining("shadow", "t"), 1u);
+
+  // A used-up shadow descriptor in a denied request: it would have denied too.
+  EXPECT_EQ(run({desc({{"shadow", "t"}})}), Code::kOk);
+  EXPECT_EQ(run({desc({{"shadow", "t"}}), desc({{"block", "x"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_TRUE(out[0].shadow_over);
+  EXPECT_EQ(out[0].remaining, 0u);
+}
+
+TEST_F(RlsDecide, ShadowWithRequestsPerUnitZero) {
+  EXPECT_EQ(run({desc({{"shadowblock", "x"}}), desc({{"a", "x"}})}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_TRUE(out[0].shadow_over);
+  EXPECT_EQ(out[0].limit, limit_of("shadowblock"));
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[1].remaining, 4u);
+  EXPECT_EQ(run({desc({{"shadowblock", "x"}}, 0)}), Code::kOk);
+  EXPECT_FALSE(out[0].shadow_over);
+}
+
+// --- replaces ----------------------------------------------------------------------------------
+
+TEST_F(RlsDecide, AReplacedLimitAnswersAsNoLimit) {
+  EXPECT_EQ(run({desc({{"user", "a"}}), desc({{"vip", "b"}})}), Code::kOk);
+  EXPECT_EQ(out[0].limit, nullptr);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[0].until_full_ns, -1);
+  EXPECT_EQ(out[1].limit, limit_of("vip"));
+  EXPECT_EQ(out[1].remaining, 49u);
+  // Not charged while replaced.
+  EXPECT_EQ(remaining("user", "a"), 5u);
+  // Alone, it applies.
+  EXPECT_EQ(run({desc({{"user", "a"}})}), Code::kOk);
+  EXPECT_EQ(out[0].limit, limit_of("user"));
+  EXPECT_EQ(out[0].remaining, 4u);
+}
+
+// --- plan_request ------------------------------------------------------------------------------
+
+TEST_F(RlsDecide, PlanRejectsMalformedRequests) {
+  Plan plan;
+  const std::vector<DescriptorInput> one{desc({{"a", "x"}})};
+  EXPECT_EQ(plan_request(config_, "", 0, one, 256, plan), "domain must not be empty");
+  EXPECT_EQ(plan_request(config_, "d", 0, {}, 256, plan), "the request has no descriptors");
+
+  std::vector<DescriptorInput> many(kMaxDescriptors, desc({{"a", "x"}}));
+  EXPECT_EQ(plan_request(config_, "d", 0, many, 256, plan), "");
+  EXPECT_EQ(plan.descriptors.size(), 64u);
+  many.push_back(desc({{"a", "x"}}));
+  EXPECT_EQ(plan_request(config_, "d", 0, many, 256, plan),
+            "the request has 65 descriptors; at most 64 are accepted");
+
+  DescriptorInput wide;
+  for (size_t i = 0; i < kMaxEntries; ++i) wide.entries.push_back({"k", "v"});
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}}), wide}, 256, plan), "");
+  wide.entries.push_back({"k", "v"});
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}}), wide}, 256, plan),
+            "descriptor 1 has 33 entries; at most 32 are accepted");
+
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}, {"", "y"}})}, 256, plan),
+            "descriptor 0 entry 1 has an empty key");
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", ""}})}, 256, plan), "");  // an empty value is fine
+
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}}, uint64_t(kMaxTokens))}, 256, plan), "");
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}}, uint64_t(kMaxTokens) + 1)}, 256, plan),
+            "descriptor 0 hits_addend 1000000000001 exceeds 1000000000000");
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}}), desc({{"a", "x"}}, UINT64_MAX)}, 256, plan),
+            "descriptor 1 hits_addend 18446744073709551615 exceeds 1000000000000");
+  // The request-level hits_addend is a uint32: always in range.
+  EXPECT_EQ(plan_request(config_, "d", UINT32_MAX, one, 256, plan), "");
+  ASSERT_EQ(plan.descriptors.size(), 1u);
+  EXPECT_EQ(plan.descriptors[0].hits, int64_t(UINT32_MAX));
+}
+
+TEST_F(RlsDecide, PlanCarriesHitsMatchesAndTheConfig) {
+  Plan plan;
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}}), desc({{"m", "y"}}, 7), desc({{"nomatch", "z"}}, 0)},
+                         256, plan),
+            "");
+  EXPECT_EQ(plan.config, config_);
+  ASSERT_EQ(plan.descriptors.size(), 3u);
+  EXPECT_EQ(plan.descriptors[0].hits, 1);
+  EXPECT_EQ(plan.descriptors[0].match.limit, limit_of("a"));
+  EXPECT_EQ(plan.descriptors[0].match.key, std::string("\x1e" "d\x1f" "a\x1d" "1:x"));
+  EXPECT_EQ(plan.descriptors[1].hits, 7);
+  EXPECT_EQ(plan.descriptors[1].match.limit, limit_of("m"));
+  EXPECT_EQ(plan.descriptors[2].hits, 0);
+  EXPECT_EQ(plan.descriptors[2].match.limit, nullptr);
+  // A second plan into the same object starts afresh.
+  EXPECT_EQ(plan_request(config_, "d", 2, {desc({{"b", "x"}})}, 256, plan), "");
+  ASSERT_EQ(plan.descriptors.size(), 1u);
+  EXPECT_EQ(plan.descriptors[0].hits, 2);
+  EXPECT_EQ(plan.descriptors[0].match.limit, limit_of("b"));
+}
+
+TEST_F(RlsDecide, OverLongKeysAreShortenedDistinctlyAndStillFindTheirLimit) {
+  const std::string path("\x1e" "d\x1f" "a\x1d", 5);
+  const std::string x(4000, 'x'), x2(4000, 'x'), y(4000, 'y');
+  std::string x_end = x;
+  x_end.back() = 'z';
+  Plan plan;
+  ASSERT_EQ(plan_request(config_, "d", 0,
+                         {desc({{"a", x}}), desc({{"a", x2}}), desc({{"a", y}}), desc({{"a", x_end}}),
+                          desc({{"a", "short"}})},
+                         256, plan),
+            "");
+  const std::string& kx = plan.descriptors[0].match.key;
+  const std::string& kx2 = plan.descriptors[1].match.key;
+  const std::string& ky = plan.descriptors[2].match.key;
+  const std::string& kz = plan.descriptors[3].match.key;
+  for (const std::string* k : {&kx, &kx2, &ky, &kz}) {
+    EXPECT_LE(k->size(), 256u);
+    EXPECT_EQ(k->size(), path.size() + 33);  // "#" and 32 hex digits
+    EXPECT_EQ(k->substr(0, path.size()), path);
+    EXPECT_EQ((*k)[path.size()], '#');
+    ASSERT_TRUE(config_->limit_index(*k).has_value());
+    EXPECT_EQ(&config_->limit(*config_->limit_index(*k)), limit_of("a"));
+  }
+  EXPECT_EQ(kx, kx2);  // equal values, equal keys
+  EXPECT_NE(kx, ky);
+  EXPECT_NE(kx, kz);   // differing only in the last byte
+  EXPECT_NE(ky, kz);
+  EXPECT_EQ(plan.descriptors[4].match.key, path + "5:short");
+  EXPECT_EQ(plan.descriptors[0].match.path_bytes, path.size());
+
+  // The boundary: a key of exactly max_key_bytes is kept as it is, one more byte is shortened.
+  const std::string fits(256 - path.size() - 4, 'f');  // "247:" + 247 bytes
+  const std::string over(fits.size() + 1, 'f');
+  ASSERT_EQ(plan_request(config_, "d", 0, {desc({{"a", fits}}), desc({{"a", over}})}, 256, plan), "");
+  EXPECT_EQ(plan.descriptors[0].match.key, path + "247:" + fits);
+  EXPECT_EQ(plan.descriptors[0].match.key.size(), 256u);
+  EXPECT_EQ(plan.descriptors[1].match.key.size(), path.size() + 33);
+
+  // And they are decided like any other key: one bucket per distinct value.
+  EXPECT_EQ(run({desc({{"a", x}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 4u);
+  EXPECT_EQ(run({desc({{"a", x2}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 3u);
+  EXPECT_EQ(run({desc({{"a", y}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 4u);
+  EXPECT_EQ(handler_.table().stats().rejected_keys, 0u);
+}
+
+}  // namespace
+}  // namespace tollgate::rls

@@ -1,0 +1,440 @@
+#!/usr/bin/python3
+"""Envoy's rate limit service on real tollgated, driven by a gRPC client that is not our code.
+
+Debian's python3-grpcio speaks to tollgated with stubs that protoc and grpc_python_plugin generate
+from our proto/envoy/service/ratelimit/v3/rls.proto and from grpc-proto's health.proto. The cases
+follow envoyproxy/ratelimit's integration tests (their behaviour is the spec; docs/rls-notes.md
+section 4), with tollgate's semantics where they differ on purpose (all or nothing, token bucket).
+
+Usage (ctest runs it): rls_test.py TOLLGATED TOLLGATE_CLI PROTO_DIR [unittest args]
+Nothing here sleeps for synchronisation: every wait polls observable state with a deadline.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+TOLLGATED, TOLLGATE_CLI, PROTO_DIR = sys.argv[1:4]
+del sys.argv[1:4]
+
+GEN = tempfile.mkdtemp(prefix="tollgate-rls-stubs-")
+# grpc-proto's health.proto, copied under another directory: generated as grpc/health/v1/ it would
+# be hidden by the installed grpc package. The proto package (grpc.health.v1), which makes the
+# method path, is unchanged.
+os.mkdir(os.path.join(GEN, "health_probe"))
+shutil.copy("/usr/share/grpc-proto/grpc/health/v1/health.proto", os.path.join(GEN, "health_probe"))
+subprocess.run(
+    ["protoc", "-I", PROTO_DIR, "-I", GEN, "-I", "/usr/include",
+     "--python_out=" + GEN, "--grpc_python_out=" + GEN,
+     "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
+     os.path.join(PROTO_DIR, "envoy/service/ratelimit/v3/rls.proto"),
+     os.path.join(GEN, "health_probe/health.proto")],
+    check=True)
+sys.path.insert(0, GEN)
+
+import grpc  # noqa: E402
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
+from health_probe import health_pb2, health_pb2_grpc  # noqa: E402
+
+OK = rls_pb2.RateLimitResponse.OK
+OVER = rls_pb2.RateLimitResponse.OVER_LIMIT
+UINT32_MAX = 4294967295
+WAIT_S = 20  # the longest any poll waits before failing
+
+BASIC = """
+domain: basic
+descriptors:
+  - key: key1
+    rate_limit: {unit: second, requests_per_unit: 50}
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: unlimited_key
+    rate_limit: {unlimited: true}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+  - key: path
+    value: /files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: path
+    value: /each/*
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: user
+    rate_limit: {name: per_user, unit: minute, requests_per_unit: 1}
+  - key: vip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      replaces: [{name: per_user}]
+"""
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, predicate, timeout=WAIT_S):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.01)  # polling interval, not synchronisation: the predicate decides
+
+
+class Daemon:
+    """One tollgated serving the RLS on a free loopback port."""
+
+    def __init__(self, workdir, name, rls_config, peers=None, gossip_port=None, key_file=None, extra=()):
+        self.workdir = workdir
+        self.name = name
+        self.rls_port = free_port()
+        self.gossip_port = gossip_port or free_port()
+        self.api = os.path.join(workdir, name + ".sock")
+        peers_file = os.path.join(workdir, name + ".peers")
+        with open(peers_file, "w") as f:
+            for peer_name, port in (peers or []):
+                f.write("%s 127.0.0.1:%d\n" % (peer_name, port))
+        args = [TOLLGATED, "--node-id", name, "--bind", "127.0.0.1:%d" % self.gossip_port,
+                "--listen", "unix:" + self.api, "--membership", "static", "--peers-file", peers_file,
+                "--rls-config", rls_config, "--rls-listen", "127.0.0.1:%d" % self.rls_port, "--mode", "mesh"]
+        args += ["--cluster-key-file", key_file] if key_file else ["--insecure-gossip"]
+        args += list(extra)
+        self.log = open(os.path.join(workdir, name + ".log"), "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.rls_port)
+        self.stub = rls_pb2_grpc.RateLimitServiceStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=WAIT_S)
+        except grpc.FutureTimeoutError:
+            raise AssertionError("%s never served gRPC; its log:\n%s" % (name, self.read_log()))
+
+    def read_log(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def call(self, domain, descriptors, hits=0, timeout=5):
+        """descriptors: a list of (entries, hits_addend or None); entries: a list of (key, value)."""
+        request = rls_pb2.RateLimitRequest(domain=domain.encode(), hits_addend=hits)
+        for entries, own_hits in descriptors:
+            d = request.descriptors.add()
+            for k, v in entries:
+                e = d.entries.add()
+                e.key = k.encode()
+                e.value = v.encode()
+            if own_hits is not None:
+                d.hits_addend.value = own_hits
+        return self.stub.ShouldRateLimit(request, timeout=timeout)
+
+    def one(self, domain, entries, hits=0, own_hits=None):
+        return self.call(domain, [(entries, own_hits)], hits=hits)
+
+    def stats(self):
+        out = subprocess.run([TOLLGATE_CLI, "--endpoint", "unix:" + self.api, "stats", "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out)["stats"]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.channel.close()
+        self.log.close()
+        return self.proc.returncode
+
+
+class SingleDaemon(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-rls-")
+        cls.config_dir = os.path.join(cls.dir, "config")
+        os.mkdir(cls.config_dir)
+        with open(os.path.join(cls.config_dir, "basic.yaml"), "w") as f:
+            f.write(BASIC)
+        cls.d = Daemon(cls.dir, "solo", cls.config_dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        if code != 0:
+            raise AssertionError("tollgated exited with %s" % code)
+
+    def test_unknown_domain_is_ok_without_a_limit(self):
+        r = self.d.one("foo", [("hello", "world")])
+        self.assertEqual(r.overall_code, OK)
+        self.assertEqual(len(r.statuses), 1)
+        self.assertEqual(r.statuses[0].code, OK)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        self.assertEqual(r.statuses[0].limit_remaining, 0)
+
+    def test_first_hit_reports_the_limit_and_what_remains(self):
+        r = self.d.one("basic", [("key1", "first")])
+        self.assertEqual(r.overall_code, OK)
+        s = r.statuses[0]
+        self.assertEqual(s.current_limit.requests_per_unit, 50)
+        self.assertEqual(s.current_limit.unit, rls_pb2.RateLimitResponse.RateLimit.SECOND)
+        self.assertEqual(s.limit_remaining, 49)
+        # One token short of full at 50/s: 20 ms until the bucket is full again.
+        self.assertEqual(s.duration_until_reset.seconds, 0)
+        self.assertEqual(s.duration_until_reset.nanos, 20_000_000)
+
+    def test_25_hits_on_20_per_minute(self):
+        codes, remaining = [], []
+        for _ in range(25):
+            r = self.d.one("basic", [("key2", "twentyfive")])
+            codes.append(r.overall_code)
+            remaining.append(r.statuses[0].limit_remaining)
+        self.assertEqual(codes, [OK] * 20 + [OVER] * 5)
+        self.assertEqual(remaining, list(range(19, -1, -1)) + [0] * 5)
+
+    def test_two_descriptors_are_all_or_nothing(self):
+        # key3 (10/h) denies from call 11 on; key2 (20/min) is then not charged, unlike the
+        # reference server, which keeps charging it.
+        for i in range(15):
+            r = self.d.call("basic", [([("key2", "pair")], None), ([("key3", "pair")], None)])
+            want = OK if i < 10 else OVER
+            self.assertEqual(r.overall_code, want, "call %d" % (i + 1))
+            self.assertEqual(r.statuses[1].code, want)
+            self.assertEqual(r.statuses[0].code, OK, "key2 had room on call %d" % (i + 1))
+            self.assertEqual(r.statuses[0].limit_remaining, max(10, 19 - i))
+        r = self.d.one("basic", [("key2", "pair")])
+        self.assertEqual(r.statuses[0].limit_remaining, 9, "key2 was charged 10 times, then once now")
+
+    def test_hits_addend_at_both_levels(self):
+        r = self.d.one("basic", [("key2", "hits")], hits=5)
+        self.assertEqual(r.statuses[0].limit_remaining, 15)
+        r = self.d.one("basic", [("key2", "hits")], hits=5, own_hits=3)  # the descriptor's own wins
+        self.assertEqual(r.statuses[0].limit_remaining, 12)
+        r = self.d.one("basic", [("key2", "hits")], own_hits=0)  # 0 checks without charging
+        self.assertEqual(r.overall_code, OK)
+        self.assertEqual(r.statuses[0].limit_remaining, 12)
+        r = self.d.one("basic", [("key2", "hits")], hits=13)
+        self.assertEqual(r.overall_code, OVER)
+        r = self.d.one("basic", [("key2", "hits")], hits=12)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 0))
+
+    def test_shadow_mode_counts_but_never_denies(self):
+        before = self.d.stats()["rls_shadow_over_limit"]
+        codes = [self.d.one("basic", [("shadow", "s")]).overall_code for _ in range(5)]
+        self.assertEqual(codes, [OK] * 5)
+        r = self.d.one("basic", [("shadow", "s")])
+        self.assertEqual((r.statuses[0].code, r.statuses[0].limit_remaining), (OK, 0))
+        self.assertEqual(self.d.stats()["rls_shadow_over_limit"] - before, 4)
+
+    def test_unlimited_and_blocked(self):
+        r = self.d.one("basic", [("unlimited_key", "x")], hits=1000)
+        self.assertEqual(r.overall_code, OK)
+        self.assertEqual(r.statuses[0].limit_remaining, UINT32_MAX)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        r = self.d.one("basic", [("blocked", "x")])
+        self.assertEqual(r.overall_code, OVER)
+        self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 0)
+
+    def test_each_value_gets_its_own_bucket(self):
+        for value in ("alice", "bob"):
+            self.assertEqual(self.d.one("basic", [("key2", "v-" + value)], hits=20).statuses[0].limit_remaining, 0)
+        self.assertEqual(self.d.one("basic", [("key2", "v-alice")]).overall_code, OVER)
+        self.assertEqual(self.d.one("basic", [("key2", "v-carol")]).statuses[0].limit_remaining, 19)
+
+    def test_nested_descriptors_match_only_at_full_depth(self):
+        nested = [("message_type", "marketing"), ("to_number", "2061111111")]
+        self.assertEqual(self.d.one("basic", nested).statuses[0].limit_remaining, 4)
+        self.assertEqual(self.d.one("basic", nested).statuses[0].limit_remaining, 3)
+        # The placeholder alone has no limit; a deeper request has none either.
+        r = self.d.one("basic", [("message_type", "marketing")])
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        r = self.d.one("basic", nested + [("extra", "x")])
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+
+    def test_wildcards_shared_and_per_value(self):
+        for _ in range(10):
+            self.assertEqual(self.d.one("basic", [("path", "/files/a.pdf")]).overall_code, OK)
+        r = self.d.one("basic", [("path", "/files/b.csv")])  # share_threshold: one bucket
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OVER, 0))
+        for name in ("a", "b", "c"):  # without it: each value its own bucket
+            self.assertEqual(self.d.one("basic", [("path", "/each/" + name)]).statuses[0].limit_remaining, 2)
+        self.assertFalse(self.d.one("basic", [("path", "/other")]).statuses[0].HasField("current_limit"))
+
+    def test_replaces_drops_the_named_limit_within_the_request(self):
+        self.assertEqual(self.d.one("basic", [("user", "u1")]).overall_code, OK)
+        self.assertEqual(self.d.one("basic", [("user", "u1")]).overall_code, OVER)
+        r = self.d.call("basic", [([("user", "u1")], None), ([("vip", "u1")], None)])
+        self.assertEqual(r.overall_code, OK)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        self.assertEqual(r.statuses[1].limit_remaining, 99)
+
+    def test_bad_requests_are_invalid_argument(self):
+        cases = [
+            ("", [([("a", "b")], None)]),
+            ("basic", []),
+            ("basic", [([("", "b")], None)]),
+            ("basic", [([("key1", "b")], None)] * 65),
+        ]
+        for domain, descriptors in cases:
+            with self.assertRaises(grpc.RpcError) as e:
+                self.d.call(domain, descriptors)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, e.exception.details())
+        request = rls_pb2.RateLimitRequest(domain=b"basic")
+        d = request.descriptors.add()
+        e = d.entries.add()
+        e.key, e.value = b"key1", b"x"
+        d.is_negative_hits = True
+        with self.assertRaises(grpc.RpcError) as err:
+            self.d.stub.ShouldRateLimit(request, timeout=5)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("is_negative_hits", err.exception.details())
+
+    def test_bytes_that_are_not_utf8_and_long_values(self):
+        request = rls_pb2.RateLimitRequest(domain=b"basic")
+        e = request.descriptors.add().entries.add()
+        e.key, e.value = b"key2", b"\xff\xfe-not-utf8"
+        self.assertEqual(self.d.stub.ShouldRateLimit(request, timeout=5).statuses[0].limit_remaining, 19)
+        long_value = "v" * 4000  # longer than a key: the bucket key carries a digest
+        self.assertEqual(self.d.one("basic", [("key2", long_value)]).statuses[0].limit_remaining, 19)
+        self.assertEqual(self.d.one("basic", [("key2", long_value)]).statuses[0].limit_remaining, 18)
+        self.assertEqual(self.d.one("basic", [("key2", long_value + "w")]).statuses[0].limit_remaining, 19)
+
+    def test_health_is_serving(self):
+        r = self.d.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+
+
+class Reload(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tollgate-rls-reload-")
+        self.config_dir = os.path.join(self.dir, "config")
+        os.mkdir(self.config_dir)
+        self.write("basic.yaml", BASIC)
+        self.d = Daemon(self.dir, "reload", self.config_dir)
+
+    def tearDown(self):
+        self.assertEqual(self.d.stop(), 0)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def write(self, name, text):
+        # Write beside, then rename: the daemon never reads a half-written file.
+        tmp = os.path.join(self.dir, name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(self.config_dir, name))
+
+    def test_file_changes_apply_broken_ones_do_not_and_balances_survive(self):
+        self.assertFalse(self.d.one("reload", [("block", "foo")]).statuses[0].HasField("current_limit"))
+        self.assertEqual(self.d.one("basic", [("key2", "kept")], hits=5).statuses[0].limit_remaining, 15)
+        reloads = self.d.stats()["rls_config_reloads"]
+        self.write("reload.yaml", """
+domain: reload
+descriptors:
+  - key: key1
+    rate_limit: {unit: second, requests_per_unit: 50}
+  - key: block
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: one_per_minute
+    rate_limit: {unit: minute, requests_per_unit: 1}
+""")
+        wait_until("the new file to load", lambda: self.d.stats()["rls_config_reloads"] > reloads)
+        self.assertEqual(self.d.one("reload", [("key1", "foo")]).statuses[0].limit_remaining, 49)
+        self.assertEqual(self.d.one("reload", [("block", "foo")]).overall_code, OVER)
+        # basic.yaml did not change: its bucket kept its balance across the reload.
+        self.assertEqual(self.d.one("basic", [("key2", "kept")]).statuses[0].limit_remaining, 14)
+
+        failures = self.d.stats()["rls_config_reload_failures"]
+        self.write("reload.yaml", "domain: reload\ndescriptors:\n  - key: key1\n    rate_limit: {unit: fortnight}\n")
+        wait_until("the broken file to be refused", lambda: self.d.stats()["rls_config_reload_failures"] > failures)
+        self.assertIn("reload.yaml:4:", self.d.read_log())
+        self.assertEqual(self.d.one("reload", [("block", "foo")]).overall_code, OVER, "the last good config stays")
+
+        reloads = self.d.stats()["rls_config_reloads"]
+        os.remove(os.path.join(self.config_dir, "reload.yaml"))
+        wait_until("the removal to load", lambda: self.d.stats()["rls_config_reloads"] > reloads)
+        self.assertFalse(self.d.one("reload", [("block", "foo")]).statuses[0].HasField("current_limit"))
+
+    def test_sighup_reloads_and_sigterm_drains_health(self):
+        reloads = self.d.stats()["rls_config_reloads"]
+        self.d.proc.send_signal(signal.SIGHUP)
+        wait_until("SIGHUP's reload", lambda: self.d.stats()["rls_config_reloads"] > reloads)
+        # Watch streams the status: SERVING now, NOT_SERVING once SIGTERM starts the drain.
+        stream = self.d.health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S)
+        seen = [next(stream).status]
+        self.d.proc.send_signal(signal.SIGTERM)
+        try:
+            for update in stream:
+                seen.append(update.status)
+                if update.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                    break
+        except grpc.RpcError:
+            pass  # the server shut down after the update
+        self.assertEqual(seen[0], health_pb2.HealthCheckResponse.SERVING)
+        self.assertIn(health_pb2.HealthCheckResponse.NOT_SERVING, seen)
+        self.assertEqual(self.d.proc.wait(timeout=WAIT_S), 0)
+
+
+class Cluster(unittest.TestCase):
+    def test_calls_spread_over_two_daemons_share_one_limit(self):
+        work = tempfile.mkdtemp(prefix="tollgate-rls-cluster-")
+        try:
+            key_file = os.path.join(work, "cluster.key")
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600)
+            os.write(fd, (os.urandom(32).hex() + "\n").encode())
+            os.close(fd)
+            config = os.path.join(work, "rls.yaml")
+            with open(config, "w") as f:
+                f.write("domain: shared\ndescriptors:\n  - key: api\n    rate_limit: {unit: minute, requests_per_unit: 20}\n")
+            ports = {"a": free_port(), "b": free_port()}
+            peers = [("a", ports["a"]), ("b", ports["b"])]
+            a = Daemon(work, "a", config, peers, ports["a"], key_file)
+            b = Daemon(work, "b", config, peers, ports["b"], key_file)
+            try:
+                entries = [("api", "tenant-1")]
+                for i in range(10):
+                    self.assertEqual(a.one("shared", entries).statuses[0].limit_remaining, 19 - i)
+                # b learns a's ten through gossip; a query (hits 0) charges nothing.
+                wait_until("b to see a's consumption",
+                           lambda: b.one("shared", entries, own_hits=0).statuses[0].limit_remaining == 10)
+                allowed_on_b = 0
+                while b.one("shared", entries).overall_code == OK:
+                    allowed_on_b += 1
+                    self.assertLess(allowed_on_b, 20, "b never ran out")
+                self.assertEqual(allowed_on_b, 10, "the cluster admitted 20 in all")
+                wait_until("a to see b's consumption",
+                           lambda: a.one("shared", entries, own_hits=0).statuses[0].limit_remaining == 0)
+                self.assertEqual(a.one("shared", entries).overall_code, OVER)
+            finally:
+                self.assertEqual(a.stop(), 0)
+                self.assertEqual(b.stop(), 0)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        shutil.rmtree(GEN, ignore_errors=True)
