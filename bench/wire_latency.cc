@@ -24,14 +24,12 @@
 #include <vector>
 
 #include "api/endpoint.h"
-#include "api/framing.h"
 #include "cli/percentile.h"
-#include "tollgate/v1/api.pb.h"
+#include "native_round_trip.h"
 
 namespace {
 
 namespace asio = boost::asio;
-namespace pb = tollgate::v1::api;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
@@ -48,43 +46,18 @@ struct Options {
 template <typename Socket>
 std::vector<int64_t> measure(Socket& socket, const Options& o) {
   std::vector<int64_t> rtt_us;
-  std::string frame, answer;
-  pb::Request request;
-  pb::Response response;
+  tollgate::bench::NativeBuffers buffers;
+  std::vector<std::string> keys(o.batch);
   uint64_t id = 0;
   size_t turn = 0;
   const auto gap = std::chrono::nanoseconds(int64_t(double(o.batch) * 1e9 / o.rate));
   const auto start = Clock::now(), end = start + std::chrono::nanoseconds(int64_t(o.seconds * 1e9));
   for (auto next = start; Clock::now() < end; next += gap) {
     std::this_thread::sleep_until(next);  // pacing, as tollgate-load paces its checks
-    request.Clear();
-    request.set_version(tollgate::api::kApiVersion);
-    request.set_id(++id);
-    for (size_t i = 0; i < o.batch; ++i) {
-      pb::Check& c = *request.mutable_check()->add_checks();
-      c.set_key(o.prefix + std::to_string(turn++ % o.keys));
-      c.set_cost(1);
-    }
-    frame.clear();
-    if (!tollgate::api::append_frame(request, tollgate::api::kDefaultMaxFrameBytes, frame)) {
-      throw std::runtime_error("a check batch of " + std::to_string(o.batch) + " does not fit one request frame");
-    }
+    for (std::string& key : keys) key = o.prefix + std::to_string(turn++ % o.keys);
     const auto sent = Clock::now();
-    asio::write(socket, asio::buffer(frame));
-    unsigned char header[tollgate::kFrameHeaderBytes];
-    asio::read(socket, asio::buffer(header));
-    const uint32_t length = tollgate::load_be32(header);
-    if (length > tollgate::api::kMaxResponseFrameBytes) {
-      throw std::runtime_error("answer frame of " + std::to_string(length) + " bytes: not a tollgate daemon?");
-    }
-    answer.resize(length);
-    asio::read(socket, asio::buffer(answer));
+    tollgate::bench::native_round_trip(socket, ++id, keys, buffers);
     rtt_us.push_back(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count());
-    if (!response.ParseFromString(answer) || response.id() != id || !response.has_check() ||
-        size_t(response.check().results_size()) != o.batch) {
-      throw std::runtime_error("the daemon's answer is not the " + std::to_string(o.batch) + " check results asked for" +
-                               (response.has_error() ? ": " + response.error().message() : std::string()));
-    }
     if (Clock::now() > next + std::chrono::seconds(1)) next = Clock::now();  // fell behind: no burst
   }
   return rtt_us;

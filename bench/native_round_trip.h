@@ -1,0 +1,65 @@
+// One check batch's round trip through tollgated's client API over a connected socket, blocking,
+// with nothing of ours around it (no client library): shared by tollgate-wire-latency and
+// tollgate-rls-bench.
+#ifndef TOLLGATE_BENCH_NATIVE_ROUND_TRIP_H_
+#define TOLLGATE_BENCH_NATIVE_ROUND_TRIP_H_
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "api/framing.h"
+#include "tollgate/v1/api.pb.h"
+#include "util/big_endian.h"
+#include "util/frame_reader.h"
+
+namespace tollgate::bench {
+
+// Reused between calls so that a round trip allocates nothing in steady state.
+struct NativeBuffers {
+  std::string frame, answer;
+  tollgate::v1::api::Request request;
+  tollgate::v1::api::Response response;
+};
+
+// Sends one request `id` checking each of `keys` at cost 1 and reads its answer. Throws
+// boost::system::system_error when the connection fails and std::runtime_error for an answer
+// that is not the check results asked for.
+template <typename Socket>
+void native_round_trip(Socket& socket, uint64_t id, std::span<const std::string> keys, NativeBuffers& b) {
+  namespace asio = boost::asio;
+  b.request.Clear();
+  b.request.set_version(tollgate::api::kApiVersion);
+  b.request.set_id(id);
+  for (const std::string& key : keys) {
+    tollgate::v1::api::Check& c = *b.request.mutable_check()->add_checks();
+    c.set_key(key);
+    c.set_cost(1);
+  }
+  b.frame.clear();
+  if (!tollgate::api::append_frame(b.request, tollgate::api::kDefaultMaxFrameBytes, b.frame)) {
+    throw std::runtime_error("a check batch of " + std::to_string(keys.size()) + " does not fit one request frame");
+  }
+  asio::write(socket, asio::buffer(b.frame));
+  unsigned char header[tollgate::kFrameHeaderBytes];
+  asio::read(socket, asio::buffer(header));
+  const uint32_t length = tollgate::load_be32(header);
+  if (length > tollgate::api::kMaxResponseFrameBytes) {
+    throw std::runtime_error("answer frame of " + std::to_string(length) + " bytes: not a tollgate daemon?");
+  }
+  b.answer.resize(length);
+  asio::read(socket, asio::buffer(b.answer));
+  if (!b.response.ParseFromString(b.answer) || b.response.id() != id || !b.response.has_check() ||
+      size_t(b.response.check().results_size()) != keys.size()) {
+    throw std::runtime_error("the daemon's answer is not the " + std::to_string(keys.size()) + " check results asked for" +
+                             (b.response.has_error() ? ": " + b.response.error().message() : std::string()));
+  }
+}
+
+}  // namespace tollgate::bench
+
+#endif  // TOLLGATE_BENCH_NATIVE_ROUND_TRIP_H_
