@@ -994,3 +994,31 @@ TEST(RlsConfigLoad, ShippedExampleConfigParses) {
 
 }  // namespace
 }  // namespace tollgate
+
+namespace tollgate {
+namespace {
+
+// The shipped example (config/rls/, docs/operations.md section 10.2) loads and means what its
+// comments say.
+TEST(RlsConfigFile, TheShippedExampleLoadsAndMatchesAsCommented) {
+  const auto config = load_rls_config(std::string(TOLLGATE_SOURCE_DIR) + "/config/rls");
+  ASSERT_TRUE(config->has_domain("edge"));
+  auto match = [&](std::vector<RlsEntry> entries) { return config->match("edge", entries); };
+  const RlsMatch ip = match({{"remote_address", "10.0.0.1"}});
+  ASSERT_NE(ip.limit, nullptr);
+  EXPECT_EQ(ip.limit->requests_per_unit, 10u);
+  EXPECT_NE(ip.key, match({{"remote_address", "10.0.0.2"}}).key);  // each IP its own bucket
+  EXPECT_EQ(match({{"remote_address", "50.0.0.5"}}).limit->requests_per_unit, 0u);
+  const RlsMatch a = match({{"api_key", "k1"}, {"path", "/upload/a"}});
+  ASSERT_NE(a.limit, nullptr);
+  EXPECT_EQ(a.limit->name, "uploads");
+  EXPECT_EQ(a.key, match({{"api_key", "k1"}, {"path", "/upload/b"}}).key);   // shared by the paths
+  EXPECT_NE(a.key, match({{"api_key", "k2"}, {"path", "/upload/a"}}).key);   // not by the keys
+  EXPECT_TRUE(match({{"internal", "x"}}).limit->unlimited);
+  const RlsMatch tenant = match({{"tenant", "t"}});
+  EXPECT_TRUE(tenant.shadow_mode);
+  EXPECT_EQ(tenant.limit->bucket.burst, 5000);
+}
+
+}  // namespace
+}  // namespace tollgate
