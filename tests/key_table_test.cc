@@ -131,6 +131,66 @@ TEST(KeyTableAllOrNothing, RandomRequestsAreChargedWhollyOrNotAtAll) {
   EXPECT_GT(refused, 100);
 }
 
+// --- charge_when_over: costs known only after the work -----------------------------------------
+
+Limit charged_when_over(int64_t rate, int64_t burst, int64_t max_debt) {
+  Limit l = per_second(rate, burst, max_debt);
+  l.charge_when_over = true;
+  return l;
+}
+
+TEST(KeyTableChargeWhenOver, ADeniedCostIsChargedIntoDebtAndReportedWhole) {
+  KeyTable t(one_rule("llm:*", charged_when_over(10, 10, 30)));
+  ASSERT_TRUE(t.allow("llm:a", 4, 0).allowed);  // 6 left
+  const Decision d = t.allow("llm:a", 8, 0);     // the answer took 8 tokens: more than there are
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, DenyReason::kInsufficientTokens);
+  EXPECT_TRUE(d.charged_anyway);
+  EXPECT_EQ(d.remaining, -2);
+  EXPECT_EQ(*t.balance_microtokens("llm:a", 0), -2 * kM);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"llm:a", 12}}));  // the whole cost, for the others
+  // Later requests wait until the debt is repaid: 3 tokens at 10/s for the next one.
+  EXPECT_FALSE(t.allow("llm:a", 0, 2 * kSec / 10).allowed);  // a query: balance 0, not 1
+  EXPECT_TRUE(t.allow("llm:a", 1, 3 * kSec / 10).allowed);
+}
+
+TEST(KeyTableChargeWhenOver, DebtStopsAtMaxDebtAndACostAboveBurstIsChargedToo) {
+  KeyTable t(one_rule("llm:*", charged_when_over(10, 10, 30)));
+  const Decision d = t.allow("llm:a", 1000, 0);  // above burst: never admissible, still paid
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, DenyReason::kCostExceedsBurst);
+  EXPECT_TRUE(d.charged_anyway);
+  EXPECT_EQ(d.remaining, -30);  // -max_debt: the rest is forgiven here, as for a remote charge
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"llm:a", 1000}}));
+}
+
+TEST(KeyTableChargeWhenOver, WithoutTheFlagADeniedCostIsNotCharged) {
+  KeyTable t(one_rule("api:*", per_second(10, 10, 30)));
+  const Decision d = t.allow("api:a", 20, 0);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_FALSE(d.charged_anyway);
+  EXPECT_EQ(*t.balance_microtokens("api:a", 0), 10 * kM);
+  EXPECT_TRUE(drain(t).empty());
+}
+
+TEST(KeyTableChargeWhenOver, AllOrNothingStillChargesTheLimitsThatMustBePaid) {
+  auto rules = std::make_shared<RuleSet>(
+      std::vector<Rule>{{"llm:*", charged_when_over(10, 10, 30), 0}, {"api:*", per_second(10, 10, 10), 0}},
+      std::nullopt);
+  KeyTable t(rules);
+  ASSERT_TRUE(t.allow("api:b", 10, 0).allowed);  // api:b is spent
+  drain(t);
+  const CheckItem items[] = {{"llm:a", 3}, {"api:b", 1}, {"api:c", 1}};
+  Decision out[3];
+  EXPECT_FALSE(t.allow_all(items, out, 0));
+  EXPECT_EQ(out[0].reason, DenyReason::kOtherCheckDenied);  // it had room: not what denied
+  EXPECT_TRUE(out[0].charged_anyway);
+  EXPECT_EQ(out[0].remaining, 7);
+  EXPECT_FALSE(out[2].charged_anyway);
+  EXPECT_EQ(out[2].remaining, 10);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"llm:a", 3}}));  // and nothing else
+}
+
 TEST(KeyTable, KeysNoRuleGovernsAreAdmittedWithoutABucket) {
   KeyTable t(one_rule("user:*", per_second(1, 1, 1)));
   for (int i = 0; i < 100; ++i) {

@@ -750,8 +750,9 @@ TEST(RlsConfigFile, ErrorsNameFileLineAndProblem) {
       {a + "      unit: year\n      requests_per_unit: 1\n      unit_multiplier: 101\n", "rls.yaml:3:5:",
        "exceeds 100 years"},
       {a + "      unit: second\n      requests_per_unit: 0\n      burst: 5\n", "rls.yaml:3:5:",
-       "`burst` and `max_debt` need a limit with requests_per_unit above 0"},
-      {a + "      unlimited: true\n      max_debt: 5\n", "rls.yaml:3:5:", "`burst` and `max_debt` need"},
+       "`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0"},
+      {a + "      unlimited: true\n      max_debt: 5\n", "rls.yaml:3:5:", "`burst`, `max_debt` and `charge_when_over` need"},
+      {a + "      unlimited: true\n      charge_when_over: true\n", "rls.yaml:3:5:", "`charge_when_over` need"},
       // booleans
       {d + "  - key: a\n    shadow_mode: maybe\n", "rls.yaml:4:18:", "`shadow_mode` must be true or false"},
       {a + "      unlimited: [true]\n", "rls.yaml:5:18:", "`unlimited` must be true or false"},

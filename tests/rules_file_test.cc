@@ -57,6 +57,18 @@ TEST(RulesFile, MaxDebtDefaultsToBurstAndMayBeZero) {
   EXPECT_EQ(rs->rules()[1].limit, (Limit{Rate{2, 3600 * kNanosPerSecond}, 3, 0}));
 }
 
+TEST(RulesFile, ChargeWhenOverIsReadAndDefaultsToFalse) {
+  auto rs = parse_rules("rules:\n  - {match: a, rate: 1/s, burst: 1, charge_when_over: true}\n  - {match: b, rate: 1/s, burst: 1}\n"
+                        "default: {rate: 1/s, burst: 1, charge_when_over: yes}\n",
+                        "r.yaml");
+  EXPECT_TRUE(rs->rules()[0].limit.charge_when_over);
+  EXPECT_FALSE(rs->rules()[1].limit.charge_when_over);
+  EXPECT_TRUE(rs->default_limit()->charge_when_over);
+  const std::string msg = error_of("rules:\n  - {match: a, rate: 1/s, burst: 1, charge_when_over: 2}\n");
+  EXPECT_EQ(msg.rfind("rules.yaml:2:", 0), 0u) << msg;
+  EXPECT_NE(msg.find("charge_when_over must be true or false"), std::string::npos) << msg;
+}
+
 TEST(RulesFile, EmptyFileOrNoDefaultLimitsNothing) {
   EXPECT_EQ(parse_rules("", "r.yaml")->match("k"), RuleSet::kUnlimited);
   EXPECT_EQ(parse_rules("rules: []\n", "r.yaml")->match("k"), RuleSet::kUnlimited);
@@ -123,6 +135,8 @@ TEST(RulesFile, LoadsFromDiskAndReportsAMissingFile) {
 TEST(RulesFile, ShippedExampleConfigParses) {
   auto rs = load_rules_file(TOLLGATE_SOURCE_DIR "/config/rules.yaml");
   EXPECT_FALSE(rs->rules().empty());
+  EXPECT_TRUE(rs->limit(rs->match("llm:tokens:tenant-a")).charge_when_over);
+  EXPECT_FALSE(rs->limit(rs->match("api:eu:export")).charge_when_over);
 }
 
 }  // namespace

@@ -38,6 +38,8 @@ struct Decision {
   // The limit that decided, with the partition policy's rate scale applied. Set by the key table
   // when limited (a bucket's own try_acquire leaves it empty); all zero otherwise.
   Limit limit;
+  // Denied, and charged all the same: the limit has charge_when_over (see Limit).
+  bool charged_anyway = false;
 
   // True when `limit` is set (a valid limit has burst >= 1).
   bool has_limit() const { return limit.burst > 0; }

@@ -58,7 +58,8 @@ class KeyTable {
   KeyTable& operator=(KeyTable&&) noexcept;
 
   // The local admission check. Finds or creates the key's bucket and calls try_acquire; an
-  // admitted cost is recorded as this node's consumption. A key no rule governs is admitted with
+  // admitted cost is recorded as this node's consumption. Under a charge_when_over limit a denied
+  // cost is charged and recorded all the same (into debt down to -max_debt). A key no rule governs is admitted with
   // Decision::limited == false and no bucket. The Decision carries the governing limit (rate
   // scale applied), from the same probe. On an existing key: no heap allocation.
   Decision allow(std::string_view key, int64_t cost, MonoNanos now_ns);
@@ -69,7 +70,8 @@ class KeyTable {
   // denied with DenyReason::kOtherCheckDenied and the retry_after_ns of the slowest denied check,
   // and every `remaining` is the balance untouched by this request. A key no rule governs is
   // allowed either way. `out` must hold items.size() decisions. So a request over several limits
-  // never spends the limits that allowed it when another denies it.
+  // never spends the limits that allowed it when another denies it. The exception: a limit with
+  // charge_when_over is charged whatever the outcome (Decision::charged_anyway when denied).
   bool allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns);
 
   // Charges `tokens` that another node admitted (see TokenBucket::consume_remote), creating the

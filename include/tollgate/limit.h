@@ -24,6 +24,10 @@ struct Limit {
   Rate rate;
   int64_t burst = 0;     // capacity in tokens, >= 1: a full bucket holds this many
   int64_t max_debt = 0;  // how far below zero remote consumption may drive the balance, >= 0
+  // Charge a denied check's cost all the same, into debt down to -max_debt: for costs known only
+  // after the work is done (Envoy's apply_on_stream_done, tokens of an LLM answer), which must be
+  // paid whatever the answer. Later checks then wait until the debt is repaid.
+  bool charge_when_over = false;
   friend bool operator==(const Limit&, const Limit&) = default;
 };
 

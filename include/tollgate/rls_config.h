@@ -67,6 +67,7 @@ struct RlsLimit {
   // tollgate's extensions: `burst` (default requests_per_unit) and `max_debt` (default burst).
   std::optional<int64_t> burst;
   std::optional<int64_t> max_debt;
+  bool charge_when_over = false;     // tollgate: charge a denied cost all the same (Limit)
   // The token bucket: rate requests_per_unit per (unit x unit_multiplier), set by RlsConfig.
   // Meaningful only when limited().
   Limit bucket;

@@ -15,6 +15,8 @@
 //         unlimited: false            # true: always OK (no unit then)
 //         burst: 500                  # tollgate: bucket capacity (default requests_per_unit)
 //         max_debt: 500               # tollgate: how deep remote consumption may go (default burst)
+//         charge_when_over: false     # tollgate: charge a denied cost all the same, into debt
+//                                     # (Envoy's apply_on_stream_done: the cost is known after)
 //       shadow_mode: false            # counted, never denies
 //       share_threshold: false        # with a wildcard value: all values share one bucket
 //       detailed_metric: false        # accepted; affects metric names only

@@ -5,6 +5,8 @@
 //       rate: 5/s              # N/s, N/min or N/h
 //       burst: 10
 //       max_debt: 10           # optional; default = burst
+//       charge_when_over: false # optional: true charges a denied cost all the same, into debt
+//                               # (costs known after the work; see Limit::charge_when_over)
 //   default:                   # optional; without it a key that matches no rule is not limited
 //     rate: 100/s
 //     burst: 100

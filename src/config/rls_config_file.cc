@@ -98,8 +98,9 @@ class RlsParser {
     RlsLimit l;
     bool has_rpu = false;
     std::optional<YAML::Mark> unit_at;
-    static constexpr std::string_view kFields[] = {"requests_per_unit", "unit",      "unit_multiplier", "name",
-                                                   "replaces",          "unlimited", "burst",           "max_debt"};
+    static constexpr std::string_view kFields[] = {"requests_per_unit", "unit",     "unit_multiplier",
+                                                   "name",              "replaces", "unlimited",
+                                                   "burst",             "max_debt", "charge_when_over"};
     yaml::for_each_field(source_, node, kFields, [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
       at_ = at.Mark();
       if (name == "requests_per_unit") {
@@ -121,8 +122,10 @@ class RlsParser {
         l.unlimited = boolean(value, "unlimited");
       } else if (name == "burst") {
         l.burst = integer(value, "burst", 1, kMaxTokens);
-      } else {
+      } else if (name == "max_debt") {
         l.max_debt = integer(value, "max_debt", 0, kMaxTokens);
+      } else {
+        l.charge_when_over = boolean(value, "charge_when_over");
       }
     });
     if (l.unlimited && unit_at) yaml::fail(source_, *unit_at, "`unlimited: true` cannot have a `unit`");

@@ -68,8 +68,8 @@ class RulesParser {
     rule.line = node.Mark().line + 1;
     bool has_match = false, has_rate = false, has_burst = false, has_debt = false;
     // Arrays with static storage: an initializer_list chosen by ?: would dangle.
-    static constexpr std::string_view kRuleFields[] = {"match", "rate", "burst", "max_debt"};
-    static constexpr std::string_view kDefaultFields[] = {"rate", "burst", "max_debt"};
+    static constexpr std::string_view kRuleFields[] = {"match", "rate", "burst", "max_debt", "charge_when_over"};
+    static constexpr std::string_view kDefaultFields[] = {"rate", "burst", "max_debt", "charge_when_over"};
     const std::span<const std::string_view> fields = with_match ? std::span<const std::string_view>(kRuleFields)
                                                                 : std::span<const std::string_view>(kDefaultFields);
     for_each_field(node, fields, [&](const std::string& name, const YAML::Node& value) {
@@ -91,9 +91,13 @@ class RulesParser {
       } else if (name == "burst") {
         has_burst = true;
         rule.limit.burst = integer(value, "burst", 1);
-      } else {
+      } else if (name == "max_debt") {
         has_debt = true;
         rule.limit.max_debt = integer(value, "max_debt", 0);
+      } else {
+        bool b = false;
+        if (!value.IsScalar() || !YAML::convert<bool>::decode(value, b)) fail(value, "charge_when_over must be true or false");
+        rule.limit.charge_when_over = b;
       }
     });
     if (with_match && !has_match) fail(node, "rule has no `match`");

@@ -65,15 +65,34 @@ class KeyTable::Impl {
     Decision d = e.bucket.try_acquire(limit, cost, now);
     d.limit = limit;
     if (d.allowed && cost > 0) {
-      e.pending += cost;
-      if (!e.dirty) {
-        e.dirty = true;
-        e.dirty_next = dirty_head_;
-        dirty_head_ = slot;
-        ++dirty_count_;
-      }
+      record(slot, cost);
+    } else if (!d.allowed && cost > 0 && limit.charge_when_over) {
+      charge_anyway(slot, limit, cost, now, d);
     }
     return d;
+  }
+
+  // This node's consumption of `cost` on the key at `slot`, for take_pending.
+  void record(uint32_t slot, int64_t cost) {
+    Entry& e = slots_[slot];
+    e.pending += cost;
+    if (!e.dirty) {
+      e.dirty = true;
+      e.dirty_next = dirty_head_;
+      dirty_head_ = slot;
+      ++dirty_count_;
+    }
+  }
+
+  // A denied cost under charge_when_over: taken all the same, into debt down to -max_debt (as a
+  // remote charge would be), and recorded whole: every other node charges it too, each within
+  // its own floor.
+  void charge_anyway(uint32_t slot, const Limit& limit, int64_t cost, MonoNanos now, Decision& d) {
+    Entry& e = slots_[slot];
+    e.bucket.consume_remote(limit, cost, now);
+    record(slot, cost);
+    d.charged_anyway = true;
+    d.remaining = e.bucket.try_acquire(limit, 0, now).remaining;
   }
 
   // See KeyTable::allow_all.
@@ -139,10 +158,20 @@ class KeyTable::Impl {
         TokenBucket untouched = p->before;
         d.remaining = untouched.try_acquire(p->limit, 0, now).remaining;
       }
-      if (!d.allowed || !d.limited) continue;
-      d.allowed = false;
-      d.reason = DenyReason::kOtherCheckDenied;
-      d.retry_after_ns = retry;
+      if (!d.limited) continue;
+      if (d.allowed) {
+        d.allowed = false;
+        d.reason = DenyReason::kOtherCheckDenied;
+        d.retry_after_ns = retry;
+      }
+    }
+    // Except the limits whose cost must be paid whatever the answer, in request order.
+    for (size_t i = 0; i < items.size(); ++i) {
+      Decision& d = out[i];
+      if (!d.limited || !d.limit.charge_when_over || items[i].cost <= 0) continue;
+      uint32_t slot = find(items[i].key);
+      if (slot == kNil) slot = insert(items[i].key, rules_->match(items[i].key), now);
+      charge_anyway(slot, limit_of(slots_[slot].rule), items[i].cost, now, d);
     }
     return false;
   }

@@ -161,11 +161,12 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
             limit.bucket.rate = Rate{int64_t(limit.requests_per_unit), period_s * 1'000'000'000};
             limit.bucket.burst = limit.burst.value_or(limit.requests_per_unit);
             limit.bucket.max_debt = limit.max_debt.value_or(limit.bucket.burst);
+            limit.bucket.charge_when_over = limit.charge_when_over;
             if (std::string why = validate_limit(limit.bucket); !why.empty()) at(why);
             tree_->by_path.emplace(node.path, uint32_t(limits_.size()));
             limits_.push_back(&limit);
-          } else if (limit.burst || limit.max_debt) {
-            at("`burst` and `max_debt` need a limit with requests_per_unit above 0");
+          } else if (limit.burst || limit.max_debt || limit.charge_when_over) {
+            at("`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0");
           }
         }
         add(desc.descriptors, node);

@@ -117,7 +117,23 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       continue;
     }
     out[i].limit = limit;
-    if (p.match.shadow_mode || p.hits == 0) continue;  // looked at below; never denies
+    if (p.match.shadow_mode) continue;  // looked at below; never denies
+    if (p.hits == 0) {
+      // Costs nothing: over only while its bucket is in debt (the reference server's
+      // count + 0 > limit), and then the request is denied like any other.
+      if (!limit->limited()) continue;
+      const CheckItem look{p.match.key, 0};
+      Decision d;
+      handler.check({&look, 1}, {&d, 1});
+      if (!d.limited) continue;
+      out[i].until_full_ns = until_full_ns(d);
+      if (d.remaining < 0) {
+        blocked = true;
+        out[i].code = Code::kOverLimit;
+        out[i].retry_after_ns = retry_after_ns(d, 0);
+      }
+      continue;
+    }
     if (!limit->limited()) {
       blocked = true;
       out[i].code = Code::kOverLimit;
@@ -132,10 +148,13 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
   bool allowed = !blocked;
   if (!items.empty()) {
     if (blocked) {
-      // Denied already, so nothing may be charged: each is only looked at (cost 0), and judged
-      // by its balance in whole tokens, which is exact for a whole-token cost.
+      // Denied already, so nothing may be charged but charge_when_over limits (paid whatever the
+      // answer): the others are only looked at (cost 0), and judged by their balance in whole
+      // tokens, which is exact for a whole-token cost.
       std::vector<CheckItem> look = items;
-      for (CheckItem& item : look) item.cost = 0;
+      for (size_t k = 0; k < look.size(); ++k) {
+        if (!plan.descriptors[where[k]].match.limit->bucket.charge_when_over) look[k].cost = 0;
+      }
       handler.check(look, decisions);
     } else {
       allowed = handler.check_all(items, decisions);
@@ -149,7 +168,9 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       continue;
     }
     r.until_full_ns = until_full_ns(d);
-    const bool has_room = blocked ? d.remaining >= items[k].cost : d.allowed || d.reason == DenyReason::kOtherCheckDenied;
+    const bool charged = plan.descriptors[where[k]].match.limit->bucket.charge_when_over;
+    const bool has_room = blocked && !charged ? d.remaining >= items[k].cost
+                                              : d.allowed || d.reason == DenyReason::kOtherCheckDenied;
     if (has_room) {
       r.remaining = clamp_remaining(d.remaining);
     } else {
@@ -158,8 +179,8 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     }
   }
 
-  // Shadow descriptors (charged only if the request goes ahead, never denying) and those that
-  // cost nothing (looked at only, always OK).
+  // Shadow descriptors: charged only if the request goes ahead, never denying. And the balance
+  // of those that cost nothing, looked at above, once the request's charges are in.
   for (size_t i = 0; i < n; ++i) {
     const DescriptorPlan& p = plan.descriptors[i];
     const RlsLimit* limit = p.match.limit;
@@ -170,7 +191,9 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       r.shadow_over = shadow && p.hits > 0;
       continue;
     }
-    const CheckItem item{p.match.key, shadow && allowed ? p.hits : 0};
+    if (!shadow && r.code == Code::kOverLimit) continue;  // in debt: decided above
+    const bool pay = allowed || limit->bucket.charge_when_over;  // charge_when_over: paid whatever the answer
+    const CheckItem item{p.match.key, shadow && pay ? p.hits : 0};
     Decision d;
     handler.check({&item, 1}, {&d, 1});
     if (!d.limited) {
@@ -181,7 +204,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     if (item.cost > 0) {
       r.shadow_over = !d.allowed;
     } else if (shadow) {
-      r.shadow_over = d.remaining < p.hits;
+      r.shadow_over = p.hits > 0 ? d.remaining < p.hits : d.remaining < 0;
     }
     r.remaining = r.shadow_over ? 0 : clamp_remaining(d.remaining);
   }

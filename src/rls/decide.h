@@ -8,8 +8,10 @@
 //   untouched remaining count; overall_code is OVER_LIMIT.
 // - A shadow_mode descriptor is charged only when the request is allowed, and answers OK even
 //   when it would have denied (shadow_over tells).
-// - A descriptor that costs nothing (its own hits_addend 0) is only looked at: always OK, with
-//   its remaining count, as the reference server's count + 0 > limit is never true.
+// - A descriptor that costs nothing (its own hits_addend 0) is only looked at: OK unless its
+//   bucket is in debt (the reference server's count + 0 > limit), and then it denies the
+//   request like any other.
+// - A charge_when_over limit is charged whatever the answer (KeyTable::allow_all).
 // - requests_per_unit 0 denies any cost above 0 without a bucket; unlimited answers OK with
 //   remaining 4294967295; no limit answers OK with remaining 0 (as the reference server).
 #ifndef TOLLGATE_SRC_RLS_DECIDE_H_

@@ -39,7 +39,8 @@ std::string quoted(const std::string& s) {
 
 std::string limit_fields(const tollgate::Limit& l, const char* indent) {
   return std::string(indent) + "rate: " + tollgate::format_rate(l.rate) + "\n" + indent +
-         "burst: " + std::to_string(l.burst) + "\n" + indent + "max_debt: " + std::to_string(l.max_debt) + "\n";
+         "burst: " + std::to_string(l.burst) + "\n" + indent + "max_debt: " + std::to_string(l.max_debt) + "\n" +
+         indent + "charge_when_over: " + (l.charge_when_over ? "true" : "false") + "\n";
 }
 
 std::shared_ptr<const tollgate::RuleSet> parse(std::string_view text) {

@@ -75,6 +75,8 @@ descriptors:
   - key: vip
     rate_limit: {replaces: [{name: base}], unit: second, requests_per_unit: 50}
   - key: placeholder
+  - key: llm
+    rate_limit: {unit: second, requests_per_unit: 10, max_debt: 30, charge_when_over: true}
 )";
 
 DescriptorInput desc(std::initializer_list<RlsEntry> entries, std::optional<uint64_t> hits = std::nullopt) {
@@ -566,5 +568,46 @@ TEST_F(RlsDecide, OverLongKeysAreShortenedDistinctlyAndStillFindTheirLimit) {
   EXPECT_EQ(handler_.table().stats().rejected_keys, 0u);
 }
 
+// --- charge_when_over (Envoy's apply_on_stream_done: the cost is known after the work) ----------
+
+// The flow of Envoy's apply_on_stream_done: before the work, a check that costs nothing (denied
+// while the bucket is in debt); after it, the real cost, paid whatever the answer.
+TEST_F(RlsDecide, ChargeWhenOverPaysTheCostIntoDebtAndLaterCallsWaitUntilRepaid) {
+  EXPECT_EQ(run({desc({{"llm", "u"}}, 0)}), Code::kOk);
+  EXPECT_EQ(run({desc({{"llm", "u"}}, 25)}), Code::kOverLimit);  // 25 tokens of an answer, 10 there
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[0].until_full_ns, 2500 * kMs);  // from -15 to 10 at 10/s
+  EXPECT_EQ(run({desc({{"llm", "u"}}, 0)}), Code::kOverLimit);  // in debt: the next request waits
+  EXPECT_EQ(out[0].retry_after_ns, 1500 * kMs);                   // until the debt is repaid
+  handler_.now += kSec;                                            // -5
+  EXPECT_EQ(run({desc({{"llm", "u"}}, 0)}), Code::kOverLimit);
+  handler_.now += 500 * kMs;                                       // 0: repaid
+  EXPECT_EQ(run({desc({{"llm", "u"}}, 0)}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 0u);
+}
+
+// A check that costs nothing answers as the reference server's count + 0 > limit does: over only
+// while the bucket is in debt, and then nothing else in the request is charged.
+TEST_F(RlsDecide, ACheckThatCostsNothingDeniesWhileInDebt) {
+  EXPECT_EQ(run({desc({{"llm", "w"}}, 15)}), Code::kOverLimit);  // -5
+  EXPECT_EQ(run({desc({{"llm", "w"}}, 0), desc({{"a", "x"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[1].code, Code::kOk);
+  EXPECT_EQ(remaining("a", "x"), 5u) << "a was not charged";
+}
+
+TEST_F(RlsDecide, ChargeWhenOverIsPaidEvenWhenAnotherDescriptorDenies) {
+  EXPECT_EQ(run({desc({{"b", "y"}})}), Code::kOk);  // b used up
+  EXPECT_EQ(run({desc({{"llm", "v"}}, 4), desc({{"b", "y"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOk);  // it had room; the cost is paid all the same
+  EXPECT_EQ(out[0].remaining, 6u);
+  EXPECT_EQ(remaining("llm", "v"), 6u);
+  // Behind a requests_per_unit-0 descriptor too.
+  EXPECT_EQ(run({desc({{"llm", "v"}}, 4), desc({{"block", "z"}})}), Code::kOverLimit);
+  EXPECT_EQ(remaining("llm", "v"), 2u);
+}
+
 }  // namespace
+
 }  // namespace tollgate::rls

@@ -82,6 +82,8 @@ descriptors:
       unit: minute
       requests_per_unit: 100
       replaces: [{name: per_user}]
+  - key: llm_tokens
+    rate_limit: {unit: minute, requests_per_unit: 100, max_debt: 200, charge_when_over: true}
 """
 
 
@@ -289,6 +291,17 @@ class SingleDaemon(unittest.TestCase):
         self.assertEqual(r.overall_code, OK)
         self.assertFalse(r.statuses[0].HasField("current_limit"))
         self.assertEqual(r.statuses[1].limit_remaining, 99)
+
+    def test_a_cost_known_after_the_work_is_paid_into_debt(self):
+        # Envoy's apply_on_stream_done sends the real cost (say, an LLM answer's tokens) once the
+        # response is done: it is charged even over the limit, and later requests wait.
+        r = self.d.one("basic", [("llm_tokens", "tenant-a")], own_hits=150)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OVER, 0))
+        self.assertEqual(self.d.one("basic", [("llm_tokens", "tenant-a")]).overall_code, OVER, "in debt: 50 owed")
+        # 100/min repays 1 token every 0.6 s: full again only after 90 s.
+        self.assertGreater(self.d.one("basic", [("llm_tokens", "tenant-a")], own_hits=0)
+                           .statuses[0].duration_until_reset.seconds, 80)
+        self.assertEqual(self.d.one("basic", [("llm_tokens", "tenant-b")], own_hits=99).statuses[0].limit_remaining, 1)
 
     def test_bad_requests_are_invalid_argument(self):
         cases = [
