@@ -290,11 +290,12 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     finish(job, grpc::Status::OK);
   }
 
-  // Every call is finished exactly once, here; the job goes with it.
-  static void finish(Job* job, const grpc::Status& status) {
+  // Every call is finished exactly once, here; the job goes with it. `status` by value: it may
+  // be the job's own.
+  static void finish(Job* job, grpc::Status status) {
     grpc::ServerUnaryReactor* reactor = job->reactor;
     delete job;
-    reactor->Finish(status);
+    reactor->Finish(std::move(status));
   }
 
   boost::asio::io_context& node_io_;

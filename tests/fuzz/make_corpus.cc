@@ -325,6 +325,16 @@ void file_corpora(const fs::path& root) {
   write_seed("rules_file", "flow-style.yaml", "{rules: [{match: \"a*b*c\", rate: 5/s, burst: 10}], default: null}\n");
   write_seed("rules_file", "empty.yaml", "");
 
+  start_target("rls_config");
+  write_seed("rls_config", "example.yaml", read_file(root / "config/rls/example.yaml"));
+  write_seed("rls_config", "nested-and-replaces.yaml",
+             "domain: d\ndescriptors:\n  - key: a\n    value: x\n    descriptors:\n      - key: b\n"
+             "        rate_limit: {unit: minute, requests_per_unit: 20, name: n}\n  - key: c\n"
+             "    value: pre*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+             "  - key: vip\n    rate_limit: {unit: second, requests_per_unit: 5, replaces: [{name: n}], burst: 7,"
+             " max_debt: 0, charge_when_over: true}\n  - key: free\n    rate_limit: {unlimited: true}\n");
+  write_seed("rls_config", "empty.yaml", "");
+
   start_target("peers_file");
   write_seed("peers_file", "peers.txt", read_file(root / "config/local-static/peers.txt"));
   write_seed("peers_file", "production.txt",
