@@ -147,6 +147,7 @@ TEST(KeyTableChargeWhenOver, ADeniedCostIsChargedIntoDebtAndReportedWhole) {
   EXPECT_EQ(d.reason, DenyReason::kInsufficientTokens);
   EXPECT_TRUE(d.charged_anyway);
   EXPECT_EQ(d.remaining, -2);
+  EXPECT_EQ(d.retry_after_ns, kSec);  // from -2 back to 8 at 10/s: the balance it left, not 6
   EXPECT_EQ(*t.balance_microtokens("llm:a", 0), -2 * kM);
   EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"llm:a", 12}}));  // the whole cost, for the others
   // Later requests wait until the debt is repaid: 3 tokens at 10/s for the next one.

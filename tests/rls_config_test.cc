@@ -568,21 +568,24 @@ TEST(RlsConfigKeys, RuleSetRoutesRlsKeysToTheRlsConfig) {
   // Every other limit too.
   const RlsMatch k = match(*c, "d", {{"k", "v"}});
   EXPECT_EQ(rs.limit(rs.match(k.key)), (Limit{Rate{10, kSec}, 10, 10}));
-  // An RLS key the config does not know is not limited: neither the glob nor the default applies.
-  EXPECT_EQ(rs.match("\x1e" "d\x1f" "nope\x1d" "1:x"), RuleSet::kUnlimited);
-  EXPECT_EQ(rs.match("\x1e"), RuleSet::kUnlimited);
+  // A 0x1E key the config does not claim goes by the ordinary rules: its first byte never lets
+  // it through unlimited (a native client could otherwise dodge every limit with it).
+  EXPECT_EQ(rs.match("\x1e" "d\x1f" "nope\x1d" "1:x"), 0u);
+  EXPECT_EQ(rs.match("\x1e"), 0u);
   // Other keys keep the ordinary rules.
   EXPECT_EQ(rs.match("user:1"), 0u);
   EXPECT_EQ(rs.match(""), 0u);
 
-  // Without an RLS config, RLS keys are never limited, whatever the rules and default say.
+  // Without an RLS config, 0x1E keys are ordinary keys.
   const RuleSet plain({{"*", glob, 0}}, fallback);
-  EXPECT_EQ(plain.match(m.key), RuleSet::kUnlimited);
-  EXPECT_EQ(plain.match("\x1e"), RuleSet::kUnlimited);
+  EXPECT_EQ(plain.match(m.key), 0u);
+  EXPECT_EQ(plain.match("\x1e"), 0u);
   EXPECT_EQ(plain.match("user:1"), 0u);
   const RuleSet only_default({}, fallback, nullptr);
-  EXPECT_EQ(only_default.match(m.key), RuleSet::kUnlimited);
-  EXPECT_EQ(only_default.match("user:1"), 0u);  // the default's index
+  EXPECT_EQ(only_default.match(m.key), 0u);  // the default's index
+  EXPECT_EQ(only_default.match("user:1"), 0u);
+  const RuleSet nothing({}, std::nullopt, c);
+  EXPECT_EQ(nothing.match("\x1e" "d\x1f" "nope\x1d" "1:x"), RuleSet::kUnlimited);  // no rule, no default
 }
 
 // --- replaces ----------------------------------------------------------------------------------
@@ -1019,6 +1022,37 @@ TEST(RlsConfigFile, TheShippedExampleLoadsAndMatchesAsCommented) {
   const RlsMatch tenant = match({{"tenant", "t"}});
   EXPECT_TRUE(tenant.shadow_mode);
   EXPECT_EQ(tenant.limit->bucket.burst, 5000);
+}
+
+}  // namespace
+}  // namespace tollgate
+
+namespace tollgate {
+namespace {
+
+// YAML aliases can make the descriptor tree cyclic or exponential: an error at a line, never a
+// stack overflow or a hang (both were possible before the loader bounded its walk).
+TEST(RlsConfigFile, CyclicAndExponentialAliasesAreErrors) {
+  const std::string cyclic = error_of("domain: d\ndescriptors:\n  - &a {key: k, descriptors: [*a]}\n");
+  EXPECT_EQ(cyclic.rfind("rls.yaml:3:", 0), 0u) << cyclic;
+  EXPECT_NE(cyclic.find("nest deeper than 64 levels"), std::string::npos) << cyclic;
+
+  std::string chain = "domain: d\nx0: &l0 [{key: k}]\n";
+  for (int i = 1; i <= 40; ++i) {
+    chain += "x" + std::to_string(i) + ": &l" + std::to_string(i) + " [{key: a, descriptors: *l" + std::to_string(i - 1) +
+             "}, {key: b, descriptors: *l" + std::to_string(i - 1) + "}]\n";
+  }
+  chain += "descriptors: *l40\n";
+  // The x keys are unknown fields: the loader stops at the first. With them as descriptors of a
+  // known level instead, the walk would visit 2^40 nodes; bounded, it stops at 100,000.
+  EXPECT_NE(error_of(chain).find("unknown field \"x0\""), std::string::npos);
+  std::string nested = "domain: d\ndescriptors:\n  - key: root\n    descriptors: &l0 [{key: k}]\n";
+  for (int i = 1; i <= 40; ++i) {
+    nested += "  - key: r" + std::to_string(i) + "\n    descriptors: &l" + std::to_string(i) + " [{key: a, descriptors: *l" +
+              std::to_string(i - 1) + "}, {key: b, descriptors: *l" + std::to_string(i - 1) + "}]\n";
+  }
+  const std::string exponential = error_of(nested);
+  EXPECT_NE(exponential.find("more than 100000 descriptors in one file"), std::string::npos) << exponential;
 }
 
 }  // namespace

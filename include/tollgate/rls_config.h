@@ -117,9 +117,9 @@ struct RlsMatch {
 class RlsConfig {
  public:
   RlsConfig();  // no domains
-  // Compiles the trees. Throws std::invalid_argument naming the descriptor (and its line) for
+  // Compiles the trees. Throws ConfigError naming the file, line and column of the descriptor for
   // what the loader should already have rejected: duplicate domains, duplicate key/value pairs
-  // at one level, an empty key, control characters in config text, a path too long for a
+  // at one level, an empty key, control characters in config text (names included), a path too long for a
   // bucket key, a limit with no unit, `unlimited` together with a unit, a bad burst or max_debt,
   // `replaces` naming the limit itself or an empty name, `share_threshold` without a wildcard.
   explicit RlsConfig(std::vector<RlsDomain> domains);

@@ -24,10 +24,13 @@
 //       descriptors: [...]            # nested descriptors
 //
 // Errors are ConfigError "FILE:LINE:COLUMN: problem". Unknown and repeated fields are errors,
-// never ignored.
+// never ignored. A file may nest descriptors at most kMaxRlsDescriptorDepth deep and hold at most
+// kMaxRlsDescriptors (YAML aliases included, counted each time they are used), so that no file,
+// however aliased, hangs or overflows the loader.
 #ifndef TOLLGATE_RLS_CONFIG_FILE_H_
 #define TOLLGATE_RLS_CONFIG_FILE_H_
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,6 +41,9 @@
 #include "tollgate/rls_config.h"
 
 namespace tollgate {
+
+inline constexpr size_t kMaxRlsDescriptorDepth = 64;
+inline constexpr size_t kMaxRlsDescriptors = 100'000;
 
 // One file's text and the name errors give it (usually its path).
 struct RlsConfigText {

@@ -6,8 +6,9 @@
 //      ties go to the glob with more literal characters overall, then to the earlier rule;
 //   3. the default limit, if there is one;
 //   4. otherwise the key is not limited.
-// Keys of Envoy rate limit service buckets (first byte 0x1E, see tollgate/rls_config.h) are
-// governed by the RLS config given to the RuleSet, if any, and never by the rules above.
+// A key of an Envoy rate limit service bucket (first byte 0x1E, see tollgate/rls_config.h) that
+// the RLS config given to the RuleSet claims is governed by that config's limit; every other key,
+// 0x1E-prefixed or not, by the rules above.
 // '*' matches any run of characters (including none); every other character matches itself.
 // Immutable once built, so one RuleSet can be shared by threads and swapped on reload.
 #ifndef TOLLGATE_RULES_H_

@@ -53,8 +53,20 @@ class RlsParser {
   std::vector<RlsDescriptor> descriptor_list(const YAML::Node& list) const {
     if (list.IsNull()) return {};
     if (!list.IsSequence()) fail(list, "`descriptors` must be a list of descriptors (each starting with \"- key:\")");
+    // YAML aliases can make the tree cyclic (an anchor is known while its node is still open) or
+    // exponential (aliases of aliases): the walk is bounded in depth and in size, so such a file
+    // is an error, never a hang or a stack overflow.
+    if (++depth_ > kMaxRlsDescriptorDepth) {
+      fail(list, "descriptors nest deeper than " + std::to_string(kMaxRlsDescriptorDepth) + " levels");
+    }
     std::vector<RlsDescriptor> out;
-    for (const YAML::Node& item : list) out.push_back(descriptor(item));
+    for (const YAML::Node& item : list) {
+      if (++descriptors_ > kMaxRlsDescriptors) {
+        fail(item, "more than " + std::to_string(kMaxRlsDescriptors) + " descriptors in one file");
+      }
+      out.push_back(descriptor(item));
+    }
+    --depth_;
     return out;
   }
 
@@ -183,6 +195,8 @@ class RlsParser {
 
   const std::string& source_;
   mutable YAML::Mark at_ = YAML::Mark::null_mark();  // the name of the field being read
+  mutable size_t depth_ = 0;        // descriptor lists open
+  mutable size_t descriptors_ = 0;  // descriptors read
 };
 
 std::vector<std::filesystem::path> config_files(const std::string& path) {

@@ -93,6 +93,8 @@ class KeyTable::Impl {
     record(slot, cost);
     d.charged_anyway = true;
     d.remaining = e.bucket.try_acquire(limit, 0, now).remaining;
+    // When the same cost could pass again, from the balance it left.
+    d.retry_after_ns = cost > limit.burst ? kRetryNever : e.bucket.nanos_until(limit, cost * kMicrotokensPerToken);
   }
 
   // See KeyTable::allow_all.

@@ -148,6 +148,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
 
         if (desc.rate_limit) {
           RlsLimit& limit = *desc.rate_limit;  // its `bucket` is derived here
+          if (has_control_char(limit.name)) at("a limit's `name` must not contain control characters");
           if (limit.unlimited && limit.unit != RlsUnit::kUnknown) at("`unlimited: true` cannot have a `unit`");
           if (!limit.unlimited && limit.unit == RlsUnit::kUnknown) at("`rate_limit` needs a `unit`");
           if (limit.unit_multiplier < 1) at("`unit_multiplier` must be at least 1");

@@ -72,11 +72,11 @@ RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, st
 const Limit& RuleSet::rls_limit(uint32_t index) const { return rls_->limit(index).bucket; }
 
 uint32_t RuleSet::match(std::string_view key) const {
-  if (!key.empty() && key[0] == kRlsKeyPrefix) {
-    if (!rls_) return kUnlimited;
-    const std::optional<uint32_t> i = rls_->limit_index(key);
-    return i ? uint32_t(rules_.size()) + 1 + *i : kUnlimited;
+  if (rls_ && !key.empty() && key[0] == kRlsKeyPrefix) {
+    if (const std::optional<uint32_t> i = rls_->limit_index(key)) return uint32_t(rules_.size()) + 1 + *i;
   }
+  // Any other key, 0x1E-prefixed or not, goes by the rules: a key no RLS limit claims is never
+  // let through unlimited for its first byte.
   if (auto it = exact_.find(key); it != exact_.end()) return it->second;
   for (uint32_t i : globs_) {
     const std::string& pattern = rules_[i].match;

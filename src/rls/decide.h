@@ -53,8 +53,9 @@ struct DescriptorInput {
 // Resolves a request against `config` into `plan` (cleared first), applying `replaces`. Bucket
 // keys longer than `max_key_bytes` get their values part replaced by a SHA-256 digest of it.
 // Returns "" or why the request is invalid (INVALID_ARGUMENT): an empty domain, no descriptors,
-// more than kMaxDescriptors, more than kMaxEntries in one, an entry with an empty key, a cost above
-// the largest bucket.
+// more than kMaxDescriptors, more than kMaxEntries in one, an entry with an empty key, a
+// descriptor hits_addend above kMaxTokens (10^12). A cost above a limit's burst is not invalid: it
+// answers OVER_LIMIT.
 std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_view domain, uint32_t request_hits,
                          const std::vector<DescriptorInput>& descriptors, size_t max_key_bytes, Plan& plan);
 

@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
+#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -21,11 +22,15 @@ namespace {
 namespace pb = envoy::service::ratelimit::v3;
 using SteadyTime = std::chrono::steady_clock::time_point;
 
+// Calls decided per handler on the node's thread (each up to kMaxDescriptors checks).
+constexpr size_t kJobsPerTurn = 16;
+
 // One call, from the gRPC thread that read it to the finisher that answers it.
 struct Job {
   grpc::CallbackServerContext* ctx = nullptr;
   grpc::ServerUnaryReactor* reactor = nullptr;
   pb::RateLimitResponse* response = nullptr;
+  const pb::RateLimitRequest* request = nullptr;  // gRPC's, valid until Finish
   Plan plan;
   std::optional<SteadyTime> deadline;
   // Set on the node's thread.
@@ -34,7 +39,19 @@ struct Job {
   std::vector<DescriptorResult> results;
 };
 
-int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : (ns + kNanosPerSecond - 1) / kNanosPerSecond; }
+int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
+
+// The limit's name as a structured-field string ("..."): printable ASCII with '"' and '\\'
+// escaped; a name with anything else is shown as "default".
+std::string header_name(const std::string& name) {
+  std::string out = "\"";
+  for (const char c : name) {
+    if (c < 0x20 || c > 0x7e) return "\"default\"";
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return name.empty() ? "\"default\"" : out + "\"";
+}
 
 void set_duration(google::protobuf::Duration* d, int64_t ns) {
   d->set_seconds(ns / kNanosPerSecond);
@@ -66,7 +83,7 @@ void add_ratelimit_headers(const Job& job) {
   }
   if (!pick) return;
   const RlsLimit& l = *pick->limit;
-  const std::string name = "\"" + (l.name.empty() ? std::string("default") : l.name) + "\"";
+  const std::string name = header_name(l.name);
   add_header(job.response, "RateLimit-Policy",
              name + ";q=" + std::to_string(l.bucket.burst) + ";w=" + std::to_string(l.bucket.rate.period_ns / kNanosPerSecond));
   const int64_t reset_ns = pick->code == Code::kOverLimit ? pick->retry_after_ns : pick->until_full_ns;
@@ -133,7 +150,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   void stop() { node_stopped_ = true; }
 
   void shutdown() {
-    std::vector<Job*> left;
+    std::deque<Job*> left;
     {
       std::lock_guard lock(queue_mu_);
       if (shut_down_) return;
@@ -170,6 +187,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     job->ctx = ctx;
     job->reactor = ctx->DefaultReactor();
     job->response = response;
+    job->request = request;
     grpc::ServerUnaryReactor* reactor = job->reactor;  // the job is gone once finished
     if (std::string why = plan(*request, job->plan); !why.empty()) {
       ++invalid_;
@@ -241,18 +259,38 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     }
   }
 
-  // Node thread: decide everything queued, then hand the answers to the finisher.
+  // Node thread: decide what is queued, at most kJobsPerTurn calls per handler so that gossip
+  // and the native API's clients get the thread in between, then hand the answers to the
+  // finisher.
   void decide_queued() {
     std::vector<Job*> jobs;
+    bool more = false;
+    std::shared_ptr<const RlsConfig> config;
     {
       std::lock_guard lock(queue_mu_);
-      jobs.swap(queue_);
-      drain_posted_ = false;
+      const size_t n = std::min(queue_.size(), kJobsPerTurn);
+      jobs.assign(queue_.begin(), queue_.begin() + long(n));
+      queue_.erase(queue_.begin(), queue_.begin() + long(n));
+      more = !queue_.empty();
+      drain_posted_ = more;
+    }
+    {
+      std::lock_guard lock(config_mu_);
+      config = config_;
     }
     for (Job* job : jobs) {
+      // Planned against a config since replaced: plan again, so that the limits, flags and
+      // keys are those of the rules the node now decides with.
+      if (job->plan.config != config && !node_stopped_) {
+        if (std::string why = plan(*job->request, job->plan); !why.empty()) {
+          job->status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+        }
+      }
       if (node_stopped_) {
         ++unavailable_;
         job->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down");
+      } else if (!job->status.ok()) {
+        ++invalid_;
       } else if (job->deadline && std::chrono::steady_clock::now() >= *job->deadline) {
         ++deadline_expired_;
         job->status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the check ran");
@@ -264,6 +302,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
       }
       boost::asio::post(finisher_, [this, job] { answer(job); });
     }
+    if (more) boost::asio::post(node_io_, [this] { decide_queued(); });
   }
 
   // Finisher thread: build the response and finish the call.
@@ -310,7 +349,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   std::shared_ptr<const RlsConfig> config_;
 
   std::mutex queue_mu_;
-  std::vector<Job*> queue_;
+  std::deque<Job*> queue_;
   bool drain_posted_ = false;
   bool closed_ = false;
   bool shut_down_ = false;

@@ -7,6 +7,9 @@
 // thread does no gRPC work, and a slow or dead client never holds it: gRPC writes on its own.
 // A call whose deadline passed or that was cancelled before its turn is not charged.
 //
+// The handlers it posts to the node's io_context hold the server: that io_context must not run
+// them once the server is destroyed (the daemon runs it no more after shutdown()).
+//
 // No gRPC header leaks from here: the daemon includes this file only.
 #ifndef TOLLGATE_SRC_RLS_RLS_SERVER_H_
 #define TOLLGATE_SRC_RLS_RLS_SERVER_H_

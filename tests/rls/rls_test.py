@@ -339,6 +339,32 @@ class SingleDaemon(unittest.TestCase):
         self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
 
 
+class ResponseHeaders(unittest.TestCase):
+    def test_ietf_draft_fields_and_retry_after(self):
+        work = tempfile.mkdtemp(prefix="tollgate-rls-headers-")
+        config = os.path.join(work, "rls.yaml")
+        with open(config, "w") as f:
+            f.write('domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2, '
+                    'name: per "min"}\n  - key: anon\n    rate_limit: {unit: second, requests_per_unit: 5}\n')
+        d = Daemon(work, "headers", config, extra=["--rls-response-headers"])
+        try:
+            headers = lambda r: {h.key: h.value for h in r.response_headers_to_add}
+            first = headers(d.one("h", [("k", "x")]))
+            self.assertEqual(first["RateLimit-Policy"], '"per \\"min\\"";q=2;w=60')  # escaped name
+            self.assertEqual(first["RateLimit"], '"per \\"min\\"";r=1;t=30')       # full again in 30 s
+            self.assertNotIn("Retry-After", first)
+            d.one("h", [("k", "x")])
+            over = d.one("h", [("k", "x")])
+            self.assertEqual(over.overall_code, OVER)
+            self.assertEqual(headers(over)["RateLimit"], '"per \\"min\\"";r=0;t=30')  # until 1 token
+            self.assertEqual(headers(over)["Retry-After"], "30")
+            self.assertEqual(headers(d.one("h", [("anon", "y")]))["RateLimit-Policy"], '"default";q=5;w=1')
+            self.assertEqual(len(d.one("h", [("other", "z")]).response_headers_to_add), 0)  # no limit, no fields
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class Reload(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tollgate-rls-reload-")
