@@ -550,6 +550,10 @@ TEST(ClientOverTcp, ACallersPooledConnectionClosedByTheDaemonWhileIdleIsReplaced
   ASSERT_EQ(client.counters().direct_calls, 1u);
   // Both the io thread's connection and the caller's are closed by the daemon.
   ASSERT_TRUE(wait_until([&] { return server.counters().connections_idle_closed >= 2; }));
+  // The caller's path is taken only while the io thread is connected: wait for its reconnection
+  // (under a loaded ASan run it can lag, and the call then went through the io thread).
+  ASSERT_TRUE(wait_until([&] { return client.counters().connects >= 2; }));
+  ASSERT_TRUE(client.wait_connected(kPatient));
   const CheckReply reply = client.check("k");
   EXPECT_TRUE(reply.from_daemon()) << reply.error;
   EXPECT_EQ(client.counters().direct_calls, 2u);
