@@ -29,23 +29,24 @@ std::string values_digest(std::string_view values) {
   return out;
 }
 
-// Nanoseconds until a bucket left with `remaining` whole tokens holds `limit.burst` again.
-int64_t until_full_ns(const Decision& d) {
-  if (!d.has_limit() || d.limit.rate.tokens <= 0) return -1;
-  const Wide deficit = Wide(d.limit.burst) - d.remaining;
+// Nanoseconds until a bucket left with `d.remaining` whole tokens holds `tokens` (0 if it does;
+// precise to within a token's refill time: the fraction of a token is not known here). The
+// limit must be set and refill.
+int64_t nanos_to_hold(const Decision& d, int64_t tokens) {
+  const Wide deficit = Wide(tokens) - d.remaining;
   if (deficit <= 0) return 0;
   const Wide ns = (deficit * d.limit.rate.period_ns + d.limit.rate.tokens - 1) / d.limit.rate.tokens;
   return ns > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max() : int64_t(ns);
 }
 
-// When `cost` could pass on a bucket left with `d.remaining` whole tokens (approximate by under
-// a token's refill time: the fraction of a token is not known here), or kRetryNever.
+bool refills(const Decision& d) { return d.has_limit() && d.limit.rate.tokens > 0; }
+
+// Until the bucket is full again, or -1 without a limit.
+int64_t until_full_ns(const Decision& d) { return refills(d) ? nanos_to_hold(d, d.limit.burst) : -1; }
+
+// When `cost` could pass, or kRetryNever.
 int64_t retry_after_ns(const Decision& d, int64_t cost) {
-  if (!d.has_limit() || d.limit.rate.tokens <= 0 || cost > d.limit.burst) return kRetryNever;
-  const Wide deficit = Wide(cost) - d.remaining;
-  if (deficit <= 0) return 0;
-  const Wide ns = (deficit * d.limit.rate.period_ns + d.limit.rate.tokens - 1) / d.limit.rate.tokens;
-  return ns > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max() : int64_t(ns);
+  return refills(d) && cost <= d.limit.burst ? nanos_to_hold(d, cost) : kRetryNever;
 }
 
 uint32_t clamp_remaining(int64_t remaining) {
