@@ -27,6 +27,7 @@
 
 #include "arrivals.h"
 #include "recorder.h"
+#include "rls_front_end.h"
 #include "tollgate/duration.h"
 
 namespace tollgate::sim {
@@ -83,13 +84,18 @@ std::string describe_status(int status) {
 // destroyed, whatever the reason.
 class Daemons {
  public:
-  Daemons(const Scenario& s, const LocalOptions& o) : s_(s), o_(o) {
+  Daemons(const Scenario& s, const RuleSet& rule_set, const LocalOptions& o) : s_(s), o_(o) {
     std::string pattern = (fs::temp_directory_path() / "tollgate-sim.XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a temp dir: " + std::string(strerror(errno)));
     dir_ = pattern;
     std::ofstream rules(dir_ / "rules.yaml");
     rules << s.rules_yaml;
     if (!rules) throw std::runtime_error("cannot write " + (dir_ / "rules.yaml").string());
+    if (s.front_end == Scenario::FrontEnd::kRls) {
+      std::ofstream rls(dir_ / "rls.yaml");
+      rls << rls_config_from_rules(rule_set);
+      if (!rls) throw std::runtime_error("cannot write " + (dir_ / "rls.yaml").string());
+    }
     // The cluster's gossip is authenticated, as tollgated requires: a fresh key for this run.
     {
       std::ofstream key(dir_ / "cluster.key");
@@ -110,6 +116,7 @@ class Daemons {
   size_t size() const { return ports_.size(); }
   std::string address(size_t i) const { return "127.0.0.1:" + std::to_string(ports_[i]); }
   std::string socket_path(size_t i) const { return (dir_ / (local_node_id(i) + ".sock")).string(); }
+  std::string rls_socket_path(size_t i) const { return (dir_ / (local_node_id(i) + ".rls.sock")).string(); }
   fs::path log_path(size_t i) const { return dir_ / (local_node_id(i) + ".log"); }
   bool running(size_t i) const { return pids_[i] > 0; }
 
@@ -141,8 +148,12 @@ class Daemons {
     } else {
       args.insert(args.end(), {"--seeds", address(0)});
     }
+    if (s_.front_end == Scenario::FrontEnd::kRls) {
+      args.insert(args.end(), {"--rls-config", (dir_ / "rls.yaml").string(), "--rls-listen", "unix:" + rls_socket_path(i)});
+    }
     std::error_code ec;
-    fs::remove(socket_path(i), ec);  // a SIGKILLed daemon leaves its socket file behind
+    fs::remove(socket_path(i), ec);  // a SIGKILLed daemon leaves its socket files behind
+    fs::remove(rls_socket_path(i), ec);
     pids_[i] = spawn(args, log_path(i));
   }
 
@@ -257,13 +268,14 @@ struct Pending {
 class LocalRun {
  public:
   LocalRun(const Scenario& s, std::shared_ptr<const RuleSet> rules, const LocalOptions& o, LocalStats* stats)
-      : s_(s), o_(o), stats_(stats), recorder_(s, rules), arrivals_(s.load, s.seed), daemons_(s, o) {
+      : s_(s), o_(o), stats_(stats), recorder_(s, rules), arrivals_(s.load, s.seed), daemons_(s, *rules, o) {
     size_t total = s.nodes;
     for (const Event& e : s.timeline) total += e.kind == Event::Kind::kJoin ? e.count : 0;
     clients_.resize(total);
+    if (s.front_end == Scenario::FrontEnd::kRls) rls_.resize(total);
     up_.assign(total, false);
     side_.assign(total, 0);
-    counters_.assign(total, {0, 0});
+    counters_.assign(total, Counters{});
     loss_ = s.network.loss;
     phases_ = s.phases();
     stats_->failed_open.assign(phases_.size(), 0);
@@ -279,7 +291,7 @@ class LocalRun {
 
   SimResult run() {
     say("starting " + std::to_string(s_.nodes) + " tollgated (" + dissemination_mode_name(s_.node.mode) + " over " + s_.transport +
-        ") in " + daemons_.dir().string());
+        (rls_.empty() ? "" : ", checks through the rate limit service") + ") in " + daemons_.dir().string());
     const auto first_start = Clock::now();
     for (size_t i = 0; i < s_.nodes; ++i) start_node(daemons_.add());
     wait_formed();
@@ -370,7 +382,8 @@ class LocalRun {
       c.reconnect_max = milliseconds(50);  // a restarted daemon is found again quickly
       clients_[i] = std::make_unique<Client>(c);
     }
-    counters_[i] = {0, 0};  // a new process counts from zero
+    if (!rls_.empty() && !rls_[i]) rls_[i] = std::make_unique<RlsCaller>("unix:" + daemons_.rls_socket_path(i));
+    counters_[i] = Counters{};  // a new process counts from zero
   }
 
   // Until every node lists every other as alive; a daemon that exits, or the timeout, is an
@@ -390,6 +403,12 @@ class LocalRun {
                                  ": " + missing + ". The daemons' logs end with:\n" + daemons_.log_tails(8));
       }
       std::this_thread::sleep_for(milliseconds(50));  // polling a bounded wait on the members API
+    }
+    for (size_t i = 0; i < rls_.size() && i < daemons_.size(); ++i) {  // the gRPC front ends listen too
+      if (!rls_[i]->wait_connected(std::chrono::seconds(5))) {
+        throw std::runtime_error("the rate limit service of " + local_node_id(i) + " (" + daemons_.rls_socket_path(i) +
+                                 ") does not accept connections; its log ends with:\n" + last_lines(daemons_.log_path(i), 10));
+      }
     }
     for (size_t i = 0; i < s_.nodes; ++i) up_[i] = true;
   }
@@ -418,12 +437,27 @@ class LocalRun {
       std::lock_guard lock(mu_);
       ++outstanding_;
     }
+    if (!rls_.empty()) {
+      rls_[a.node]->check_async(arrivals_.keys()[a.key], s_.load.cost, o_.check_deadline,
+                                [this, &p](RlsCaller::Outcome outcome, const std::string& error) {
+                                  p.outcome = outcome == RlsCaller::Outcome::kAllowed  ? Pending::kAllowed
+                                              : outcome == RlsCaller::Outcome::kDenied ? Pending::kDenied
+                                                                                       : Pending::kFailed;
+                                  answered(error);
+                                });
+      return;
+    }
     clients_[a.node]->check_async(arrivals_.keys()[a.key], s_.load.cost, [this, &p](CheckReply r) {
       p.outcome = r.from_daemon() ? (r.allowed ? Pending::kAllowed : Pending::kDenied) : Pending::kFailed;
-      std::lock_guard lock(mu_);
-      if (!r.from_daemon() && first_error_.empty()) first_error_ = r.error;
-      if (--outstanding_ == 0) done_.notify_all();
+      answered(r.from_daemon() ? std::string() : r.error);
     });
+  }
+
+  // On a client's thread: one check came back (`error` set if no daemon decided it).
+  void answered(const std::string& error) {
+    std::lock_guard lock(mu_);
+    if (!error.empty() && first_error_.empty()) first_error_ = error;
+    if (--outstanding_ == 0) done_.notify_all();
   }
 
   // Waits for the last answers (each comes by its deadline), then hands every decision to the
@@ -462,13 +496,15 @@ class LocalRun {
         ++stats_->stats_polls_failed;
         continue;
       }
-      std::pair<int64_t, int64_t> now = counters_[i];
+      Counters now = counters_[i];
       for (const auto& [name, value] : *stats) {
-        if (name == "gossip_messages_sent") now.first = value;
-        if (name == "transport_bytes_sent") now.second = value;
+        if (name == "gossip_messages_sent") now.messages = value;
+        if (name == "transport_bytes_sent") now.bytes = value;
+        if (name == "rls_calls") now.rls_calls = value;
       }
-      messages += uint64_t(std::max<int64_t>(0, now.first - counters_[i].first));
-      bytes += uint64_t(std::max<int64_t>(0, now.second - counters_[i].second));
+      messages += uint64_t(std::max<int64_t>(0, now.messages - counters_[i].messages));
+      bytes += uint64_t(std::max<int64_t>(0, now.bytes - counters_[i].bytes));
+      if (start_ != Clock::time_point{}) stats_->rls_calls += uint64_t(std::max<int64_t>(0, now.rls_calls - counters_[i].rls_calls));
       counters_[i] = now;
     }
     if (start_ != Clock::time_point{}) recorder_.sent(phase_ns, messages, bytes);
@@ -563,10 +599,16 @@ class LocalRun {
   uint64_t outstanding_ = 0;  // guarded by mu_
   std::string first_error_;   // guarded by mu_
   Daemons daemons_;
-  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<std::unique_ptr<Client>> clients_;  // admin calls, and checks with front_end native
+  std::vector<std::unique_ptr<RlsCaller>> rls_;    // checks with front_end rls (else empty)
   std::vector<bool> up_;  // taking load: started (or restarted, or joined) and not crashed
   std::vector<size_t> side_;
-  std::vector<std::pair<int64_t, int64_t>> counters_;  // per node: gossip_messages_sent, transport_bytes_sent at the last poll
+  struct Counters {  // a daemon's, at the last poll
+    int64_t messages = 0;   // gossip_messages_sent
+    int64_t bytes = 0;      // transport_bytes_sent
+    int64_t rls_calls = 0;  // rls_calls: ShouldRateLimit calls it answered
+  };
+  std::vector<Counters> counters_;
   std::vector<size_t> faults_due_;
   const Event* partition_ = nullptr;
   double loss_ = 0;

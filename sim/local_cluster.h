@@ -8,7 +8,9 @@
 // 2. waits until every node lists every other as alive, before t = 0 (a timeout is an error that
 //    quotes the tail of every daemon's log);
 // 3. replays the scenario's arrivals (sim/arrivals.h) at their scheduled times on a steady clock,
-//    one asynchronous check per arrival to the node it falls on; a check's time is its scheduled
+//    one asynchronous check per arrival to the node it falls on (through the client API, or with
+//    `front_end: rls` as a gRPC ShouldRateLimit call to the node's rate limit service, the rules
+//    given to the daemons as an RLS config: sim/rls_front_end.h); a check's time is its scheduled
 //    time, whenever the daemon actually saw it (the lag is measured and reported);
 // 4. applies the timeline through the admin API at the scheduled times: partition = every node
 //    drops gossip to and from the nodes on other sides; loss = loss on every node; crash =

@@ -20,6 +20,7 @@ struct LocalStats {
   int64_t lag_max_ns = 0;
   double formed_after_s = 0;        // from the first start until every node saw every other alive
   uint64_t stats_polls_failed = 0;  // counter polls a daemon did not answer (cost undercounted)
+  uint64_t rls_calls = 0;           // ShouldRateLimit calls the daemons answered during the run (front_end rls)
 };
 
 }  // namespace tollgate::sim

@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
                  "virtual (simulated network, virtual time) or local (real tollgated processes on 127.0.0.1, real time)")
       ->check(CLI::IsMember({"virtual", "local"}));
   app.add_option("--transport", transport, "Override: udp or tcp")->check(CLI::IsMember({"udp", "tcp"}));
+  std::string front_end;
+  app.add_option("--front-end", front_end,
+                 "Override, local only: native (checks through the client API) or rls (Envoy's ShouldRateLimit over "
+                 "gRPC, the rules given to the daemons as an RLS config)")
+      ->check(CLI::IsMember({"native", "rls"}));
   app.add_option("--nodes", nodes, "Override: number of nodes")->check(CLI::Range(size_t(1), size_t(100'000)));
   for (size_t i = 0; i < fields.size(); ++i) {
     const NodeSettingField& f = fields[i];
@@ -142,6 +147,11 @@ int main(int argc, char** argv) {
   try {
     sim::Scenario s = sim::load_scenario_file(scenario_path);
     if (!transport.empty()) s.transport = transport;
+    if (!front_end.empty()) s.front_end = front_end == "rls" ? sim::Scenario::FrontEnd::kRls : sim::Scenario::FrontEnd::kNative;
+    if (s.front_end == sim::Scenario::FrontEnd::kRls && cluster != "local") {
+      std::cerr << "tollgate-sim: front_end rls needs --cluster local: the virtual cluster runs the nodes' code with no front end\n";
+      return 2;
+    }
     if (nodes) s.nodes = *nodes;
     if (seed) s.seed = *seed;
     for (size_t i = 0; i < fields.size(); ++i) {

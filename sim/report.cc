@@ -53,7 +53,8 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
   out << "scenario " << info.scenario << " on " << info.cluster << ": " << s.nodes << " nodes, "
       << dissemination_mode_name(s.node.mode) << " over " << s.transport << ", "
       << (s.node.membership == MembershipKind::kStatic ? "static" : "heartbeat") << " membership, policy "
-      << partition_policy_name(s.node.partition_policy) << ", seed " << s.seed << "\n";
+      << partition_policy_name(s.node.partition_policy) << ", seed " << s.seed
+      << (s.front_end == Scenario::FrontEnd::kRls ? ", checks through the rate limit service (gRPC)" : "") << "\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-12s %7s %7s %9s %9s %9s %6s %6s %8s %8s %9s %10s\n", "phase", "start_s", "end_s",
                 "offered", "admitted", "oracle", "over", "under", "conv_p50", "conv_p99", "msgs/n/s", "bytes/n/s");
@@ -82,6 +83,7 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
     out << "\nlocal: checks sent up to " << fixed(double(l->lag_max_ns) / 1e6, 1) << " ms after their scheduled time (p99 "
         << fixed(double(l->lag_p99_ns) / 1e6, 1) << " ms); cluster formed in " << fixed(l->formed_after_s, 1)
         << " s; convergence is not measured on real daemons (\"-\")\n";
+    if (s.front_end == Scenario::FrontEnd::kRls) out << "local: the daemons answered " << l->rls_calls << " ShouldRateLimit calls\n";
     if (l->stats_polls_failed) out << "local: " << l->stats_polls_failed << " counter polls failed: msgs and bytes are undercounted\n";
   }
 }
@@ -89,6 +91,7 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
 void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const SimResult& r) {
   out << "{\"scenario\": " << json_string(info.scenario) << ", \"cluster\": " << json_string(info.cluster)
       << ", \"mode\": " << json_string(dissemination_mode_name(s.node.mode)) << ", \"transport\": " << json_string(s.transport)
+      << ", \"front_end\": " << json_string(s.front_end == Scenario::FrontEnd::kRls ? "rls" : "native")
       << ", \"policy\": " << json_string(partition_policy_name(s.node.partition_policy)) << ", \"nodes\": " << s.nodes
       << ", \"seed\": " << s.seed << ", \"phases\": [";
   const LocalStats* l = info.local;

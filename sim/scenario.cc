@@ -438,7 +438,7 @@ class ScenarioParser {
     for (const NodeSettingField& f : node_setting_fields()) setting_keys.push_back(f.key());
     std::vector<std::string_view> fields = {"name", "nodes"};
     fields.insert(fields.end(), setting_keys.begin(), setting_keys.end());
-    fields.insert(fields.end(), {"transport", "duration", "seed", "network", "rules", "load", "timeline"});
+    fields.insert(fields.end(), {"transport", "front_end", "duration", "seed", "network", "rules", "load", "timeline"});
     for_each_field(root, fields, [&](const std::string& field, const YAML::Node& v) {
       for (const NodeSettingField& f : node_setting_fields()) {
         if (field != f.key()) continue;
@@ -453,6 +453,8 @@ class ScenarioParser {
         s.nodes = whole<size_t>(v, field, 1, kMaxNodes);
       } else if (field == "transport") {
         s.transport = choice(v, field, {"udp", "tcp"});
+      } else if (field == "front_end") {
+        s.front_end = choice(v, field, {"native", "rls"}) == "rls" ? Scenario::FrontEnd::kRls : Scenario::FrontEnd::kNative;
       } else if (field == "duration") {
         s.duration_ns = positive_duration(v, field);
       } else if (field == "seed") {

@@ -5,6 +5,8 @@
 //   nodes: 8
 //   mode: gossip              # mesh | gossip
 //   transport: udp            # udp | tcp (the virtual back end models both as datagrams)
+//   front_end: native         # native | rls: how --cluster local sends checks (the client API, or
+//                             # Envoy's ShouldRateLimit over gRPC with the rules as an RLS config)
 //   membership: static        # static | heartbeat
 //   partition_policy: open    # open | proportional
 //   interval: 50ms
@@ -91,6 +93,10 @@ struct Scenario {
   // with tollgated's defaults (config/node_settings.h: every setting is also a scenario key).
   NodeSettings node;
   std::string transport = "udp";
+  // How --cluster local sends checks: the native client API, or Envoy's rate limit service (gRPC
+  // ShouldRateLimit, domain "sim", one entry {key: K}) with the rules given to every daemon as an
+  // RLS config (sim/rls_front_end.h). The virtual back end has no front end and refuses kRls.
+  enum class FrontEnd : uint8_t { kNative, kRls } front_end = FrontEnd::kNative;
   int64_t duration_ns = 30 * kNanosPerSecond;
   uint64_t seed = 1;
   NetworkSpec network;

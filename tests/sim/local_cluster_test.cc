@@ -45,6 +45,8 @@ class LocalClusterTest : public ::testing::Test {
     return o;
   }
 
+  void expect_the_partition_measured(const Scenario& s, LocalStats& stats);
+
   fs::path tmp_;
   std::string old_tmpdir_;
 };
@@ -78,9 +80,8 @@ const PhaseStats& phase(const SimResult& r, const std::string& name) {
   return r.total;
 }
 
-TEST_F(LocalClusterTest, APartitionedRunMeasuresThePartitionAndLeavesNothingBehind) {
-  const Scenario s = partitioned();
-  LocalStats stats;
+// Runs `s` (partitioned(), through either front end) and holds its figures to the bands below.
+void LocalClusterTest::expect_the_partition_measured(const Scenario& s, LocalStats& stats) {
   std::ostringstream progress;
   LocalOptions o = options();
   o.progress = &progress;
@@ -120,6 +121,33 @@ TEST_F(LocalClusterTest, APartitionedRunMeasuresThePartitionAndLeavesNothingBehi
   RecordProperty("steady_over", std::to_string(steady.over_admission()));
   RecordProperty("split_over", std::to_string(split.over_admission()));
   RecordProperty("failed_open", std::to_string(stats.failed_open_total) + " of " + std::to_string(r.total.offered));
+  if (s.front_end == Scenario::FrontEnd::kRls) {
+    // Every decision came through ShouldRateLimit: the daemons counted the calls (all but the
+    // few still in flight at the last counter poll), and none through the client API's checks.
+    EXPECT_GE(stats.rls_calls, r.total.offered * 95 / 100);
+    EXPECT_LE(stats.rls_calls, r.total.offered + stats.failed_open_total);
+  } else {
+    EXPECT_EQ(stats.rls_calls, 0u);
+  }
+}
+
+TEST_F(LocalClusterTest, APartitionedRunMeasuresThePartitionAndLeavesNothingBehind) {
+  LocalStats stats;
+  expect_the_partition_measured(partitioned(), stats);
+  EXPECT_TRUE(no_children()) << "a daemon was left running";
+  EXPECT_TRUE(tmp_empty()) << "the temp dir was left behind";
+}
+
+// The same run with every check a ShouldRateLimit call to the node's rate limit service, the
+// rules given to the daemons as an RLS config: the RLS bucket keys are gossiped and enforced
+// cluster-wide as the native ones are, and a partition splits them the same way.
+TEST_F(LocalClusterTest, ThroughTheRateLimitServiceTheClusterEnforcesTheSameLimits) {
+  Scenario s = partitioned();
+  s.front_end = Scenario::FrontEnd::kRls;
+  LocalStats stats;
+  expect_the_partition_measured(s, stats);
+  EXPECT_TRUE(no_children()) << "a daemon was left running";
+  EXPECT_TRUE(tmp_empty()) << "the temp dir was left behind";
 }
 
 TEST_F(LocalClusterTest, AnInterruptedRunStopsEveryDaemonAndRemovesItsDir) {

@@ -164,6 +164,7 @@ TEST(ScenarioFile, EveryFieldIsRead) {
       "nodes: 12\n"
       "mode: mesh\n"
       "transport: tcp\n"
+      "front_end: rls\n"
       "membership: heartbeat\n"
       "partition_policy: proportional\n"
       "interval: 20ms\n"
@@ -188,6 +189,7 @@ TEST(ScenarioFile, EveryFieldIsRead) {
   EXPECT_EQ(s.nodes, 12u);
   EXPECT_EQ(s.node.mode, DisseminationMode::kMesh);
   EXPECT_EQ(s.transport, "tcp");
+  EXPECT_EQ(s.front_end, Scenario::FrontEnd::kRls);
   EXPECT_EQ(s.node.membership, MembershipKind::kHeartbeat);
   EXPECT_EQ(s.node.partition_policy, PartitionPolicy::kProportional);
   EXPECT_EQ(s.node.interval_ns, 20 * kMs);
@@ -222,6 +224,7 @@ TEST(ScenarioFile, FieldsLeftOutKeepTheirDefaultsAndTheNameComesFromTheFile) {
   EXPECT_EQ(s.nodes, 8u);
   EXPECT_EQ(s.node.mode, DisseminationMode::kGossip);
   EXPECT_EQ(s.transport, "udp");
+  EXPECT_EQ(s.front_end, Scenario::FrontEnd::kNative);
   EXPECT_EQ(s.node.membership, MembershipKind::kStatic);
   EXPECT_EQ(s.node.partition_policy, PartitionPolicy::kOpen);
   EXPECT_EQ(s.node.interval_ns, 50 * kMs);
@@ -274,6 +277,7 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
       {"nodes: -1", "`nodes` must be a whole number"},
       {"mode: Gossip", "`mode` must be mesh or gossip, got \"Gossip\""},
       {"transport: quic", "`transport` must be udp or tcp"},
+      {"front_end: grpc", "`front_end` must be native or rls"},
       {"membership: dynamic", "`membership` must be static or heartbeat"},
       {"partition_policy: closed", "`partition_policy` must be open or proportional"},
       {"interval: 50", "`interval` is not a duration (duration \"50\": missing unit"},
@@ -311,7 +315,7 @@ TEST(ScenarioFile, UnknownAndRepeatedFieldsAreErrorsAtTheirLine) {
   // The node settings (config/node_settings.h) are keys too, between nodes and transport.
   std::string expected = "name, nodes";
   for (const NodeSettingField& f : node_setting_fields()) expected += ", " + f.key();
-  expected += ", transport, duration, seed, network, rules, load, timeline";
+  expected += ", transport, front_end, duration, seed, network, rules, load, timeline";
   EXPECT_EQ(scenario_error(scenario_with("nodez: 4\n")),
             "s.yaml:5:1: unknown field \"nodez\" (expected one of: " + expected + ")");
   EXPECT_NE(expected.find("mode, membership, partition_policy, interval, fanout, member_rows, fail_after"), std::string::npos);
