@@ -142,6 +142,13 @@ TEST_F(LocalClusterTest, APartitionedRunMeasuresThePartitionAndLeavesNothingBehi
 // rules given to the daemons as an RLS config: the RLS bucket keys are gossiped and enforced
 // cluster-wide as the native ones are, and a partition splits them the same way.
 TEST_F(LocalClusterTest, ThroughTheRateLimitServiceTheClusterEnforcesTheSameLimits) {
+#if defined(__SANITIZE_THREAD__)
+  // Measured in CI: under ThreadSanitizer 744 of 781 calls passed the 200 ms deadline (three
+  // TSan daemons' gRPC servers plus this process's gRPC client on two cores), so the run measures
+  // nothing. The RLS path's threads are checked under TSan by tollgate_rls_server_tests and
+  // rls_grpc_python; this test runs in the plain and ASan builds.
+  GTEST_SKIP() << "too slow under ThreadSanitizer to decide checks within the deadline";
+#endif
   Scenario s = partitioned();
   s.front_end = Scenario::FrontEnd::kRls;
   LocalStats stats;
