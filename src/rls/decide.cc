@@ -41,8 +41,6 @@ int64_t nanos_to_hold(const Decision& d, int64_t tokens) {
 
 bool refills(const Decision& d) { return d.has_limit() && d.limit.rate.tokens > 0; }
 
-// Until the bucket is full again, or -1 without a limit.
-int64_t until_full_ns(const Decision& d) { return refills(d) ? nanos_to_hold(d, d.limit.burst) : -1; }
 
 // When `cost` could pass, or kRetryNever.
 int64_t retry_after_ns(const Decision& d, int64_t cost) {
@@ -54,6 +52,8 @@ uint32_t clamp_remaining(int64_t remaining) {
 }
 
 }  // namespace
+
+int64_t until_full_ns(const Decision& d) { return refills(d) ? nanos_to_hold(d, d.limit.burst) : -1; }
 
 std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_view domain, uint32_t request_hits,
                          const std::vector<DescriptorInput>& descriptors, size_t max_key_bytes, Plan& plan) {

@@ -70,6 +70,11 @@ struct DescriptorResult {
   bool shadow_over = false;         // a shadow_mode descriptor that would have denied
 };
 
+// Nanoseconds until the bucket `d` decided on is full again (to within one token's refill time),
+// or -1 when it has no limit or never refills. For duration_until_reset and the HTTP RateLimit
+// field.
+int64_t until_full_ns(const Decision& d);
+
 // Decides `plan` on the node's thread. `out` gets one result per descriptor, in order. Returns
 // the overall code.
 Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorResult>& out);

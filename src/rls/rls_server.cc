@@ -14,6 +14,7 @@
 #include "api/endpoint.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "rls/decide.h"
+#include "rls/messages.h"
 #include "tollgate/clock.h"
 
 namespace tollgate::rls {
@@ -38,62 +39,6 @@ struct Job {
   Code overall = Code::kOk;
   std::vector<DescriptorResult> results;
 };
-
-int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
-
-// The limit's name as a structured-field string ("..."): printable ASCII with '"' and '\\'
-// escaped; a name with anything else is shown as "default".
-std::string header_name(const std::string& name) {
-  std::string out = "\"";
-  for (const char c : name) {
-    if (c < 0x20 || c > 0x7e) return "\"default\"";
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return name.empty() ? "\"default\"" : out + "\"";
-}
-
-void set_duration(google::protobuf::Duration* d, int64_t ns) {
-  d->set_seconds(ns / kNanosPerSecond);
-  d->set_nanos(int32_t(ns % kNanosPerSecond));
-}
-
-void add_header(pb::RateLimitResponse* response, const std::string& key, const std::string& value) {
-  pb::HeaderValue* h = response->add_response_headers_to_add();
-  h->set_key(key);
-  h->set_value(value);
-}
-
-// The IETF draft's fields (draft-ietf-httpapi-ratelimit-headers) for the descriptor that denied,
-// or else the limited one with the least room left relative to its burst.
-void add_ratelimit_headers(const Job& job) {
-  const DescriptorResult* pick = nullptr;
-  double pick_room = 2;
-  for (const DescriptorResult& r : job.results) {
-    if (!r.limit || !r.limit->limited() || r.until_full_ns < 0) continue;
-    if (r.code == Code::kOverLimit) {
-      pick = &r;
-      break;
-    }
-    const double room = double(r.remaining) / double(r.limit->bucket.burst);
-    if (room < pick_room) {
-      pick = &r;
-      pick_room = room;
-    }
-  }
-  if (!pick) return;
-  const RlsLimit& l = *pick->limit;
-  const std::string name = header_name(l.name);
-  add_header(job.response, "RateLimit-Policy",
-             name + ";q=" + std::to_string(l.bucket.burst) + ";w=" + std::to_string(l.bucket.rate.period_ns / kNanosPerSecond));
-  const int64_t reset_ns = pick->code == Code::kOverLimit ? pick->retry_after_ns : pick->until_full_ns;
-  std::string fields = name + ";r=" + std::to_string(pick->remaining);
-  if (reset_ns != kRetryNever) fields += ";t=" + std::to_string(ceil_seconds(reset_ns));
-  add_header(job.response, "RateLimit", fields);
-  if (pick->code == Code::kOverLimit && pick->retry_after_ns != kRetryNever) {
-    add_header(job.response, "Retry-After", std::to_string(std::max<int64_t>(1, ceil_seconds(pick->retry_after_ns))));
-  }
-}
 
 }  // namespace
 
@@ -205,31 +150,12 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
 
  private:
   std::string plan(const pb::RateLimitRequest& request, Plan& plan) {
-    std::vector<DescriptorInput> inputs(size_t(std::min(request.descriptors_size(), int(kMaxDescriptors) + 1)));
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const pb::RateLimitDescriptor& d = request.descriptors(int(i));
-      if (d.is_negative_hits()) return "descriptor " + std::to_string(i) + ": refunds (is_negative_hits) are not supported";
-      if (d.has_limit()) {
-        return "descriptor " + std::to_string(i) +
-               ": limit overrides are not supported; configure the limit in the RLS config instead";
-      }
-      DescriptorInput& in = inputs[i];
-      in.entries.reserve(size_t(std::min(d.entries_size(), int(kMaxEntries) + 1)));
-      for (int j = 0; j < d.entries_size() && in.entries.size() <= kMaxEntries; ++j) {
-        in.entries.push_back({d.entries(j).key(), d.entries(j).value()});
-      }
-      if (d.has_hits_addend()) {
-        in.has_hits = true;
-        in.hits = d.hits_addend().value();
-      }
-    }
     std::shared_ptr<const RlsConfig> config;
     {
       std::lock_guard lock(config_mu_);
       config = config_;
     }
-    return plan_request(std::move(config), request.domain(), request.hits_addend(), inputs, options_.max_key_bytes,
-                        plan);
+    return plan_from_message(request, std::move(config), options_.max_key_bytes, plan);
   }
 
   void submit(Job* job) {
@@ -308,24 +234,9 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   // Finisher thread: build the response and finish the call.
   void answer(Job* job) {
     if (!job->status.ok()) return finish(job, job->status);
-    pb::RateLimitResponse* response = job->response;
-    response->set_overall_code(job->overall == Code::kOk ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
     if (job->overall == Code::kOverLimit) ++over_limit_;
-    for (const DescriptorResult& r : job->results) {
-      pb::RateLimitResponse::DescriptorStatus* s = response->add_statuses();
-      s->set_code(r.code == Code::kOk ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
-      s->set_limit_remaining(r.remaining);
-      if (r.shadow_over) ++shadow_over_;
-      if (r.limit) {
-        pb::RateLimitResponse::RateLimit* l = s->mutable_current_limit();
-        l->set_requests_per_unit(r.limit->requests_per_unit);
-        l->set_unit(pb::RateLimitResponse::RateLimit::Unit(r.limit->unit));
-        l->set_name(r.limit->name);
-        if (r.limit->unit_multiplier != 1) l->mutable_unit_multiplier()->set_value(r.limit->unit_multiplier);
-      }
-      if (r.until_full_ns >= 0) set_duration(s->mutable_duration_until_reset(), r.until_full_ns);
-    }
-    if (options_.response_headers) add_ratelimit_headers(*job);
+    for (const DescriptorResult& r : job->results) shadow_over_ += r.shadow_over;
+    fill_response(job->overall, job->results, options_.response_headers, *job->response);
     finish(job, grpc::Status::OK);
   }
 

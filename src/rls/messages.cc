@@ -1,0 +1,110 @@
+#include "rls/messages.h"
+
+#include <algorithm>
+
+#include "tollgate/clock.h"
+
+namespace tollgate::rls {
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+
+int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
+
+// The limit's name as a structured-field string ("..."): printable ASCII with '"' and '\\'
+// escaped; a name with anything else is shown as "default".
+std::string header_name(const std::string& name) {
+  std::string out = "\"";
+  for (const char c : name) {
+    if (c < 0x20 || c > 0x7e) return "\"default\"";
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return name.empty() ? "\"default\"" : out + "\"";
+}
+
+void set_duration(google::protobuf::Duration* d, int64_t ns) {
+  d->set_seconds(ns / kNanosPerSecond);
+  d->set_nanos(int32_t(ns % kNanosPerSecond));
+}
+
+void add_header(pb::RateLimitResponse& response, const std::string& key, const std::string& value) {
+  pb::HeaderValue* h = response.add_response_headers_to_add();
+  h->set_key(key);
+  h->set_value(value);
+}
+
+// The IETF draft's fields (draft-ietf-httpapi-ratelimit-headers) for the descriptor that denied,
+// or else the limited one with the least room left relative to its burst.
+void add_ratelimit_headers(const std::vector<DescriptorResult>& results, pb::RateLimitResponse& response) {
+  const DescriptorResult* pick = nullptr;
+  double pick_room = 2;
+  for (const DescriptorResult& r : results) {
+    if (!r.limit || !r.limit->limited() || r.until_full_ns < 0) continue;
+    if (r.code == Code::kOverLimit) {
+      pick = &r;
+      break;
+    }
+    const double room = double(r.remaining) / double(r.limit->bucket.burst);
+    if (room < pick_room) {
+      pick = &r;
+      pick_room = room;
+    }
+  }
+  if (!pick) return;
+  const RlsLimit& l = *pick->limit;
+  const std::string name = header_name(l.name);
+  add_header(response, "RateLimit-Policy",
+             name + ";q=" + std::to_string(l.bucket.burst) + ";w=" + std::to_string(l.bucket.rate.period_ns / kNanosPerSecond));
+  const int64_t reset_ns = pick->code == Code::kOverLimit ? pick->retry_after_ns : pick->until_full_ns;
+  std::string fields = name + ";r=" + std::to_string(pick->remaining);
+  if (reset_ns != kRetryNever) fields += ";t=" + std::to_string(ceil_seconds(reset_ns));
+  add_header(response, "RateLimit", fields);
+  if (pick->code == Code::kOverLimit && pick->retry_after_ns != kRetryNever) {
+    add_header(response, "Retry-After", std::to_string(std::max<int64_t>(1, ceil_seconds(pick->retry_after_ns))));
+  }
+}
+
+}  // namespace
+
+std::string plan_from_message(const pb::RateLimitRequest& request, std::shared_ptr<const RlsConfig> config,
+                              size_t max_key_bytes, Plan& plan) {
+  std::vector<DescriptorInput> inputs(size_t(std::min(request.descriptors_size(), int(kMaxDescriptors) + 1)));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const pb::RateLimitDescriptor& d = request.descriptors(int(i));
+    if (d.is_negative_hits()) return "descriptor " + std::to_string(i) + ": refunds (is_negative_hits) are not supported";
+    if (d.has_limit()) {
+      return "descriptor " + std::to_string(i) + ": limit overrides are not supported; configure the limit in the RLS config instead";
+    }
+    DescriptorInput& in = inputs[i];
+    in.entries.reserve(size_t(std::min(d.entries_size(), int(kMaxEntries) + 1)));
+    for (int j = 0; j < d.entries_size() && in.entries.size() <= kMaxEntries; ++j) {
+      in.entries.push_back({d.entries(j).key(), d.entries(j).value()});
+    }
+    if (d.has_hits_addend()) {
+      in.has_hits = true;
+      in.hits = d.hits_addend().value();
+    }
+  }
+  return plan_request(std::move(config), request.domain(), request.hits_addend(), inputs, max_key_bytes, plan);
+}
+
+void fill_response(Code overall, const std::vector<DescriptorResult>& results, bool headers, pb::RateLimitResponse& response) {
+  response.set_overall_code(overall == Code::kOk ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
+  for (const DescriptorResult& r : results) {
+    pb::RateLimitResponse::DescriptorStatus* s = response.add_statuses();
+    s->set_code(r.code == Code::kOk ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
+    s->set_limit_remaining(r.remaining);
+    if (r.limit) {
+      pb::RateLimitResponse::RateLimit* l = s->mutable_current_limit();
+      l->set_requests_per_unit(r.limit->requests_per_unit);
+      l->set_unit(pb::RateLimitResponse::RateLimit::Unit(r.limit->unit));
+      l->set_name(r.limit->name);
+      if (r.limit->unit_multiplier != 1) l->mutable_unit_multiplier()->set_value(r.limit->unit_multiplier);
+    }
+    if (r.until_full_ns >= 0) set_duration(s->mutable_duration_until_reset(), r.until_full_ns);
+  }
+  if (headers) add_ratelimit_headers(results, response);
+}
+
+}  // namespace tollgate::rls

@@ -1,0 +1,30 @@
+// The rate limit service's messages (rls.proto) to and from the decision (decide.h): shared by
+// the gRPC server and the HTTP front end's POST /json, so both read a request and answer it the
+// same way.
+#ifndef TOLLGATE_SRC_RLS_MESSAGES_H_
+#define TOLLGATE_SRC_RLS_MESSAGES_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "rls/decide.h"
+
+namespace tollgate::rls {
+
+// Reads `request` and resolves it against `config` (plan_request). Returns "" or why the request
+// is invalid (INVALID_ARGUMENT): plan_request's reasons, and what tollgate does not support
+// (limit overrides, is_negative_hits).
+std::string plan_from_message(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                              std::shared_ptr<const RlsConfig> config, size_t max_key_bytes, Plan& plan);
+
+// Fills `response` with the decision: overall_code, one status per descriptor and, when
+// `headers`, the IETF draft's RateLimit-Policy, RateLimit and (when over) Retry-After fields.
+void fill_response(Code overall, const std::vector<DescriptorResult>& results, bool headers,
+                   envoy::service::ratelimit::v3::RateLimitResponse& response);
+
+}  // namespace tollgate::rls
+
+#endif  // TOLLGATE_SRC_RLS_MESSAGES_H_
