@@ -17,6 +17,7 @@
 #include "codec/cluster_key.h"
 #include "tollgate/config_error.h"
 #include "tollgate/peers_file.h"
+#include "http/http_server.h"
 #include "rls/rls_server.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
@@ -91,7 +92,7 @@ Daemon::Daemon(DaemonOptions options)
   // Descriptors for every connection the limits allow, plus outbound connections to peers (a
   // thousand counted) and files.
   const TcpTransportOptions tcp_options;
-  uint64_t descriptors = options_.api_max_connections + 64;
+  uint64_t descriptors = options_.api_max_connections + 64 + (options_.http_listen.empty() ? 0 : options_.http_max_connections);
   if (options_.transport == TransportKind::kTcp) descriptors += tcp_options.max_inbound_connections + 1024;
   if (std::string warning = ensure_descriptor_limit(descriptors); !warning.empty()) spdlog::warn("{}", warning);
 
@@ -145,6 +146,23 @@ Daemon::Daemon(DaemonOptions options)
                  options_.rls_config);
   }
 
+  if (!options_.http_listen.empty()) {
+    http::HttpServerOptions http_options;
+    http_options.listen = options_.http_listen;
+    http_options.max_connections = options_.http_max_connections;
+    http_options.io_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.http_timeout_ns));
+    // Ready alone once a member would have been declared failed: a node with no peer to hear
+    // from (or whose peers are all down) serves from its own buckets.
+    const auto ready_alone_at = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.node.fail_after_ns);
+    http_options.routes.alone_long_enough = [ready_alone_at] { return std::chrono::steady_clock::now() >= ready_alone_at; };
+    http_ = std::make_unique<http::HttpServer>(io_, *this, http_options);
+    if (std::string why = http_->start(rls_config_); !why.empty()) throw std::runtime_error("--http-listen " + why);
+    if (!http_->is_loopback()) {
+      spdlog::warn("HTTP front end listens on {}, which is not loopback: it has no authentication", http_->address());
+    }
+    spdlog::info("HTTP on {}", http_->address());
+  }
+
   spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {}", options_.node_id,
                incarnation_, dissemination_mode_name(options_.node.mode), options_.bind,
                options_.transport == TransportKind::kUdp ? "udp" : "tcp",
@@ -158,6 +176,7 @@ int Daemon::run() {
   schedule_tick();
   schedule_watch();
   io_.run();
+  if (http_) http_->shutdown();  // open connections close; checks still queued are not decided
   if (rls_) rls_->shutdown();  // the node no longer runs: what is still queued answers UNAVAILABLE
   return 0;
 }
@@ -173,6 +192,7 @@ bool Daemon::reload_rls_config() {
   try {
     rls_config_ = load_rls_config(options_.rls_config);
     if (rls_) rls_->set_config(rls_config_);
+    if (http_) http_->set_rls_config(rls_config_);
     ++reloads_.rls;
     spdlog::info("RLS config reloaded from {}: {} domains", options_.rls_config, rls_config_->domains().size());
     return true;
@@ -223,7 +243,7 @@ void Daemon::schedule_watch() {
   watch_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_) return;
     reload_peers_if_changed();
-    if (rls_ && rls_config_fingerprint(options_.rls_config) != rls_fingerprint_ && reload_rls_config()) {
+    if ((rls_ || http_) && !options_.rls_config.empty() && rls_config_fingerprint(options_.rls_config) != rls_fingerprint_ && reload_rls_config()) {
       node_->replace_rules(combined_rules(), clock_.now_ns());
     }
     schedule_watch();
@@ -281,6 +301,7 @@ void Daemon::shutdown() {
   stopping_ = true;
   spdlog::info("leaving the cluster");
   if (rls_) rls_->drain();  // health NOT_SERVING; calls are still answered for now
+  if (http_) http_->drain();  // /readyz 503; requests are still answered for now
   api_->drain();  // answers to requests already read still go out; the socket file goes now
   tick_timer_.cancel();
   watch_timer_.cancel();
@@ -292,6 +313,7 @@ void Daemon::shutdown() {
   tick_timer_.async_wait([this](const boost::system::error_code&) {
     api_->stop();  // a client that has not taken its answers in 100 ms is cut off
     if (rls_) rls_->stop();  // later rate limit calls answer UNAVAILABLE, uncharged
+    if (http_) http_->stop();  // later HTTP checks answer 503, uncharged
     node_->leave(clock_.now_ns());
     // Give the departure datagrams a moment to leave the socket, then stop.
     tick_timer_.expires_after(std::chrono::milliseconds(100));
@@ -384,6 +406,9 @@ StatsList Daemon::stats() {
   for (const auto& [name, value] : api_->stats()) s.emplace_back(name, value);
   if (rls_) {
     for (const auto& [name, value] : rls_->stats()) s.emplace_back(name, value);
+  }
+  if (http_) {
+    for (const auto& [name, value] : http_->stats()) s.emplace_back(name, value);
   }
   return s;
 }

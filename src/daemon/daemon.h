@@ -31,6 +31,9 @@ class ApiServer;
 namespace rls {
 class RlsServer;
 }
+namespace http {
+class HttpServer;
+}
 
 class Daemon final : public RequestHandler {
  public:
@@ -78,6 +81,7 @@ class Daemon final : public RequestHandler {
   std::shared_ptr<const RlsConfig> rls_config_;
   std::string rls_fingerprint_;  // of the RLS config's files when last loaded
   std::unique_ptr<rls::RlsServer> rls_;
+  std::unique_ptr<http::HttpServer> http_;
   // Misbehaving clients and peers: one log line per offender per 10 s (see OffenseLimiter).
   OffenseLimiter offenses_;
   void report_offense(std::string_view offender, std::string_view what);

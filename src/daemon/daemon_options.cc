@@ -109,6 +109,18 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "Rate limit calls waiting for the node at most; beyond, a call fails at once with "
                  "RESOURCE_EXHAUSTED (Envoy then applies its failure_mode_deny)")
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--http-listen", o->http_listen,
+                 "Serve HTTP on HOST:PORT: GET/POST /v1/check, POST /json (Envoy's RLS as JSON, with --rls-config), "
+                 "/metrics (Prometheus), /healthz, /readyz, /v1/members, /v1/stats. Loopback advised: it has no "
+                 "authentication, and the daemon warns otherwise. Off unless given");
+  app.add_option("--http-max-connections", o->http_max_connections,
+                 "HTTP connections open at once; beyond, a new one is closed at accept (counted)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 16));
+  std::string http_timeout = format_duration(o->http_timeout_ns);
+  app.add_option("--http-timeout", http_timeout,
+                 "How long an HTTP client has to send a request (or keep an idle connection), and to take its "
+                 "answer; then the connection is closed (counted)")
+      ->type_name("DURATION");
   app.add_option("--transport", transport, "Gossip transport: udp or tcp")->check(CLI::IsMember({"udp", "tcp"}));
   app.add_option("--peers-file", o->peers_file, "Static membership: lines of `id host:port`; reloaded when it changes");
   app.add_option("--seeds", o->seeds, "Heartbeat membership: HOST:PORT,... to join through")
@@ -182,6 +194,14 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       return 2;
     }
     o->max_message_age_ns = *age;
+    why.clear();
+    const auto http = parse_duration_ns(http_timeout, &why);
+    if (http && (*http < kNanosPerMilli || *http > 3600 * kNanosPerSecond)) why = "must be from 1ms to 1h";
+    if (!http || !why.empty()) {
+      std::cerr << "tollgated: --http-timeout " << why << "\nRun with --help for the flags.\n";
+      return 2;
+    }
+    o->http_timeout_ns = *http;
   }
   o->transport = transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
   if (o->node_id.empty()) o->node_id = o->bind;
@@ -197,8 +217,9 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     return usage_error("--rules FILE is required (or --rls-config PATH, to serve Envoy's rate limit service only)");
   }
   if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
-  if (o->rls_listen.empty() && !o->rls_config.empty()) {
-    return usage_error("--rls-config is used by the rate limit service: give --rls-listen HOST:PORT too");
+  if (o->rls_listen.empty() && o->http_listen.empty() && !o->rls_config.empty()) {
+    return usage_error("--rls-config is used by the rate limit service: give --rls-listen HOST:PORT (gRPC) or "
+                       "--http-listen HOST:PORT (POST /json) too");
   }
   for (size_t i = 0; i < fields.size(); ++i) {
     if (std::string why = fields[i].parse(setting_text[i], o->node); !why.empty()) {

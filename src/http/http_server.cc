@@ -1,0 +1,282 @@
+#include "http/http_server.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include <array>
+#include <atomic>
+#include <optional>
+#include <thread>
+
+#include "api/endpoint.h"
+
+namespace tollgate::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(asio::io_context& node_io, RequestHandler& handler, HttpServerOptions options)
+      : node_io_(node_io),
+        handler_(handler),
+        options_(std::move(options)),
+        routes_([this](NodeJob job, const Reply& reply) { return run_on_node(std::move(job), reply); }, options_.routes),
+        acceptor_(io_),
+        retry_timer_(io_) {}
+
+  ~Impl() { shutdown(); }
+
+  std::string start(std::shared_ptr<const RlsConfig> config) {
+    routes_.set_rls_config(std::move(config));
+    std::string why;
+    std::string text = options_.listen;
+    if (!text.starts_with("tcp:")) text = "tcp:" + text;
+    const auto endpoint = api::parse_endpoint(text, &why);
+    if (!endpoint) return why;
+    if (endpoint->kind != api::Endpoint::Kind::kTcp) return "the HTTP front end listens on TCP only: HOST:PORT";
+    loopback_ = endpoint->is_loopback();
+    boost::system::error_code ec;
+    const tcp::endpoint at(asio::ip::make_address(endpoint->host, ec), endpoint->port);
+    if (ec) return "not an IP address: " + endpoint->host;
+    acceptor_.open(at.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(at, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return "cannot listen on " + options_.listen + ": " + ec.message();
+    const tcp::endpoint bound = acceptor_.local_endpoint();
+    const std::string host = bound.address().to_string();
+    address_ = (bound.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(bound.port());
+    accept();
+    thread_ = std::thread([this] { io_.run(); });
+    return {};
+  }
+
+  void shutdown() {
+    if (shut_down_.exchange(true)) return;
+    io_.stop();  // connections close when the io_context goes, with the last holder of this
+    if (thread_.joinable()) thread_.join();
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);  // the HTTP thread has stopped: no handler of it runs now
+  }
+
+  void drain() { routes_.drain(); }
+  void stop() { node_stopped_ = true; }
+  void set_rls_config(std::shared_ptr<const RlsConfig> config) { routes_.set_rls_config(std::move(config)); }
+  const std::string& address() const { return address_; }
+  bool is_loopback() const { return loopback_; }
+
+  StatsList stats() const {
+    StatsList s = routes_.stats();
+    s.insert(s.end(), {{"http.connections_accepted", accepted_.load()},
+                       {"http.connections_rejected", rejected_.load()},
+                       {"http.connections_timed_out", timed_out_.load()},
+                       {"http.connections_open", open_.load()},
+                       {"http.requests_too_large", too_large_.load()},
+                       {"http.requests_malformed", malformed_.load()},
+                       {"http.node_busy", busy_.load()},
+                       {"http.node_wait_expired", wait_expired_.load()}});
+    return s;
+  }
+
+ private:
+  class Session;
+
+  void accept();
+
+  // Routes' NodeRunner (HTTP thread): queue `job` for the node, or refuse.
+  bool run_on_node(NodeJob job, const Reply& reply) {
+    if (node_stopped_ || size_t(pending_.load()) >= options_.max_pending) {
+      ++busy_;
+      return false;
+    }
+    ++pending_;
+    // The ticket holds the server (declared first, so released last) while the node's
+    // io_context holds the job; the continuation and `reply` go back to the HTTP io_context.
+    struct Ticket {
+      std::shared_ptr<Impl> server;
+      NodeJob job;
+      Reply reply;
+      std::chrono::steady_clock::time_point queued;
+    };
+    auto ticket = std::make_shared<Ticket>(Ticket{shared_from_this(), std::move(job), reply, std::chrono::steady_clock::now()});
+    asio::post(node_io_, [ticket] {
+      Impl& self = *ticket->server;
+      --self.pending_;
+      std::function<void()> finish;
+      if (self.node_stopped_) {
+        finish = [reply = ticket->reply] { reply(error_response(503, "tollgated is shutting down; the check was not decided")); };
+      } else if (std::chrono::steady_clock::now() - ticket->queued > self.options_.node_wait) {
+        ++self.wait_expired_;
+        finish = [reply = ticket->reply] { reply(error_response(503, "tollgated is overloaded; the check was not decided")); };
+      } else {
+        finish = ticket->job(self.handler_);
+      }
+      asio::post(self.io_, std::move(finish));
+    });
+    return true;
+  }
+
+  asio::io_context& node_io_;
+  RequestHandler& handler_;
+  const HttpServerOptions options_;
+  Routes routes_;
+  std::string address_;
+  bool loopback_ = true;
+  std::atomic<bool> shut_down_{false};
+  std::atomic<bool> node_stopped_{false};
+  std::atomic<int64_t> pending_{0};
+  // Before io_: sessions still in its handlers count themselves out when it is destroyed.
+  std::atomic<int64_t> accepted_{0}, rejected_{0}, timed_out_{0}, open_{0}, too_large_{0}, malformed_{0}, busy_{0},
+      wait_expired_{0};
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+  std::thread thread_;
+};
+
+// One connection: a request at a time (HTTP/1.1 keep-alive; no pipelining in flight).
+class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Impl& server, tcp::socket socket) : server_(server), stream_(std::move(socket)) { ++server_.open_; }
+  ~Session() { --server_.open_; }
+
+  void start() { read(); }
+
+ private:
+  void read() {
+    parser_.emplace();
+    parser_->header_limit(uint32_t(server_.options_.max_header_bytes));
+    parser_->body_limit(server_.options_.max_body_bytes);
+    stream_.expires_after(server_.options_.io_timeout);
+    bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::eof) return close();
+    if (ec == beast::error::timeout) {
+      ++server_.timed_out_;
+      return close();
+    }
+    if (ec == bhttp::error::body_limit) {
+      ++server_.too_large_;
+      return answer_and_close(error_response(413, "the body is larger than " + std::to_string(server_.options_.max_body_bytes) + " bytes"));
+    }
+    if (ec == bhttp::error::header_limit) {
+      ++server_.too_large_;
+      return answer_and_close(
+          error_response(431, "the request line and headers are larger than " + std::to_string(server_.options_.max_header_bytes) + " bytes"));
+    }
+    if (ec) {
+      ++server_.malformed_;
+      return answer_and_close(error_response(400, "malformed HTTP request: " + ec.message()));
+    }
+    bhttp::request<bhttp::string_body> request = parser_->release();
+    keep_alive_ = request.keep_alive();
+    version_ = request.version();
+    HttpRequest r{std::string(request.method_string()), std::string(request.target()), std::move(request.body())};
+    server_.routes_.handle(r, [self = shared_from_this()](HttpResponse response) { self->write(std::move(response)); });
+  }
+
+  // A request the parser refused: answered, counted, and the connection closed (what follows
+  // on it cannot be trusted to start a request).
+  void answer_and_close(HttpResponse response) {
+    server_.routes_.count_response(response.status);
+    keep_alive_ = false;
+    refused_ = true;
+    write(std::move(response));
+  }
+
+  // After refusing a request whose body the client may still be sending: stop writing, then read
+  // and discard for a while before closing. Closing with unread data would send a reset, which
+  // can destroy the answer before the client reads it.
+  void linger() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(1));
+    discard(0);
+  }
+
+  void discard(size_t so_far) {
+    constexpr size_t kMaxDiscard = 1 << 20;
+    if (so_far >= kMaxDiscard) return stream_.close();
+    stream_.async_read_some(asio::buffer(scratch_), [self = shared_from_this(), so_far](beast::error_code ec, size_t n) {
+      if (ec) return self->stream_.close();
+      self->discard(so_far + n);
+    });
+  }
+
+  void write(HttpResponse r) {
+    auto response = std::make_shared<bhttp::response<bhttp::string_body>>(bhttp::status(r.status), version_ ? version_ : 11);
+    response->set(bhttp::field::server, "tollgated");
+    response->set(bhttp::field::content_type, r.content_type);
+    for (const auto& [name, value] : r.headers) response->set(name, value);
+    response->body() = std::move(r.body);
+    response->keep_alive(keep_alive_);
+    response->prepare_payload();
+    stream_.expires_after(server_.options_.io_timeout);
+    bhttp::async_write(stream_, *response, [self = shared_from_this(), response](beast::error_code ec, size_t) {
+      if (ec == beast::error::timeout) ++self->server_.timed_out_;
+      if (!ec && self->refused_) return self->linger();
+      if (ec || !self->keep_alive_) return self->close();
+      self->read();
+    });
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+  }
+
+  Impl& server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bool keep_alive_ = true;
+  bool refused_ = false;  // the parser refused the request: linger, then close
+  unsigned version_ = 11;
+  std::array<char, 4096> scratch_{};
+};
+
+void HttpServer::Impl::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (ec) {  // typically out of descriptors: wait rather than spin
+      retry_timer_.expires_after(std::chrono::milliseconds(100));
+      retry_timer_.async_wait([this](boost::system::error_code e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    if (size_t(open_.load()) >= options_.max_connections) {
+      ++rejected_;
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    } else {
+      ++accepted_;
+      std::make_shared<Session>(*this, std::move(socket))->start();
+    }
+    accept();
+  });
+}
+
+HttpServer::HttpServer(asio::io_context& node_io, RequestHandler& handler, HttpServerOptions options)
+    : impl_(std::make_shared<Impl>(node_io, handler, std::move(options))) {}
+HttpServer::~HttpServer() { impl_->shutdown(); }
+std::string HttpServer::start(std::shared_ptr<const RlsConfig> config) { return impl_->start(std::move(config)); }
+const std::string& HttpServer::address() const { return impl_->address(); }
+bool HttpServer::is_loopback() const { return impl_->is_loopback(); }
+void HttpServer::set_rls_config(std::shared_ptr<const RlsConfig> config) { impl_->set_rls_config(std::move(config)); }
+void HttpServer::drain() { impl_->drain(); }
+void HttpServer::stop() { impl_->stop(); }
+void HttpServer::shutdown() { impl_->shutdown(); }
+StatsList HttpServer::stats() const { return impl_->stats(); }
+
+}  // namespace tollgate::http

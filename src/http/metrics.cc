@@ -1,0 +1,78 @@
+#include "http/metrics.h"
+
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+namespace tollgate::http {
+namespace {
+
+namespace prom = prometheus;
+
+// Stats that go up and down (or are a high-water mark), not counters.
+bool is_gauge(std::string_view name) {
+  static constexpr std::array<std::string_view, 7> kGauges = {
+      "keys", "key_bytes", "ledger_origins", "ledger_bytes", "api.connections_open", "api.pending_output_high_water_bytes",
+      "http.connections_open"};
+  return std::find(kGauges.begin(), kGauges.end(), name) != kGauges.end();
+}
+
+std::string metric_name(std::string_view stat) {
+  std::string out = "tollgate_";
+  for (const char c : stat) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    out += ok ? c : '_';
+  }
+  return out;
+}
+
+prom::ClientMetric counter(double v, std::vector<prom::ClientMetric::Label> labels = {}) {
+  prom::ClientMetric m;
+  m.label = std::move(labels);
+  m.counter.value = v;
+  return m;
+}
+
+prom::ClientMetric gauge(double v, std::vector<prom::ClientMetric::Label> labels = {}) {
+  prom::ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = v;
+  return m;
+}
+
+}  // namespace
+
+std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members) {
+  std::vector<prom::MetricFamily> families;
+  prom::MetricFamily checks{"tollgate_checks_total", "Checks decided by this node, by decision (every front end)",
+                            prom::MetricType::Counter, {}};
+  for (const auto& [name, value] : stats) {
+    if (name == "checks") continue;  // the sum of the two below
+    if (name == "checks_allowed" || name == "checks_denied") {
+      checks.metric.push_back(counter(double(value), {{"decision", name == "checks_allowed" ? "allowed" : "denied"}}));
+      continue;
+    }
+    if (is_gauge(name)) {
+      families.push_back({metric_name(name), "tollgated stat " + name + " (docs/operations.md, Observability)",
+                          prom::MetricType::Gauge, {gauge(double(value))}});
+    } else {
+      families.push_back({metric_name(name) + "_total", "tollgated stat " + name + " (docs/operations.md, Observability)",
+                          prom::MetricType::Counter, {counter(double(value))}});
+    }
+  }
+  families.push_back(std::move(checks));
+  prom::MetricFamily by_state{"tollgate_members", "Cluster members as this node sees them (itself included), by state",
+                              prom::MetricType::Gauge, {}};
+  for (const MemberState s : {MemberState::kAlive, MemberState::kSuspect, MemberState::kDead, MemberState::kUnreachable,
+                              MemberState::kLeft}) {
+    const auto n = std::count_if(members.begin(), members.end(), [s](const MemberInfo& m) { return m.state == s; });
+    by_state.metric.push_back(gauge(double(n), {{"state", member_state_name(s)}}));
+  }
+  families.push_back(std::move(by_state));
+  return prom::TextSerializer().Serialize(families);
+}
+
+}  // namespace tollgate::http

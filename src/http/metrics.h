@@ -1,0 +1,21 @@
+// The daemon's counters as Prometheus text exposition (prometheus-cpp's model and serializer).
+#ifndef TOLLGATE_SRC_HTTP_METRICS_H_
+#define TOLLGATE_SRC_HTTP_METRICS_H_
+
+#include <string>
+#include <vector>
+
+#include "tollgate/api.h"
+
+namespace tollgate::http {
+
+// Every stat as a metric named tollgate_<stat> ('.' becomes '_'): the gauges (keys, key_bytes,
+// ledger_origins, ledger_bytes, open connections, high-water marks) as they are, every other stat
+// as a counter with the _total suffix. checks_allowed and checks_denied become
+// tollgate_checks_total{decision="allowed"|"denied"}; the members, tollgate_members{state=...}
+// (the node itself included), one series per state, zeros too.
+std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members);
+
+}  // namespace tollgate::http
+
+#endif  // TOLLGATE_SRC_HTTP_METRICS_H_

@@ -1,0 +1,371 @@
+#include "http/routes.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <uriparser/Uri.h>
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+
+#include "cli/output.h"
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "http/metrics.h"
+#include "rls/decide.h"
+#include "rls/messages.h"
+#include "tollgate/clock.h"
+#include "tollgate/http/v1/http.pb.h"
+
+namespace tollgate::http {
+namespace {
+
+namespace json = google::protobuf::util;
+namespace hv1 = tollgate::http::v1;
+namespace rpb = envoy::service::ratelimit::v3;
+
+constexpr unsigned kTooManyRequests = 429;
+
+// `snake_case`: /v1/check's shape, every field printed; else the reference server's /json shape
+// (Go's protojson defaults: lowerCamelCase, fields at their default left out).
+std::string to_json(const google::protobuf::Message& m, bool snake_case) {
+  json::JsonPrintOptions o;
+  o.always_print_primitive_fields = snake_case;
+  o.preserve_proto_field_names = snake_case;
+  std::string out;
+  if (!json::MessageToJsonString(m, &out, o).ok()) return R"({"error": "cannot write the answer as JSON"})";
+  return out + "\n";
+}
+
+// Parses a JSON body into `m`; "" or what is wrong.
+std::string from_json(const std::string& body, google::protobuf::Message& m) {
+  json::JsonParseOptions o;
+  o.ignore_unknown_fields = false;  // a misspelt field is an error, never ignored
+  const auto status = json::JsonStringToMessage(body, &m, o);
+  return status.ok() ? "" : "the body is not a valid JSON request: " + std::string(status.message());
+}
+
+int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
+
+void fill_result(const CheckItem& item, const Decision& d, hv1::CheckResult& r) {
+  r.set_key(std::string(item.key));
+  r.set_cost(item.cost);
+  r.set_allowed(d.allowed);
+  r.set_remaining(d.remaining);
+  if (d.retry_after_ns != kRetryNever) r.set_retry_after_ns(d.retry_after_ns);
+  r.set_reason(deny_reason_name(d.reason));
+  r.set_limited(d.limited);
+  if (d.has_limit()) {
+    hv1::Limit* l = r.mutable_limit();
+    l->set_rate(format_rate(d.limit.rate));
+    l->set_rate_tokens(d.limit.rate.tokens);
+    l->set_rate_period_ns(d.limit.rate.period_ns);
+    l->set_burst(d.limit.burst);
+    l->set_max_debt(d.limit.max_debt);
+  }
+}
+
+// The IETF draft's fields (draft-ietf-httpapi-ratelimit-headers) for one decision; nothing when
+// no limit governs the key.
+void add_ratelimit_fields(const Decision& d, HttpResponse& response) {
+  if (!d.has_limit() || d.limit.rate.tokens <= 0) return;
+  response.headers.emplace_back("RateLimit-Policy", "\"tollgate\";q=" + std::to_string(d.limit.burst) +
+                                                        ";w=" + std::to_string(ceil_seconds(d.limit.rate.period_ns)));
+  const int64_t reset_ns = d.allowed ? rls::until_full_ns(d) : d.retry_after_ns;
+  std::string fields = "\"tollgate\";r=" + std::to_string(std::max<int64_t>(0, d.remaining));
+  if (reset_ns >= 0 && reset_ns != kRetryNever) fields += ";t=" + std::to_string(ceil_seconds(reset_ns));
+  response.headers.emplace_back("RateLimit", fields);
+  if (!d.allowed && d.retry_after_ns != kRetryNever) {
+    response.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, ceil_seconds(d.retry_after_ns))));
+  }
+}
+
+// The query's parameters, decoded (uriparser); nullopt and `error` when malformed.
+std::optional<std::vector<std::pair<std::string, std::string>>> parse_query(const std::string& query, std::string* error) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (query.empty()) return out;
+  // uriparser decodes into C strings: an encoded NUL would cut a key short, silently.
+  if (query.find("%00") != std::string::npos) {
+    *error = "the query holds an encoded NUL (%00), which no key or parameter may contain";
+    return std::nullopt;
+  }
+  UriQueryListA* list = nullptr;
+  int count = 0;
+  if (uriDissectQueryMallocExA(&list, &count, query.data(), query.data() + query.size(), URI_TRUE, URI_BR_DONT_TOUCH) !=
+      URI_SUCCESS) {
+    *error = "the query string is malformed";
+    return std::nullopt;
+  }
+  for (const UriQueryListA* item = list; item; item = item->next) {
+    out.emplace_back(item->key ? item->key : "", item->value ? item->value : "");
+  }
+  uriFreeQueryListA(list);
+  return out;
+}
+
+template <typename Int>
+bool parse_int(const std::string& text, Int* out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
+}
+
+}  // namespace
+
+HttpResponse error_response(unsigned status, const std::string& message) {
+  hv1::ErrorBody body;
+  body.set_error(message);
+  HttpResponse r;
+  r.status = status;
+  r.body = to_json(body, true);
+  return r;
+}
+
+Routes::Routes(NodeRunner run_on_node, RoutesOptions options)
+    : run_on_node_(std::move(run_on_node)), options_(std::move(options)) {}
+
+void Routes::set_rls_config(std::shared_ptr<const RlsConfig> config) {
+  std::lock_guard lock(config_mu_);
+  rls_config_ = std::move(config);
+}
+
+void Routes::count_response(unsigned status) {
+  if (status >= 500) {
+    ++responses_5xx_;
+  } else if (status >= 400) {
+    ++responses_4xx_;
+  } else {
+    ++responses_2xx_;
+  }
+}
+
+StatsList Routes::stats() const {
+  return {{"http.requests", requests_.load()},
+          {"http.responses_2xx", responses_2xx_.load()},
+          {"http.responses_4xx", responses_4xx_.load()},
+          {"http.responses_5xx", responses_5xx_.load()},
+          {"http.checks", checks_.load()}};
+}
+
+void Routes::handle(const HttpRequest& request, Reply reply) {
+  ++requests_;
+  // Every answer is counted by its status class on its way out.
+  Reply counted = [this, reply = std::move(reply)](HttpResponse r) {
+    count_response(r.status);
+    reply(std::move(r));
+  };
+  const size_t q = request.target.find('?');
+  const std::string path = request.target.substr(0, q);
+  const std::string query = q == std::string::npos ? "" : request.target.substr(q + 1);
+  const bool get = request.method == "GET";
+  if (path == "/v1/check") {
+    if (get) return check_get(query, std::move(counted));
+    if (request.method == "POST") return check_post(request.body, std::move(counted));
+  } else if (path == "/json") {
+    if (request.method == "POST") return rls_json(request.body, std::move(counted));
+  } else if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/v1/members" || path == "/v1/stats") {
+    if (get) {
+      if (path == "/metrics") return metrics(std::move(counted));
+      if (path == "/readyz") return readyz(std::move(counted));
+      if (path == "/v1/members") return members(std::move(counted));
+      if (path == "/v1/stats") return stats_json(std::move(counted));
+      HttpResponse ok;
+      ok.content_type = "text/plain; charset=utf-8";
+      ok.body = "ok\n";
+      return counted(std::move(ok));
+    }
+  } else {
+    return counted(error_response(404, "no such endpoint: " + path +
+                                           " (endpoints: /v1/check, /json, /metrics, /healthz, /readyz, /v1/members, /v1/stats)"));
+  }
+  HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
+  r.headers.emplace_back("Allow", path == "/v1/check" ? "GET, POST" : path == "/json" ? "POST" : "GET");
+  counted(std::move(r));
+}
+
+void Routes::on_node(NodeJob job, const Reply& reply) {
+  if (!run_on_node_(std::move(job), reply)) reply(error_response(503, "tollgated is busy or stopping; the request was not decided"));
+}
+
+void Routes::check_get(const std::string& query, Reply reply) {
+  std::string why;
+  const auto params = parse_query(query, &why);
+  if (!params) return reply(error_response(400, why));
+  std::optional<std::string> key;
+  int64_t cost = 1;
+  unsigned deny_status = kTooManyRequests;
+  for (const auto& [name, value] : *params) {
+    if (name == "key") {
+      key = value;
+    } else if (name == "cost") {
+      if (!parse_int(value, &cost) || cost < 0 || cost > kMaxTokens) {
+        return reply(error_response(400, "cost must be a whole number from 0 to " + std::to_string(kMaxTokens) + ", got \"" + value + "\""));
+      }
+    } else if (name == "deny_status") {
+      if (value != "429" && value != "403") {
+        return reply(error_response(400, "deny_status must be 429 or 403 (nginx's auth_request passes 401 and 403 only), got \"" +
+                                             value + "\""));
+      }
+      deny_status = value == "403" ? 403 : kTooManyRequests;
+    } else {
+      return reply(error_response(400, "unknown parameter \"" + name + "\" (expected key, cost, deny_status)"));
+    }
+  }
+  if (!key || key->empty()) return reply(error_response(400, "a check needs a non-empty key: /v1/check?key=K[&cost=N]"));
+  ++checks_;
+  on_node(
+      [key = std::move(*key), cost, deny_status, reply](RequestHandler& handler) -> std::function<void()> {
+        const CheckItem item{key, cost};
+        Decision d;
+        handler.check(std::span(&item, 1), std::span(&d, 1));
+        return [key, cost, deny_status, reply, d] {
+          hv1::CheckResult result;
+          fill_result({key, cost}, d, result);
+          HttpResponse r;
+          r.status = d.allowed ? 200 : deny_status;
+          r.body = to_json(result, true);
+          add_ratelimit_fields(d, r);
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+void Routes::check_post(const std::string& body, Reply reply) {
+  auto request = std::make_shared<hv1::CheckBatchRequest>();
+  if (std::string why = from_json(body, *request); !why.empty()) return reply(error_response(400, why));
+  if (request->checks_size() == 0) return reply(error_response(400, "\"checks\" is empty: nothing to decide"));
+  if (size_t(request->checks_size()) > options_.max_batch) {
+    return reply(error_response(413, std::to_string(request->checks_size()) + " checks in one request; at most " +
+                                         std::to_string(options_.max_batch)));
+  }
+  for (int i = 0; i < request->checks_size(); ++i) {
+    hv1::CheckItem& c = *request->mutable_checks(i);
+    const std::string at = "checks[" + std::to_string(i) + "]: ";
+    if (c.key().empty()) return reply(error_response(400, at + "the key is empty"));
+    if (!c.has_cost()) c.set_cost(1);
+    if (c.cost() < 0 || c.cost() > kMaxTokens) {
+      return reply(error_response(400, at + "cost must be a whole number from 0 to " + std::to_string(kMaxTokens)));
+    }
+  }
+  checks_ += request->checks_size();
+  on_node(
+      [request, reply](RequestHandler& handler) -> std::function<void()> {
+        std::vector<CheckItem> items;
+        items.reserve(size_t(request->checks_size()));
+        for (const hv1::CheckItem& c : request->checks()) items.push_back({c.key(), c.cost()});
+        auto decisions = std::make_shared<std::vector<Decision>>(items.size());
+        if (request->all_or_nothing()) {
+          handler.check_all(items, *decisions);
+        } else {
+          handler.check(items, *decisions);
+        }
+        return [request, reply, decisions] {
+          hv1::CheckBatchResponse response;
+          bool all = true;
+          for (int i = 0; i < request->checks_size(); ++i) {
+            const hv1::CheckItem& c = request->checks(i);
+            const Decision& d = (*decisions)[size_t(i)];
+            fill_result({c.key(), c.cost()}, d, *response.add_results());
+            all = all && d.allowed;
+          }
+          response.set_allowed(all);
+          HttpResponse r;
+          r.body = to_json(response, true);
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+void Routes::rls_json(const std::string& body, Reply reply) {
+  std::shared_ptr<const RlsConfig> config;
+  {
+    std::lock_guard lock(config_mu_);
+    config = rls_config_;
+  }
+  if (!config) return reply(error_response(404, "POST /json needs an RLS config: start tollgated with --rls-config"));
+  // Read as text (JSON strings), then handed over in binary to rls.proto's bytes-typed twin.
+  hv1::RlsJsonRequest text;
+  if (std::string why = from_json(body, text); !why.empty()) return reply(error_response(400, why));
+  rpb::RateLimitRequest request;
+  if (!request.ParseFromString(text.SerializeAsString())) return reply(error_response(400, "the request cannot be read"));
+  auto plan = std::make_shared<rls::Plan>();
+  if (std::string why = rls::plan_from_message(request, config, options_.max_key_bytes, *plan); !why.empty()) {
+    return reply(error_response(400, why));
+  }
+  checks_ += int64_t(plan->descriptors.size());
+  on_node(
+      [plan, reply, headers = options_.rls_headers](RequestHandler& handler) -> std::function<void()> {
+        auto results = std::make_shared<std::vector<rls::DescriptorResult>>();
+        const rls::Code overall = rls::decide(handler, *plan, *results);
+        return [plan, reply, headers, results, overall] {
+          rpb::RateLimitResponse response;
+          rls::fill_response(overall, *results, headers, response);
+          HttpResponse r;
+          r.status = overall == rls::Code::kOk ? 200 : kTooManyRequests;
+          r.body = to_json(response, false);  // the reference server's shape: lowerCamelCase
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+void Routes::metrics(Reply reply) {
+  on_node(
+      [reply](RequestHandler& handler) -> std::function<void()> {
+        auto stats = std::make_shared<StatsList>(handler.stats());
+        auto members = std::make_shared<std::vector<MemberInfo>>(handler.members());
+        return [reply, stats, members] {
+          HttpResponse r;
+          r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+          r.body = render_metrics(*stats, *members);
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+void Routes::readyz(Reply reply) {
+  if (draining_) return reply(error_response(503, "draining: tollgated is leaving the cluster"));
+  on_node(
+      [this, reply](RequestHandler& handler) -> std::function<void()> {
+        const std::vector<MemberInfo> members = handler.members();
+        const bool heard = std::any_of(members.begin(), members.end(),
+                                       [](const MemberInfo& m) { return !m.self && m.state == MemberState::kAlive; });
+        const bool ready = heard || options_.alone_long_enough();
+        return [reply, ready] {
+          if (!ready) return reply(error_response(503, "not ready: no member heard from yet, and not alone for fail_after"));
+          HttpResponse ok;
+          ok.content_type = "text/plain; charset=utf-8";
+          ok.body = "ready\n";
+          reply(std::move(ok));
+        };
+      },
+      reply);
+}
+
+void Routes::members(Reply reply) {
+  on_node(
+      [reply](RequestHandler& handler) -> std::function<void()> {
+        auto members = std::make_shared<std::vector<MemberInfo>>(handler.members());
+        return [reply, members] {
+          HttpResponse r;
+          r.body = cli::format_members_json(*members);
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+void Routes::stats_json(Reply reply) {
+  on_node(
+      [reply](RequestHandler& handler) -> std::function<void()> {
+        auto stats = std::make_shared<StatsList>(handler.stats());
+        return [reply, stats] {
+          HttpResponse r;
+          r.body = cli::format_stats_json(*stats);
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+}  // namespace tollgate::http

@@ -1,0 +1,104 @@
+// The HTTP front end's endpoints, apart from sockets: a parsed request in, its response out.
+// Checks go through the daemon's one request path (RequestHandler) on the node's thread; the
+// rest of the work (parsing, JSON, the Prometheus text) happens on the caller's thread.
+//
+//   GET  /v1/check?key=K[&cost=N][&deny_status=403]  200 allowed, 429 (or 403) denied
+//   POST /v1/check   {"checks": [{"key": K, "cost": N}, ...], "all_or_nothing": false}
+//   POST /json       Envoy's RateLimitRequest as JSON -> RateLimitResponse, 200 or 429
+//   GET  /metrics    Prometheus text exposition
+//   GET  /healthz    200 while the process serves
+//   GET  /readyz     200 once rules are loaded and the node has heard from a member or has been
+//                    alone for fail_after; 503 before that and while draining
+//   GET  /v1/members, GET /v1/stats   the CLI's --json shapes
+//
+// Threading: handle() is called on one thread (the HTTP server's); `run_on_node` runs a job on
+// the node's thread, and the job's continuation, which calls `reply`, back on the caller's.
+#ifndef TOLLGATE_SRC_HTTP_ROUTES_H_
+#define TOLLGATE_SRC_HTTP_ROUTES_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/request_handler.h"
+#include "tollgate/rls_config.h"
+
+namespace tollgate::http {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // "/v1/check?key=a"
+  std::string body;
+};
+
+struct HttpResponse {
+  unsigned status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type
+};
+
+using Reply = std::function<void(HttpResponse)>;
+// The node's part of a request: runs on the node's thread with the request path, and returns
+// what to run back on the HTTP thread (which replies).
+using NodeJob = std::function<std::function<void()>(RequestHandler&)>;
+// Queues `job` for the node's thread, or returns false when it cannot (too many waiting, or
+// stopping): the request is then answered 503 without touching the node. A queued job that
+// cannot run after all (the node stopped, or it waited too long) is answered 503 through
+// `reply` by the runner, on the HTTP thread, uncharged.
+using NodeRunner = std::function<bool(NodeJob job, const Reply& reply)>;
+
+struct RoutesOptions {
+  size_t max_batch = 1000;       // checks per POST /v1/check
+  size_t max_key_bytes = 256;    // the key table's: RLS keys beyond are digested
+  bool rls_headers = true;       // RateLimit fields in /json's response_headers_to_add
+  // True once the node has been up for fail_after (then it is ready even alone).
+  std::function<bool()> alone_long_enough = [] { return true; };
+};
+
+class Routes {
+ public:
+  Routes(NodeRunner run_on_node, RoutesOptions options);
+
+  // Any thread.
+  void set_rls_config(std::shared_ptr<const RlsConfig> config);
+  void drain() { draining_ = true; }  // /readyz answers 503 from now on
+
+  void handle(const HttpRequest& request, Reply reply);
+
+  // http_requests, http_responses_2xx/4xx/5xx, http_checks; any thread.
+  StatsList stats() const;
+  // Counts a response the server made itself (400 for a malformed request, 413, 503).
+  void count_response(unsigned status);
+
+ private:
+  void check_get(const std::string& query, Reply reply);
+  void check_post(const std::string& body, Reply reply);
+  void rls_json(const std::string& body, Reply reply);
+  void metrics(Reply reply);
+  void readyz(Reply reply);
+  void members(Reply reply);
+  void stats_json(Reply reply);
+  // Runs `job` on the node, or answers 503.
+  void on_node(NodeJob job, const Reply& reply);
+
+  NodeRunner run_on_node_;
+  const RoutesOptions options_;
+  std::atomic<bool> draining_{false};
+  mutable std::mutex config_mu_;
+  std::shared_ptr<const RlsConfig> rls_config_;
+  std::atomic<int64_t> requests_{0}, responses_2xx_{0}, responses_4xx_{0}, responses_5xx_{0}, checks_{0};
+};
+
+// A JSON error body: {"error": "..."} (protobuf's JSON writer does the escaping).
+HttpResponse error_response(unsigned status, const std::string& message);
+
+}  // namespace tollgate::http
+
+#endif  // TOLLGATE_SRC_HTTP_ROUTES_H_

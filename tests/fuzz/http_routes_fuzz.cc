@@ -1,0 +1,115 @@
+// The HTTP front end's endpoints (src/http/routes.h): any method, target and body, as a client
+// of --http-listen sends them once Beast has framed the request.
+//
+// Input: the method, '\n', the target, '\n', then the body (missing parts are empty).
+//
+// Contract: every request is answered exactly once, with a status the docs list; a 2xx or 4xx is
+// JSON (or text for the health endpoints and metrics); an error has a body {"error": ...};
+// a check is answered 200 only when the table allowed it; nothing reaches the node for a
+// request answered 4xx; the key table stays within its cap.
+#include <google/protobuf/util/json_util.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "fuzz_util.h"
+#include "http/routes.h"
+#include "tollgate/http/v1/http.pb.h"
+#include "tollgate/key_table.h"
+#include "tollgate/rls_config_file.h"
+#include "tollgate/rules_file.h"
+
+namespace {
+
+using namespace tollgate;
+
+class TableHandler : public RequestHandler {
+ public:
+  TableHandler()
+      : table_(std::make_shared<const RuleSet>(
+                   parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n  - {match: \"*\", rate: 1/s, burst: 1}\n",
+                               "rules.yaml")
+                       ->rules(),
+                   std::nullopt, config()),
+               KeyTableOptions{.max_keys = 64}) {}
+  static std::shared_ptr<const RlsConfig> config() {
+    static const auto c = parse_rls_config(
+        {{"rls.yaml", "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 2}\n"
+                      "    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 1}\n"}});
+    return c;
+  }
+  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
+    ++calls;
+    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
+  }
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
+    ++calls;
+    return table_.allow_all(items, out, now);
+  }
+  std::vector<MemberInfo> members() override {
+    ++calls;
+    return {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
+  }
+  StatsList stats() override {
+    ++calls;
+    return {{"checks", 1}, {"keys", int64_t(table_.stats().keys)}};
+  }
+  std::string set_faults(const FaultSettings&) override { return "no"; }
+  size_t keys() const { return table_.stats().keys; }
+
+  MonoNanos now = 0;
+  int calls = 0;
+
+ private:
+  KeyTable table_;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static TableHandler handler;  // state carries over: buckets empty, keys get evicted
+  static http::Routes routes(
+      [](http::NodeJob job, const http::Reply&) {
+        job(handler)();
+        return true;
+      },
+      http::RoutesOptions{.max_batch = 8});
+  static const bool configured = (routes.set_rls_config(TableHandler::config()), true);
+  (void)configured;
+  handler.now += 10'000'000;
+
+  const std::string_view text = fuzz::as_text(data, size);
+  const size_t first = std::min(text.find('\n'), text.size());
+  const size_t second = first < text.size() ? std::min(text.find('\n', first + 1), text.size()) : text.size();
+  http::HttpRequest request{std::string(text.substr(0, first)),
+                            first < text.size() ? std::string(text.substr(first + 1, second - first - 1)) : "",
+                            second < text.size() ? std::string(text.substr(second + 1)) : ""};
+
+  const int calls_before = handler.calls;
+  int answers = 0;
+  std::optional<http::HttpResponse> response;
+  routes.handle(request, [&](http::HttpResponse r) {
+    ++answers;
+    response = std::move(r);
+  });
+  FUZZ_CHECK(answers == 1, "every request is answered exactly once");
+  const unsigned s = response->status;
+  FUZZ_CHECK(s == 200 || s == 400 || s == 403 || s == 404 || s == 405 || s == 413 || s == 429 || s == 503,
+             "a status the docs list");
+  if (s >= 400 && s != 429 && s != 403) {
+    tollgate::http::v1::ErrorBody error;
+    FUZZ_CHECK(google::protobuf::util::JsonStringToMessage(response->body, &error).ok() && !error.error().empty(),
+               "an error has a JSON body with a reason");
+  }
+  if (s >= 400 && s < 500 && s != 429 && s != 403) FUZZ_CHECK(handler.calls == calls_before, "a refused request never reaches the node");
+  if (request.method == "GET" && request.target.starts_with("/v1/check") && s == 200) {
+    tollgate::http::v1::CheckResult result;
+    FUZZ_CHECK(google::protobuf::util::JsonStringToMessage(response->body, &result).ok(), "a check's answer is its JSON");
+    FUZZ_CHECK(result.allowed(), "200 only for an allowed check");
+  }
+  FUZZ_CHECK(handler.keys() <= 64, "the key table stays within its cap");
+  return 0;
+}

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""tollgated's HTTP front end on real daemons, driven by Python's own HTTP client and checked by
+Prometheus's promtool (software that is not ours).
+
+Two daemons form one cluster; checks through either node's HTTP port share one limit. The
+endpoints answer what docs/operations.md says, /metrics passes `promtool check metrics`, and the
+limits hold: connections beyond the cap are closed, a client that sends half a request is cut off
+after --http-timeout, oversized headers and bodies get 431 and 413, garbage gets 400.
+
+Usage (ctest runs it): http_test.py TOLLGATED [unittest args]
+Nothing here sleeps for synchronisation: every wait polls observable state with a deadline.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+TOLLGATED = sys.argv[1]
+del sys.argv[1]
+WAIT_S = 20
+
+RULES = """rules:
+  - {match: "shared*", rate: 10/min, burst: 10}
+  - {match: "k*", rate: 100/s, burst: 100}
+"""
+RLS = """domain: web
+descriptors:
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 3}
+"""
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, predicate, timeout=WAIT_S):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.01)  # polling interval, not synchronisation: the predicate decides
+
+
+class Daemon:
+    def __init__(self, workdir, name, gossip_port, peers, extra=()):
+        self.name = name
+        self.http_port = free_port()
+        rules = os.path.join(workdir, "rules.yaml")
+        rls = os.path.join(workdir, "rls.yaml")
+        peers_file = os.path.join(workdir, name + ".peers")
+        with open(peers_file, "w") as f:
+            for peer_name, port in peers:
+                f.write("%s 127.0.0.1:%d\n" % (peer_name, port))
+        args = [TOLLGATED, "--node-id", name, "--bind", "127.0.0.1:%d" % gossip_port,
+                "--listen", "unix:" + os.path.join(workdir, name + ".sock"), "--rules", rules,
+                "--rls-config", rls, "--membership", "static", "--peers-file", peers_file, "--mode", "mesh",
+                "--insecure-gossip", "--http-listen", "127.0.0.1:%d" % self.http_port] + list(extra)
+        self.log = open(os.path.join(workdir, name + ".log"), "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until(name + " serving HTTP (log: %s)" % self.log.name, self.serving)
+
+    def serving(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("%s exited with %s" % (self.name, self.proc.returncode))
+        try:
+            return self.request("GET", "/healthz")[0] == 200
+        except OSError:
+            return False
+
+    def request(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read().decode()
+        finally:
+            conn.close()
+
+    def stats(self):
+        status, _, body = self.request("GET", "/v1/stats")
+        assert status == 200, body
+        return json.loads(body)["stats"]
+
+    def try_stats(self):
+        try:
+            return self.stats()
+        except (OSError, http.client.HTTPException):
+            return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+class TwoNodes(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-http-")
+        with open(os.path.join(cls.dir, "rules.yaml"), "w") as f:
+            f.write(RULES)
+        with open(os.path.join(cls.dir, "rls.yaml"), "w") as f:
+            f.write(RLS)
+        ports = {"a": free_port(), "b": free_port()}
+        peers = sorted(ports.items())
+        limits = ["--http-max-connections", "5", "--http-timeout", "1s"]
+        cls.a = Daemon(cls.dir, "a", ports["a"], peers, limits)
+        cls.b = Daemon(cls.dir, "b", ports["b"], peers, limits)
+
+    @classmethod
+    def tearDownClass(cls):
+        codes = [cls.a.stop(), cls.b.stop()]
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        if codes != [0, 0]:
+            raise AssertionError("tollgated exited with %s" % codes)
+
+    def test_ready_once_each_node_hears_the_other(self):
+        for d in (self.a, self.b):
+            wait_until(d.name + " ready", lambda d=d: d.request("GET", "/readyz")[0] == 200)
+            members = json.loads(d.request("GET", "/v1/members")[2])["members"]
+            self.assertEqual(sorted(m["id"] for m in members), ["a", "b"])
+
+    def test_both_nodes_enforce_one_shared_limit(self):
+        self.test_ready_once_each_node_hears_the_other()
+        statuses = [self.a.request("GET", "/v1/check?key=shared1")[0] for _ in range(12)]
+        self.assertEqual(statuses, [200] * 10 + [429] * 2)
+        # b hears a's consumption through gossip: its bucket empties without a check of its own.
+        wait_until("b to see the shared key spent",
+                   lambda: json.loads(self.b.request("GET", "/v1/check?key=shared1&cost=0")[2])["remaining"] == "0")
+        status, headers, body = self.b.request("GET", "/v1/check?key=shared1&deny_status=403")
+        self.assertEqual(status, 403, body)
+        self.assertEqual(headers["RateLimit-Policy"], '"tollgate";q=10;w=60')
+        self.assertTrue(headers["RateLimit"].startswith('"tollgate";r=0;t='), headers)
+        self.assertGreaterEqual(int(headers["Retry-After"]), 1)
+        self.assertFalse(json.loads(body)["allowed"])
+
+    def test_a_batch_and_envoys_json(self):
+        status, _, body = self.a.request(
+            "POST", "/v1/check", json.dumps({"checks": [{"key": "k1", "cost": 60}, {"key": "k2"}]}),
+            {"Content-Type": "application/json"})
+        self.assertEqual(status, 200, body)
+        results = json.loads(body)["results"]
+        self.assertEqual([r["remaining"] for r in results], ["40", "99"])
+        request = json.dumps({"domain": "web", "descriptors": [{"entries": [{"key": "path", "value": "/x"}]}]})
+        codes = [self.a.request("POST", "/json", request)[0] for _ in range(4)]
+        self.assertEqual(codes, [200, 200, 200, 429])
+        self.assertEqual(json.loads(self.a.request("POST", "/json", request)[2])["overallCode"], "OVER_LIMIT")
+
+    def test_metrics_pass_promtool(self):
+        self.a.request("GET", "/v1/check?key=k9")
+        status, headers, body = self.a.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+        self.assertIn('tollgate_members{state="alive"}', body)
+        self.assertIn('tollgate_checks_total{decision="allowed"}', body)
+        lint = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
+        self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
+
+    def test_bad_requests_get_4xx_and_a_reason(self):
+        status, _, body = self.a.request("GET", "/v1/check?key=k1&cost=x")
+        self.assertEqual(status, 400)
+        self.assertIn("cost must be a whole number", json.loads(body)["error"])
+        status, _, _ = self.a.request("GET", "/v1/check?key=k1", headers={"X-Big": "v" * 9000})
+        self.assertEqual(status, 431)
+        status, _, _ = self.a.request("POST", "/v1/check", "x" * 70000)
+        self.assertEqual(status, 413)
+        with socket.create_connection(("127.0.0.1", self.a.http_port), timeout=10) as s:
+            s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 400"))
+
+    def test_connections_beyond_the_cap_are_closed_and_idle_ones_time_out(self):
+        before = self.b.stats()
+        # Five connections, each with half a request: they hold every place until --http-timeout.
+        # Connections are accepted in order, so the sixth finds all five places taken.
+        held = [socket.create_connection(("127.0.0.1", self.b.http_port), timeout=10) for _ in range(5)]
+        try:
+            for s in held:
+                s.sendall(b"GET /healthz HTTP/1.1\r\n")
+            with socket.create_connection(("127.0.0.1", self.b.http_port), timeout=10) as extra:
+                self.assertEqual(extra.recv(100), b"", "a sixth connection is closed at once")
+            for s in held:  # each is closed without an answer once the timeout passes
+                self.assertEqual(s.recv(100), b"")
+        finally:
+            for s in held:
+                s.close()
+        after = wait_until("the server to serve again", self.b.try_stats)
+        self.assertGreaterEqual(after["http.connections_rejected"] - before["http.connections_rejected"], 1)
+        self.assertGreaterEqual(after["http.connections_timed_out"] - before["http.connections_timed_out"], 5)
+
+
+if __name__ == "__main__":
+    unittest.main()

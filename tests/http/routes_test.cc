@@ -1,0 +1,300 @@
+// The HTTP front end's endpoints apart from sockets (src/http/routes.h): each request against a
+// real KeyTable behind a minimal request path, on a hand-driven clock, with the node's thread
+// replaced by running jobs at once (or refusing them).
+#include "http/routes.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "tollgate/http/v1/http.pb.h"
+#include "tollgate/key_table.h"
+#include "tollgate/rls_config_file.h"
+#include "tollgate/rules_file.h"
+
+namespace tollgate::http {
+namespace {
+
+namespace hv1 = tollgate::http::v1;
+namespace rpb = envoy::service::ratelimit::v3;
+
+constexpr int64_t kSec = kNanosPerSecond;
+
+const char* const kRules = R"(rules:
+  - {match: "k*", rate: 5/s, burst: 5}
+  - {match: "big", rate: 1/min, burst: 2}
+)";
+
+const char* const kRls = R"(domain: web
+descriptors:
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 2}
+)";
+
+class TableHandler : public RequestHandler {
+ public:
+  explicit TableHandler(std::shared_ptr<const RlsConfig> rls)
+      : table_(std::make_shared<const RuleSet>(parse_rules(kRules, "rules.yaml")->rules(), std::nullopt, std::move(rls))) {}
+  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
+    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
+  }
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override { return table_.allow_all(items, out, now); }
+  std::vector<MemberInfo> members() override { return members_list; }
+  StatsList stats() override { return {{"checks", 3}, {"checks_allowed", 2}, {"checks_denied", 1}, {"keys", 7}, {"api.requests", 9}}; }
+  std::string set_faults(const FaultSettings&) override { return ""; }
+
+  MonoNanos now = 0;
+  std::vector<MemberInfo> members_list = {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
+
+ private:
+  KeyTable table_;
+};
+
+class RoutesTest : public ::testing::Test {
+ protected:
+  RoutesTest() : handler_(parse_rls_config({{"rls.yaml", kRls}})) { make_routes(); }
+
+  void make_routes(RoutesOptions o = {}) {
+    o.alone_long_enough = [this] { return alone_; };
+    routes_ = std::make_unique<Routes>(
+        [this](NodeJob job, const Reply&) {
+          if (refuse_) return false;
+          job(handler_)();  // the node's part, then the HTTP thread's
+          return true;
+        },
+        o);
+    routes_->set_rls_config(parse_rls_config({{"rls.yaml", kRls}}));
+  }
+
+  HttpResponse request(const std::string& method, const std::string& target, const std::string& body = "") {
+    std::optional<HttpResponse> out;
+    routes_->handle({method, target, body}, [&](HttpResponse r) { out = std::move(r); });
+    EXPECT_TRUE(out.has_value()) << method << " " << target << ": no answer";
+    return out.value_or(HttpResponse{});
+  }
+
+  static std::string header(const HttpResponse& r, const std::string& name) {
+    for (const auto& [n, v] : r.headers) {
+      if (n == name) return v;
+    }
+    return "(absent)";
+  }
+
+  template <typename Message>
+  static Message parse(const std::string& body) {
+    Message m;
+    const auto status = google::protobuf::util::JsonStringToMessage(body, &m);
+    EXPECT_TRUE(status.ok()) << status.message() << " in " << body;
+    return m;
+  }
+
+  TableHandler handler_;
+  std::unique_ptr<Routes> routes_;
+  bool refuse_ = false;
+  bool alone_ = false;
+};
+
+TEST_F(RoutesTest, AGetCheckAnswers200ThenDenies429WithTheDraftFieldsAndRetryAfter) {
+  for (int i = 0; i < 5; ++i) {
+    const HttpResponse r = request("GET", "/v1/check?key=k1");
+    ASSERT_EQ(r.status, 200u) << r.body;
+    const auto result = parse<hv1::CheckResult>(r.body);
+    EXPECT_TRUE(result.allowed());
+    EXPECT_EQ(result.remaining(), 4 - i);
+    EXPECT_EQ(result.key(), "k1");
+    EXPECT_EQ(result.cost(), 1);
+    EXPECT_EQ(result.limit().rate(), "5/s");
+    EXPECT_EQ(header(r, "RateLimit-Policy"), "\"tollgate\";q=5;w=1");
+    EXPECT_EQ(header(r, "RateLimit"), "\"tollgate\";r=" + std::to_string(4 - i) + ";t=1");
+    EXPECT_EQ(header(r, "Retry-After"), "(absent)");
+  }
+  const HttpResponse denied = request("GET", "/v1/check?key=k1");
+  EXPECT_EQ(denied.status, 429u);
+  const auto result = parse<hv1::CheckResult>(denied.body);
+  EXPECT_FALSE(result.allowed());
+  EXPECT_EQ(result.reason(), "insufficient tokens");
+  EXPECT_EQ(result.retry_after_ns(), kSec / 5);
+  EXPECT_EQ(header(denied, "Retry-After"), "1");
+  EXPECT_EQ(header(denied, "RateLimit"), "\"tollgate\";r=0;t=1");
+  // nginx's auth_request passes only 2xx, 401 and 403 on.
+  EXPECT_EQ(request("GET", "/v1/check?key=k1&deny_status=403").status, 403u);
+  // Refill on the table's clock: a fifth of a second later one more passes.
+  handler_.now += kSec / 5;
+  EXPECT_EQ(request("GET", "/v1/check?key=k1").status, 200u);
+}
+
+TEST_F(RoutesTest, ACostAboveTheBurstNeverPassesAndSaysSo) {
+  const HttpResponse r = request("GET", "/v1/check?key=big&cost=3");
+  EXPECT_EQ(r.status, 429u);
+  const auto result = parse<hv1::CheckResult>(r.body);
+  EXPECT_FALSE(result.has_retry_after_ns()) << r.body;
+  EXPECT_EQ(header(r, "Retry-After"), "(absent)");
+  EXPECT_EQ(header(r, "RateLimit-Policy"), "\"tollgate\";q=2;w=60");
+}
+
+TEST_F(RoutesTest, KeysArePercentDecodedAndAnUnlimitedKeyHasNoFields) {
+  const HttpResponse r = request("GET", "/v1/check?key=k%20a+b%2F%C3%A9&cost=2");
+  ASSERT_EQ(r.status, 200u);
+  EXPECT_EQ(parse<hv1::CheckResult>(r.body).key(), "k a b/\xC3\xA9");
+  EXPECT_EQ(parse<hv1::CheckResult>(r.body).cost(), 2);
+  const HttpResponse free = request("GET", "/v1/check?key=other");
+  EXPECT_EQ(free.status, 200u);
+  EXPECT_FALSE(parse<hv1::CheckResult>(free.body).limited());
+  EXPECT_EQ(header(free, "RateLimit"), "(absent)");
+}
+
+TEST_F(RoutesTest, BadChecksAre400WithAReason) {
+  struct Case {
+    std::string target, reason;
+  };
+  const Case cases[] = {
+      {"/v1/check", "needs a non-empty key"},
+      {"/v1/check?key=", "needs a non-empty key"},
+      {"/v1/check?key=k1&cost=-1", "cost must be a whole number from 0"},
+      {"/v1/check?key=k1&cost=1.5", "cost must be a whole number"},
+      {"/v1/check?key=k1&cost=10000000000000", "cost must be a whole number"},
+      {"/v1/check?key=k1&deny_status=500", "deny_status must be 429 or 403"},
+      {"/v1/check?key=k1&kee=2", "unknown parameter \\\"kee\\\""},
+      {"/v1/check?key=k%001", "encoded NUL"},
+  };
+  for (const Case& c : cases) {
+    const HttpResponse r = request("GET", c.target);
+    EXPECT_EQ(r.status, 400u) << c.target;
+    EXPECT_NE(r.body.find(c.reason), std::string::npos) << c.target << " -> " << r.body;
+  }
+}
+
+TEST_F(RoutesTest, APostedBatchIsDecidedAloneOrAllOrNothing) {
+  HttpResponse r = request("POST", "/v1/check", R"({"checks": [{"key": "k2", "cost": 4}, {"key": "k3"}]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto batch = parse<hv1::CheckBatchResponse>(r.body);
+  ASSERT_EQ(batch.results_size(), 2);
+  EXPECT_TRUE(batch.allowed());
+  EXPECT_EQ(batch.results(0).remaining(), 1);
+  EXPECT_EQ(batch.results(1).cost(), 1);  // absent cost: 1
+  EXPECT_EQ(batch.results(1).remaining(), 4);
+  // k2 has 1 left: all or nothing charges neither.
+  r = request("POST", "/v1/check", R"({"checks": [{"key": "k3", "cost": 2}, {"key": "k2", "cost": 2}], "all_or_nothing": true})");
+  ASSERT_EQ(r.status, 200u);
+  batch = parse<hv1::CheckBatchResponse>(r.body);
+  EXPECT_FALSE(batch.allowed());
+  EXPECT_EQ(batch.results(0).reason(), "another check of the request was denied");
+  EXPECT_EQ(parse<hv1::CheckResult>(request("GET", "/v1/check?key=k3&cost=0").body).remaining(), 4);
+  // Decided alone, the first passes.
+  r = request("POST", "/v1/check", R"({"checks": [{"key": "k3", "cost": 2}, {"key": "k2", "cost": 2}]})");
+  batch = parse<hv1::CheckBatchResponse>(r.body);
+  EXPECT_TRUE(batch.results(0).allowed());
+  EXPECT_FALSE(batch.results(1).allowed());
+}
+
+TEST_F(RoutesTest, BadBatchesAreRefusedBeforeTheNode) {
+  RoutesOptions o;
+  o.max_batch = 2;
+  make_routes(o);
+  refuse_ = true;  // none of these may reach the node
+  struct Case {
+    std::string body;
+    unsigned status;
+    std::string reason;
+  };
+  const Case cases[] = {
+      {"", 400, "not a valid JSON request"},
+      {"[1, 2]", 400, "not a valid JSON request"},
+      {R"({"checks": [{"key": "k1", "cots": 2}]})", 400, "not a valid JSON request"},
+      {R"({"checks": []})", 400, "is empty"},
+      {R"({"checks": [{"key": ""}]})", 400, "checks[0]: the key is empty"},
+      {R"({"checks": [{"key": "a"}, {"key": "b", "cost": -3}]})", 400, "checks[1]: cost must be"},
+      {R"({"checks": [{"key": "a"}, {"key": "b"}, {"key": "c"}]})", 413, "3 checks in one request; at most 2"},
+  };
+  for (const Case& c : cases) {
+    const HttpResponse r = request("POST", "/v1/check", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body;
+    EXPECT_NE(r.body.find(c.reason), std::string::npos) << c.body << " -> " << r.body;
+  }
+}
+
+TEST_F(RoutesTest, JsonIsEnvoysRateLimitRequestAnswered200Or429) {
+  const std::string body = R"({"domain": "web", "descriptors": [{"entries": [{"key": "path", "value": "/a"}]}]})";
+  for (int i = 0; i < 2; ++i) {
+    const HttpResponse r = request("POST", "/json", body);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    const auto response = parse<rpb::RateLimitResponse>(r.body);
+    EXPECT_EQ(response.overall_code(), rpb::RateLimitResponse::OK);
+    EXPECT_EQ(response.statuses(0).limit_remaining(), uint32_t(1 - i));
+    EXPECT_NE(r.body.find("\"overallCode\":\"OK\""), std::string::npos) << r.body;  // the reference server's shape
+  }
+  const HttpResponse over = request("POST", "/json", body);
+  EXPECT_EQ(over.status, 429u);
+  EXPECT_EQ(parse<rpb::RateLimitResponse>(over.body).overall_code(), rpb::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(request("POST", "/json", R"({"domain": "web"})").status, 400u);
+  EXPECT_EQ(request("POST", "/json", "{").status, 400u);
+  routes_->set_rls_config(nullptr);
+  const HttpResponse none = request("POST", "/json", body);
+  EXPECT_EQ(none.status, 404u);
+  EXPECT_NE(none.body.find("--rls-config"), std::string::npos);
+}
+
+TEST_F(RoutesTest, ReadyOnceAMemberIsHeardOrAloneLongEnoughAndNotWhileDraining) {
+  EXPECT_EQ(request("GET", "/healthz").status, 200u);
+  EXPECT_EQ(request("GET", "/readyz").status, 503u);
+  handler_.members_list.push_back(MemberInfo{"peer", "127.0.0.1:2", MemberState::kUnreachable, 1, 0, 0, false});
+  EXPECT_EQ(request("GET", "/readyz").status, 503u);
+  handler_.members_list.back().state = MemberState::kAlive;
+  EXPECT_EQ(request("GET", "/readyz").status, 200u);
+  handler_.members_list.pop_back();
+  alone_ = true;
+  EXPECT_EQ(request("GET", "/readyz").status, 200u);
+  routes_->drain();
+  EXPECT_EQ(request("GET", "/readyz").status, 503u);
+  EXPECT_EQ(request("GET", "/healthz").status, 200u);
+}
+
+TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
+  handler_.members_list.push_back(MemberInfo{"peer", "127.0.0.1:2", MemberState::kSuspect, 1, 0, 0, false});
+  const HttpResponse r = request("GET", "/metrics");
+  ASSERT_EQ(r.status, 200u);
+  EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  for (const char* line : {"# TYPE tollgate_checks_total counter", "tollgate_checks_total{decision=\"allowed\"} 2",
+                           "tollgate_checks_total{decision=\"denied\"} 1", "# TYPE tollgate_keys gauge", "tollgate_keys 7",
+                           "tollgate_api_requests_total 9", "tollgate_members{state=\"alive\"} 1",
+                           "tollgate_members{state=\"suspect\"} 1", "tollgate_members{state=\"dead\"} 0"}) {
+    EXPECT_NE(r.body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << r.body;
+  }
+  EXPECT_EQ(r.body.find("tollgate_checks_total 3"), std::string::npos) << "the unlabelled sum is left out";
+}
+
+TEST_F(RoutesTest, MembersAndStatsHaveTheCliJsonShape) {
+  EXPECT_EQ(request("GET", "/v1/stats").body,
+            "{\"stats\": {\"checks\": 3, \"checks_allowed\": 2, \"checks_denied\": 1, \"keys\": 7, \"api.requests\": 9}}\n");
+  const std::string members = request("GET", "/v1/members").body;
+  EXPECT_EQ(members.rfind("{\"members\": [{\"id\": \"me\", \"address\": \"127.0.0.1:1\", \"state\": \"alive\"", 0), 0u) << members;
+}
+
+TEST_F(RoutesTest, UnknownPathsAndMethodsAnd503WhenTheNodeRefuses) {
+  EXPECT_EQ(request("GET", "/nope").status, 404u);
+  const HttpResponse wrong = request("DELETE", "/v1/check?key=k1");
+  EXPECT_EQ(wrong.status, 405u);
+  EXPECT_EQ(header(wrong, "Allow"), "GET, POST");
+  EXPECT_EQ(request("GET", "/json").status, 405u);
+  refuse_ = true;
+  EXPECT_EQ(request("GET", "/v1/check?key=k1").status, 503u);
+  EXPECT_EQ(request("GET", "/metrics").status, 503u);
+  const StatsList s = routes_->stats();
+  auto stat = [&](const std::string& name) {
+    for (const auto& [n, v] : s) {
+      if (n == name) return v;
+    }
+    return int64_t(-1);
+  };
+  EXPECT_EQ(stat("http.requests"), 5);
+  EXPECT_EQ(stat("http.responses_4xx"), 3);
+  EXPECT_EQ(stat("http.responses_5xx"), 2);
+  EXPECT_EQ(stat("http.responses_2xx"), 0);
+}
+
+}  // namespace
+}  // namespace tollgate::http
