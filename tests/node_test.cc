@@ -427,5 +427,57 @@ TEST(Node, ProportionalPolicyScalesRefillByReachableMembers) {
   EXPECT_EQ(c.node(0).membership().reachable_fraction(), (std::pair<uint32_t, uint32_t>{4, 4}));
 }
 
+class DropEverything : public Outbox {
+ public:
+  void send(const std::string&, const GossipMessagePtr&) override {}
+};
+
+uint64_t counted(const std::vector<std::pair<std::string, RuleCounters>>& all, const std::string& label,
+                 uint64_t RuleCounters::*field) {
+  for (const auto& [l, c] : all) {
+    if (l == label) return c.*field;
+  }
+  return 0;
+}
+
+// Per-rule counters for /metrics: by the rule that decided, near-limit once 80% of the burst is
+// used, all or nothing counted per item, kept across a reload under the rule's label.
+TEST(Node, CountsChecksPerRuleAndKeepsThemAcrossAReload) {
+  DropEverything out;
+  SplitMix64 random(1);
+  NodeOptions o;
+  o.id = "n";
+  o.address = "127.0.0.1:1";
+  auto rules = std::make_shared<const RuleSet>(
+      std::vector<Rule>{{"a*", Limit{Rate{10, kNanosPerSecond}, 10, 10}, 0}, {"b", Limit{Rate{1, kNanosPerSecond}, 1, 1}, 0}},
+      std::nullopt);
+  Node node(o, rules, out, random);
+  for (int i = 0; i < 12; ++i) node.check("a1", 1, 0);  // 10 allowed (the 9th and 10th near the limit), 2 denied
+  node.check("zzz", 1, 0);                               // no rule: not counted
+  const CheckItem items[] = {{"b", 1}, {"a2", 1}};
+  Decision d[2];
+  node.check_all(items, d, 0);  // both allowed
+  node.check_all(items, d, 0);  // b denied: both count as denied
+  auto all = node.rule_counters();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(counted(all, "a*", &RuleCounters::checks), 14u);
+  EXPECT_EQ(counted(all, "a*", &RuleCounters::allowed), 11u);
+  EXPECT_EQ(counted(all, "a*", &RuleCounters::denied), 3u);
+  EXPECT_EQ(counted(all, "a*", &RuleCounters::near_limit), 2u);
+  EXPECT_EQ(counted(all, "b", &RuleCounters::checks), 2u);
+  EXPECT_EQ(counted(all, "b", &RuleCounters::near_limit), 1u);  // its only token taken
+  // A reload that reorders the rules and drops b: a* keeps its counts at its new index, b's are kept.
+  node.replace_rules(std::make_shared<const RuleSet>(
+                         std::vector<Rule>{{"c", Limit{Rate{1, kNanosPerSecond}, 1, 1}, 0},
+                                           {"a*", Limit{Rate{10, kNanosPerSecond}, 10, 10}, 0}},
+                         std::nullopt),
+                     0);
+  node.check("a1", 1, 10 * kNanosPerSecond);
+  all = node.rule_counters();
+  EXPECT_EQ(counted(all, "a*", &RuleCounters::checks), 15u);
+  EXPECT_EQ(counted(all, "b", &RuleCounters::checks), 2u);
+  EXPECT_EQ(counted(all, "c", &RuleCounters::checks), 0u);
+}
+
 }  // namespace
 }  // namespace tollgate

@@ -565,6 +565,11 @@ TEST(RlsConfigKeys, RuleSetRoutesRlsKeysToTheRlsConfig) {
   EXPECT_EQ(rs.limit(i), (Limit{Rate{6, 60 * kSec}, 6, 6}));
   // A digest in place of the values part: the same limit.
   EXPECT_EQ(rs.match(m.key.substr(0, m.path_bytes) + "#digest"), i);
+  // How metrics name it: the domain and each level's key_value, as the reference server does.
+  EXPECT_EQ(rs.label(i), "rls:d.parent_p.child");
+  EXPECT_EQ(rs.label(0), "*");
+  EXPECT_EQ(rs.label(1), "(default)");
+  EXPECT_EQ(rs.size(), 2u + c->limit_count());
   // Every other limit too.
   const RlsMatch k = match(*c, "d", {{"k", "v"}});
   EXPECT_EQ(rs.limit(rs.match(k.key)), (Limit{Rate{10, kSec}, 10, 10}));

@@ -40,6 +40,9 @@ struct Decision {
   Limit limit;
   // Denied, and charged all the same: the limit has charge_when_over (see Limit).
   bool charged_anyway = false;
+  // The index of the rule that governs the key (RuleSet::match), or UINT32_MAX (RuleSet::kUnlimited)
+  // when none does or the key was refused. Valid for the RuleSet in force when it was decided.
+  uint32_t rule = UINT32_MAX;
 
   // True when `limit` is set (a valid limit has burst >= 1).
   bool has_limit() const { return limit.burst > 0; }

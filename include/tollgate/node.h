@@ -123,6 +123,12 @@ struct NodeStats {
   uint64_t repairs_capped = 0;          // batches left out: the sender's repair budget was spent
 };
 
+// One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).
+struct RuleCounters {
+  uint64_t checks = 0, allowed = 0, denied = 0;
+  uint64_t near_limit = 0;  // allowed, leaving less than 20% of the burst (80% used)
+};
+
 class Node {
  public:
   Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random);
@@ -150,12 +156,16 @@ class Node {
 
   const NodeOptions& options() const { return options_; }
   const NodeStats& stats() const { return stats_; }
+  // The counters of every rule checked at least once since start-up, by RuleSet::label. A rule
+  // keeps its counts across reloads under the same label.
+  std::vector<std::pair<std::string, RuleCounters>> rule_counters() const;
   const KeyTable& table() const { return table_; }
   KeyTable& table() { return table_; }
   const Ledger& ledger() const { return ledger_; }
   const Membership& membership() const { return membership_; }
 
  private:
+  void count(const Decision& d);
   struct Queued {
     BatchPtr batch;
     uint32_t transmits_left;
@@ -211,6 +221,10 @@ class Node {
   bool first_round_ = true;
   size_t live_members_ = 0;
   NodeStats stats_;
+  std::vector<RuleCounters> rule_counters_;  // by the current RuleSet's index
+  // Counts of rules no longer in force under their index, kept by label: reloaded rules take
+  // them back.
+  std::vector<std::pair<std::string, RuleCounters>> retired_counters_;
   std::vector<ConsumptionEntry> pending_;  // reused across rounds
   uint64_t message_seq_ = 0;               // of the last message built
   // By sender; an entry goes when membership forgets the sender, so this is bounded by it.

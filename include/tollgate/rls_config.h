@@ -143,12 +143,17 @@ class RlsConfig {
   // The limit at an index from limit_index (always limited()).
   const RlsLimit& limit(uint32_t index) const { return *limits_[index]; }
   size_t limit_count() const { return limits_.size(); }
+  // The limit at an index from limit_index as metrics name it, in the reference server's style:
+  // the domain, then each level's key, "_value" when it has one ("_prefix*" for a wildcard),
+  // joined with '.': "web.path_/a.user".
+  const std::string& label(uint32_t index) const { return labels_[index]; }
 
  private:
   struct Node;
   struct Tree;
   std::vector<RlsDomain> domains_;
   std::vector<const RlsLimit*> limits_;  // the limited ones, into domains_
+  std::vector<std::string> labels_;      // label(i) of limits_[i]
   std::unique_ptr<Tree> tree_;
 };
 

@@ -60,6 +60,12 @@ class RuleSet {
     return index == rules_.size() ? *default_ : rls_limit(index - uint32_t(rules_.size()) - 1);
   }
 
+  // How metrics name the rule at an index from match(): a rule's `match`, "(default)" for the
+  // default limit, and for an RLS limit "rls:" and RlsConfig::label.
+  std::string label(uint32_t index) const;
+  // Indices match() can return: rules, the default slot, then the RLS limits.
+  uint32_t size() const;
+
   const std::vector<Rule>& rules() const { return rules_; }
   const std::optional<Limit>& default_limit() const { return default_; }
   const std::shared_ptr<const RlsConfig>& rls() const { return rls_; }

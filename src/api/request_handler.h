@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tollgate/api.h"
+#include "tollgate/node.h"
 
 namespace tollgate {
 
@@ -26,6 +27,8 @@ class RequestHandler {
   virtual bool check_all(std::span<const CheckItem> items, std::span<Decision> out) = 0;
   virtual std::vector<MemberInfo> members() = 0;
   virtual StatsList stats() = 0;
+  // Per-rule counters by RuleSet::label (Node::rule_counters), for /metrics. None by default.
+  virtual std::vector<std::pair<std::string, RuleCounters>> rule_counters() { return {}; }
   // Replaces the fault settings (empty settings clear them). Returns an error text, or "".
   virtual std::string set_faults(const FaultSettings& faults) = 0;
 };

@@ -64,6 +64,7 @@ class KeyTable::Impl {
     const Limit limit = limit_of(e.rule);
     Decision d = e.bucket.try_acquire(limit, cost, now);
     d.limit = limit;
+    d.rule = e.rule;
     if (d.allowed && cost > 0) {
       record(slot, cost);
     } else if (!d.allowed && cost > 0 && limit.charge_when_over) {
@@ -112,6 +113,7 @@ class KeyTable::Impl {
         q.key = c.key;
         if (const uint32_t slot = find(c.key); slot != kNil) {
           q.limit = limit_of(slots_[slot].rule);
+          q.rule = slots_[slot].rule;
           q.bucket = slots_[slot].bucket;
         } else if (c.key.size() > options_.max_key_bytes) {
           ++stats_.rejected_keys;
@@ -126,6 +128,7 @@ class KeyTable::Impl {
         } else {
           // What insert() would make of it: a full bucket, or its remembered balance.
           q.limit = limit_of(rule);
+          q.rule = rule;
           q.bucket = TokenBucket(q.limit, now);
           if (Remembered* r = remembered_.find(hash_key(c.key))) {
             q.bucket = r->bucket;
@@ -138,6 +141,7 @@ class KeyTable::Impl {
       }
       out[i] = p->bucket.try_acquire(p->limit, c.cost, now);
       out[i].limit = p->limit;
+      out[i].rule = p->rule;
       all = all && out[i].allowed;
     }
     if (all) {
@@ -619,6 +623,7 @@ class KeyTable::Impl {
     std::string_view key;
     TokenBucket bucket, before;
     Limit limit;
+    uint32_t rule = RuleSet::kUnlimited;
   };
   static constexpr size_t kLinearProbes = 16;
   Probe* find_probe(std::string_view key) {

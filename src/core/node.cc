@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <unordered_map>
 
 #include "tollgate/rules.h"
 
@@ -38,6 +39,7 @@ Decision Node::check(std::string_view key, int64_t cost, MonoNanos now) {
   const Decision d = table_.allow(key, cost, now);
   ++stats_.checks;
   d.allowed ? ++stats_.allowed : ++stats_.denied;
+  count(d);
   if (options_.early_seal_keys > 0 && table_.pending_keys() >= options_.early_seal_keys) {
     seal(now, options_.early_seal_keys);  // see NodeOptions::early_seal_keys
     ++stats_.early_seals;
@@ -49,6 +51,7 @@ bool Node::check_all(std::span<const CheckItem> items, std::span<Decision> out, 
   const bool all = table_.allow_all(items, out, now);
   stats_.checks += items.size();
   (all ? stats_.allowed : stats_.denied) += items.size();
+  for (const Decision& d : out.first(items.size())) count(d);
   if (options_.early_seal_keys > 0 && table_.pending_keys() >= options_.early_seal_keys) {
     seal(now, options_.early_seal_keys);
     ++stats_.early_seals;
@@ -378,6 +381,42 @@ void Node::leave(MonoNanos now) {
   for (const MemberInfo* v : membership_.live()) send(v->address, m);
 }
 
-void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) { table_.replace_rules(std::move(rules), now); }
+void Node::count(const Decision& d) {
+  if (d.rule == RuleSet::kUnlimited) return;
+  if (d.rule >= rule_counters_.size()) rule_counters_.resize(d.rule + 1);
+  RuleCounters& c = rule_counters_[d.rule];
+  ++c.checks;
+  if (!d.allowed) {
+    ++c.denied;
+    return;
+  }
+  ++c.allowed;
+  if (d.has_limit() && d.remaining * 5 < d.limit.burst) ++c.near_limit;
+}
+
+std::vector<std::pair<std::string, RuleCounters>> Node::rule_counters() const {
+  std::vector<std::pair<std::string, RuleCounters>> out = retired_counters_;
+  for (uint32_t i = 0; i < rule_counters_.size(); ++i) {
+    if (rule_counters_[i].checks > 0) out.emplace_back(table_.rules().label(i), rule_counters_[i]);
+  }
+  return out;
+}
+
+void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
+  // Every count under its label, then back under the new indices of the labels still in force.
+  std::vector<std::pair<std::string, RuleCounters>> all = rule_counters();
+  rule_counters_.assign(rules->size(), RuleCounters{});
+  std::unordered_map<std::string, uint32_t> index;
+  for (uint32_t i = 0; i < rules->size(); ++i) index.emplace(rules->label(i), i);
+  retired_counters_.clear();
+  for (auto& [label, counters] : all) {
+    if (auto it = index.find(label); it != index.end()) {
+      rule_counters_[it->second] = counters;
+    } else {
+      retired_counters_.emplace_back(std::move(label), counters);
+    }
+  }
+  table_.replace_rules(std::move(rules), now);
+}
 
 }  // namespace tollgate

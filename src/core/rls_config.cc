@@ -74,6 +74,7 @@ bool parse_rls_unit(std::string_view text, RlsUnit* out) {
 struct RlsConfig::Node {
   const RlsDescriptor* descriptor = nullptr;
   std::string path;          // prefix, domain and the node path: the key up to (not including) 0x1D
+  std::string label;         // "domain.key_value.key": RlsConfig::label
   bool value_in_key = false; // the request's value at this level goes into the key's values
   StringMap<Node*> exact;    // "key" 0x01 "value"
   struct Wildcard {
@@ -103,6 +104,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
     }
     Node& root = tree_->nodes.emplace_back();
     root.path = std::string(1, kRlsKeyPrefix) + d.domain;
+    root.label = d.domain;
     tree_->roots.emplace(d.domain, &root);
 
     // Depth-first: compile each descriptor under its parent.
@@ -133,6 +135,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
         Node& node = tree_->nodes.emplace_back();
         node.descriptor = &desc;
         node.path = parent.path + kRlsKeyPathSep + component;
+        node.label = parent.label + "." + desc.key + (desc.value ? "_" + *desc.value : "");
         node.value_in_key = !desc.value || (wildcard && !desc.share_threshold);
         if (node.path.size() + 1 > kRlsMaxKeyPathBytes) {
           at("domain and descriptor keys and values add up to more than " + std::to_string(kRlsMaxKeyPathBytes) +
@@ -166,6 +169,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
             if (std::string why = validate_limit(limit.bucket); !why.empty()) at(why);
             tree_->by_path.emplace(node.path, uint32_t(limits_.size()));
             limits_.push_back(&limit);
+            labels_.push_back(node.label);
           } else if (limit.burst || limit.max_debt || limit.charge_when_over) {
             at("`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0");
           }

@@ -71,6 +71,14 @@ RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, st
 
 const Limit& RuleSet::rls_limit(uint32_t index) const { return rls_->limit(index).bucket; }
 
+std::string RuleSet::label(uint32_t index) const {
+  if (index < rules_.size()) return rules_[index].match;
+  if (index == rules_.size()) return "(default)";
+  return "rls:" + rls_->label(index - uint32_t(rules_.size()) - 1);
+}
+
+uint32_t RuleSet::size() const { return uint32_t(rules_.size() + 1 + (rls_ ? rls_->limit_count() : 0)); }
+
 uint32_t RuleSet::match(std::string_view key) const {
   if (rls_ && !key.empty() && key[0] == kRlsKeyPrefix) {
     if (const std::optional<uint32_t> i = rls_->limit_index(key)) return uint32_t(rules_.size()) + 1 + *i;

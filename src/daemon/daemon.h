@@ -53,6 +53,7 @@ class Daemon final : public RequestHandler {
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override;
   std::vector<MemberInfo> members() override;
   StatsList stats() override;
+  std::vector<std::pair<std::string, RuleCounters>> rule_counters() override { return node_->rule_counters(); }
   std::string set_faults(const FaultSettings& faults) override;
 
  private:

@@ -45,7 +45,8 @@ prom::ClientMetric gauge(double v, std::vector<prom::ClientMetric::Label> labels
 
 }  // namespace
 
-std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members) {
+std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members,
+                           const std::vector<std::pair<std::string, RuleCounters>>& rules) {
   std::vector<prom::MetricFamily> families;
   prom::MetricFamily checks{"tollgate_checks_total", "Checks decided by this node, by decision (every front end)",
                             prom::MetricType::Counter, {}};
@@ -72,6 +73,22 @@ std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>
     by_state.metric.push_back(gauge(double(n), {{"state", member_state_name(s)}}));
   }
   families.push_back(std::move(by_state));
+  struct PerRule {
+    const char* name;
+    const char* help;
+    uint64_t RuleCounters::*field;
+  };
+  constexpr PerRule kPerRule[] = {
+      {"tollgate_rule_checks_total", "Checks decided under the rule at this node", &RuleCounters::checks},
+      {"tollgate_rule_allowed_total", "Checks the rule allowed at this node", &RuleCounters::allowed},
+      {"tollgate_rule_denied_total", "Checks the rule denied at this node", &RuleCounters::denied},
+      {"tollgate_rule_near_limit_total", "Allowed checks that left less than 20% of the burst (80% used)",
+       &RuleCounters::near_limit}};
+  for (const PerRule& p : kPerRule) {
+    prom::MetricFamily f{p.name, p.help, prom::MetricType::Counter, {}};
+    for (const auto& [label, counters] : rules) f.metric.push_back(counter(double(counters.*(p.field)), {{"rule", label}}));
+    if (!f.metric.empty()) families.push_back(std::move(f));
+  }
   return prom::TextSerializer().Serialize(families);
 }
 

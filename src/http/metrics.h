@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tollgate/api.h"
+#include "tollgate/node.h"
 
 namespace tollgate::http {
 
@@ -14,7 +15,10 @@ namespace tollgate::http {
 // as a counter with the _total suffix. checks_allowed and checks_denied become
 // tollgate_checks_total{decision="allowed"|"denied"}; the members, tollgate_members{state=...}
 // (the node itself included), one series per state, zeros too.
-std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members);
+// Per-rule counters become tollgate_rule_{checks,allowed,denied,near_limit}_total{rule=LABEL}, a
+// series per rule checked at least once.
+std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members,
+                           const std::vector<std::pair<std::string, RuleCounters>>& rules);
 
 }  // namespace tollgate::http
 

@@ -313,10 +313,11 @@ void Routes::metrics(Reply reply) {
       [reply](RequestHandler& handler) -> std::function<void()> {
         auto stats = std::make_shared<StatsList>(handler.stats());
         auto members = std::make_shared<std::vector<MemberInfo>>(handler.members());
-        return [reply, stats, members] {
+        auto rules = std::make_shared<std::vector<std::pair<std::string, RuleCounters>>>(handler.rule_counters());
+        return [reply, stats, members, rules] {
           HttpResponse r;
           r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-          r.body = render_metrics(*stats, *members);
+          r.body = render_metrics(*stats, *members, *rules);
           reply(std::move(r));
         };
       },

@@ -46,6 +46,9 @@ class TableHandler : public RequestHandler {
   std::vector<MemberInfo> members() override { return members_list; }
   StatsList stats() override { return {{"checks", 3}, {"checks_allowed", 2}, {"checks_denied", 1}, {"keys", 7}, {"api.requests", 9}}; }
   std::string set_faults(const FaultSettings&) override { return ""; }
+  std::vector<std::pair<std::string, RuleCounters>> rule_counters() override {
+    return {{"k*", RuleCounters{5, 4, 1, 2}}, {"rls:web.path_/a \"b\"", RuleCounters{1, 1, 0, 0}}};
+  }
 
   MonoNanos now = 0;
   std::vector<MemberInfo> members_list = {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
@@ -261,7 +264,11 @@ TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
   for (const char* line : {"# TYPE tollgate_checks_total counter", "tollgate_checks_total{decision=\"allowed\"} 2",
                            "tollgate_checks_total{decision=\"denied\"} 1", "# TYPE tollgate_keys gauge", "tollgate_keys 7",
                            "tollgate_api_requests_total 9", "tollgate_members{state=\"alive\"} 1",
-                           "tollgate_members{state=\"suspect\"} 1", "tollgate_members{state=\"dead\"} 0"}) {
+                           "tollgate_members{state=\"suspect\"} 1", "tollgate_members{state=\"dead\"} 0",
+                           "tollgate_rule_checks_total{rule=\"k*\"} 5", "tollgate_rule_allowed_total{rule=\"k*\"} 4",
+                           "tollgate_rule_denied_total{rule=\"k*\"} 1", "tollgate_rule_near_limit_total{rule=\"k*\"} 2",
+                           // Label values are escaped by the serializer.
+                           "tollgate_rule_checks_total{rule=\"rls:web.path_/a \\\"b\\\"\"} 1"}) {
     EXPECT_NE(r.body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << r.body;
   }
   EXPECT_EQ(r.body.find("tollgate_checks_total 3"), std::string::npos) << "the unlabelled sum is left out";
