@@ -19,8 +19,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from tollgate_testing import free_port, wait_until as poll_until  # noqa: E402
 
 TOLLGATED = sys.argv[1]
 del sys.argv[1]
@@ -37,21 +39,12 @@ descriptors:
 """
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+
 
 
 def wait_until(what, predicate, timeout=WAIT_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.01)  # polling interval, not synchronisation: the predicate decides
+    return poll_until(what, predicate, timeout)
 
 
 class Daemon:

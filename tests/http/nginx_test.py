@@ -21,6 +21,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from tollgate_testing import free_port, wait_until as poll_until  # noqa: E402
+
 TOLLGATED, SNIPPET = sys.argv[1], os.path.abspath(sys.argv[2])
 del sys.argv[1:3]
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -33,21 +36,8 @@ RULES = """rules:
 """
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_until(what, predicate, timeout=WAIT_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what + logs())
-        time.sleep(0.01)  # polling interval, not synchronisation: the predicate decides
 
 
 LOG_DIRS = []
@@ -82,6 +72,10 @@ def answers(port):
         return True
     except OSError:
         return False
+
+
+def wait_until(what, predicate, timeout=WAIT_S):
+    return poll_until(what, predicate, timeout, logs)
 
 
 class Process:

@@ -10,12 +10,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from tollgate_testing import free_port, wait_until as poll_until  # noqa: E402
 import urllib.parse
 
 TOLLGATED = sys.argv[1]
@@ -28,10 +29,6 @@ RULES = """rules:
 """
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(port, path):
@@ -74,14 +71,7 @@ class PrometheusScrapesACluster(unittest.TestCase):
         return out
 
     def wait_until(self, what, predicate):
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out waiting for " + what + self.logs())
-            time.sleep(0.05)  # polling interval, not synchronisation: the predicate decides
+        return poll_until(what, predicate, WAIT_S, self.logs)
 
     def query(self, port, promql):
         try:

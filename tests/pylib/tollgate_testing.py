@@ -1,0 +1,28 @@
+"""Helpers shared by the Python tests that drive real tollgated (tests/rls, tests/http).
+
+Nothing here sleeps for synchronisation: wait_until polls observable state with a deadline.
+"""
+import socket
+import time
+
+WAIT_S = 20  # the longest any poll waits before failing, unless told otherwise
+
+
+def free_port():
+    """A loopback TCP port free right now (another process may take it before it is used)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, predicate, timeout=WAIT_S, context=lambda: ""):
+    """predicate()'s first true value, polled until `timeout`; then an AssertionError naming
+    `what`, followed by context() (e.g. the daemons' logs)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what + context())
+        time.sleep(0.01)  # polling interval, not synchronisation: the predicate decides
