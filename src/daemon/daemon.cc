@@ -21,6 +21,8 @@
 #include "rls/rls_server.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
+#include "config/content_version.h"
+#include "config/read_file.h"
 
 namespace tollgate {
 namespace {
@@ -37,6 +39,15 @@ uint64_t incarnation_from_wall_clock() {
   return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count());
+}
+
+// A file's path, modification time and size: what changes when it is edited or replaced.
+std::string file_fingerprint(const std::string& path) {
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  if (ec) return "missing";
+  const auto size = std::filesystem::file_size(path, ec);
+  return path + '\0' + std::to_string(mtime) + '\0' + std::to_string(ec ? 0 : size);
 }
 
 bool is_loopback_bind(const std::string& bind) {
@@ -57,7 +68,8 @@ Daemon::Daemon(DaemonOptions options)
       watch_timer_(io_),
       signals_(io_, SIGTERM, SIGINT) {
   signals_.add(SIGHUP);
-  file_rules_ = options_.rules_file.empty() ? std::make_shared<const RuleSet>() : load_rules_file(options_.rules_file);
+  file_rules_ = std::make_shared<const RuleSet>();
+  if (!options_.rules_file.empty()) load_rules_file_now();
   if (!options_.rls_config.empty()) {
     rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
     rls_config_ = load_rls_config(options_.rls_config);
@@ -243,6 +255,11 @@ void Daemon::schedule_watch() {
   watch_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_) return;
     reload_peers_if_changed();
+    // An edited rules file applies within a second, SIGHUP or not; a broken one is reported
+    // once (its fingerprint is taken) and the rules in force stay.
+    if (!options_.rules_file.empty() && file_fingerprint(options_.rules_file) != rules_fingerprint_ && reload_rules_file()) {
+      node_->replace_rules(combined_rules(), clock_.now_ns());
+    }
     if ((rls_ || http_) && !options_.rls_config.empty() && rls_config_fingerprint(options_.rls_config) != rls_fingerprint_ && reload_rls_config()) {
       node_->replace_rules(combined_rules(), clock_.now_ns());
     }
@@ -250,19 +267,32 @@ void Daemon::schedule_watch() {
   });
 }
 
+void Daemon::load_rules_file_now() {
+  // Fingerprint first: an edit while reading is seen again at the next watch.
+  rules_fingerprint_ = file_fingerprint(options_.rules_file);
+  const std::string text = read_config_file(options_.rules_file, "rules file");
+  file_rules_ = parse_rules(text, options_.rules_file);
+  rules_version_ = content_version(text);
+}
+
+bool Daemon::reload_rules_file() {
+  if (options_.rules_file.empty()) return false;
+  try {
+    load_rules_file_now();
+    ++reloads_.rules;
+    spdlog::info("rules reloaded from {}: {} rules, version {}", options_.rules_file, file_rules_->rules().size(),
+                 rules_version_);
+    return true;
+  } catch (const std::exception& e) {
+    ++reloads_.rules_failed;
+    spdlog::error("rules not reloaded, the previous rules (version {}) stay in force: {}", rules_version_, e.what());
+    return false;
+  }
+}
+
 void Daemon::reload_rules() {
   bool changed = reload_rls_config();
-  if (!options_.rules_file.empty()) {
-    try {
-      file_rules_ = load_rules_file(options_.rules_file);
-      changed = true;
-      ++reloads_.rules;
-      spdlog::info("rules reloaded from {}", options_.rules_file);
-    } catch (const std::exception& e) {
-      ++reloads_.rules_failed;
-      spdlog::error("rules not reloaded, the previous rules stay in force: {}", e.what());
-    }
-  }
+  changed = reload_rules_file() || changed;
   if (changed) node_->replace_rules(combined_rules(), clock_.now_ns());
   // The cluster key file too: each step of a key rotation is a SIGHUP on every node.
   if (options_.cluster_key_file.empty()) return;
@@ -343,6 +373,7 @@ StatsList Daemon::stats() {
   add("checks_allowed", n.allowed);
   add("checks_denied", n.denied);
   add("rounds", n.rounds);
+  add("rules_version", uint64_t(rules_version_));
   add("rules_reloads", reloads_.rules);
   add("rules_reload_failures", reloads_.rules_failed);
   add("cluster_key_reloads", reloads_.keys);

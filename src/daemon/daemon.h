@@ -60,7 +60,12 @@ class Daemon final : public RequestHandler {
   void wait_for_signal();
   void schedule_tick();
   void schedule_watch();
+  // SIGHUP: the RLS config, the rules file and the cluster key file.
   void reload_rules();
+  // The rules file alone (on SIGHUP, and when it changes); true if new rules are in force.
+  bool reload_rules_file();
+  // Reads and parses the rules file, and its version; throws ConfigError.
+  void load_rules_file_now();
   // Reloads the RLS config; true if it changed what is in force.
   bool reload_rls_config();
   // The rules file's rules with the RLS config's limits: what the node decides against.
@@ -81,6 +86,8 @@ class Daemon final : public RequestHandler {
   std::shared_ptr<const RuleSet> file_rules_;
   std::shared_ptr<const RlsConfig> rls_config_;
   std::string rls_fingerprint_;  // of the RLS config's files when last loaded
+  int64_t rules_version_ = 0;    // content_version of the rules file in force (0: none)
+  std::string rules_fingerprint_;  // its path, mtime and size when last read
   std::unique_ptr<rls::RlsServer> rls_;
   std::unique_ptr<http::HttpServer> http_;
   // Misbehaving clients and peers: one log line per offender per 10 s (see OffenseLimiter).

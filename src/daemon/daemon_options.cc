@@ -95,7 +95,8 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "Client API endpoint: unix:PATH (mode 0660) or tcp:HOST:PORT (loopback advised); repeatable")
       ->delimiter(',');
   app.add_option("--rules", o->rules_file,
-                 "YAML rules file (see config/rules.yaml); SIGHUP reloads it. Required unless --rls-config is given");
+                 "YAML rules file (see config/rules.yaml); reloaded when it changes (checked every second) and on "
+                 "SIGHUP; a broken edit leaves the last good rules in force. Required unless --rls-config is given");
   app.add_option("--rls-listen", o->rls_listen,
                  "Serve Envoy's rate limit service (gRPC envoy.service.ratelimit.v3 and grpc.health.v1) on HOST:PORT "
                  "or unix:PATH (loopback advised: the service has no authentication). Needs --rls-config");

@@ -10,6 +10,7 @@ after --http-timeout, oversized headers and bodies get 431 and 413, garbage gets
 Usage (ctest runs it): http_test.py TOLLGATED [unittest args]
 Nothing here sleeps for synchronisation: every wait polls observable state with a deadline.
 """
+import hashlib
 import http.client
 import json
 import os
@@ -198,6 +199,52 @@ class TwoNodes(unittest.TestCase):
         after = wait_until("the server to serve again", self.b.try_stats)
         self.assertGreaterEqual(after["http.connections_rejected"] - before["http.connections_rejected"], 1)
         self.assertGreaterEqual(after["http.connections_timed_out"] - before["http.connections_timed_out"], 5)
+
+
+class RulesFileReload(unittest.TestCase):
+    """An edited rules file applies within seconds without SIGHUP; a broken edit leaves the rules
+    in force and is counted; rules_version is the documented hash of the file in force."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tollgate-http-rules-")
+        self.rules = os.path.join(self.dir, "rules.yaml")
+        self.write('rules:\n  - {match: "k*", rate: 5/s, burst: 5}\n')
+        with open(os.path.join(self.dir, "rls.yaml"), "w") as f:
+            f.write(RLS)
+        port = free_port()
+        self.d = Daemon(self.dir, "solo", port, [("solo", port)])
+
+    def tearDown(self):
+        code = self.d.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(code, 0)
+
+    def write(self, text):
+        tmp = self.rules + ".new"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.rules)  # as an editor or a deploy tool does: never half a file
+        self.text = text
+
+    def burst(self):
+        return json.loads(self.d.request("GET", "/v1/check?key=k1&cost=0")[2])["limit"]["burst"]
+
+    def version(self):
+        return int.from_bytes(hashlib.sha256(self.text.encode()).digest()[:6], "big")
+
+    def test_an_edit_applies_and_a_broken_one_is_refused(self):
+        self.assertEqual(self.burst(), "5")
+        self.assertEqual(self.d.stats()["rules_version"], self.version())
+        self.write('rules:\n  - {match: "k*", rate: 5/s, burst: 7}\n')
+        wait_until("the edited rules", lambda: self.burst() == "7")
+        stats = self.d.stats()
+        self.assertEqual(stats["rules_version"], self.version())
+        self.assertEqual(stats["rules_reloads"], 1)
+        good = self.version()
+        self.write('rules:\n  - {match: "k*", rate: 5/s, burts: 9}\n')
+        wait_until("the broken file to be refused", lambda: self.d.stats()["rules_reload_failures"] == 1)
+        self.assertEqual(self.burst(), "7")
+        self.assertEqual(self.d.stats()["rules_version"], good)
 
 
 if __name__ == "__main__":

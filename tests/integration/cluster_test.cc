@@ -745,20 +745,28 @@ TEST(ClusterReload, ABrokenRulesFileKeepsTheOldLimitsAndAValidEditApplies) {
   Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules);
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
   ASSERT_EQ(c.remaining(0, "k"), 1000);
+  const int64_t version = c.stat(0, "rules_version");
   c.write_rules("rules:\n  - {match: \"k*\", rate: fast, burst: 50}\n");
   c.sighup(0);
-  ASSERT_TRUE(eventually([&] { return c.stat(0, "rules_reload_failures") == 1; }, 5s)) << c.log(0);
+  // Refused (on SIGHUP, or by the file watch that may see the change first: once or twice).
+  ASSERT_TRUE(eventually([&] { return c.stat(0, "rules_reload_failures") >= 1; }, 5s)) << c.log(0);
   EXPECT_EQ(c.stat(0, "rules_reloads"), 0);
-  EXPECT_NE(c.log(0).find("rules not reloaded, the previous rules stay in force"), std::string::npos) << c.log(0);
+  EXPECT_EQ(c.stat(0, "rules_version"), version);
+  EXPECT_NE(c.log(0).find("rules not reloaded, the previous rules (version " + std::to_string(version) + ") stay in force"),
+            std::string::npos)
+      << c.log(0);
   EXPECT_TRUE(c.client(0).check("k", 100).allowed);  // the old burst of 1000 still holds
   ASSERT_TRUE(eventually([&] { return c.remaining(1, "k") == 900; }, 5s));
 
   c.write_rules("rules:\n  - {match: \"k*\", rate: 1/h, burst: 50, max_debt: 1000}\n");
   c.sighup(0);
-  ASSERT_TRUE(eventually([&] { return c.stat(0, "rules_reloads") == 1; }, 5s)) << c.log(0);
+  ASSERT_TRUE(eventually([&] { return c.stat(0, "rules_reloads") >= 1; }, 5s)) << c.log(0);
   EXPECT_EQ(c.remaining(0, "k"), 50);  // the balance clamped into the new burst
   EXPECT_FALSE(c.client(0).check("k", 51).allowed);
-  EXPECT_EQ(c.remaining(1, "k"), 900);  // node 1 was not told to reload
+  EXPECT_NE(c.stat(0, "rules_version"), version);
+  // Node 1 got no SIGHUP: it applies the edit from the file watch alone, within seconds.
+  ASSERT_TRUE(eventually([&] { return c.remaining(1, "k") == 50; }, 5s)) << c.log(1);
+  EXPECT_EQ(c.stat(1, "rules_version"), c.stat(0, "rules_version"));
 }
 
 // A key rotation, one SIGHUP per node per step (operations.md, "Rotating the key"), while three
