@@ -18,6 +18,8 @@
 #include "tollgate/config_error.h"
 #include "tollgate/peers_file.h"
 #include "http/http_server.h"
+
+#include <prometheus/histogram.h>
 #include "rls/rls_server.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
@@ -60,10 +62,32 @@ bool is_loopback_bind(const std::string& bind) {
 
 }  // namespace
 
+struct DaemonHistograms {
+  // A check (one request's items) on the node's thread: 1 us to 10 ms.
+  prometheus::Histogram check{{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2}};
+  // A round (Node::tick): sealing, gossip, membership, housekeeping; 10 us to 0.5 s.
+  prometheus::Histogram round{{1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5}};
+
+  std::vector<prometheus::MetricFamily> collect() const {
+    return {{"tollgate_check_duration_seconds",
+             "Time the node's thread spends deciding one request's checks (any front end)",
+             prometheus::MetricType::Histogram,
+             {check.Collect()}},
+            {"tollgate_round_duration_seconds", "Time one gossip round takes on the node's thread",
+             prometheus::MetricType::Histogram,
+             {round.Collect()}}};
+  }
+};
+
+namespace {
+double seconds(MonoNanos ns) { return double(ns) / 1e9; }
+}  // namespace
+
 Daemon::Daemon(DaemonOptions options)
     : options_(std::move(options)),
       incarnation_(options_.incarnation ? options_.incarnation : incarnation_from_wall_clock()),
       random_(seed_from_os()),
+      histograms_(std::make_unique<DaemonHistograms>()),
       tick_timer_(io_),
       watch_timer_(io_),
       signals_(io_, SIGTERM, SIGINT) {
@@ -167,6 +191,7 @@ Daemon::Daemon(DaemonOptions options)
     // from (or whose peers are all down) serves from its own buckets.
     const auto ready_alone_at = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.node.fail_after_ns);
     http_options.routes.alone_long_enough = [ready_alone_at] { return std::chrono::steady_clock::now() >= ready_alone_at; };
+    http_options.routes.extra_metrics = [h = histograms_.get()] { return h->collect(); };
     http_ = std::make_unique<http::HttpServer>(io_, *this, http_options);
     if (std::string why = http_->start(rls_config_); !why.empty()) throw std::runtime_error("--http-listen " + why);
     if (!http_->is_loopback()) {
@@ -245,7 +270,9 @@ void Daemon::schedule_tick() {
   tick_timer_.expires_at(next);
   tick_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_) return;
-    node_->tick(clock_.now_ns());
+    const MonoNanos start = clock_.now_ns();
+    node_->tick(start);
+    histograms_->round.Observe(seconds(clock_.now_ns() - start));
     schedule_tick();
   });
 }
@@ -357,10 +384,14 @@ void Daemon::shutdown() {
 void Daemon::check(std::span<const CheckItem> items, std::span<Decision> out) {
   const MonoNanos now = clock_.now_ns();
   for (size_t i = 0; i < items.size(); ++i) out[i] = node_->check(items[i].key, items[i].cost, now);
+  histograms_->check.Observe(seconds(clock_.now_ns() - now));
 }
 
 bool Daemon::check_all(std::span<const CheckItem> items, std::span<Decision> out) {
-  return node_->check_all(items, out, clock_.now_ns());
+  const MonoNanos now = clock_.now_ns();
+  const bool all = node_->check_all(items, out, now);
+  histograms_->check.Observe(seconds(clock_.now_ns() - now));
+  return all;
 }
 
 std::vector<MemberInfo> Daemon::members() { return node_->membership().view(clock_.now_ns()); }

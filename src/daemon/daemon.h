@@ -34,6 +34,7 @@ class RlsServer;
 namespace http {
 class HttpServer;
 }
+struct DaemonHistograms;
 
 class Daemon final : public RequestHandler {
  public:
@@ -78,6 +79,9 @@ class Daemon final : public RequestHandler {
   boost::asio::io_context io_;
   SteadyClock clock_;
   SplitMix64 random_;
+  // Check and round latency for /metrics (prometheus-cpp Histograms: observed on the node's
+  // thread, collected on the HTTP thread). Before http_: it outlives the HTTP thread.
+  std::unique_ptr<DaemonHistograms> histograms_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<FaultInjectingTransport> faults_;
   std::unique_ptr<Node> node_;

@@ -46,7 +46,8 @@ prom::ClientMetric gauge(double v, std::vector<prom::ClientMetric::Label> labels
 }  // namespace
 
 std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members,
-                           const std::vector<std::pair<std::string, RuleCounters>>& rules) {
+                           const std::vector<std::pair<std::string, RuleCounters>>& rules,
+                           std::vector<prometheus::MetricFamily> extra) {
   std::vector<prom::MetricFamily> families;
   prom::MetricFamily checks{"tollgate_checks_total", "Checks decided by this node, by decision (every front end)",
                             prom::MetricType::Counter, {}};
@@ -89,6 +90,7 @@ std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>
     for (const auto& [label, counters] : rules) f.metric.push_back(counter(double(counters.*(p.field)), {{"rule", label}}));
     if (!f.metric.empty()) families.push_back(std::move(f));
   }
+  for (prom::MetricFamily& f : extra) families.push_back(std::move(f));
   return prom::TextSerializer().Serialize(families);
 }
 

@@ -2,6 +2,8 @@
 #ifndef TOLLGATE_SRC_HTTP_METRICS_H_
 #define TOLLGATE_SRC_HTTP_METRICS_H_
 
+#include <prometheus/metric_family.h>
+
 #include <string>
 #include <vector>
 
@@ -17,8 +19,10 @@ namespace tollgate::http {
 // (the node itself included), one series per state, zeros too.
 // Per-rule counters become tollgate_rule_{checks,allowed,denied,near_limit}_total{rule=LABEL}, a
 // series per rule checked at least once.
+// `extra`: families collected elsewhere (the daemon's latency histograms), appended as they are.
 std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members,
-                           const std::vector<std::pair<std::string, RuleCounters>>& rules);
+                           const std::vector<std::pair<std::string, RuleCounters>>& rules,
+                           std::vector<prometheus::MetricFamily> extra = {});
 
 }  // namespace tollgate::http
 

@@ -310,14 +310,15 @@ void Routes::rls_json(const std::string& body, Reply reply) {
 
 void Routes::metrics(Reply reply) {
   on_node(
-      [reply](RequestHandler& handler) -> std::function<void()> {
+      [this, reply](RequestHandler& handler) -> std::function<void()> {
         auto stats = std::make_shared<StatsList>(handler.stats());
         auto members = std::make_shared<std::vector<MemberInfo>>(handler.members());
         auto rules = std::make_shared<std::vector<std::pair<std::string, RuleCounters>>>(handler.rule_counters());
-        return [reply, stats, members, rules] {
+        return [this, reply, stats, members, rules] {
           HttpResponse r;
           r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-          r.body = render_metrics(*stats, *members, *rules);
+          r.body = render_metrics(*stats, *members, *rules,
+                                  options_.extra_metrics ? options_.extra_metrics() : std::vector<prometheus::MetricFamily>{});
           reply(std::move(r));
         };
       },

@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include <prometheus/metric_family.h>
+
 #include "api/request_handler.h"
 #include "tollgate/rls_config.h"
 
@@ -60,6 +62,9 @@ struct RoutesOptions {
   bool rls_headers = true;       // RateLimit fields in /json's response_headers_to_add
   // True once the node has been up for fail_after (then it is ready even alone).
   std::function<bool()> alone_long_enough = [] { return true; };
+  // More /metrics families, collected on the HTTP thread (thread-safe: prometheus-cpp's
+  // Histogram::Collect). May be empty.
+  std::function<std::vector<prometheus::MetricFamily>()> extra_metrics;
 };
 
 class Routes {

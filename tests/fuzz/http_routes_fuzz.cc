@@ -76,7 +76,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         job(handler)();
         return true;
       },
-      http::RoutesOptions{.max_batch = 8});
+      [] {
+        http::RoutesOptions o;
+        o.max_batch = 8;
+        return o;
+      }());
   static const bool configured = (routes.set_rls_config(TableHandler::config()), true);
   (void)configured;
   handler.now += 10'000'000;

@@ -166,6 +166,10 @@ class TwoNodes(unittest.TestCase):
         self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
         self.assertIn('tollgate_members{state="alive"}', body)
         self.assertIn('tollgate_checks_total{decision="allowed"}', body)
+        self.assertIn('tollgate_check_duration_seconds_bucket{le="+Inf"}', body)
+        self.assertIn("tollgate_round_duration_seconds_count", body)
+        self.assertIn('tollgate_rule_checks_total{rule="k*"}', body)
+        self.assertIn("tollgate_rules_version", body)
         lint = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
         self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
 

@@ -5,6 +5,7 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+#include <prometheus/histogram.h>
 
 #include <optional>
 #include <string>
@@ -272,6 +273,24 @@ TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
     EXPECT_NE(r.body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << r.body;
   }
   EXPECT_EQ(r.body.find("tollgate_checks_total 3"), std::string::npos) << "the unlabelled sum is left out";
+}
+
+TEST_F(RoutesTest, MetricsAppendTheFamiliesCollectedElsewhere) {
+  prometheus::Histogram latency({0.001, 0.01});
+  latency.Observe(0.005);
+  latency.Observe(0.5);
+  RoutesOptions o;
+  o.extra_metrics = [&latency] {
+    return std::vector<prometheus::MetricFamily>{
+        {"tollgate_check_duration_seconds", "help", prometheus::MetricType::Histogram, {latency.Collect()}}};
+  };
+  make_routes(o);
+  const std::string body = request("GET", "/metrics").body;
+  for (const char* line : {"# TYPE tollgate_check_duration_seconds histogram", "tollgate_check_duration_seconds_bucket{le=\"0.001\"} 0",
+                           "tollgate_check_duration_seconds_bucket{le=\"0.01\"} 1", "tollgate_check_duration_seconds_bucket{le=\"+Inf\"} 2",
+                           "tollgate_check_duration_seconds_count 2"}) {
+    EXPECT_NE(body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << body;
+  }
 }
 
 TEST_F(RoutesTest, MembersAndStatsHaveTheCliJsonShape) {
