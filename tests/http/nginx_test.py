@@ -128,6 +128,15 @@ class NginxInFront(unittest.TestCase):
                  "--membership", "static", "--peers-file", peers, "--mode", "mesh", "--insecure-gossip",
                  "--http-listen", "127.0.0.1:%d" % cls.http[name]],
                 os.path.join(cls.dir, name + ".log"))
+        # The shipped file, with one change: its 50 ms fail-open timeouts become 2 s, so that a
+        # scheduling stall on a loaded CI machine does not read as tollgated being down (a denied
+        # request would then pass). Everything else is tested as shipped.
+        with open(SNIPPET) as f:
+            shipped = f.read()
+        assert shipped.count(" 50ms;") == 3, "the shipped snippet's timeouts changed: update this test"
+        cls.snippet = os.path.join(cls.dir, "tollgate-auth.conf")
+        with open(cls.snippet, "w") as f:
+            f.write(shipped.replace(" 50ms;", " 2s;"))
         app_port = free_port()
         cls.front = {}
         for name in sorted(gossip):
@@ -137,7 +146,7 @@ class NginxInFront(unittest.TestCase):
             conf = os.path.join(prefix, "nginx.conf")
             with open(conf, "w") as f:
                 f.write(cls.nginx_conf(prefix, cls.http[name], cls.front[name],
-                                       app_port if name == "a" else None, app_port))
+                                       app_port if name == "a" else None, app_port, cls.snippet))
             cls.nginx[name] = Process([NGINX, "-p", prefix, "-c", conf, "-g", "daemon off;"],
                                       os.path.join(prefix, "stdout.log"))
         for name in sorted(gossip):
@@ -146,7 +155,7 @@ class NginxInFront(unittest.TestCase):
         wait_until("the upstream", lambda: answers(app_port))
 
     @staticmethod
-    def nginx_conf(prefix, tollgate_port, front_port, serve_app_on, app_port):
+    def nginx_conf(prefix, tollgate_port, front_port, serve_app_on, app_port, snippet):
         user = "user root;\n" if os.geteuid() == 0 else ""
         app = ""
         if serve_app_on:  # nginx a also plays the service both front ends pass to
@@ -162,7 +171,7 @@ class NginxInFront(unittest.TestCase):
             "  upstream app { server 127.0.0.1:%d; }\n"
             "  server { listen 127.0.0.1:%d; include %s; }\n"
             "%s}\n" % (user, prefix, prefix, prefix, prefix, prefix, prefix, prefix, tollgate_port, app_port,
-                       front_port, SNIPPET, app))
+                       front_port, snippet, app))
 
     @classmethod
     def ready(cls, name):
