@@ -224,7 +224,8 @@ class Node {
   std::vector<RuleCounters> rule_counters_;  // by the current RuleSet's index
   // Counts of rules no longer in force under their index, kept by label: reloaded rules take
   // them back.
-  std::vector<std::pair<std::string, RuleCounters>> retired_counters_;
+  std::vector<std::pair<std::string, RuleCounters>> retired_counters_;  // at most kMaxRetiredRuleCounters
+  static constexpr size_t kMaxRetiredRuleCounters = 1024;
   std::vector<ConsumptionEntry> pending_;  // reused across rounds
   uint64_t message_seq_ = 0;               // of the last message built
   // By sender; an entry goes when membership forgets the sender, so this is bounded by it.

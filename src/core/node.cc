@@ -394,10 +394,30 @@ void Node::count(const Decision& d) {
   if (d.has_limit() && d.remaining * 5 < d.limit.burst) ++c.near_limit;
 }
 
+namespace {
+void add_to(RuleCounters& into, const RuleCounters& c) {
+  into.checks += c.checks;
+  into.allowed += c.allowed;
+  into.denied += c.denied;
+  into.near_limit += c.near_limit;
+}
+}  // namespace
+
 std::vector<std::pair<std::string, RuleCounters>> Node::rule_counters() const {
+  // One entry per label: two rules that label alike (RLS labels can) are summed, so that
+  // /metrics never has two series with one label set.
   std::vector<std::pair<std::string, RuleCounters>> out = retired_counters_;
+  std::unordered_map<std::string, size_t> at;
+  for (size_t i = 0; i < out.size(); ++i) at.emplace(out[i].first, i);
   for (uint32_t i = 0; i < rule_counters_.size(); ++i) {
-    if (rule_counters_[i].checks > 0) out.emplace_back(table_.rules().label(i), rule_counters_[i]);
+    if (rule_counters_[i].checks == 0) continue;
+    std::string label = table_.rules().label(i);
+    if (auto it = at.find(label); it != at.end()) {
+      add_to(out[it->second].second, rule_counters_[i]);
+    } else {
+      at.emplace(label, out.size());
+      out.emplace_back(std::move(label), rule_counters_[i]);
+    }
   }
   return out;
 }
@@ -411,10 +431,10 @@ void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
   retired_counters_.clear();
   for (auto& [label, counters] : all) {
     if (auto it = index.find(label); it != index.end()) {
-      rule_counters_[it->second] = counters;
-    } else {
+      add_to(rule_counters_[it->second], counters);
+    } else if (retired_counters_.size() < kMaxRetiredRuleCounters) {
       retired_counters_.emplace_back(std::move(label), counters);
-    }
+    }  // beyond: the series of a rule gone for good stops (Prometheus reads that as its end)
   }
   table_.replace_rules(std::move(rules), now);
 }

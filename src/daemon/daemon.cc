@@ -282,10 +282,20 @@ void Daemon::schedule_watch() {
   watch_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_) return;
     reload_peers_if_changed();
-    // An edited rules file applies within a second, SIGHUP or not; a broken one is reported
-    // once (its fingerprint is taken) and the rules in force stay.
-    if (!options_.rules_file.empty() && file_fingerprint(options_.rules_file) != rules_fingerprint_ && reload_rules_file()) {
-      node_->replace_rules(combined_rules(), clock_.now_ns());
+    // An edited rules file applies within two seconds, SIGHUP or not: once its fingerprint has
+    // held for a whole tick, so that a file written in place (truncated, then filled) is not
+    // read half-written, which could parse as fewer rules and drop buckets. A broken one is
+    // reported once (its fingerprint is taken) and the rules in force stay.
+    if (!options_.rules_file.empty()) {
+      const std::string now = file_fingerprint(options_.rules_file);
+      if (now == rules_fingerprint_) {
+        rules_changing_.clear();
+      } else if (now != rules_changing_) {
+        rules_changing_ = now;
+      } else if (reload_rules_file()) {
+        rules_changing_.clear();
+        node_->replace_rules(combined_rules(), clock_.now_ns());
+      }
     }
     if ((rls_ || http_) && !options_.rls_config.empty() && rls_config_fingerprint(options_.rls_config) != rls_fingerprint_ && reload_rls_config()) {
       node_->replace_rules(combined_rules(), clock_.now_ns());

@@ -92,6 +92,7 @@ class Daemon final : public RequestHandler {
   std::string rls_fingerprint_;  // of the RLS config's files when last loaded
   int64_t rules_version_ = 0;    // content_version of the rules file in force (0: none)
   std::string rules_fingerprint_;  // its path, mtime and size when last read
+  std::string rules_changing_;     // a new fingerprint seen once: read when it holds a second
   std::unique_ptr<rls::RlsServer> rls_;
   std::unique_ptr<http::HttpServer> http_;
   // Misbehaving clients and peers: one log line per offender per 10 s (see OffenseLimiter).

@@ -1,5 +1,6 @@
 #include "http/routes.h"
 
+#include <google/protobuf/stubs/common.h>  // internal::IsStructurallyValidUTF8 (Debian 12's 3.21)
 #include <google/protobuf/util/json_util.h>
 #include <uriparser/Uri.h>
 
@@ -98,6 +99,13 @@ std::optional<std::vector<std::pair<std::string, std::string>>> parse_query(cons
     out.emplace_back(item->key ? item->key : "", item->value ? item->value : "");
   }
   uriFreeQueryListA(list);
+  // The answer is JSON, which carries text: a key that is not UTF-8 could not be echoed back.
+  for (const auto& [name, value] : out) {
+    if (!google::protobuf::internal::IsStructurallyValidUTF8(name) || !google::protobuf::internal::IsStructurallyValidUTF8(value)) {
+      *error = "the query decodes to bytes that are not UTF-8; keys over HTTP are text (the native API takes any bytes)";
+      return std::nullopt;
+    }
+  }
   return out;
 }
 
@@ -209,6 +217,10 @@ void Routes::check_get(const std::string& query, Reply reply) {
     }
   }
   if (!key || key->empty()) return reply(error_response(400, "a check needs a non-empty key: /v1/check?key=K[&cost=N]"));
+  if (key->size() > options_.max_key_bytes) {
+    return reply(error_response(400, "the key is " + std::to_string(key->size()) + " bytes; at most " +
+                                         std::to_string(options_.max_key_bytes)));
+  }
   ++checks_;
   on_node(
       [key = std::move(*key), cost, deny_status, reply](RequestHandler& handler) -> std::function<void()> {
@@ -240,6 +252,10 @@ void Routes::check_post(const std::string& body, Reply reply) {
     hv1::CheckItem& c = *request->mutable_checks(i);
     const std::string at = "checks[" + std::to_string(i) + "]: ";
     if (c.key().empty()) return reply(error_response(400, at + "the key is empty"));
+    if (c.key().size() > options_.max_key_bytes) {
+      return reply(error_response(400, at + "the key is " + std::to_string(c.key().size()) + " bytes; at most " +
+                                           std::to_string(options_.max_key_bytes)));
+    }
     if (!c.has_cost()) c.set_cost(1);
     if (c.cost() < 0 || c.cost() > kMaxTokens) {
       return reply(error_response(400, at + "cost must be a whole number from 0 to " + std::to_string(kMaxTokens)));

@@ -7,8 +7,8 @@
 //   POST /json       Envoy's RateLimitRequest as JSON -> RateLimitResponse, 200 or 429
 //   GET  /metrics    Prometheus text exposition
 //   GET  /healthz    200 while the process serves
-//   GET  /readyz     200 once rules are loaded and the node has heard from a member or has been
-//                    alone for fail_after; 503 before that and while draining
+//   GET  /readyz     200 once the node has heard from a member or has been alone for fail_after
+//                    (rules are loaded before the server starts); 503 before that and while draining
 //   GET  /v1/members, GET /v1/stats   the CLI's --json shapes
 //
 // Threading: handle() is called on one thread (the HTTP server's); `run_on_node` runs a job on
@@ -58,7 +58,7 @@ using NodeRunner = std::function<bool(NodeJob job, const Reply& reply)>;
 
 struct RoutesOptions {
   size_t max_batch = 1000;       // checks per POST /v1/check
-  size_t max_key_bytes = 256;    // the key table's: RLS keys beyond are digested
+  size_t max_key_bytes = 256;    // the key table's: longer /v1/check keys are 400; RLS keys beyond are digested
   bool rls_headers = true;       // RateLimit fields in /json's response_headers_to_add
   // True once the node has been up for fail_after (then it is ready even alone).
   std::function<bool()> alone_long_enough = [] { return true; };

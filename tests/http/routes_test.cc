@@ -164,6 +164,8 @@ TEST_F(RoutesTest, BadChecksAre400WithAReason) {
       {"/v1/check?key=k1&deny_status=500", "deny_status must be 429 or 403"},
       {"/v1/check?key=k1&kee=2", "unknown parameter \\\"kee\\\""},
       {"/v1/check?key=k%001", "encoded NUL"},
+      {"/v1/check?key=k%FF", "not UTF-8"},
+      {"/v1/check?key=" + std::string(257, 'k'), "the key is 257 bytes; at most 256"},
   };
   for (const Case& c : cases) {
     const HttpResponse r = request("GET", c.target);
@@ -212,6 +214,7 @@ TEST_F(RoutesTest, BadBatchesAreRefusedBeforeTheNode) {
       {R"({"checks": []})", 400, "is empty"},
       {R"({"checks": [{"key": ""}]})", 400, "checks[0]: the key is empty"},
       {R"({"checks": [{"key": "a"}, {"key": "b", "cost": -3}]})", 400, "checks[1]: cost must be"},
+      {R"({"checks": [{"key": ")" + std::string(300, 'x') + R"("}]})", 400, "checks[0]: the key is 300 bytes"},
       {R"({"checks": [{"key": "a"}, {"key": "b"}, {"key": "c"}]})", 413, "3 checks in one request; at most 2"},
   };
   for (const Case& c : cases) {
