@@ -119,7 +119,17 @@ bool parse_int(const std::string& text, Int* out) {
 
 HttpResponse error_response(unsigned status, const std::string& message) {
   hv1::ErrorBody body;
-  body.set_error(message);
+  // Messages quote what the client sent (a path, a method, a parameter): bytes that are not
+  // UTF-8 would make the JSON invalid, so they are shown as '?'.
+  if (google::protobuf::internal::IsStructurallyValidUTF8(message)) {
+    body.set_error(message);
+  } else {
+    std::string shown = message;
+    for (char& c : shown) {
+      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    }
+    body.set_error(shown);
+  }
   HttpResponse r;
   r.status = status;
   r.body = to_json(body, true);
