@@ -15,7 +15,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, wait_until as poll_until  # noqa: E402
+from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
 
 TOLLGATED = sys.argv[1]
 del sys.argv[1]
@@ -95,13 +94,7 @@ class Daemon:
             return None
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self.log.close()
         return self.proc.returncode
 

@@ -13,7 +13,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, wait_until as poll_until  # noqa: E402
+from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
 
 TOLLGATED, SNIPPET = sys.argv[1], os.path.abspath(sys.argv[2])
 del sys.argv[1:3]
@@ -87,13 +86,7 @@ class Process:
         return self.proc.poll() is None
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self.log.close()
         return self.proc.returncode
 

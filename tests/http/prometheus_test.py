@@ -9,14 +9,13 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, wait_until as poll_until  # noqa: E402
+from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
 import urllib.parse
 
 TOLLGATED = sys.argv[1]
@@ -48,13 +47,7 @@ class PrometheusScrapesACluster(unittest.TestCase):
 
     def tearDown(self):
         for p, log in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=WAIT_S)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            terminate(p)
             log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 

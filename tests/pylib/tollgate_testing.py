@@ -26,3 +26,17 @@ def wait_until(what, predicate, timeout=WAIT_S, context=lambda: ""):
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for " + what + context())
         time.sleep(0.01)  # polling interval, not synchronisation: the predicate decides
+
+
+def terminate(proc, timeout=WAIT_S):
+    """SIGTERM, then SIGKILL if `proc` has not exited within `timeout`; its exit status."""
+    import signal
+    import subprocess
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode

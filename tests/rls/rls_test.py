@@ -19,7 +19,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, wait_until as poll_until  # noqa: E402
+from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
 
 TOLLGATED, TOLLGATE_CLI, PROTO_DIR = sys.argv[1:4]
 del sys.argv[1:4]
@@ -151,13 +151,7 @@ class Daemon:
         return json.loads(out)["stats"]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self.channel.close()
         self.log.close()
         return self.proc.returncode
