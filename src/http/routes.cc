@@ -44,7 +44,7 @@ std::string from_json(const std::string& body, google::protobuf::Message& m) {
   return status.ok() ? "" : "the body is not a valid JSON request: " + std::string(status.message());
 }
 
-int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
+using rls::ceil_seconds;
 
 void fill_result(const CheckItem& item, const Decision& d, hv1::CheckResult& r) {
   r.set_key(std::string(item.key));

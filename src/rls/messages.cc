@@ -9,8 +9,6 @@ namespace {
 
 namespace pb = envoy::service::ratelimit::v3;
 
-int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
-
 // The limit's name as a structured-field string ("..."): printable ASCII with '"' and '\\'
 // escaped; a name with anything else is shown as "default".
 std::string header_name(const std::string& name) {
@@ -66,6 +64,8 @@ void add_ratelimit_headers(const std::vector<DescriptorResult>& results, pb::Rat
 }
 
 }  // namespace
+
+int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
 
 std::string plan_from_message(const pb::RateLimitRequest& request, std::shared_ptr<const RlsConfig> config,
                               size_t max_key_bytes, Plan& plan) {

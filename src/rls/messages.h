@@ -20,6 +20,9 @@ namespace tollgate::rls {
 std::string plan_from_message(const envoy::service::ratelimit::v3::RateLimitRequest& request,
                               std::shared_ptr<const RlsConfig> config, size_t max_key_bytes, Plan& plan);
 
+// Whole seconds, rounded up (0 for 0 or less): the unit of Retry-After and the RateLimit fields.
+int64_t ceil_seconds(int64_t ns);
+
 // Fills `response` with the decision: overall_code, one status per descriptor and, when
 // `headers`, the IETF draft's RateLimit-Policy, RateLimit and (when over) Retry-After fields.
 void fill_response(Code overall, const std::vector<DescriptorResult>& results, bool headers,
