@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
                "Exit status: 0 success (check: allowed), 1 check denied, 2 error (including an\n"
                "unreachable daemon: the CLI never falls back to a made-up decision)."};
   app.name("tollgate");
+  app.set_version_flag("--version", "tollgate " TOLLGATE_VERSION);
   app.require_subcommand(1);
   app.fallthrough();  // global options are accepted after the subcommand too
 

@@ -5,6 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "tollgate/config_error.h"
 
 namespace tollgate {
@@ -15,6 +18,36 @@ std::string read_config_file(const std::string& path, const char* what) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+std::string write_file_atomically(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = "cannot write " + tmp + ": " + std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return why;
+    }
+    done += size_t(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  if (!(::close(fd) == 0 && synced)) {
+    const std::string why = "cannot flush " + tmp + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return why;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return why;
+  }
+  return {};
 }
 
 }  // namespace tollgate

@@ -19,12 +19,14 @@
 #include "tollgate/peers_file.h"
 #include "http/http_server.h"
 
+#include <boost/asio/ip/address.hpp>
 #include <prometheus/histogram.h>
 #include "rls/rls_server.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 #include "config/content_version.h"
 #include "config/read_file.h"
+#include "retriever/rules_retriever.h"
 
 namespace tollgate {
 namespace {
@@ -94,6 +96,7 @@ Daemon::Daemon(DaemonOptions options)
   signals_.add(SIGHUP);
   file_rules_ = std::make_shared<const RuleSet>();
   if (!options_.rules_file.empty()) load_rules_file_now();
+  if (!options_.rules_url.empty()) load_rules_from_service_now();
   if (!options_.rls_config.empty()) {
     rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
     rls_config_ = load_rls_config(options_.rls_config);
@@ -212,6 +215,7 @@ int Daemon::run() {
   wait_for_signal();
   schedule_tick();
   schedule_watch();
+  if (retriever_) retriever_->start(rules_in_force_text_, rules_etag_);
   io_.run();
   if (http_) http_->shutdown();  // open connections close; checks still queued are not decided
   if (rls_) rls_->shutdown();  // the node no longer runs: what is still queued answers UNAVAILABLE
@@ -312,6 +316,96 @@ void Daemon::load_rules_file_now() {
   rules_version_ = content_version(text);
 }
 
+namespace {
+FetchLimits rules_fetch_limits() { return FetchLimits{}; }  // 5 s, 4 MiB
+}  // namespace
+
+void Daemon::load_rules_from_service_now() {
+  std::string why;
+  const std::optional<HttpUrl> url = parse_http_url(options_.rules_url, &why);
+  if (!url) throw ConfigError(options_.rules_url, 0, 0, why);  // parse_daemon_options checked it
+  boost::system::error_code not_ip;
+  const auto host = boost::asio::ip::make_address(url->host, not_ip);
+  if (url->host != "localhost" && (not_ip || !host.is_loopback())) {
+    spdlog::warn("rules come over plain http from {}: whoever can alter that traffic sets this cluster's limits; "
+                 "keep the rules service on a trusted network, or reach it through a local proxy that speaks TLS",
+                 url->host_header);
+  }
+  // The cache first: a restart while the rules service is down starts with the last good rules,
+  // and the first poll (at once) brings newer ones.
+  bool loaded = false;
+  std::error_code ec;
+  if (std::filesystem::exists(options_.rules_cache, ec)) {
+    try {
+      std::string text = read_config_file(options_.rules_cache, "rules cache");
+      file_rules_ = parse_rules(text, options_.rules_cache);
+      rules_version_ = content_version(text);
+      rules_in_force_text_ = std::move(text);
+      loaded = true;
+      spdlog::info("rules from the cache {} (version {}), until {} answers", options_.rules_cache, rules_version_,
+                   options_.rules_url);
+    } catch (const std::exception& e) {
+      spdlog::warn("the rules cache is not used: {}", e.what());
+    }
+  }
+  if (!loaded) {
+    FetchResult r = fetch_http_now(*url, rules_fetch_limits());
+    if (r.kind != FetchResult::Kind::kNew) {
+      throw ConfigError(options_.rules_url, 0, 0,
+                        "no rules to start with: the rules service answers " + r.error +
+                            ", and there is no usable cached copy at " + options_.rules_cache);
+    }
+    file_rules_ = parse_rules(r.body, options_.rules_url);  // a broken one stops the start, with its line
+    rules_version_ = content_version(r.body);
+    // The cache must be writable: found now rather than when the rules service is down.
+    if (std::string failed = write_file_atomically(options_.rules_cache, r.body); !failed.empty()) {
+      throw ConfigError(options_.rules_cache, 0, 0, "--rules-cache: " + failed);
+    }
+    rules_in_force_text_ = std::move(r.body);
+    rules_etag_ = std::move(r.etag);
+    spdlog::info("rules from {} (version {})", options_.rules_url, rules_version_);
+  }
+  RulesRetriever::Options retriever;
+  retriever.url = *url;
+  retriever.url_text = options_.rules_url;
+  retriever.poll = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.rules_poll_ns));
+  retriever.limits = rules_fetch_limits();
+  retriever_ = std::make_unique<RulesRetriever>(io_, retriever,
+                                                [this](const std::string& body) { return apply_fetched_rules(body); });
+}
+
+std::string Daemon::apply_fetched_rules(const std::string& body) {
+  const int64_t version = content_version(body);
+  if (version == rules_version_) return {};  // back to what is in force (after a refused version)
+  std::shared_ptr<const RuleSet> rules;
+  try {
+    rules = parse_rules(body, options_.rules_url);
+  } catch (const std::exception& e) {
+    ++reloads_.rules_failed;
+    spdlog::error("rules version {} refused, the previous rules (version {}) stay in force: {}", version,
+                  rules_version_, e.what());
+    return e.what();
+  }
+  file_rules_ = std::move(rules);
+  rules_version_ = version;
+  rules_in_force_text_ = body;
+  ++reloads_.rules;
+  spdlog::info("rules reloaded from {}: {} rules, version {}", options_.rules_url, file_rules_->rules().size(),
+               rules_version_);
+  node_->replace_rules(combined_rules(), clock_.now_ns());
+  write_rules_cache(body);
+  return {};
+}
+
+void Daemon::write_rules_cache(const std::string& body) {
+  if (std::string failed = write_file_atomically(options_.rules_cache, body); !failed.empty()) {
+    ++reloads_.cache_write_failed;
+    spdlog::error("the rules in force are not cached (a restart while the rules service is down would start with "
+                  "older rules): {}",
+                  failed);
+  }
+}
+
 bool Daemon::reload_rules_file() {
   if (options_.rules_file.empty()) return false;
   try {
@@ -373,6 +467,7 @@ void Daemon::shutdown() {
   tick_timer_.cancel();
   watch_timer_.cancel();
   signals_.cancel();
+  if (retriever_) retriever_->stop();
   // Leave only once the requests already read have been answered (a large batch goes a slice
   // at a time): leave() seals what this node admitted and sends it with the departure, and a
   // check admitted after that would never reach the others.
@@ -417,6 +512,11 @@ StatsList Daemon::stats() {
   add("rules_version", uint64_t(rules_version_));
   add("rules_reloads", reloads_.rules);
   add("rules_reload_failures", reloads_.rules_failed);
+  const RulesRetrieverStats polls = retriever_ ? retriever_->stats() : RulesRetrieverStats{};
+  add("rules_polls", polls.polls);
+  add("rules_polls_not_modified", polls.not_modified);
+  add("rules_poll_failures", polls.failures);
+  add("rules_cache_write_failures", reloads_.cache_write_failed);
   add("cluster_key_reloads", reloads_.keys);
   add("cluster_key_reload_failures", reloads_.keys_failed);
   add("rls_config_reloads", reloads_.rls);

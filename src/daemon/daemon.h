@@ -25,6 +25,7 @@ class Transport;
 class FaultInjectingTransport;
 class RlsConfig;
 class RuleSet;
+class RulesRetriever;
 namespace api {
 class ApiServer;
 }
@@ -67,6 +68,11 @@ class Daemon final : public RequestHandler {
   bool reload_rules_file();
   // Reads and parses the rules file, and its version; throws ConfigError.
   void load_rules_file_now();
+  // --rules-url at start: the cached copy, else a first fetch (throws ConfigError if neither).
+  void load_rules_from_service_now();
+  // A body the retriever fetched: validated, then in force and cached; "" or why it was refused.
+  std::string apply_fetched_rules(const std::string& body);
+  void write_rules_cache(const std::string& body);
   // Reloads the RLS config; true if it changed what is in force.
   bool reload_rls_config();
   // The rules file's rules with the RLS config's limits: what the node decides against.
@@ -93,6 +99,9 @@ class Daemon final : public RequestHandler {
   int64_t rules_version_ = 0;    // content_version of the rules file in force (0: none)
   std::string rules_fingerprint_;  // its path, mtime and size when last read
   std::string rules_changing_;     // a new fingerprint seen once: read when it holds a second
+  std::unique_ptr<RulesRetriever> retriever_;  // with --rules-url
+  std::string rules_etag_;  // of the first fetch at start, for the retriever's first poll
+  std::string rules_in_force_text_;  // with --rules-url: the bytes of the rules in force
   std::unique_ptr<rls::RlsServer> rls_;
   std::unique_ptr<http::HttpServer> http_;
   // Misbehaving clients and peers: one log line per offender per 10 s (see OffenseLimiter).
@@ -106,7 +115,7 @@ class Daemon final : public RequestHandler {
   bool stopping_ = false;
   // SIGHUP reloads: done, and refused (the previous file stays in force).
   struct {
-    uint64_t rules = 0, rules_failed = 0, keys = 0, keys_failed = 0, rls = 0, rls_failed = 0;
+    uint64_t rules = 0, rules_failed = 0, keys = 0, keys_failed = 0, rls = 0, rls_failed = 0, cache_write_failed = 0;
   } reloads_;
 };
 

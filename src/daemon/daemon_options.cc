@@ -9,6 +9,7 @@
 
 #include "tollgate/config_error.h"
 #include "tollgate/duration.h"
+#include "retriever/rules_retriever.h"
 #include "util/host_port.h"
 
 namespace tollgate {
@@ -80,6 +81,7 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       "flags override the file.",
       "tollgated"};
   app.option_defaults()->always_capture_default();
+  app.set_version_flag("--version", "tollgated " TOLLGATE_VERSION);
   std::string transport = "udp";
   // Each node setting as the text given, defaults formatted: read into o->node after parsing.
   const auto fields = node_setting_fields();
@@ -97,6 +99,15 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   app.add_option("--rules", o->rules_file,
                  "YAML rules file (see config/rules.yaml); reloaded when it changes (checked every second) and on "
                  "SIGHUP; a broken edit leaves the last good rules in force. Required unless --rls-config is given");
+  app.add_option("--rules-url", o->rules_url,
+                 "Poll a rules service for the rules file instead: http://HOST[:PORT]/PATH (any web server or object "
+                 "store; If-None-Match/ETag). A new version is validated before it replaces the rules in force; a broken "
+                 "or unreachable one leaves them in force (logged once, counted). Needs --rules-cache");
+  std::string rules_poll = format_duration(o->rules_poll_ns);
+  app.add_option("--rules-poll", rules_poll, "How often --rules-url is polled (100ms to 1h)")->type_name("DURATION");
+  app.add_option("--rules-cache", o->rules_cache,
+                 "With --rules-url: where the last good rules are kept, so that a restart while the rules service is "
+                 "down starts with them (written atomically; its directory must be writable, e.g. /var/lib/tollgate)");
   app.add_option("--rls-listen", o->rls_listen,
                  "Serve Envoy's rate limit service (gRPC envoy.service.ratelimit.v3 and grpc.health.v1) on HOST:PORT "
                  "or unix:PATH (loopback advised: the service has no authentication). Needs --rls-config");
@@ -203,6 +214,14 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       return 2;
     }
     o->http_timeout_ns = *http;
+    why.clear();
+    const auto poll = parse_duration_ns(rules_poll, &why);
+    if (poll && (*poll < 100 * kNanosPerMilli || *poll > 3600 * kNanosPerSecond)) why = "must be from 100ms to 1h";
+    if (!poll || !why.empty()) {
+      std::cerr << "tollgated: --rules-poll " << why << "\nRun with --help for the flags.\n";
+      return 2;
+    }
+    o->rules_poll_ns = *poll;
   }
   o->transport = transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
   if (o->node_id.empty()) o->node_id = o->bind;
@@ -214,8 +233,22 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   // An empty value (`--rules ""`, or `rules: !tag` with nothing after the tag in the config,
   // found by the daemon_config fuzzer) would start a daemon with no rules file to load or reload.
   if (app.count("--rules") > 0 && o->rules_file.empty()) return usage_error("--rules must name a file; the value is empty");
-  if (o->rules_file.empty() && o->rls_config.empty()) {
-    return usage_error("--rules FILE is required (or --rls-config PATH, to serve Envoy's rate limit service only)");
+  if (!o->rules_file.empty() && !o->rules_url.empty()) {
+    return usage_error("--rules and --rules-url contradict each other: the rules come from a file or from a rules service");
+  }
+  if (!o->rules_url.empty()) {
+    std::string why;
+    if (!parse_http_url(o->rules_url, &why)) return usage_error("--rules-url " + o->rules_url + " " + why);
+    if (o->rules_cache.empty()) {
+      return usage_error("--rules-url needs --rules-cache FILE: the last good rules, so that a restart while the rules "
+                         "service is down still starts with rules");
+    }
+  } else if (!o->rules_cache.empty()) {
+    return usage_error("--rules-cache is for --rules-url (a --rules file is its own copy)");
+  }
+  if (o->rules_file.empty() && o->rules_url.empty() && o->rls_config.empty()) {
+    return usage_error("--rules FILE or --rules-url URL is required (or --rls-config PATH, to serve Envoy's rate limit "
+                       "service only)");
   }
   if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
   if (o->rls_listen.empty() && o->http_listen.empty() && !o->rls_config.empty()) {

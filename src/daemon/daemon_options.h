@@ -22,6 +22,11 @@ struct DaemonOptions {
   // Client API endpoints; the default is the client library's (tollgate::kDefaultEndpoint).
   std::vector<std::string> listen = {"unix:/run/tollgate/tollgated.sock"};
   std::string rules_file;               // required unless rls_config is given
+  // The rules retriever: polls rules_url instead of reading rules_file (one or the other), and
+  // keeps the last good copy in rules_cache (required with rules_url).
+  std::string rules_url;                // http://HOST[:PORT]/PATH
+  int64_t rules_poll_ns = 10 * kNanosPerSecond;
+  std::string rules_cache;
   std::string config_file;
   NodeSettings node;                    // mode, membership, interval, ... (config/node_settings.h)
   TransportKind transport = TransportKind::kUdp;
