@@ -192,6 +192,50 @@ TEST(KeyTableChargeWhenOver, AllOrNothingStillChargesTheLimitsThatMustBePaid) {
   EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"llm:a", 3}}));  // and nothing else
 }
 
+Limit in_shadow(int64_t rate, int64_t burst) {
+  Limit l = per_second(rate, burst, burst);
+  l.shadow = true;
+  return l;
+}
+
+TEST(KeyTableShadow, WhatTheLimitWouldDenyPassesUnchargedAndSaysSo) {
+  KeyTable t(one_rule("api:*", in_shadow(10, 10)));
+  for (int i = 0; i < 10; ++i) {
+    const Decision d = t.allow("api:a", 1, 0);
+    ASSERT_TRUE(d.allowed);
+    EXPECT_FALSE(d.shadow_denied);
+  }
+  for (const int64_t cost : {1, 1000}) {  // short of tokens, and above the burst
+    const Decision d = t.allow("api:a", cost, 0);
+    EXPECT_TRUE(d.allowed);
+    EXPECT_TRUE(d.shadow_denied);
+    EXPECT_EQ(d.reason, DenyReason::kNone);
+    EXPECT_EQ(d.retry_after_ns, 0);
+    EXPECT_EQ(d.remaining, 0);
+  }
+  // Uncharged: the bucket is where enforcing the limit would have left it, and only the ten
+  // admitted tokens go to the other nodes.
+  EXPECT_EQ(*t.balance_microtokens("api:a", 0), 0);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"api:a", 10}}));
+  // A bad cost is still refused: shadow mode hides limits, not errors.
+  EXPECT_FALSE(t.allow("api:a", -1, 0).allowed);
+}
+
+TEST(KeyTableShadow, AllOrNothingIsDecidedByTheEnforcedLimitsAlone) {
+  auto rules = std::make_shared<RuleSet>(
+      std::vector<Rule>{{"new:*", in_shadow(10, 1), 0}, {"api:*", per_second(10, 10, 10), 0}}, std::nullopt);
+  KeyTable t(rules);
+  ASSERT_TRUE(t.allow("new:a", 1, 0).allowed);  // the shadow bucket is spent
+  drain(t);
+  const CheckItem items[] = {{"new:a", 1}, {"api:b", 1}};
+  Decision out[2];
+  EXPECT_TRUE(t.allow_all(items, out, 0));  // the shadow limit does not deny the request
+  EXPECT_TRUE(out[0].shadow_denied);
+  EXPECT_TRUE(out[1].allowed);
+  EXPECT_FALSE(out[1].shadow_denied);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"api:b", 1}}));  // new:a uncharged
+}
+
 TEST(KeyTable, KeysNoRuleGovernsAreAdmittedWithoutABucket) {
   KeyTable t(one_rule("user:*", per_second(1, 1, 1)));
   for (int i = 0; i < 100; ++i) {

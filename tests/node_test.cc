@@ -479,5 +479,23 @@ TEST(Node, CountsChecksPerRuleAndKeepsThemAcrossAReload) {
   EXPECT_EQ(counted(all, "c", &RuleCounters::checks), 0u);
 }
 
+TEST(Node, CountsWhatAShadowRuleWouldHaveDeniedAsAllowedAndShadowDenied) {
+  DropEverything out;
+  SplitMix64 random(1);
+  NodeOptions o;
+  o.id = "n";
+  o.address = "127.0.0.1:1";
+  Limit shadow{Rate{1, kNanosPerSecond}, 2, 2};
+  shadow.shadow = true;
+  Node node(o, std::make_shared<const RuleSet>(std::vector<Rule>{{"s*", shadow, 0}}, std::nullopt), out, random);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(node.check("s1", 1, 0).allowed);
+  const auto all = node.rule_counters();
+  EXPECT_EQ(counted(all, "s*", &RuleCounters::checks), 5u);
+  EXPECT_EQ(counted(all, "s*", &RuleCounters::allowed), 5u);
+  EXPECT_EQ(counted(all, "s*", &RuleCounters::denied), 0u);
+  EXPECT_EQ(counted(all, "s*", &RuleCounters::shadow_denied), 3u);
+  EXPECT_EQ(node.stats().denied, 0u);
+}
+
 }  // namespace
 }  // namespace tollgate

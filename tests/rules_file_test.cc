@@ -69,6 +69,21 @@ TEST(RulesFile, ChargeWhenOverIsReadAndDefaultsToFalse) {
   EXPECT_NE(msg.find("charge_when_over must be true or false"), std::string::npos) << msg;
 }
 
+TEST(RulesFile, ShadowIsReadAndCannotBeChargedWhenOver) {
+  auto rs = parse_rules("rules:\n  - {match: a, rate: 1/s, burst: 1, shadow: true}\n  - {match: b, rate: 1/s, burst: 1}\n"
+                        "default: {rate: 1/s, burst: 1, shadow: yes}\n",
+                        "r.yaml");
+  EXPECT_TRUE(rs->rules()[0].limit.shadow);
+  EXPECT_FALSE(rs->rules()[1].limit.shadow);
+  EXPECT_TRUE(rs->default_limit()->shadow);
+  std::string msg = error_of("rules:\n  - {match: a, rate: 1/s, burst: 1, shadow: maybe}\n");
+  EXPECT_EQ(msg.rfind("rules.yaml:2:", 0), 0u) << msg;
+  EXPECT_NE(msg.find("shadow must be true or false"), std::string::npos) << msg;
+  msg = error_of("rules:\n  - {match: a, rate: 1/s, burst: 1, shadow: true, charge_when_over: true}\n");
+  EXPECT_EQ(msg.rfind("rules.yaml:2:", 0), 0u) << msg;
+  EXPECT_NE(msg.find("shadow and charge_when_over exclude each other"), std::string::npos) << msg;
+}
+
 TEST(RulesFile, EmptyFileOrNoDefaultLimitsNothing) {
   EXPECT_EQ(parse_rules("", "r.yaml")->match("k"), RuleSet::kUnlimited);
   EXPECT_EQ(parse_rules("rules: []\n", "r.yaml")->match("k"), RuleSet::kUnlimited);

@@ -40,6 +40,8 @@ struct Decision {
   Limit limit;
   // Denied, and charged all the same: the limit has charge_when_over (see Limit).
   bool charged_anyway = false;
+  // The limit is in shadow mode and would have denied this check: allowed, and not charged.
+  bool shadow_denied = false;
   // The index of the rule that governs the key (RuleSet::match), or UINT32_MAX (RuleSet::kUnlimited)
   // when none does or the key was refused. Valid for the RuleSet in force when it was decided.
   uint32_t rule = UINT32_MAX;

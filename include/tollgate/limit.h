@@ -28,6 +28,10 @@ struct Limit {
   // after the work is done (Envoy's apply_on_stream_done, tokens of an LLM answer), which must be
   // paid whatever the answer. Later checks then wait until the debt is repaid.
   bool charge_when_over = false;
+  // Shadow mode, to try a limit before enforcing it: a check it would deny is allowed all the
+  // same, uncharged, and marked (Decision::shadow_denied), so the bucket follows exactly what
+  // enforcing would have admitted. Not with charge_when_over.
+  bool shadow = false;
   friend bool operator==(const Limit&, const Limit&) = default;
 };
 

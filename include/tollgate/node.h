@@ -126,7 +126,8 @@ struct NodeStats {
 // One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).
 struct RuleCounters {
   uint64_t checks = 0, allowed = 0, denied = 0;
-  uint64_t near_limit = 0;  // allowed, leaving less than 20% of the burst (80% used)
+  uint64_t shadow_denied = 0;  // allowed (and counted so) only because the limit is in shadow mode
+  uint64_t near_limit = 0;     // allowed, leaving less than 20% of the burst (80% used)
 };
 
 class Node {

@@ -7,6 +7,8 @@
 //       max_debt: 10           # optional; default = burst
 //       charge_when_over: false # optional: true charges a denied cost all the same, into debt
 //                               # (costs known after the work; see Limit::charge_when_over)
+//       shadow: false          # optional: true tries the limit without enforcing it: what it
+//                              # would deny passes, uncharged, counted as shadow-denied
 //   default:                   # optional; without it a key that matches no rule is not limited
 //     rate: 100/s
 //     burst: 100

@@ -68,8 +68,8 @@ class RulesParser {
     rule.line = node.Mark().line + 1;
     bool has_match = false, has_rate = false, has_burst = false, has_debt = false;
     // Arrays with static storage: an initializer_list chosen by ?: would dangle.
-    static constexpr std::string_view kRuleFields[] = {"match", "rate", "burst", "max_debt", "charge_when_over"};
-    static constexpr std::string_view kDefaultFields[] = {"rate", "burst", "max_debt", "charge_when_over"};
+    static constexpr std::string_view kRuleFields[] = {"match", "rate", "burst", "max_debt", "charge_when_over", "shadow"};
+    static constexpr std::string_view kDefaultFields[] = {"rate", "burst", "max_debt", "charge_when_over", "shadow"};
     const std::span<const std::string_view> fields = with_match ? std::span<const std::string_view>(kRuleFields)
                                                                 : std::span<const std::string_view>(kDefaultFields);
     for_each_field(node, fields, [&](const std::string& name, const YAML::Node& value) {
@@ -96,10 +96,13 @@ class RulesParser {
         rule.limit.max_debt = integer(value, "max_debt", 0);
       } else {
         bool b = false;
-        if (!value.IsScalar() || !YAML::convert<bool>::decode(value, b)) fail(value, "charge_when_over must be true or false");
-        rule.limit.charge_when_over = b;
+        if (!value.IsScalar() || !YAML::convert<bool>::decode(value, b)) fail(value, name + " must be true or false");
+        (name == "shadow" ? rule.limit.shadow : rule.limit.charge_when_over) = b;
       }
     });
+    if (rule.limit.shadow && rule.limit.charge_when_over) {
+      fail(node, "shadow and charge_when_over exclude each other: a shadow limit charges nothing it would deny");
+    }
     if (with_match && !has_match) fail(node, "rule has no `match`");
     if (!has_rate) fail(node, std::string(with_match ? "rule" : "default") + " has no `rate` (e.g. rate: 100/s)");
     if (!has_burst) fail(node, std::string(with_match ? "rule" : "default") + " has no `burst`");

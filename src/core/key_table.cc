@@ -65,12 +65,23 @@ class KeyTable::Impl {
     Decision d = e.bucket.try_acquire(limit, cost, now);
     d.limit = limit;
     d.rule = e.rule;
-    if (d.allowed && cost > 0) {
+    pass_in_shadow(d);
+    if (d.allowed && !d.shadow_denied && cost > 0) {
       record(slot, cost);
     } else if (!d.allowed && cost > 0 && limit.charge_when_over) {
       charge_anyway(slot, limit, cost, now, d);
     }
     return d;
+  }
+
+  // A limit in shadow mode denies nothing: what it would deny passes, uncharged, and says so.
+  static void pass_in_shadow(Decision& d) {
+    if (d.allowed || !d.limit.shadow) return;
+    if (d.reason != DenyReason::kInsufficientTokens && d.reason != DenyReason::kCostExceedsBurst) return;
+    d.allowed = true;
+    d.shadow_denied = true;
+    d.reason = DenyReason::kNone;
+    d.retry_after_ns = 0;
   }
 
   // This node's consumption of `cost` on the key at `slot`, for take_pending.
@@ -142,6 +153,7 @@ class KeyTable::Impl {
       out[i] = p->bucket.try_acquire(p->limit, c.cost, now);
       out[i].limit = p->limit;
       out[i].rule = p->rule;
+      pass_in_shadow(out[i]);
       all = all && out[i].allowed;
     }
     if (all) {

@@ -391,6 +391,7 @@ void Node::count(const Decision& d) {
     return;
   }
   ++c.allowed;
+  if (d.shadow_denied) ++c.shadow_denied;
   if (d.has_limit() && d.remaining * 5 < d.limit.burst) ++c.near_limit;
 }
 
@@ -399,6 +400,7 @@ void add_to(RuleCounters& into, const RuleCounters& c) {
   into.checks += c.checks;
   into.allowed += c.allowed;
   into.denied += c.denied;
+  into.shadow_denied += c.shadow_denied;
   into.near_limit += c.near_limit;
 }
 }  // namespace

@@ -166,6 +166,9 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
             limit.bucket.burst = limit.burst.value_or(limit.requests_per_unit);
             limit.bucket.max_debt = limit.max_debt.value_or(limit.bucket.burst);
             limit.bucket.charge_when_over = limit.charge_when_over;
+            // What a shadow descriptor would deny passes (rls/decide.cc); charge_when_over ones
+            // are charged whatever the answer, so their shadow is decided there alone.
+            limit.bucket.shadow = desc.shadow_mode && !limit.charge_when_over;
             if (std::string why = validate_limit(limit.bucket); !why.empty()) at(why);
             tree_->by_path.emplace(node.path, uint32_t(limits_.size()));
             limits_.push_back(&limit);

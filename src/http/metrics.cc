@@ -83,6 +83,9 @@ std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>
       {"tollgate_rule_checks_total", "Checks decided under the rule at this node", &RuleCounters::checks},
       {"tollgate_rule_allowed_total", "Checks the rule allowed at this node", &RuleCounters::allowed},
       {"tollgate_rule_denied_total", "Checks the rule denied at this node", &RuleCounters::denied},
+      {"tollgate_rule_shadow_denied_total",
+       "Checks a rule in shadow mode would have denied: allowed (and in _allowed_total), uncharged",
+       &RuleCounters::shadow_denied},
       {"tollgate_rule_near_limit_total", "Allowed checks that left less than 20% of the burst (80% used)",
        &RuleCounters::near_limit}};
   for (const PerRule& p : kPerRule) {

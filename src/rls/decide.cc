@@ -203,7 +203,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     }
     r.until_full_ns = until_full_ns(d);
     if (item.cost > 0) {
-      r.shadow_over = !d.allowed;
+      r.shadow_over = !d.allowed || d.shadow_denied;
     } else if (shadow) {
       r.shadow_over = p.hits > 0 ? d.remaining < p.hits : d.remaining < 0;
     }

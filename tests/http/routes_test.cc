@@ -48,7 +48,7 @@ class TableHandler : public RequestHandler {
   StatsList stats() override { return {{"checks", 3}, {"checks_allowed", 2}, {"checks_denied", 1}, {"keys", 7}, {"api.requests", 9}}; }
   std::string set_faults(const FaultSettings&) override { return ""; }
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override {
-    return {{"k*", RuleCounters{5, 4, 1, 2}}, {"rls:web.path_/a \"b\"", RuleCounters{1, 1, 0, 0}}};
+    return {{"k*", RuleCounters{5, 4, 1, 1, 2}}, {"rls:web.path_/a \"b\"", RuleCounters{1, 1, 0, 0, 0}}};
   }
 
   MonoNanos now = 0;
@@ -271,6 +271,7 @@ TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
                            "tollgate_members{state=\"suspect\"} 1", "tollgate_members{state=\"dead\"} 0",
                            "tollgate_rule_checks_total{rule=\"k*\"} 5", "tollgate_rule_allowed_total{rule=\"k*\"} 4",
                            "tollgate_rule_denied_total{rule=\"k*\"} 1", "tollgate_rule_near_limit_total{rule=\"k*\"} 2",
+                           "tollgate_rule_shadow_denied_total{rule=\"k*\"} 1",
                            // Label values are escaped by the serializer.
                            "tollgate_rule_checks_total{rule=\"rls:web.path_/a \\\"b\\\"\"} 1"}) {
     EXPECT_NE(r.body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << r.body;
