@@ -4,6 +4,7 @@
 //   tollgate members [--json]
 //   tollgate stats [--json]
 //   tollgate rules check FILE [--rls]      (offline: no daemon is asked)
+//   tollgate rules show [--json]           (the daemon's rules version, reloads and polls)
 //   tollgate admin faults [--drop-to ID,...] [--drop-from ID,...] [--loss P] [--delay 100ms]
 //                         [--duplicate P] | --clear
 //
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
       "Print a new random cluster key (32 bytes, hex) for tollgated --cluster-key-file; no daemon is asked.\n"
       "Make the file readable by tollgated alone, e.g.: (umask 077; tollgate keygen > /etc/tollgate/cluster.key)");
 
-  CLI::App* rules = app.add_subcommand("rules", "Rules files, offline");
+  CLI::App* rules = app.add_subcommand("rules", "Rules: check a file offline, or show what a daemon has in force");
   rules->require_subcommand(1);
   CLI::App* rules_check = rules->add_subcommand(
       "check",
@@ -95,6 +96,11 @@ int main(int argc, char** argv) {
   bool rules_rls = false;
   rules_check->add_option("PATH", rules_path, "The file (or, with --rls, a file or directory)")->required();
   rules_check->add_flag("--rls", rules_rls, "PATH is an RLS config (tollgated --rls-config), not a rules file");
+  CLI::App* rules_show = rules->add_subcommand(
+      "show",
+      "Ask the daemon which rules are in force: their version (as `rules check` prints it for a file), reloads "
+      "done and refused, and with --rules-url the polls of the rules service");
+  rules_show->add_flag("--json", json, "Print {\"stats\": {...}} with the rules counters only");
 
   CLI::App* admin = app.add_subcommand("admin", "Administrative commands");
   admin->require_subcommand(1);
@@ -198,6 +204,34 @@ int main(int argc, char** argv) {
     auto list = client->members(&error);
     if (!list) return fail(error);
     std::cout << (json ? tollgate::cli::format_members_json(*list) : tollgate::cli::format_members_text(*list));
+    return 0;
+  }
+  if (rules_show->parsed()) {
+    auto list = client->stats(&error);
+    if (!list) return fail(error);
+    std::erase_if(*list, [](const auto& s) { return !s.first.starts_with("rules_"); });
+    if (json) {
+      std::cout << tollgate::cli::format_stats_json(*list);
+      return 0;
+    }
+    auto value = [&](std::string_view name) -> int64_t {
+      for (const auto& [n, v] : *list) {
+        if (n == name) return v;
+      }
+      return 0;
+    };
+    if (value("rules_version") == 0) {
+      std::cout << "no rules file in force (the daemon serves the RLS config alone)\n";
+    } else {
+      std::cout << "rules version " << value("rules_version") << "\n";
+    }
+    std::cout << "reloads: " << value("rules_reloads") << " applied, " << value("rules_reload_failures")
+              << " refused (the rules in force stayed)\n";
+    if (value("rules_polls") > 0) {
+      std::cout << "rules service polls: " << value("rules_polls") << ", " << value("rules_polls_not_modified")
+                << " unchanged, " << value("rules_poll_failures") << " failed; cache writes failed: "
+                << value("rules_cache_write_failures") << "\n";
+    }
     return 0;
   }
   if (stats->parsed()) {

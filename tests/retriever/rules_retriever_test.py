@@ -6,7 +6,7 @@ The served file is edited, broken and taken away while a daemon polls it; then t
 restarted while the service is down (it must start from its cached copy), and started with no
 cache and no service (it must refuse to start, naming the URL).
 
-Usage (ctest runs it): rules_retriever_test.py TOLLGATED [unittest args]
+Usage (ctest runs it): rules_retriever_test.py TOLLGATED TOLLGATE_CLI [unittest args]
 Nothing here sleeps for synchronisation: every wait polls observable state with a deadline.
 """
 import hashlib
@@ -22,8 +22,8 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
 
-TOLLGATED = sys.argv[1]
-del sys.argv[1:2]
+TOLLGATED, CLI = sys.argv[1], sys.argv[2]
+del sys.argv[1:3]
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 RULES_V1 = 'rules:\n  - {match: "k*", rate: 5/min, burst: 5}\n'
@@ -190,6 +190,13 @@ class RulesService(unittest.TestCase):
         self.assertEqual(self.burst_of("k1"), 70)
         self.assertEqual(self.stats()["rules_reloads"], 1)
         self.wait_until("version 2 cached", lambda: self.cached() == RULES_V2)
+        # What an operator sees: tollgate rules show.
+        shown = subprocess.run([CLI, "--endpoint", "unix:" + os.path.join(self.dir, "a.sock"), "rules", "show"],
+                               capture_output=True, text=True, timeout=20)
+        self.assertEqual(shown.returncode, 0, shown.stderr)
+        self.assertIn("rules version %d\n" % version(RULES_V2), shown.stdout)
+        self.assertIn("reloads: 1 applied, 0 refused", shown.stdout)
+        self.assertRegex(shown.stdout, r"rules service polls: \d+, \d+ unchanged, 0 failed")
 
     def test_3_a_broken_version_is_refused_once_and_the_rules_in_force_stay(self):
         publish(self.served, BROKEN)
