@@ -117,7 +117,9 @@ descriptors:
   EXPECT_EQ(l.burst, std::optional<int64_t>(600));
   EXPECT_EQ(l.max_debt, std::optional<int64_t>(50));
   EXPECT_TRUE(l.limited());
-  EXPECT_EQ(l.bucket, (Limit{Rate{500, kSec}, 600, 50}));
+  Limit expected{Rate{500, kSec}, 600, 50};
+  expected.shadow = true;  // the descriptor's shadow_mode
+  EXPECT_EQ(l.bucket, expected);
 
   ASSERT_EQ(users.descriptors.size(), 1u);
   const RlsDescriptor& coll = users.descriptors[0];
