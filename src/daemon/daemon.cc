@@ -286,6 +286,7 @@ void Daemon::schedule_watch() {
   watch_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_) return;
     reload_peers_if_changed();
+    if (rules_cache_stale_) write_rules_cache(rules_in_force_text_);
     // An edited rules file applies within two seconds, SIGHUP or not: once its fingerprint has
     // held for a whole tick, so that a file written in place (truncated, then filled) is not
     // read half-written, which could parse as fewer rules and drop buckets. A broken one is
@@ -316,20 +317,23 @@ void Daemon::load_rules_file_now() {
   rules_version_ = content_version(text);
 }
 
-namespace {
-FetchLimits rules_fetch_limits() { return FetchLimits{}; }  // 5 s, 4 MiB
-}  // namespace
 
 void Daemon::load_rules_from_service_now() {
   std::string why;
   const std::optional<HttpUrl> url = parse_http_url(options_.rules_url, &why);
   if (!url) throw ConfigError(options_.rules_url, 0, 0, why);  // parse_daemon_options checked it
-  boost::system::error_code not_ip;
-  const auto host = boost::asio::ip::make_address(url->host, not_ip);
-  if (url->host != "localhost" && (not_ip || !host.is_loopback())) {
-    spdlog::warn("rules come over plain http from {}: whoever can alter that traffic sets this cluster's limits; "
-                 "keep the rules service on a trusted network, or reach it through a local proxy that speaks TLS",
-                 url->host_header);
+  FetchLimits limits;  // 5 s, 4 MiB
+  if (url->tls) {
+    limits.tls = make_tls_context(options_.rules_ca, &why);
+    if (!limits.tls) throw ConfigError(options_.rules_ca.empty() ? options_.rules_url : options_.rules_ca, 0, 0, why);
+  } else {
+    boost::system::error_code not_ip;
+    const auto host = boost::asio::ip::make_address(url->host, not_ip);
+    if (url->host != "localhost" && (not_ip || !host.is_loopback())) {
+      spdlog::warn("rules come over plain http from {}: whoever can alter that traffic sets this cluster's limits; "
+                   "use https:// (or keep the rules service on a trusted network)",
+                   url->host_header);
+    }
   }
   // The cache first: a restart while the rules service is down starts with the last good rules,
   // and the first poll (at once) brings newer ones.
@@ -349,7 +353,7 @@ void Daemon::load_rules_from_service_now() {
     }
   }
   if (!loaded) {
-    FetchResult r = fetch_http_now(*url, rules_fetch_limits());
+    FetchResult r = fetch_http_now(*url, limits);
     if (r.kind != FetchResult::Kind::kNew) {
       throw ConfigError(options_.rules_url, 0, 0,
                         "no rules to start with: the rules service answers " + r.error +
@@ -369,7 +373,7 @@ void Daemon::load_rules_from_service_now() {
   retriever.url = *url;
   retriever.url_text = options_.rules_url;
   retriever.poll = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.rules_poll_ns));
-  retriever.limits = rules_fetch_limits();
+  retriever.limits = limits;
   retriever_ = std::make_unique<RulesRetriever>(io_, retriever,
                                                 [this](const std::string& body) { return apply_fetched_rules(body); });
 }
@@ -398,12 +402,19 @@ std::string Daemon::apply_fetched_rules(const std::string& body) {
 }
 
 void Daemon::write_rules_cache(const std::string& body) {
-  if (std::string failed = write_file_atomically(options_.rules_cache, body); !failed.empty()) {
-    ++reloads_.cache_write_failed;
+  const std::string failed = write_file_atomically(options_.rules_cache, body);
+  if (failed.empty()) {
+    if (rules_cache_stale_) spdlog::info("the rules in force are cached again in {}", options_.rules_cache);
+    rules_cache_stale_ = false;
+    return;
+  }
+  ++reloads_.cache_write_failed;
+  if (!rules_cache_stale_) {  // logged once; retried every second (schedule_watch)
     spdlog::error("the rules in force are not cached (a restart while the rules service is down would start with "
-                  "older rules): {}",
+                  "older rules), retrying every second: {}",
                   failed);
   }
+  rules_cache_stale_ = true;
 }
 
 bool Daemon::reload_rules_file() {

@@ -102,6 +102,7 @@ class Daemon final : public RequestHandler {
   std::unique_ptr<RulesRetriever> retriever_;  // with --rules-url
   std::string rules_etag_;  // of the first fetch at start, for the retriever's first poll
   std::string rules_in_force_text_;  // with --rules-url: the bytes of the rules in force
+  bool rules_cache_stale_ = false;   // the last cache write failed: retried every second
   std::unique_ptr<rls::RlsServer> rls_;
   std::unique_ptr<http::HttpServer> http_;
   // Misbehaving clients and peers: one log line per offender per 10 s (see OffenseLimiter).

@@ -100,14 +100,17 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "YAML rules file (see config/rules.yaml); reloaded when it changes (checked every second) and on "
                  "SIGHUP; a broken edit leaves the last good rules in force. Required unless --rls-config is given");
   app.add_option("--rules-url", o->rules_url,
-                 "Poll a rules service for the rules file instead: http://HOST[:PORT]/PATH (any web server or object "
-                 "store; If-None-Match/ETag). A new version is validated before it replaces the rules in force; a broken "
+                 "Poll a rules service for the rules file instead: https://HOST[:PORT]/PATH (or http://; any web "
+                 "server or object store; If-None-Match/ETag). A new version is validated before it replaces the rules in force; a broken "
                  "or unreachable one leaves them in force (logged once, counted). Needs --rules-cache");
   std::string rules_poll = format_duration(o->rules_poll_ns);
   app.add_option("--rules-poll", rules_poll, "How often --rules-url is polled (100ms to 1h)")->type_name("DURATION");
   app.add_option("--rules-cache", o->rules_cache,
                  "With --rules-url: where the last good rules are kept, so that a restart while the rules service is "
                  "down starts with them (written atomically; its directory must be writable, e.g. /var/lib/tollgate)");
+  app.add_option("--rules-ca", o->rules_ca,
+                 "With an https:// --rules-url: a PEM file of the CA certificates to trust for the rules service "
+                 "(default: the system's). The certificate must also name the URL's host");
   app.add_option("--rls-listen", o->rls_listen,
                  "Serve Envoy's rate limit service (gRPC envoy.service.ratelimit.v3 and grpc.health.v1) on HOST:PORT "
                  "or unix:PATH (loopback advised: the service has no authentication). Needs --rls-config");
@@ -238,13 +241,16 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   }
   if (!o->rules_url.empty()) {
     std::string why;
-    if (!parse_http_url(o->rules_url, &why)) return usage_error("--rules-url " + o->rules_url + " " + why);
+    const auto url = parse_http_url(o->rules_url, &why);
+    if (!url) return usage_error("--rules-url " + o->rules_url + " " + why);
+    if (!o->rules_ca.empty() && !url->tls) return usage_error("--rules-ca is for an https:// --rules-url");
     if (o->rules_cache.empty()) {
       return usage_error("--rules-url needs --rules-cache FILE: the last good rules, so that a restart while the rules "
                          "service is down still starts with rules");
     }
-  } else if (!o->rules_cache.empty()) {
-    return usage_error("--rules-cache is for --rules-url (a --rules file is its own copy)");
+  } else if (!o->rules_cache.empty() || !o->rules_ca.empty()) {
+    return usage_error(std::string(o->rules_cache.empty() ? "--rules-ca" : "--rules-cache") +
+                       " is for --rules-url (a --rules file is its own copy)");
   }
   if (o->rules_file.empty() && o->rules_url.empty() && o->rls_config.empty()) {
     return usage_error("--rules FILE or --rules-url URL is required (or --rls-config PATH, to serve Envoy's rate limit "

@@ -7,6 +7,11 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <type_traits>
 
 #include "config/content_version.h"
 #include "tollgate/clock.h"
@@ -19,17 +24,37 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = boost::asio::ip::tcp;
 
+// True when `text` has no line but blank ones and # comments.
+bool blank_yaml(std::string_view text) {
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(at, end - at);
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first != std::string_view::npos && line[first] != '#') return false;
+    at = end + 1;
+  }
+  return true;
+}
+
 std::string range_text(const UriTextRangeA& r) {
   if (r.first == nullptr || r.afterLast == nullptr) return {};
   return std::string(r.first, r.afterLast);
 }
 
-// One GET, from resolving the name to the last byte of the answer, under one deadline.
-class Fetch : public std::enable_shared_from_this<Fetch> {
+// One GET, from resolving the name to the last byte of the answer, under one deadline. Stream
+// is beast::tcp_stream for http://, or beast::ssl_stream over one for https://.
+template <class Stream>
+class Fetch : public std::enable_shared_from_this<Fetch<Stream>> {
  public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  template <class... StreamArgs>
   Fetch(boost::asio::io_context& io, const HttpUrl& url, const std::string& if_none_match, const FetchLimits& limits,
-        std::function<void(FetchResult)> done)
-      : url_(url), limits_(limits), done_(std::move(done)), resolver_(io), stream_(io), deadline_(io) {
+        std::function<void(FetchResult)> done, StreamArgs&&... stream_args)
+      : url_(url), limits_(limits), done_(std::move(done)), resolver_(io),
+        stream_(std::forward<StreamArgs>(stream_args)...), deadline_(io) {
     request_.version(11);
     request_.method(http::verb::get);
     request_.target(url_.target);
@@ -42,32 +67,57 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
   }
 
   void start() {
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     deadline_.expires_after(limits_.timeout);
     deadline_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->finished_) return;
+      // Answered now, whatever is in flight: a resolver cannot interrupt a getaddrinfo already
+      // running, and a cancel would not stop a connect walking several addresses. Closing the
+      // socket ends the walk; every step checks timed_out_, so one already queued starts none.
       self->timed_out_ = true;
-      self->resolver_.cancel();
-      self->stream_.cancel();
+      self->fail("");
     });
+    if constexpr (kTls) {
+      // SNI, and the certificate must name the host (or its IP address).
+      if (!SSL_set_tlsext_host_name(stream_.native_handle(), url_.host.c_str())) {
+        return fail("cannot set the TLS server name " + url_.host);
+      }
+      stream_.set_verify_callback(boost::asio::ssl::host_name_verification(url_.host));
+    }
     resolver_.async_resolve(url_.host, url_.port, [self](const boost::system::error_code& resolved, tcp::resolver::results_type results) {
-      if (resolved) return self->fail("cannot resolve " + self->url_.host + ": " + resolved.message());
-      self->stream_.async_connect(results, [self](const boost::system::error_code& connected, const tcp::endpoint&) {
-        if (connected) return self->fail("cannot connect to " + self->url_.host_header + ": " + connected.message());
-        http::async_write(self->stream_, self->request_, [self](const boost::system::error_code& sent, size_t) {
-          if (sent) return self->fail("cannot send the request: " + sent.message());
-          self->read_some();
-        });
+      if (resolved || self->timed_out_) return self->fail("cannot resolve " + self->url_.host + ": " + resolved.message());
+      beast::get_lowest_layer(self->stream_).async_connect(results, [self](const boost::system::error_code& connected, const tcp::endpoint&) {
+        if (connected || self->timed_out_) {
+          return self->fail("cannot connect to " + self->url_.host_header + ": " + connected.message());
+        }
+        if constexpr (kTls) {
+          self->stream_.async_handshake(boost::asio::ssl::stream_base::client, [self](const boost::system::error_code& shaken) {
+            if (shaken || self->timed_out_) return self->fail("TLS handshake with " + self->url_.host_header + " failed: " + shaken.message());
+            self->send();
+          });
+        } else {
+          self->send();
+        }
       });
     });
   }
 
  private:
-  // A piece at a time, to hold the body to max_body_bytes: Boost 1.74's parser does not enforce
-  // its body_limit on a response with a Content-Length (tests/retriever/fetch_test.cc).
+  void send() {
+    auto self = this->shared_from_this();
+    http::async_write(stream_, request_, [self](const boost::system::error_code& sent, size_t) {
+      if (sent || self->timed_out_) return self->fail("cannot send the request: " + sent.message());
+      self->read_some();
+    });
+  }
+
+  // A piece at a time, to hold the body to max_body_bytes: in tests/retriever/fetch_test.cc,
+  // Boost 1.74's parser let a Content-Length above its body_limit through. The buffer is capped
+  // too (buffer_): a chunk-size line or trailer that never ends is not bounded by the parser.
   void read_some() {
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     http::async_read_some(stream_, buffer_, parser_, [self](const boost::system::error_code& ec, size_t) {
+      if (self->timed_out_) return self->fail("");
       if (!ec && !self->parser_.is_done()) {
         const auto announced = self->parser_.content_length();
         if ((announced && *announced > self->limits_.max_body_bytes) ||
@@ -85,11 +135,25 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
       return fail("the body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
     }
     if (ec == http::error::header_limit) return fail("the response's header is larger than 16 KiB");
+    if (ec == http::error::buffer_overflow) return fail("a line of the response (a chunk size or a trailer) is over 64 KiB");
+    // Over TLS, a body that ends at the connection's end is complete only with the server's
+    // close_notify: without it (stream_truncated) an attacker could have cut it short.
     if (ec) return fail("cannot read the response: " + ec.message());
     auto& response = parser_.get();
     if (response.body().size() > limits_.max_body_bytes) return on_read(http::error::body_limit);
     FetchResult r;
     if (response.result() == http::status::ok) {
+      // A body that ends where the connection does would look complete if the connection were
+      // cut: rules cut short could parse as fewer rules, and lift limits.
+      if (!parser_.content_length() && !parser_.chunked()) {
+        return fail("the answer has neither a Content-Length nor chunked encoding (a cut connection would look "
+                    "complete)");
+      }
+      // Nothing but blanks and comments: a file being rewritten, or a misconfigured server.
+      // Taken as rules, it would lift every limit on every node at once.
+      if (blank_yaml(response.body())) {
+        return fail("the body holds no rules (empty, or comments only): refused; publish `rules: []` to mean none");
+      }
       r.kind = FetchResult::Kind::kNew;
       r.etag = std::string(response[http::field::etag]);
       r.body = std::move(response.body());
@@ -115,9 +179,12 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
     if (finished_) return;
     finished_ = true;
     deadline_.cancel();
+    resolver_.cancel();
+    // No TLS close_notify: the answer is in, and the connection was Connection: close.
+    auto& socket = beast::get_lowest_layer(stream_).socket();
     boost::system::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
     done_(std::move(r));
   }
 
@@ -125,9 +192,9 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
   FetchLimits limits_;
   std::function<void(FetchResult)> done_;
   tcp::resolver resolver_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   boost::asio::steady_timer deadline_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_{64 * 1024};
   http::request<http::empty_body> request_;
   http::response_parser<http::string_body> parser_;
   bool finished_ = false;
@@ -152,20 +219,17 @@ std::optional<HttpUrl> parse_http_url(const std::string& url, std::string* why) 
   } free_uri{&uri};
   std::string scheme = range_text(uri.scheme);
   for (char& c : scheme) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (scheme == "https") {
-    return fail("uses https, which the retriever does not speak: serve the rules over http:// (on a trusted "
-                "network, or through a local proxy that speaks TLS to the rules service)");
-  }
-  if (scheme != "http") return fail("must start with http://");
+  if (scheme != "http" && scheme != "https") return fail("must start with http:// or https://");
   if (uri.userInfo.first != nullptr) return fail("must not carry credentials (they would be logged)");
   if (uri.fragment.first != nullptr) return fail("must not have a #fragment");
   HttpUrl out;
+  out.tls = scheme == "https";
   out.host = range_text(uri.hostText);
   if (out.host.empty()) return fail("has no host");
   const bool ipv6 = uri.hostData.ip6 != nullptr || uri.hostData.ipFuture.first != nullptr;
   out.port = range_text(uri.portText);
   if (out.port.empty()) {
-    out.port = "80";
+    out.port = out.tls ? "443" : "80";
   } else {
     const bool digits = out.port.size() <= 5 && out.port.find_first_not_of("0123456789") == std::string::npos;
     if (!digits || std::stoul(out.port) == 0 || std::stoul(out.port) > 65535) return fail("has a bad port");
@@ -179,9 +243,39 @@ std::optional<HttpUrl> parse_http_url(const std::string& url, std::string* why) 
   return out;
 }
 
+std::shared_ptr<boost::asio::ssl::context> make_tls_context(const std::string& ca_file, std::string* why) {
+  try {
+    auto ctx = std::make_shared<boost::asio::ssl::context>(boost::asio::ssl::context::tls_client);
+    ctx->set_options(boost::asio::ssl::context::no_sslv2 | boost::asio::ssl::context::no_sslv3 |
+                     boost::asio::ssl::context::no_tlsv1 | boost::asio::ssl::context::no_tlsv1_1);
+    if (ca_file.empty()) {
+      ctx->set_default_verify_paths();
+    } else {
+      ctx->load_verify_file(ca_file);
+    }
+    ctx->set_verify_mode(boost::asio::ssl::verify_peer);
+    return ctx;
+  } catch (const boost::system::system_error& e) {
+    if (why) *why = (ca_file.empty() ? std::string("the system's CA certificates") : ca_file) + ": " + e.what();
+    return nullptr;
+  }
+}
+
 void fetch_http(boost::asio::io_context& io, const HttpUrl& url, const std::string& if_none_match,
                 const FetchLimits& limits, std::function<void(FetchResult)> done) {
-  std::make_shared<Fetch>(io, url, if_none_match, limits, std::move(done))->start();
+  if (!url.tls) {
+    std::make_shared<Fetch<beast::tcp_stream>>(io, url, if_none_match, limits, std::move(done), io)->start();
+    return;
+  }
+  if (!limits.tls) {
+    FetchResult r;
+    r.error = "https:// needs a TLS context (FetchLimits::tls)";
+    boost::asio::post(io, [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+    return;
+  }
+  std::make_shared<Fetch<beast::ssl_stream<beast::tcp_stream>>>(io, url, if_none_match, limits, std::move(done), io,
+                                                                 *limits.tls)
+      ->start();
 }
 
 FetchResult fetch_http_now(const HttpUrl& url, const FetchLimits& limits) {

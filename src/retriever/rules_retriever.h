@@ -14,19 +14,23 @@
 #include <optional>
 #include <string>
 
+namespace boost::asio::ssl {
+class context;
+}
+
 namespace tollgate {
 
-// An http:// URL split for a request.
+// An http:// or https:// URL split for a request.
 struct HttpUrl {
+  bool tls = false;    // https
   std::string host;    // name or IP address (an IPv6 address without its brackets)
   std::string port;    // "80" unless given
   std::string target;  // path and query, "/" at least
   std::string host_header;  // the Host field: host[:port], IPv6 in brackets
 };
 
-// "http://HOST[:PORT]/PATH[?QUERY]". nullopt, with *why, for anything else: another scheme
-// (https is not supported: put the rules service behind a local proxy), credentials in the URL
-// (they would end up in logs), a fragment, no host.
+// "http[s]://HOST[:PORT]/PATH[?QUERY]". nullopt, with *why, for anything else: another scheme,
+// credentials in the URL (they would end up in logs), a fragment, no host.
 std::optional<HttpUrl> parse_http_url(const std::string& url, std::string* why);
 
 struct FetchResult {
@@ -38,9 +42,15 @@ struct FetchResult {
 };
 
 struct FetchLimits {
-  std::chrono::milliseconds timeout{5000};  // resolve, connect, send and receive, in all
+  std::chrono::milliseconds timeout{5000};  // resolve, connect, handshake, send and receive, in all
   size_t max_body_bytes = 4u << 20;          // a larger body fails the fetch
+  // For https://: verifies the server's certificate chain and that it names the URL's host.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
+
+// A TLS 1.2+ client context that trusts `ca_file` (PEM), or the system's CA certificates when
+// empty. nullptr, with *why, when they cannot be loaded.
+std::shared_ptr<boost::asio::ssl::context> make_tls_context(const std::string& ca_file, std::string* why);
 
 // One GET of `url` on `io`; `done` runs once, on io's thread. A 200 is kNew, a 304 (when
 // `if_none_match` is given) kNotModified, anything else kFailed. Redirects are not followed.

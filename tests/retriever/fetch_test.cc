@@ -24,12 +24,19 @@ TEST(ParseHttpUrl, SplitsHostPortAndTarget) {
   EXPECT_EQ(u->port, "8080");
   EXPECT_EQ(u->target, "/tollgate/rules.yaml?env=prod");
   EXPECT_EQ(u->host_header, "rules.internal:8080");
+  EXPECT_FALSE(u->tls);
 
   u = parse_http_url("HTTP://10.0.0.1", &why);
   ASSERT_TRUE(u) << why;
   EXPECT_EQ(u->port, "80");
   EXPECT_EQ(u->target, "/");
   EXPECT_EQ(u->host_header, "10.0.0.1");
+
+  u = parse_http_url("https://rules.internal/r", &why);
+  ASSERT_TRUE(u) << why;
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->port, "443");
+  EXPECT_EQ(u->host_header, "rules.internal");
 
   u = parse_http_url("http://[::1]:81/r", &why);
   ASSERT_TRUE(u) << why;
@@ -40,8 +47,7 @@ TEST(ParseHttpUrl, SplitsHostPortAndTarget) {
 
 TEST(ParseHttpUrl, RefusesWhatItCannotFetchSafely) {
   const std::pair<const char*, const char*> cases[] = {
-      {"https://rules.internal/r.yaml", "https"},
-      {"ftp://rules.internal/r.yaml", "http://"},
+      {"ftp://rules.internal/r.yaml", "must start with http:// or https://"},
       {"http://user:secret@rules.internal/r.yaml", "credentials"},
       {"http://rules.internal/r.yaml#x", "fragment"},
       {"http:///r.yaml", "no host"},
@@ -78,7 +84,7 @@ class ScriptedServer {
   }
   HttpUrl url() const {
     const std::string port = std::to_string(acceptor_.local_endpoint().port());
-    return HttpUrl{"127.0.0.1", port, "/rules.yaml", "127.0.0.1:" + port};
+    return HttpUrl{false, "127.0.0.1", port, "/rules.yaml", "127.0.0.1:" + port};
   }
   const std::string& request() const { return request_; }
 
@@ -159,6 +165,30 @@ TEST(FetchHttp, ABodyOverTheLimitFailsHoweverItIsFramed) {
   }
 }
 
+TEST(FetchHttp, RulesThatCouldBeCutShortOrEmptyAreRefused) {
+  const std::pair<std::string, std::string> cases[] = {
+      // Framed by the connection's end: a cut connection would look like a whole, shorter file.
+      {"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nrules: []\n", "neither a Content-Length nor chunked"},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "holds no rules"},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n# soon\n  \n\r\n\n", "holds no rules"},
+  };
+  for (const auto& [answer, expected] : cases) {
+    boost::asio::io_context io;
+    ScriptedServer server(io, answer);
+    const FetchResult r = fetch(server, io, "");
+    EXPECT_EQ(r.kind, FetchResult::Kind::kFailed) << answer;
+    EXPECT_NE(r.error.find(expected), std::string::npos) << r.error;
+  }
+}
+
+TEST(FetchHttp, AChunkSizeLineThatNeverEndsIsCut) {
+  boost::asio::io_context io;
+  ScriptedServer server(io, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;" + std::string(200 * 1024, 'x'));
+  const FetchResult r = fetch(server, io, "");
+  EXPECT_EQ(r.kind, FetchResult::Kind::kFailed);
+  EXPECT_NE(r.error.find("over 64 KiB"), std::string::npos) << r.error;
+}
+
 TEST(FetchHttp, AServerThatNeverAnswersTimesOut) {
   boost::asio::io_context io;
   ScriptedServer server(io, "");
@@ -177,7 +207,7 @@ TEST(FetchHttp, NothingListeningFailsWithTheAddress) {
   bound.bind(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
   const uint16_t port = bound.local_endpoint().port();
   FetchResult out;
-  fetch_http(io, HttpUrl{"127.0.0.1", std::to_string(port), "/", "127.0.0.1:" + std::to_string(port)}, "", {},
+  fetch_http(io, HttpUrl{false, "127.0.0.1", std::to_string(port), "/", "127.0.0.1:" + std::to_string(port)}, "", {},
              [&](FetchResult r) { out = std::move(r); });
   io.run();
   EXPECT_EQ(out.kind, FetchResult::Kind::kFailed);

@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -81,7 +82,66 @@ class Process:
         return self.proc.returncode
 
 
-class RulesService(unittest.TestCase):
+class NginxAndDaemon:
+    """Starts Debian's nginx serving cls.www on cls.nginx_port, and tollgated polling cls.url."""
+
+    tls = ""  # nginx's TLS directives: none here, see RulesServiceOverTls
+
+    @classmethod
+    def start_nginx(cls):
+        prefix = os.path.join(cls.dir, "nginx")
+        os.makedirs(prefix, exist_ok=True)
+        conf = os.path.join(prefix, "nginx.conf")
+        user = "user root;\n" if os.geteuid() == 0 else ""
+        with open(conf, "w") as f:
+            f.write("%sworker_processes 1;\npid %s/nginx.pid;\nerror_log %s/error.log warn;\n"
+                    "events { worker_connections 64; }\n"
+                    "http {\n  access_log off;\n  client_body_temp_path %s/body; proxy_temp_path %s/proxy;\n"
+                    "  fastcgi_temp_path %s/fastcgi; uwsgi_temp_path %s/uwsgi; scgi_temp_path %s/scgi;\n"
+                    "  server { listen 127.0.0.1:%d%s; root %s; }\n}\n"
+                    % (user, prefix, prefix, prefix, prefix, prefix, prefix, prefix, cls.nginx_port, cls.tls, cls.www))
+        cls.nginx = Process([NGINX, "-p", prefix, "-c", conf, "-g", "daemon off;"], os.path.join(prefix, "out.log"))
+
+        def serving():
+            if not cls.nginx.alive():
+                raise AssertionError("nginx exited:\n" + cls.nginx.output())
+            try:
+                socket.create_connection(("127.0.0.1", cls.nginx_port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        poll_until("nginx listening", serving)
+
+    @classmethod
+    def start_daemon(cls, name="a", wait=True, extra=()):
+        cls.http_port = free_port()
+        bind = "127.0.0.1:%d" % free_port()
+        args = [TOLLGATED, "--node-id", name, "--bind", bind,
+                "--listen", "unix:" + os.path.join(cls.dir, name + ".sock"), "--rules-url", cls.url,
+                "--rules-poll", "100ms", "--rules-cache", cls.cache, "--membership", "static",
+                "--peers-file", cls.peers_file(name, bind), "--insecure-gossip",
+                "--http-listen", "127.0.0.1:%d" % cls.http_port] + list(extra)
+        p = Process(args, os.path.join(cls.dir, "%s-%d.log" % (name, cls.http_port)))
+        if wait:
+            def up():
+                if not p.alive():
+                    raise AssertionError("tollgated exited:\n" + p.output())
+                try:
+                    return http_get(cls.http_port, "/healthz")[0] == 200
+                except OSError:
+                    return False
+            poll_until("tollgated serving HTTP", up)
+        return p
+
+    @classmethod
+    def peers_file(cls, name, bind):
+        path = os.path.join(cls.dir, "peers-" + name)
+        with open(path, "w") as f:
+            f.write("%s %s\n" % (name, bind))
+        return path
+
+
+class RulesService(NginxAndDaemon, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="tollgate-retriever-")
@@ -107,56 +167,6 @@ class RulesService(unittest.TestCase):
             if p:
                 p.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
-
-    @classmethod
-    def start_nginx(cls):
-        prefix = os.path.join(cls.dir, "nginx")
-        os.makedirs(prefix, exist_ok=True)
-        conf = os.path.join(prefix, "nginx.conf")
-        user = "user root;\n" if os.geteuid() == 0 else ""
-        with open(conf, "w") as f:
-            f.write("%sworker_processes 1;\npid %s/nginx.pid;\nerror_log %s/error.log warn;\n"
-                    "events { worker_connections 64; }\n"
-                    "http {\n  access_log off;\n  client_body_temp_path %s/body; proxy_temp_path %s/proxy;\n"
-                    "  fastcgi_temp_path %s/fastcgi; uwsgi_temp_path %s/uwsgi; scgi_temp_path %s/scgi;\n"
-                    "  server { listen 127.0.0.1:%d; root %s; }\n}\n"
-                    % (user, prefix, prefix, prefix, prefix, prefix, prefix, prefix, cls.nginx_port, cls.www))
-        cls.nginx = Process([NGINX, "-p", prefix, "-c", conf, "-g", "daemon off;"], os.path.join(prefix, "out.log"))
-
-        def serving():
-            try:
-                return http_get(cls.nginx_port, "/rules.yaml")[0] == 200
-            except OSError:
-                return False
-        poll_until("nginx serving the rules", serving)
-
-    @classmethod
-    def start_daemon(cls, name="a", wait=True):
-        cls.http_port = free_port()
-        bind = "127.0.0.1:%d" % free_port()
-        args = [TOLLGATED, "--node-id", name, "--bind", bind,
-                "--listen", "unix:" + os.path.join(cls.dir, name + ".sock"), "--rules-url", cls.url,
-                "--rules-poll", "100ms", "--rules-cache", cls.cache, "--membership", "static",
-                "--peers-file", cls.peers_file(name, bind), "--insecure-gossip",
-                "--http-listen", "127.0.0.1:%d" % cls.http_port]
-        p = Process(args, os.path.join(cls.dir, "%s-%d.log" % (name, cls.http_port)))
-        if wait:
-            def up():
-                if not p.alive():
-                    raise AssertionError("tollgated exited:\n" + p.output())
-                try:
-                    return http_get(cls.http_port, "/healthz")[0] == 200
-                except OSError:
-                    return False
-            poll_until("tollgated serving HTTP", up)
-        return p
-
-    @classmethod
-    def peers_file(cls, name, bind):
-        path = os.path.join(cls.dir, "peers-" + name)
-        with open(path, "w") as f:
-            f.write("%s %s\n" % (name, bind))
-        return path
 
     def stats(self):
         status, body = http_get(self.http_port, "/v1/stats")
@@ -252,6 +262,78 @@ class RulesService(unittest.TestCase):
             self.assertFalse(os.path.exists(self.cache))
         finally:
             type(self).url = saved_url
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_ca(d, name):
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", name + ".key", "-out", name + ".pem", "-days", "2", "-subj", "/CN=" + name, cwd=d)
+    return os.path.join(d, name + ".pem")
+
+
+class RulesServiceOverTls(NginxAndDaemon, unittest.TestCase):
+    """https://: the certificate chain must lead to --rules-ca and name the URL's host."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-retriever-tls-")
+        cls.nginx = None
+        try:
+            cls.ca = make_ca(cls.dir, "rules-ca")
+            cls.other_ca = make_ca(cls.dir, "other-ca")
+            with open(os.path.join(cls.dir, "san.ext"), "w") as f:
+                f.write("subjectAltName=DNS:localhost\n")
+            openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                    "server.key", "-out", "server.csr", "-subj", "/CN=localhost", cwd=cls.dir)
+            openssl("x509", "-req", "-in", "server.csr", "-CA", "rules-ca.pem", "-CAkey", "rules-ca.key",
+                    "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext", cwd=cls.dir)
+            cls.www = os.path.join(cls.dir, "www")
+            os.mkdir(cls.www)
+            cls.served = os.path.join(cls.www, "rules.yaml")
+            publish(cls.served, RULES_V1)
+            cls.nginx_port = free_port()
+            cls.tls = " ssl; ssl_certificate %s/server.pem; ssl_certificate_key %s/server.key" % (cls.dir, cls.dir)
+            cls.start_nginx()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.nginx:
+            cls.nginx.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def start(self, name, url, ca, wait=True):
+        cls = type(self)
+        cls.url = url
+        cls.cache = os.path.join(self.dir, name + "-cache.yaml")
+        return cls.start_daemon(name=name, wait=wait, extra=("--rules-ca", ca))
+
+    def test_a_trusted_certificate_that_names_the_host_serves_the_rules(self):
+        d = self.start("a", "https://localhost:%d/rules.yaml" % self.nginx_port, self.ca)
+        try:
+            def stats():
+                return json.loads(http_get(self.http_port, "/v1/stats")[1])["stats"]
+            self.assertEqual(stats()["rules_version"], version(RULES_V1))
+            poll_until("a 304 over TLS", lambda: stats()["rules_polls_not_modified"] >= 2)
+            publish(self.served, RULES_V2)
+            poll_until("version 2 over TLS", lambda: stats()["rules_version"] == version(RULES_V2))
+            self.assertEqual(stats()["rules_poll_failures"], 0)
+            self.assertNotIn("plain http", d.output())
+        finally:
+            self.assertEqual(d.stop(), 0)
+
+    def test_an_untrusted_certificate_or_another_host_name_is_refused(self):
+        for name, url, ca in (("b", "https://localhost:%d/rules.yaml" % self.nginx_port, self.other_ca),
+                              ("c", "https://127.0.0.1:%d/rules.yaml" % self.nginx_port, self.ca)):
+            p = self.start(name, url, ca, wait=False)
+            self.assertNotEqual(p.exit_status(), 0, p.output())
+            self.assertIn("certificate verify failed", p.output())
+            self.assertIn(url, p.output())
 
 
 if __name__ == "__main__":
