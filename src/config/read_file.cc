@@ -47,6 +47,13 @@ std::string write_file_atomically(const std::string& path, std::string_view byte
     ::unlink(tmp.c_str());
     return why;
   }
+  // The rename itself, to disk: without it a power cut could bring the old contents back.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
   return {};
 }
 

@@ -179,6 +179,7 @@ class KeyTable::Impl {
       if (!d.limited) continue;
       if (d.allowed) {
         d.allowed = false;
+        d.shadow_denied = false;  // denied after all, and counted so: by another check
         d.reason = DenyReason::kOtherCheckDenied;
         d.retry_after_ns = retry;
       }
