@@ -366,6 +366,32 @@ TEST(Node, ARestartWithALowerIncarnationOutbidsTheRememberedLife) {
   }
 }
 
+// The same, once the others have marked it failed (the restart took longer than fail_after):
+// failed members' rows no longer circulate, so only the probes can tell the new life about the
+// old one. Each probe carries the probed member's own row. Without it the node never rejoined
+// (its rows, at the lower incarnation, were ignored): found by ClusterHardening.WallClockJumps...
+// under ASan, where a daemon's restart outlasts --fail-after (issue #19).
+TEST(Node, ARestartWithALowerIncarnationAfterBeingMarkedFailedRejoins) {
+  for (const MembershipKind kind : {MembershipKind::kStatic, MembershipKind::kHeartbeat}) {
+    VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kGossip, .membership = kind});
+    c.rounds(10);
+    c.crash(1);
+    c.start(1, 1000);
+    c.rounds(10);
+    ASSERT_EQ(c.node(0).membership().find("n1")->incarnation, 1000u);
+    c.crash(1);
+    c.rounds(int(3 * kNanosPerSecond / kRound));  // past fail_after (and dead_after): failed everywhere
+    for (size_t i : {0, 2}) ASSERT_NE(c.node(i).membership().find("n1")->state, MemberState::kAlive) << i;
+    c.start(1, 7);  // clock stepped back
+    c.rounds(int(3 * kNanosPerSecond / kRound));  // a few probe intervals
+    EXPECT_EQ(c.node(1).membership().self_row().incarnation, 1001u) << int(kind);
+    for (size_t i : {0, 2}) {
+      EXPECT_EQ(c.node(i).membership().find("n1")->incarnation, 1001u) << i << " " << int(kind);
+      EXPECT_EQ(c.node(i).membership().find("n1")->state, MemberState::kAlive) << i << " " << int(kind);
+    }
+  }
+}
+
 // Static membership: a node restarted after a crash asks for the recent consumption it lacks
 // with its very first probes, so within one round it is back in debt.
 TEST(Node, ARestartedStaticNodeRelearnsTheDebtWithinOneRound) {

@@ -119,8 +119,10 @@ class Membership {
   // max_probes_per_round, found by a cursor that examines at most probe_scan_per_round members
   // per call. So a large cluster that starts with every peer unreachable (or heals a large
   // partition) sends a few probes per round, not one to every peer: the first answer's rows
-  // then make many members alive at once.
-  std::vector<std::string> due_probes(MonoNanos now_ns);
+  // then make many members alive at once. With `rows`, also each probed member's own row as
+  // known here, for its probe: a failed member's row circulates no more, and a member that
+  // restarted with a lower incarnation learns from it the life to outbid (merge).
+  std::vector<std::string> due_probes(MonoNanos now_ns, std::vector<MemberRecord>* rows = nullptr);
 
   // (reachable including self, known including self): the proportional policy's scale.
   std::pair<uint32_t, uint32_t> reachable_fraction() const;

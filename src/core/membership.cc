@@ -283,8 +283,9 @@ const std::vector<const MemberInfo*>& Membership::live() const {
   return live_;
 }
 
-std::vector<std::string> Membership::due_probes(MonoNanos now) {
+std::vector<std::string> Membership::due_probes(MonoNanos now, std::vector<MemberRecord>* rows) {
   std::vector<std::string> out;
+  if (rows) rows->clear();
   if (probe_targets_ == 0) return out;  // the usual case: no scan
   const size_t n = members_.size();
   const size_t scan = std::min(n, options_.probe_scan_per_round);
@@ -294,6 +295,7 @@ std::vector<std::string> Membership::due_probes(MonoNanos now) {
     if (now - m.last_probe_ns < options_.probe_interval_ns) continue;
     m.last_probe_ns = now;
     out.push_back(m.view.address);
+    if (rows) rows->push_back({m.view.id, m.view.address, m.view.incarnation, m.view.heartbeat, m.left});
   }
   if (n) probe_cursor_ %= n;
   return out;

@@ -230,7 +230,8 @@ void Node::push_pull(const std::vector<const MemberInfo*>& live, MonoNanos now) 
 
 void Node::probe(MonoNanos now) {
   // Failed members, and seeds we are not yet connected through.
-  const std::vector<std::string> probes = membership_.due_probes(now);
+  std::vector<MemberRecord> probed_rows;
+  const std::vector<std::string> probes = membership_.due_probes(now, &probed_rows);
   const bool seeds_due = membership_.kind() == MembershipKind::kHeartbeat && now >= next_seed_probe_ns_;
   if (probes.empty() && !seeds_due) return;
   // (Built even when only seeds are due: building takes the next membership rows, and the
@@ -240,7 +241,14 @@ void Node::probe(MonoNanos now) {
   // the recent consumption we lack, so what we admit reflects the cluster's debt within a round
   // trip, not after the first regular push-pull.
   if (first_round_) ask_for_digest_reply(*m);
-  for (const std::string& a : probes) send(a, m);
+  for (size_t i = 0; i < probes.size(); ++i) {
+    // With the probed member's own row: failed members' rows no longer circulate, and without
+    // it one that restarted with a lower incarnation (the wall clock stepped back) would never
+    // learn of the life to outbid, and so never rejoin.
+    auto to_it = std::make_shared<GossipMessage>(*m);
+    to_it->members.push_back(probed_rows[i]);
+    send(probes[i], to_it);
+  }
   if (!seeds_due) return;
   for (const std::string& seed : options_.seeds) {
     if (seed == options_.address || membership_.knows_address(seed)) continue;
