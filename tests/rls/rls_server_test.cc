@@ -64,7 +64,12 @@ class RlsServerTest : public ::testing::Test {
     server_ = std::make_unique<RlsServer>(node_io_, handler_, options);
     const auto config = parse_rls_config({{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
     ASSERT_EQ(server_->start(config), "");
-    stub_ = pb::RateLimitService::NewStub(grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+    auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    // Connected before any call: a call's deadline then covers the call alone, not the
+    // connection (under TSan, connecting alone took longer than the 200 ms test below allowed,
+    // so its call expired before the server saw it: CI, 2026-11-24).
+    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(20)));
+    stub_ = pb::RateLimitService::NewStub(channel);
   }
 
   // A call on its own thread, with `timeout`: its status once it returns.
@@ -104,7 +109,7 @@ TEST_F(RlsServerTest, ACallIsDecidedOnTheNodesThreadAndAnswered) {
 
 TEST_F(RlsServerTest, ACallWhoseDeadlinePassedWhileQueuedIsNotCharged) {
   start(16);
-  const auto timeout = std::chrono::milliseconds(200);
+  const auto timeout = std::chrono::milliseconds(500);
   const auto sent = std::chrono::steady_clock::now();
   auto status = call_async(timeout);
   ASSERT_TRUE(wait_until([&] { return stat("rls_calls") == 1; }));  // read and queued; the node is not running
