@@ -342,17 +342,22 @@ TEST(Node, RestartedNodeLearnsRecentConsumptionFromItsPeers) {
   EXPECT_FALSE(c.node(1).check("k", 50, c.now()).allowed);
 }
 
-// A node restarts with a LOWER incarnation than its last life (the wall clock stepped back):
-// it learns of the newer life from its peers' rows, outbids it, and from then on its
-// consumption counts everywhere and the others see it alive.
-TEST(Node, ARestartWithALowerIncarnationOutbidsTheRememberedLife) {
-  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kGossip, .membership = MembershipKind::kStatic});
+// Node n1 restarted once, as incarnation 1000, and known so by the others; then crashed.
+void crash_after_a_life_at_incarnation_1000(VirtualCluster& c) {
   c.rounds(10);
   c.crash(1);
   c.start(1, 1000);
   c.rounds(10);
   ASSERT_EQ(c.node(0).membership().find("n1")->incarnation, 1000u);
   c.crash(1);
+}
+
+// A node restarts with a LOWER incarnation than its last life (the wall clock stepped back):
+// it learns of the newer life from its peers' rows, outbids it, and from then on its
+// consumption counts everywhere and the others see it alive.
+TEST(Node, ARestartWithALowerIncarnationOutbidsTheRememberedLife) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kGossip, .membership = MembershipKind::kStatic});
+  ASSERT_NO_FATAL_FAILURE(crash_after_a_life_at_incarnation_1000(c));
   c.start(1, 7);  // clock stepped back
   c.rounds(10);
   EXPECT_EQ(c.node(1).membership().self_row().incarnation, 1001u);
@@ -374,12 +379,7 @@ TEST(Node, ARestartWithALowerIncarnationOutbidsTheRememberedLife) {
 TEST(Node, ARestartWithALowerIncarnationAfterBeingMarkedFailedRejoins) {
   for (const MembershipKind kind : {MembershipKind::kStatic, MembershipKind::kHeartbeat}) {
     VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kGossip, .membership = kind});
-    c.rounds(10);
-    c.crash(1);
-    c.start(1, 1000);
-    c.rounds(10);
-    ASSERT_EQ(c.node(0).membership().find("n1")->incarnation, 1000u);
-    c.crash(1);
+    ASSERT_NO_FATAL_FAILURE(crash_after_a_life_at_incarnation_1000(c));
     c.rounds(int(3 * kNanosPerSecond / kRound));  // past fail_after (and dead_after): failed everywhere
     for (size_t i : {0, 2}) ASSERT_NE(c.node(i).membership().find("n1")->state, MemberState::kAlive) << i;
     c.start(1, 7);  // clock stepped back

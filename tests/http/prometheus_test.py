@@ -5,7 +5,6 @@ API sums a counter over the three nodes.
 Usage (ctest runs it): prometheus_test.py TOLLGATED [unittest args]
 Nothing here sleeps for synchronisation: every wait polls observable state with a deadline.
 """
-import http.client
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import free_port, http_get as get, terminate, wait_until as poll_until  # noqa: E402
 import urllib.parse
 
 TOLLGATED = sys.argv[1]
@@ -30,14 +29,6 @@ RULES = """rules:
 
 
 
-def get(port, path):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", path)
-        r = conn.getresponse()
-        return r.status, r.read().decode()
-    finally:
-        conn.close()
 
 
 class PrometheusScrapesACluster(unittest.TestCase):

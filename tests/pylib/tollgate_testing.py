@@ -15,6 +15,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def http_get(port, path):
+    """GET http://127.0.0.1:PORT/PATH: (status, body as text)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
+
+
 def wait_until(what, predicate, timeout=WAIT_S, context=lambda: ""):
     """predicate()'s first true value, polled until `timeout`; then an AssertionError naming
     `what`, followed by context() (e.g. the daemons' logs)."""

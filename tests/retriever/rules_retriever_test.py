@@ -10,7 +10,6 @@ Usage (ctest runs it): rules_retriever_test.py TOLLGATED TOLLGATE_CLI [unittest 
 Nothing here sleeps for synchronisation: every wait polls observable state with a deadline.
 """
 import hashlib
-import http.client
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import free_port, http_get, terminate, wait_until as poll_until  # noqa: E402
 
 TOLLGATED, CLI = sys.argv[1], sys.argv[2]
 del sys.argv[1:3]
@@ -38,16 +37,6 @@ BROKEN = 'rules:\n  - {match: "k*", rate: 5/min, burst: 5, colour: blue}\n'
 def version(text):
     """tollgated's rules_version: the first 48 bits of the SHA-256 of the bytes."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:6], "big")
-
-
-def http_get(port, path):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", path)
-        r = conn.getresponse()
-        return r.status, r.read().decode()
-    finally:
-        conn.close()
 
 
 def publish(path, text):
