@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -901,6 +902,16 @@ TEST(ClusterHardening, AGossipFloodIsDroppedAndCountedWhileTheClusterCarriesOn) 
 // address, charged for their bytes and must authenticate within 5 s: memory stays small, and a
 // member that restarts meanwhile reconnects and is heard.
 TEST(ClusterHardening, StalledHalfFramesOnTheTcpGossipPortHoldLittleAndLockNoMemberOut) {
+  // This process holds the 1,100 sockets: raise its soft descriptor limit (1,024 on a default
+  // shell) up to the hard one, or say why it cannot run.
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  const rlim_t need = 1100 + 256;
+  if (files.rlim_cur < need) {
+    if (files.rlim_max < need) GTEST_SKIP() << "needs " << need << " descriptors; the hard limit is " << files.rlim_max;
+    files.rlim_cur = need;
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0) << std::strerror(errno);
+  }
   Cluster c(2, Combo{"mesh", "tcp", "static"}, kSlowRules);
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
   const int64_t rss_before = c.rss_kib(0);
@@ -911,6 +922,7 @@ TEST(ClusterHardening, StalledHalfFramesOnTheTcpGossipPortHoldLittleAndLockNoMem
   for (int b = 0; b < 4; ++b) half[b] = char((length >> (24 - 8 * b)) & 0xff);
   for (int i = 0; i < 1100; ++i) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0) << "socket " << i << ": " << std::strerror(errno);
     sockaddr_in from{};
     from.sin_family = AF_INET;
     from.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2
