@@ -433,6 +433,7 @@ bool Daemon::reload_rules_file() {
 }
 
 void Daemon::reload_rules() {
+  if (retriever_) retriever_->poll_now();  // the rules service's answer applies when it comes
   bool changed = reload_rls_config();
   changed = reload_rules_file() || changed;
   if (changed) node_->replace_rules(combined_rules(), clock_.now_ns());

@@ -46,7 +46,8 @@ class Daemon final : public RequestHandler {
 
   // Serves until SIGTERM or SIGINT, then announces that it leaves, closes the client API
   // (checks already answered are written; requests still unread are not), removes its socket
-  // files and returns 0. SIGHUP reloads the rules, the RLS config and the cluster key file; the
+  // files and returns 0. SIGHUP reloads the rules (or polls --rules-url at once), the RLS config
+  // and the cluster key file; the
   // RLS config also reloads when one of its files changes.
   int run();
 

@@ -306,7 +306,18 @@ void RulesRetriever::stop() {
   timer_.cancel();
 }
 
+void RulesRetriever::poll_now() {
+  if (!*alive_) return;
+  if (in_flight_) {
+    again_ = true;  // what it fetches may predate the edit that prompted this
+    return;
+  }
+  timer_.cancel();  // the scheduled poll's handler sees operation_aborted and does nothing
+  poll();
+}
+
 void RulesRetriever::poll() {
+  in_flight_ = true;
   const bool full = ++polls_since_full_ >= full_fetch_every_;
   if (full) polls_since_full_ = 0;
   fetch_http(io_, options_.url, full ? std::string() : etag_, options_.limits, [this, alive = alive_](FetchResult r) {
@@ -315,9 +326,14 @@ void RulesRetriever::poll() {
 }
 
 void RulesRetriever::schedule() {
+  in_flight_ = false;
+  if (again_) {
+    again_ = false;
+    return poll();
+  }
   timer_.expires_after(options_.poll);
   timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
-    if (!ec && *alive) poll();
+    if (!ec && *alive && !in_flight_) poll();  // (a poll_now() may have started one)
   });
 }
 

@@ -86,6 +86,8 @@ class RulesRetriever {
   // the same bytes are not applied twice. The first poll runs at once.
   void start(const std::string& in_force, std::string etag);
   void stop();  // no poll after this one; the one in flight is ignored
+  // Polls at once (SIGHUP), or right after the poll in flight; then every `poll` again.
+  void poll_now();
 
   const RulesRetrieverStats& stats() const { return stats_; }
 
@@ -107,6 +109,8 @@ class RulesRetriever {
   uint64_t full_fetch_every_ = 1;
   int64_t last_body_version_ = 0;  // content_version of that body
   std::string last_problem_;     // the failure last logged: the same one is not logged again
+  bool in_flight_ = false;       // a fetch has started and not answered
+  bool again_ = false;           // poll_now() during a fetch: poll once more when it answers
   RulesRetrieverStats stats_;
 };
 

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -102,12 +103,12 @@ class NginxAndDaemon:
         poll_until("nginx listening", serving)
 
     @classmethod
-    def start_daemon(cls, name="a", wait=True, extra=()):
+    def start_daemon(cls, name="a", wait=True, extra=(), poll="100ms"):
         cls.http_port = free_port()
         bind = "127.0.0.1:%d" % free_port()
         args = [TOLLGATED, "--node-id", name, "--bind", bind,
                 "--listen", "unix:" + os.path.join(cls.dir, name + ".sock"), "--rules-url", cls.url,
-                "--rules-poll", "100ms", "--rules-cache", cls.cache, "--membership", "static",
+                "--rules-poll", poll, "--rules-cache", cls.cache, "--membership", "static",
                 "--peers-file", cls.peers_file(name, bind), "--insecure-gossip",
                 "--http-listen", "127.0.0.1:%d" % cls.http_port] + list(extra)
         p = Process(args, os.path.join(cls.dir, "%s-%d.log" % (name, cls.http_port)))
@@ -232,7 +233,19 @@ class RulesService(NginxAndDaemon, unittest.TestCase):
         self.assertIn("answers again", self.daemon.output())
         self.wait_until("version 3 cached", lambda: self.cached() == RULES_V3)
 
-    def test_7_no_cache_and_no_usable_service_refuses_to_start(self):
+    def test_7_sighup_polls_at_once(self):
+        # Polled hourly: only the SIGHUP can bring version 1 back within the test.
+        self.assertEqual(self.daemon.stop(), 0)
+        type(self).daemon = self.start_daemon(name="h", poll="1h")
+        self.assertEqual(self.stats()["rules_version"], version(RULES_V3))
+        self.wait_until("the first poll, at start", lambda: self.stats()["rules_polls"] == 1)
+        publish(self.served, RULES_V1)
+        polls = self.stats()["rules_polls"]
+        self.daemon.proc.send_signal(signal.SIGHUP)
+        self.wait_until("version 1 after SIGHUP", lambda: self.stats()["rules_version"] == version(RULES_V1))
+        self.assertEqual(self.stats()["rules_polls"], polls + 1)
+
+    def test_8_no_cache_and_no_usable_service_refuses_to_start(self):
         os.unlink(self.cache)
         saved_url = type(self).url
         try:
