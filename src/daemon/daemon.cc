@@ -312,9 +312,7 @@ void Daemon::schedule_watch() {
 void Daemon::load_rules_file_now() {
   // Fingerprint first: an edit while reading is seen again at the next watch.
   rules_fingerprint_ = file_fingerprint(options_.rules_file);
-  const std::string text = read_config_file(options_.rules_file, "rules file");
-  file_rules_ = parse_rules(text, options_.rules_file);
-  rules_version_ = content_version(text);
+  set_rules_text(read_config_file(options_.rules_file, "rules file"), options_.rules_file);
 }
 
 
@@ -341,10 +339,7 @@ void Daemon::load_rules_from_service_now() {
   std::error_code ec;
   if (std::filesystem::exists(options_.rules_cache, ec)) {
     try {
-      std::string text = read_config_file(options_.rules_cache, "rules cache");
-      file_rules_ = parse_rules(text, options_.rules_cache);
-      rules_version_ = content_version(text);
-      rules_in_force_text_ = std::move(text);
+      set_rules_text(read_config_file(options_.rules_cache, "rules cache"), options_.rules_cache);
       loaded = true;
       spdlog::info("rules from the cache {} (version {}), until {} answers", options_.rules_cache, rules_version_,
                    options_.rules_url);
@@ -359,13 +354,11 @@ void Daemon::load_rules_from_service_now() {
                         "no rules to start with: the rules service answers " + r.error +
                             ", and there is no usable cached copy at " + options_.rules_cache);
     }
-    file_rules_ = parse_rules(r.body, options_.rules_url);  // a broken one stops the start, with its line
-    rules_version_ = content_version(r.body);
+    set_rules_text(std::move(r.body), options_.rules_url);  // a broken one stops the start, with its line
     // The cache must be writable: found now rather than when the rules service is down.
-    if (std::string failed = write_file_atomically(options_.rules_cache, r.body); !failed.empty()) {
+    if (std::string failed = write_file_atomically(options_.rules_cache, rules_in_force_text_); !failed.empty()) {
       throw ConfigError(options_.rules_cache, 0, 0, "--rules-cache: " + failed);
     }
-    rules_in_force_text_ = std::move(r.body);
     rules_etag_ = std::move(r.etag);
     spdlog::info("rules from {} (version {})", options_.rules_url, rules_version_);
   }
@@ -375,30 +368,32 @@ void Daemon::load_rules_from_service_now() {
   retriever.poll = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.rules_poll_ns));
   retriever.limits = limits;
   retriever_ = std::make_unique<RulesRetriever>(io_, retriever,
-                                                [this](const std::string& body) { return apply_fetched_rules(body); });
+                                                [this](const std::string& body) { apply_fetched_rules(body); });
 }
 
-std::string Daemon::apply_fetched_rules(const std::string& body) {
+void Daemon::set_rules_text(std::string text, const std::string& origin) {
+  file_rules_ = parse_rules(text, origin);  // first: a throw leaves the rules in force as they were
+  rules_version_ = content_version(text);
+  rules_in_force_text_ = std::move(text);
+}
+
+void Daemon::apply_fetched_rules(const std::string& body) {
   const int64_t version = content_version(body);
-  if (version == rules_version_) return {};  // back to what is in force (after a refused version)
-  std::shared_ptr<const RuleSet> rules;
+  if (version == rules_version_) return;  // back to what is in force (after a refused version)
+  const int64_t previous = rules_version_;
   try {
-    rules = parse_rules(body, options_.rules_url);
+    set_rules_text(body, options_.rules_url);
   } catch (const std::exception& e) {
     ++reloads_.rules_failed;
-    spdlog::error("rules version {} refused, the previous rules (version {}) stay in force: {}", version,
-                  rules_version_, e.what());
-    return e.what();
+    spdlog::error("rules version {} refused, the previous rules (version {}) stay in force: {}", version, previous,
+                  e.what());
+    return;
   }
-  file_rules_ = std::move(rules);
-  rules_version_ = version;
-  rules_in_force_text_ = body;
   ++reloads_.rules;
   spdlog::info("rules reloaded from {}: {} rules, version {}", options_.rules_url, file_rules_->rules().size(),
                rules_version_);
   node_->replace_rules(combined_rules(), clock_.now_ns());
   write_rules_cache(body);
-  return {};
 }
 
 void Daemon::write_rules_cache(const std::string& body) {

@@ -71,8 +71,12 @@ class Daemon final : public RequestHandler {
   void load_rules_file_now();
   // --rules-url at start: the cached copy, else a first fetch (throws ConfigError if neither).
   void load_rules_from_service_now();
-  // A body the retriever fetched: validated, then in force and cached; "" or why it was refused.
-  std::string apply_fetched_rules(const std::string& body);
+  // Parses `text` (named `origin` in errors; throws ConfigError) and puts its rules in force
+  // here (not yet in the node): file_rules_, rules_version_, rules_in_force_text_.
+  void set_rules_text(std::string text, const std::string& origin);
+  // A body the retriever fetched: validated, then in force and cached; refused (the rules in
+  // force stay) with a log line and rules_reload_failures.
+  void apply_fetched_rules(const std::string& body);
   void write_rules_cache(const std::string& body);
   // Reloads the RLS config; true if it changed what is in force.
   bool reload_rls_config();
@@ -102,7 +106,7 @@ class Daemon final : public RequestHandler {
   std::string rules_changing_;     // a new fingerprint seen once: read when it holds a second
   std::unique_ptr<RulesRetriever> retriever_;  // with --rules-url
   std::string rules_etag_;  // of the first fetch at start, for the retriever's first poll
-  std::string rules_in_force_text_;  // with --rules-url: the bytes of the rules in force
+  std::string rules_in_force_text_;  // the bytes of the rules in force (--rules-url caches them)
   bool rules_cache_stale_ = false;   // the last cache write failed: retried every second
   std::unique_ptr<rls::RlsServer> rls_;
   std::unique_ptr<http::HttpServer> http_;

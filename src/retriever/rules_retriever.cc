@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <uriparser/Uri.h>
+#include <yaml-cpp/yaml.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -24,18 +25,14 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = boost::asio::ip::tcp;
 
-// True when `text` has no line but blank ones and # comments.
-bool blank_yaml(std::string_view text) {
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(at, end - at);
-    const size_t first = line.find_first_not_of(" \t\r");
-    if (first != std::string_view::npos && line[first] != '#') return false;
-    at = end + 1;
+// True when `text` is a YAML document with nothing in it (blanks, comments, `---`, `~`). Text
+// that is not YAML at all is not blank: the rules parser reports it with its line.
+bool blank_yaml(const std::string& text) {
+  try {
+    return YAML::Load(text).IsNull();
+  } catch (const YAML::Exception&) {
+    return false;
   }
-  return true;
 }
 
 std::string range_text(const UriTextRangeA& r) {

@@ -68,9 +68,9 @@ struct RulesRetrieverStats {
 
 class RulesRetriever {
  public:
-  // Given a new body: "" once its rules are in force, or why they were refused (the rules in
-  // force stay). Called on io's thread.
-  using Apply = std::function<std::string(const std::string& body)>;
+  // Given a new body, on io's thread: puts its rules in force, or refuses them (logged and
+  // counted by the daemon; the rules in force stay).
+  using Apply = std::function<void(const std::string& body)>;
 
   struct Options {
     HttpUrl url;
