@@ -118,12 +118,15 @@ class Simulation {
     std::vector<std::pair<Tag, uint64_t>> sent;         // a message of this many bytes
     std::vector<std::pair<Tag, BatchPtr>> first_sent;   // a batch its origin sends for the first time
     std::vector<std::pair<Tag, const Batch*>> applied;  // a remote batch charged at a node
+    // Relay mode: a batch a node sealed summing other groups' batches (parts)
+    std::vector<std::pair<Tag, std::pair<BatchPtr, std::vector<BatchPtr>>>> relays;
     // Keeps the capacity, and nothing alive (messages, batches) past the window.
     void clear() {
       scheduled.clear();
       sent.clear();
       first_sent.clear();
       applied.clear();
+      relays.clear();
     }
   };
 
@@ -161,6 +164,12 @@ class Simulation {
     int64_t sealed_ns;
     size_t remaining;  // live nodes that have not applied it yet
     BatchPtr batch;    // held, so no other batch can take its address while it is tracked
+  };
+  // Relay mode: a relay batch and the batches it sums, while it may still be applied somewhere.
+  struct Relayed {
+    int64_t sealed_ns;
+    BatchPtr relay;               // held, so its address stays its own
+    std::vector<BatchPtr> parts;  // held, likewise
   };
   // A point of the timeline: an event starts or ends.
   struct Moment {
@@ -205,6 +214,10 @@ class Simulation {
     o.on_applied = [this, i](const Batch& b) {
       SimNode& at = nodes_[i];
       at.effects->applied.emplace_back(at.running, &b);
+    };
+    o.on_relay_sealed = [this, i](const BatchPtr& relay, const std::vector<BatchPtr>& parts) {
+      SimNode& at = nodes_[i];
+      at.effects->relays.emplace_back(at.running, std::pair(relay, parts));
     };
     n.node = std::make_unique<Node>(o, rules_, n.outbox, n.rng);
     if (s_.node.membership == MembershipKind::kStatic) n.node->set_peers(peers(), now_);
@@ -343,7 +356,21 @@ class Simulation {
     // address with a tracked one; new tracks come after.)
     for (const auto& [tag, batch] : merged(&Effects::applied)) {
       auto t = tracks_.find(batch);
-      if (t != tracks_.end() && --t->second.remaining == 0) finish(t, tag.t);
+      if (t != tracks_.end()) {
+        if (--t->second.remaining == 0) finish(t, tag.t);
+        continue;
+      }
+      // Relay mode: a batch summing other groups' batches reaches them at this node.
+      auto r = relays_.find(batch);
+      if (r == relays_.end()) continue;
+      for (const BatchPtr& part : r->second.parts) {
+        auto pt = tracks_.find(part.get());
+        if (pt != tracks_.end() && --pt->second.remaining == 0) finish(pt, tag.t);
+      }
+    }
+    for (auto& [tag, relay] : merged(&Effects::relays)) {
+      const Batch* key = relay.first.get();
+      relays_[key] = Relayed{tag.t, std::move(relay.first), std::move(relay.second)};
     }
     for (auto& [tag, batch] : merged(&Effects::first_sent)) {
       const Batch* key = batch.get();
@@ -361,6 +388,8 @@ class Simulation {
     }
     if (start >= next_track_sweep_ns_) {  // batches that never reach everyone (a crash, a partition)
       next_track_sweep_ns_ = start + kNanosPerSecond;
+      // (Relay batches are repaired only within the ledger's 10 s retention.)
+      std::erase_if(relays_, [&](const auto& kv) { return kv.second.sealed_ns < start - 12 * kNanosPerSecond; });
       std::erase_if(tracks_, [&](const auto& kv) {
         const bool stale = kv.second.sealed_ns < start - 30 * kNanosPerSecond;
         if (stale) recorder_.unconverged();
@@ -436,6 +465,7 @@ class Simulation {
   size_t min_parallel_events_;
   std::vector<Moment> timeline_;
   std::unordered_map<const Batch*, Track> tracks_;
+  std::unordered_map<const Batch*, Relayed> relays_;
   int64_t next_track_sweep_ns_ = 0;
   uint64_t member_failures_ = 0;  // of lives that have ended (see SimResult::member_failures)
   // The window being run.

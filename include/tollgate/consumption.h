@@ -8,12 +8,25 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tollgate {
 
 // A node's identity in the cluster (its --node-id; by default its gossip address).
 using NodeId = std::string;
+
+// Relay dissemination: a node's batches of the consumption it relays to its group are named by
+// its id followed by this suffix (node ids cannot contain a NUL byte), a sequence of their own.
+inline constexpr std::string_view kRelayOriginSuffix{"\0relay", 6};
+inline std::string relay_origin(std::string_view id) { return std::string(id) + std::string(kRelayOriginSuffix); }
+// The node an origin belongs to: `origin` without kRelayOriginSuffix.
+inline std::string_view origin_node(std::string_view origin) {
+  if (origin.size() > kRelayOriginSuffix.size() && origin.ends_with(kRelayOriginSuffix)) {
+    origin.remove_suffix(kRelayOriginSuffix.size());
+  }
+  return origin;
+}
 
 // `tokens` of `key` admitted by one node.
 struct ConsumptionEntry {

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -88,6 +89,10 @@ class Ledger {
   // once, its tokens add up) into the next batch, retains it, and returns it for sending.
   // Returns nullptr when there is nothing to seal: empty rounds use no seq.
   BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns);
+  // Relay mode: seals consumption this node relays (other groups' batches it applied, summed)
+  // under relay_origin(self), a sequence of its own; retained like our own batches, and
+  // never charged here again.
+  BatchPtr seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now_ns);
 
   // Applies a batch heard from the network to `table`, unless it was applied before. Applied
   // batches are retained for relaying and repair.
@@ -95,11 +100,15 @@ class Ledger {
 
   // This node's windows, to send to a peer for repair.
   Digest digest() const;
+  // Which origins a digest or a repair speaks for (relay mode: our group's only).
+  using OriginFilter = std::function<bool(const NodeId& origin)>;
+  Digest digest(const OriginFilter& include) const;
   // Retained batches that the owner of `peer` has not applied, oldest first. When the digest is
   // one part of a larger one, only origins o with `from` <= o (< *until when set) are answered
   // for: the other origins are in other parts.
   std::vector<BatchPtr> missing_for(const Digest& peer, const NodeId& from = {},
-                                    const std::optional<NodeId>& until = std::nullopt) const;
+                                    const std::optional<NodeId>& until = std::nullopt,
+                                    const OriginFilter& include = {}) const;
 
   // Drops retained batches older than retention. Call once per round.
   void expire(MonoNanos now_ns);

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -111,10 +112,20 @@ class Membership {
   // Rows to put in the next message: ours first, then up to member_rows - 1 alive or
   // suspect members, rotating so every row goes out regularly.
   std::vector<MemberRecord> rows_for_message();
+  // The same with at most `max_rows` rows (ours included), whatever member_rows says.
+  std::vector<MemberRecord> rows_for_message(size_t max_rows);
 
   // Members to disseminate to: alive or suspect, not ourselves.
   // Valid until the next call of a non-const method.
   const std::vector<const MemberInfo*>& live() const;
+  // Changes whenever live() (or the pointers in it) may have: cached plans over live() check it.
+  uint64_t live_version() const { return live_version_; }
+  // Calls `f` with every member but us, in any state.
+  void for_each_member(const std::function<void(const MemberInfo&)>& f) const {
+    for (const Member& m : members_) f(m.view);
+  }
+  // Members known, in any state, ourselves included.
+  size_t known() const { return members_.size() + 1; }
   // Dead or unreachable members due a probe at `now_ns` (marks them probed): at most
   // max_probes_per_round, found by a cursor that examines at most probe_scan_per_round members
   // per call. So a large cluster that starts with every peer unreachable (or heals a large
@@ -168,6 +179,7 @@ class Membership {
   // otherwise walk every member to find the same answer).
   mutable std::vector<const MemberInfo*> live_;
   mutable bool live_dirty_ = true;
+  uint64_t live_version_ = 0;
   // Forgotten members, so a stale row still circulating cannot bring one back: a row is taken
   // again only if newer than what we forgot. Kept for forget_after.
   std::unordered_map<NodeId, Tombstone> tombstones_;

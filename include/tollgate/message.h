@@ -45,6 +45,10 @@ struct GossipMessage {
   std::optional<NodeId> digest_until;
   bool digest_reply_wanted = false;     // push-pull request: answer with your digest too
   bool leaving = false;                 // the sender is shutting down
+  // Relay mode: the sender's group count (0: another mode), and whether the receiver, a member
+  // of another group, is asked to relay the sender's own batches to its group.
+  uint32_t relay_groups = 0;
+  bool relay = false;
   // Increases with every message of the sender's life (Node::message); a receiver answers a
   // digest request once per message_seq (parts of one split message share it).
   uint64_t message_seq = 0;  // at most kMaxMessageSeq

@@ -47,7 +47,12 @@ namespace tollgate {
 
 class RuleSet;
 
-enum class DisseminationMode : uint8_t { kMesh, kGossip };
+// kRelay: two hops over groups of about sqrt(N) members (docs/design.md, "Relay"): each node
+// sends its batches to the members of its own group and to one member (its contact) of every
+// other group; a contact sums what it receives into batches of its own, named by
+// relay_origin(its id), for its own group. Every node hears every batch once, and a group's
+// traffic crosses to another group once. For large busy clusters; every member must use it.
+enum class DisseminationMode : uint8_t { kMesh, kGossip, kRelay };
 enum class PartitionPolicy : uint8_t {
   kOpen,          // every reachable group enforces the full limit
   kProportional,  // refill scaled by reachable / known members
@@ -95,6 +100,10 @@ struct NodeOptions {
   // bench/node_flood_bench.cc). Sealed batches still go out with the round. 0: only the round
   // seals.
   size_t early_seal_keys = 256;
+  // Relay: the number of groups; 0 chooses from the members known (relay_groups_for): every
+  // member must come to the same number, and a message from a member that counts otherwise
+  // has its batches and digest dropped (NodeStats::relay_mismatch), never applied twice.
+  uint32_t relay_groups = 0;
   std::vector<std::string> seeds;  // heartbeat membership: addresses to join through
   MembershipOptions membership;
   KeyTableOptions keys;
@@ -103,7 +112,17 @@ struct NodeOptions {
   // (the simulator times how long a batch takes to reach every node); the daemon leaves it
   // empty. Must not call back into the node.
   std::function<void(const Batch&)> on_applied;
+  // Relay: called when this node seals a batch summing `parts` (batches of other groups'
+  // members it relays to its own group). For measuring, like on_applied.
+  std::function<void(const BatchPtr& relay, const std::vector<BatchPtr>& parts)> on_relay_sealed;
 };
+
+// Relay: the number of groups for `members` members (including us): the smallest power of two
+// g with 2 g^2 >= members, so groups hold about g members: 1 up to 2 members, 4 up to 32, 16
+// up to 512, 32 up to 2,048, 64 up to 8,192.
+uint32_t relay_groups_for(size_t members);
+// Relay: the group of node `id` among `groups` (a hash of the id; the same on every member).
+uint32_t relay_group_of(std::string_view id, uint32_t groups);
 
 struct NodeStats {
   uint64_t checks = 0, allowed = 0, denied = 0;
@@ -121,6 +140,9 @@ struct NodeStats {
   uint64_t dropped_wrong_source = 0;    // came from an address other than the sender's own
   uint64_t digests_ignored = 0;         // a digest (part) already answered: a replay
   uint64_t repairs_capped = 0;          // batches left out: the sender's repair budget was spent
+  uint64_t relayed = 0;                 // relay: other groups' batches summed for our group
+  uint64_t relay_mismatch = 0;          // relay: messages whose sender counts other groups (or
+                                        // runs another mode): batches and digest dropped
 };
 
 // One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).
@@ -173,7 +195,10 @@ class Node {
     MonoNanos queued_at;
   };
   // A message from us carrying `batches` and membership rows; mutable until it is sent.
-  std::shared_ptr<GossipMessage> message(std::vector<BatchPtr> batches);
+  // `rows`: membership rows at most (ours included); 0: member_rows.
+  std::shared_ptr<GossipMessage> message(std::vector<BatchPtr> batches, size_t rows = 0);
+  // Our ledger's digest (relay: of our group's origins only).
+  Digest digest() const;
   // Puts our digest in `m` and asks the receiver to answer with what we lack and its own.
   void ask_for_digest_reply(GossipMessage& m) const;
   // The round's steps, in order (see the top of this file).
@@ -232,6 +257,26 @@ class Node {
   // By sender; an entry goes when membership forgets the sender, so this is bounded by it.
   std::unordered_map<NodeId, DigestsAnswered> digests_answered_;
   std::vector<BatchPtr> sealed_;           // sealed since the last round, not sent yet
+
+  // Relay (DisseminationMode::kRelay).
+  struct RelayPlan;  // who our group is and whom we send to in each other group
+  void disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now);
+  void plan_relay();
+  // Seals what we relay (relay_parts_) into batches of relay_origin(id), onto `out`.
+  void seal_relay(MonoNanos now, std::vector<BatchPtr>& out);
+  // True if a message from `m`'s sender may be relayed and repaired with ours (same mode and
+  // group count).
+  bool relay_compatible(const GossipMessage& m) const;
+  bool in_our_group(const NodeId& origin) const;
+  void update_groups();  // groups_ and our_group_, from the members known
+  uint32_t groups_ = 1;
+  uint32_t our_group_ = 0;
+  std::unique_ptr<RelayPlan> plan_;
+  std::vector<BatchPtr> relay_parts_;        // other groups' batches applied, not relayed yet
+  std::vector<MemberRecord> relay_rows_;     // their senders' own rows, for our group
+  std::vector<BatchPtr> previous_fresh_;     // our batches of the last round, sent once to...
+  std::vector<std::string> previous_contacts_;  // ...these contacts (by group)
+  uint64_t relay_round_ = 0;
 };
 
 }  // namespace tollgate

@@ -183,13 +183,15 @@ pb::Gossip header_of(const GossipMessage& m, bool reserve, uint64_t sent_at_s) {
   header.set_digest_reply_wanted(reserve);
   header.set_message_seq(reserve ? kMaxMessageSeq : std::min(m.message_seq, kMaxMessageSeq));
   header.set_sent_at_s(reserve ? kMaxSentAtSeconds : std::min(sent_at_s, kMaxSentAtSeconds));
+  header.set_relay_groups(reserve ? kMaxRelayGroups : std::min(m.relay_groups, kMaxRelayGroups));
+  header.set_relay(m.relay || reserve);
   return header;
 }
 
 // The largest header any valid sender can have.
 size_t worst_header_bytes() {
   GossipMessage m;
-  m.sender.assign(kMaxNodeIdBytes, 'x');
+  m.sender.assign(kMaxSenderIdBytes, 'x');
   m.sender_incarnation = std::numeric_limits<uint64_t>::max();
   m.sender_address.assign(kMaxAddressBytes, 'x');
   return header_of(m, /*reserve=*/true, 0).ByteSizeLong();
@@ -355,8 +357,8 @@ std::vector<std::string> encode_envelopes(const GossipMessage& message, const Cl
     throw std::invalid_argument(std::string(what) + " of " + std::to_string(max_bytes) + " bytes: must be between " +
                                 std::to_string(kMinDatagramBytes) + " and " + std::to_string(kMaxMessageBytes));
   }
-  if (!valid_id(message.sender)) {
-    throw std::invalid_argument("sender id must be 1 to " + std::to_string(kMaxNodeIdBytes) + " bytes");
+  if (!valid_id(message.sender) || message.sender.size() > kMaxSenderIdBytes) {
+    throw std::invalid_argument("sender id must be 1 to " + std::to_string(kMaxSenderIdBytes) + " bytes");
   }
   if (message.sender_address.size() > kMaxAddressBytes) {
     throw std::invalid_argument("sender address must be at most " + std::to_string(kMaxAddressBytes) + " bytes");
@@ -457,7 +459,12 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
   m.leaving = gossip.leaving();
   m.message_seq = gossip.message_seq();
   m.sent_at_s = gossip.sent_at_s();
-  if (!valid_id(m.sender) || m.sender_address.size() > kMaxAddressBytes) return fail(DecodeError::kInvalidContent);
+  m.relay_groups = gossip.relay_groups();
+  m.relay = gossip.relay();
+  if (!valid_id(m.sender) || m.sender.size() > kMaxSenderIdBytes || m.sender_address.size() > kMaxAddressBytes ||
+      m.relay_groups > kMaxRelayGroups) {
+    return fail(DecodeError::kInvalidContent);
+  }
 
   m.batches.resize(static_cast<size_t>(gossip.batches_size()));
   for (int i = 0; i < gossip.batches_size(); ++i) {

@@ -40,7 +40,7 @@
 namespace tollgate {
 
 inline constexpr uint32_t kProtocolVersionMajor = 1;
-inline constexpr uint32_t kProtocolVersionMinor = 1;  // 1: message_seq, sent_at_s
+inline constexpr uint32_t kProtocolVersionMinor = 2;  // 1: message_seq, sent_at_s; 2: relay
 
 inline constexpr size_t kDefaultMaxDatagramBytes = 1400;  // Ethernet MTU minus headers, with room
 // The smallest allowed max_datagram_bytes: the IPv6 minimum MTU (1280) minus the IPv6 and UDP
@@ -55,7 +55,11 @@ inline constexpr size_t kDefaultMaxFrameBytes = size_t{1} << 20;  // TCP: envelo
 inline constexpr size_t kMaxMessageBytes = size_t{4} << 20;
 
 // Sizes the decoder accepts; the encoder never produces more.
-inline constexpr size_t kMaxNodeIdBytes = 256;   // sender, origins, member ids
+inline constexpr size_t kMaxNodeIdBytes = 256;   // origins, member ids
+// A sender's id, at most: a relaying node's batches are named by its id and kRelayOriginSuffix,
+// which must fit kMaxNodeIdBytes (tollgated's --node-id is limited to this too).
+inline constexpr size_t kMaxSenderIdBytes = kMaxNodeIdBytes - kRelayOriginSuffix.size();
+inline constexpr uint32_t kMaxRelayGroups = 65536;  // Gossip.relay_groups at most (--relay-groups)
 inline constexpr size_t kMaxAddressBytes = 256;  // "host:port"
 inline constexpr size_t kMaxKeyBytes = 256;      // as KeyTableOptions::max_key_bytes's default
 inline constexpr size_t kMaxBatchesPerMessage = 16384;

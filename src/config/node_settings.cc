@@ -60,9 +60,17 @@ std::string parse_choice(std::string_view text, std::string_view a, E ea, std::s
   }
 
 const NodeSettingField kFields[] = {
-    {"mode", "Dissemination: gossip (fan-out to random peers) or mesh (everyone)", "{mesh,gossip}",
+    {"mode",
+     "Dissemination: gossip (fan-out to random peers), mesh (everyone) or relay (two hops over groups of about "
+     "sqrt(N) members: for large busy clusters; docs/operations.md)",
+     "{mesh,gossip,relay}",
      [](std::string_view t, NodeSettings& s) {
-       return parse_choice(t, "mesh", DisseminationMode::kMesh, "gossip", DisseminationMode::kGossip, s.mode);
+       if (t == "relay") {
+         s.mode = DisseminationMode::kRelay;
+         return std::string();
+       }
+       std::string error = parse_choice(t, "mesh", DisseminationMode::kMesh, "gossip", DisseminationMode::kGossip, s.mode);
+       return error.empty() ? error : "must be mesh, gossip or relay, got " + quoted(t);
      },
      [](const NodeSettings& s) { return std::string(dissemination_mode_name(s.mode)); }},
     {"membership", "static (--peers-file) or heartbeat (--seeds)", "{static,heartbeat}",
@@ -82,6 +90,9 @@ const NodeSettingField kFields[] = {
      [](const NodeSettings& s) { return std::string(partition_policy_name(s.partition_policy)); }},
     TOLLGATE_DURATION_FIELD("interval", interval_ns, kNanosPerMilli, "Dissemination round"),
     TOLLGATE_WHOLE_FIELD("fanout", fanout, 1, 64, "Gossip: peers per round"),
+    TOLLGATE_WHOLE_FIELD("relay-groups", relay_groups, 0, 65536,
+                         "Relay: groups the members are hashed into; 0 chooses from the cluster's size (about "
+                         "sqrt(N) groups), and every member must come to the same number"),
     TOLLGATE_WHOLE_FIELD("member-rows", member_rows, 2, 1024,
                          "Membership rows each gossip message carries (this node's included), rotating through the "
                          "members: more spread heartbeats faster in large clusters, at the cost of bytes "
@@ -141,6 +152,7 @@ void NodeSettings::apply_to(NodeOptions& o) const {
   o.partition_policy = partition_policy;
   o.interval_ns = interval_ns;
   o.fanout = fanout;
+  o.relay_groups = uint32_t(relay_groups);
   o.push_pull_interval_ns = push_pull_interval_ns;
   o.membership.kind = membership;
   o.membership.fail_after_ns = fail_after_ns;

@@ -23,6 +23,7 @@ struct NodeSettings {
   PartitionPolicy partition_policy = PartitionPolicy::kOpen;
   int64_t interval_ns = 50 * kNanosPerMilli;           // one dissemination round
   size_t fanout = 3;                                   // gossip: peers per round
+  size_t relay_groups = 0;                             // relay: groups (0: from the cluster's size)
   size_t member_rows = 64;                             // membership rows per message, ours included
   int64_t fail_after_ns = 2 * kNanosPerSecond;         // silent this long: suspect / unreachable
   int64_t forget_after_ns = 60 * kNanosPerSecond;      // heartbeat: a dead member is forgotten

@@ -147,7 +147,17 @@ class Ledger::Impl {
     own.current.incarnation = incarnation_;
   }
 
-  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now) {
+  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now) { return seal_as(self_, last_seq_, std::move(entries), now); }
+
+  BatchPtr seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now) {
+    if (relay_id_.empty()) {
+      relay_id_ = relay_origin(self_);
+      origins_.try_emplace(relay_id_).first->current.incarnation = incarnation_;
+    }
+    return seal_as(relay_id_, last_relay_seq_, std::move(entries), now);
+  }
+
+  BatchPtr seal_as(const NodeId& origin, uint64_t& last_seq, std::vector<ConsumptionEntry> entries, MonoNanos now) {
     // Entries of the same key are combined, brought together by sorting on the key's hash (the
     // key breaks ties): integer comparisons. Comparing the keys themselves was half of a round's
     // time when a key flood (300,000 new keys/s) sealed 15,000 keys a round, and the round holds
@@ -174,11 +184,11 @@ class Ledger::Impl {
     }
     if (combined.empty()) return nullptr;
     auto batch = std::make_shared<Batch>();
-    batch->origin = self_;
+    batch->origin = origin;
     batch->incarnation = incarnation_;
-    batch->seq = ++last_seq_;
+    batch->seq = ++last_seq;
     batch->entries = std::move(combined);
-    origins_[self_].current.insert(batch->seq, nullptr);
+    origins_[origin].current.insert(batch->seq, nullptr);
     ++stats_.sealed;
     retain(batch, now);
     return batch;
@@ -199,21 +209,23 @@ class Ledger::Impl {
     return MergeResult::kApplied;
   }
 
-  Digest digest() const {
+  Digest digest(const OriginFilter& include) const {
     Digest d;
     d.origins.reserve(origins_.size());
     origins_.for_each([&](const NodeId& origin, const OriginState& state) {
-      d.origins.push_back({origin, state.current, state.previous});
+      if (!include || include(origin)) d.origins.push_back({origin, state.current, state.previous});
     });
     return d;
   }
 
-  std::vector<BatchPtr> missing_for(const Digest& peer, const NodeId& from, const std::optional<NodeId>& until) const {
+  std::vector<BatchPtr> missing_for(const Digest& peer, const NodeId& from, const std::optional<NodeId>& until,
+                                    const OriginFilter& include) const {
     const DigestIndex windows(peer);
     std::vector<BatchPtr> out;
     for (const Retained& r : retained_) {
       const Batch& b = *r.batch;
       if (b.origin < from || (until && !(b.origin < *until))) continue;  // another part's origin
+      if (include && !include(b.origin)) continue;
       const OriginDigest* found = windows.find(b.origin);
       if (!found) {
         out.push_back(r.batch);
@@ -240,7 +252,9 @@ class Ledger::Impl {
   }
 
   void forget_origin(const NodeId& origin) {
-    if (origin != self_) origins_.erase(origin);
+    if (origin == self_) return;
+    origins_.erase(origin);
+    origins_.erase(relay_origin(origin));  // its relaying too
   }
 
   LedgerStats stats() const {
@@ -261,8 +275,15 @@ class Ledger::Impl {
     own.previous = own.current;
     own.current = SeenWindow{};
     own.current.incarnation = incarnation;
+    if (!relay_id_.empty()) {
+      OriginState& relayed = *origins_.try_emplace(relay_id_).first;
+      relayed.previous = relayed.current;
+      relayed.current = SeenWindow{};
+      relayed.current.incarnation = incarnation;
+    }
     incarnation_ = incarnation;
     last_seq_ = 0;
+    last_relay_seq_ = 0;
   }
 
  private:
@@ -279,10 +300,12 @@ class Ledger::Impl {
   // Decides what merge() would do with `b` and, for kApplied, which window records it. With
   // `create`, sets up state for a new origin or a new incarnation.
   MergeResult classify(const Batch& b, bool create, SeenWindow** window) {
-    if (b.origin == self_) {
+    const bool relayed = !relay_id_.empty() && b.origin == relay_id_;
+    if (b.origin == self_ || relayed) {
       // Our current life: everything genuine was sealed here. A newer life, or a seq we never
       // sealed, means another process is using our node id.
-      if (b.incarnation > incarnation_ || (b.incarnation == incarnation_ && b.seq > last_seq_)) {
+      const uint64_t last = relayed ? last_relay_seq_ : last_seq_;
+      if (b.incarnation > incarnation_ || (b.incarnation == incarnation_ && b.seq > last)) {
         return MergeResult::kSelf;
       }
     }
@@ -345,6 +368,8 @@ class Ledger::Impl {
   uint64_t incarnation_;
   LedgerOptions options_;
   uint64_t last_seq_ = 0;
+  NodeId relay_id_;  // relay_origin(self_), once we seal a relay batch
+  uint64_t last_relay_seq_ = 0;
   IdMap<OriginState> origins_;
   std::deque<Retained> retained_;
   size_t retained_bytes_ = 0;
@@ -359,16 +384,20 @@ Ledger& Ledger::operator=(Ledger&&) noexcept = default;
 
 const NodeId& Ledger::self() const { return impl_->self(); }
 uint64_t Ledger::incarnation() const { return impl_->incarnation(); }
+BatchPtr Ledger::seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now_ns) {
+  return impl_->seal_relay(std::move(entries), now_ns);
+}
 BatchPtr Ledger::seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns) {
   return impl_->seal(std::move(entries), now_ns);
 }
 MergeResult Ledger::merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns) {
   return impl_->merge(batch, table, now_ns);
 }
-Digest Ledger::digest() const { return impl_->digest(); }
+Digest Ledger::digest() const { return impl_->digest({}); }
+Digest Ledger::digest(const OriginFilter& include) const { return impl_->digest(include); }
 std::vector<BatchPtr> Ledger::missing_for(const Digest& peer, const NodeId& from,
-                                          const std::optional<NodeId>& until) const {
-  return impl_->missing_for(peer, from, until);
+                                          const std::optional<NodeId>& until, const OriginFilter& include) const {
+  return impl_->missing_for(peer, from, until, include);
 }
 void Ledger::expire(MonoNanos now_ns) { impl_->expire(now_ns); }
 void Ledger::forget_origin(const NodeId& origin) { impl_->forget_origin(origin); }

@@ -57,6 +57,7 @@ void Membership::add_member(Member m) {
   next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
   members_.push_back(std::move(m));
   live_dirty_ = true;
+  ++live_version_;
   ++stats_.joined;
 }
 
@@ -81,6 +82,7 @@ MonoNanos Membership::deadline(const Member& m) const {
 
 void Membership::remove_at(size_t i) {
   live_dirty_ = true;
+  ++live_version_;
   probe_targets_ -= probed(members_[i].view.state);
   index_->erase(members_[i].view.id);
   if (i + 1 != members_.size()) {
@@ -98,6 +100,7 @@ void Membership::set_state(Member& m, MemberState s) {
   probe_targets_ = probe_targets_ - probed(before) + probed(s);
   m.view.state = s;
   live_dirty_ = true;
+  ++live_version_;
   next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
 }
 
@@ -254,10 +257,12 @@ void Membership::mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now
 
 MemberRecord Membership::self_row() const { return self_; }
 
-std::vector<MemberRecord> Membership::rows_for_message() {
+std::vector<MemberRecord> Membership::rows_for_message() { return rows_for_message(options_.member_rows); }
+
+std::vector<MemberRecord> Membership::rows_for_message(size_t max_rows) {
   std::vector<MemberRecord> rows;
   rows.push_back(self_);
-  const size_t budget = options_.member_rows > 0 ? options_.member_rows - 1 : 0;
+  const size_t budget = max_rows > 0 ? max_rows - 1 : 0;
   const size_t n = members_.size();
   for (size_t scanned = 0; scanned < n && rows.size() - 1 < budget; ++scanned) {
     const Member& m = members_[(rotate_ + scanned) % n];

@@ -15,11 +15,44 @@ constexpr size_t kMaxBatchEntries = 32;
 constexpr size_t kMaxQueuedBatches = 4096;
 // Idle keys examined per round by the table's sweep.
 constexpr size_t kSweepPerRound = 256;
+// Relay: rows of other groups' senders held for our group at most between two rows rounds.
+constexpr size_t kMaxRelayRows = 4096;
 }  // namespace
 
 const char* dissemination_mode_name(DisseminationMode m) {
-  return m == DisseminationMode::kMesh ? "mesh" : "gossip";
+  switch (m) {
+    case DisseminationMode::kMesh: return "mesh";
+    case DisseminationMode::kGossip: return "gossip";
+    case DisseminationMode::kRelay: return "relay";
+  }
+  return "?";
 }
+
+uint32_t relay_groups_for(size_t members) {
+  uint32_t g = 1;
+  while (2 * uint64_t(g) * g < members && g < (1u << 20)) g *= 2;
+  return g;
+}
+
+uint32_t relay_group_of(std::string_view id, uint32_t groups) {
+  if (groups <= 1) return 0;
+  // libstdc++'s hash of a string (murmur2 with a fixed seed) is the same in every process;
+  // SplitMix64's finalizer spreads it over all 64 bits before the modulus.
+  return uint32_t(SplitMix64(std::hash<std::string_view>{}(origin_node(id))).next_u64() % groups);
+}
+
+// Relay: who our group is, and whom we send to in each other group, for one live() and group
+// count. A contact is chosen by rendezvous hashing (the highest score of our id with its id), so
+// each member of a group is the contact of about as many senders as the others, and a member's
+// failure or arrival moves only the senders whose contact it was or becomes.
+struct Node::RelayPlan {
+  uint64_t live_version = ~uint64_t{0};
+  uint32_t groups = 0;
+  uint32_t group = 0;
+  std::vector<const MemberInfo*> mates;  // our group's members, but dead or departed ones
+  std::vector<std::string> contacts;     // by group: our contact's address ("": none, or ours)
+};
+
 const char* partition_policy_name(PartitionPolicy p) {
   return p == PartitionPolicy::kOpen ? "open" : "proportional";
 }
@@ -30,7 +63,14 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
       random_(random),
       table_(std::move(rules), options_.keys),
       ledger_(options_.id, options_.incarnation, options_.ledger),
-      membership_(options_.id, options_.address, options_.incarnation, options_.membership) {
+      membership_(options_.id, options_.address, options_.incarnation, options_.membership),
+      plan_(std::make_unique<RelayPlan>()) {
+  update_groups();
+}
+
+void Node::update_groups() {
+  groups_ = options_.relay_groups > 0 ? options_.relay_groups : relay_groups_for(membership_.known());
+  our_group_ = relay_group_of(options_.id, groups_);
 }
 
 Node::~Node() = default;
@@ -101,7 +141,7 @@ void Node::enqueue(const BatchPtr& b, MonoNanos now) {
   queue_.push_back({b, retransmits(), now});
 }
 
-std::shared_ptr<GossipMessage> Node::message(std::vector<BatchPtr> batches) {
+std::shared_ptr<GossipMessage> Node::message(std::vector<BatchPtr> batches, size_t rows) {
   auto m = std::make_shared<GossipMessage>();
   m->sender = options_.id;
   m->sender_incarnation = options_.incarnation;
@@ -109,12 +149,18 @@ std::shared_ptr<GossipMessage> Node::message(std::vector<BatchPtr> batches) {
   if (message_seq_ < kMaxMessageSeq) ++message_seq_;
   m->message_seq = message_seq_;
   m->batches = std::move(batches);
-  m->members = membership_.rows_for_message();
+  m->members = rows == 0 ? membership_.rows_for_message() : membership_.rows_for_message(rows);
+  if (options_.mode == DisseminationMode::kRelay) m->relay_groups = groups_;
   return m;
 }
 
+Digest Node::digest() const {
+  if (options_.mode != DisseminationMode::kRelay) return ledger_.digest();
+  return ledger_.digest([this](const NodeId& origin) { return in_our_group(origin); });
+}
+
 void Node::ask_for_digest_reply(GossipMessage& m) const {
-  m.digest = ledger_.digest();
+  m.digest = digest();
   m.digest_reply_wanted = true;
 }
 
@@ -140,6 +186,7 @@ void Node::tick(MonoNanos now) {
 void Node::advance_membership(MonoNanos now) {
   std::vector<NodeId> forgotten;
   membership_.tick(now, &forgotten);
+  if (options_.mode == DisseminationMode::kRelay) update_groups();
   // Membership forgets only after forget_after, which is configured above the ledger's retention
   // plus dissemination time, so forgetting the windows cannot let an old batch in twice.
   for (const NodeId& id : forgotten) {
@@ -157,6 +204,10 @@ std::vector<BatchPtr> Node::seal_round(MonoNanos now) {
 }
 
 void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh, MonoNanos now) {
+  if (options_.mode == DisseminationMode::kRelay) {
+    disseminate_relay(std::move(fresh), now);
+    return;
+  }
   if (live.empty()) return;
   if (options_.mode == DisseminationMode::kMesh) {
     // Everyone hears from us every round: our news, or just our heartbeat.
@@ -189,6 +240,125 @@ void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<B
   for (size_t i : targets) send(live[i]->address, m);
 }
 
+bool Node::in_our_group(const NodeId& origin) const { return relay_group_of(origin, groups_) == our_group_; }
+
+bool Node::relay_compatible(const GossipMessage& m) const {
+  return m.relay_groups == (options_.mode == DisseminationMode::kRelay ? groups_ : 0);
+}
+
+void Node::plan_relay() {
+  RelayPlan& p = *plan_;
+  if (p.live_version == membership_.live_version() && p.groups == groups_) return;
+  p.live_version = membership_.live_version();
+  p.groups = groups_;
+  p.group = our_group_;
+  p.mates.clear();
+  p.contacts.assign(groups_, std::string());
+  // Per other group, the best-scored live member; failing that (none heard from yet, as at
+  // start-up under static membership), the best-scored member known in any state but departed:
+  // a batch sent nowhere in a group would be lost to it for good, as no repair crosses groups.
+  std::vector<const MemberInfo*> best(groups_, nullptr), fallback(groups_, nullptr);
+  std::vector<uint64_t> best_score(groups_, 0), fallback_score(groups_, 0);
+  const uint64_t us = std::hash<std::string_view>{}(options_.id);
+  auto consider = [&](const MemberInfo& v, std::vector<const MemberInfo*>& pick, std::vector<uint64_t>& scores) {
+    const uint32_t g = relay_group_of(v.id, groups_);
+    if (g == p.group) return false;
+    const uint64_t score = SplitMix64(us ^ SplitMix64(std::hash<std::string_view>{}(v.id)).next_u64()).next_u64();
+    if (!pick[g] || score > scores[g]) {
+      pick[g] = &v;
+      scores[g] = score;
+    }
+    return true;
+  };
+  for (const MemberInfo* v : membership_.live()) consider(*v, best, best_score);
+  // Our group: every member alive, suspect, or listed but not heard from yet (static): a group
+  // is small, and a member that has not heard from us would not send to us either.
+  const bool fallbacks = std::count(best.begin(), best.end(), nullptr) > 1;  // (our group has none)
+  membership_.for_each_member([&](const MemberInfo& v) {
+    if (v.state == MemberState::kLeft || v.state == MemberState::kDead) return;
+    if (relay_group_of(v.id, groups_) == p.group) {
+      p.mates.push_back(&v);
+    } else if (fallbacks) {
+      consider(v, fallback, fallback_score);
+    }
+  });
+  for (uint32_t g = 0; g < groups_; ++g) {
+    if (g == p.group) continue;
+    if (const MemberInfo* v = best[g] ? best[g] : fallback[g]) p.contacts[g] = v->address;
+  }
+}
+
+void Node::seal_relay(MonoNanos now, std::vector<BatchPtr>& out) {
+  if (relay_parts_.empty()) return;
+  std::vector<ConsumptionEntry> entries;
+  for (const BatchPtr& b : relay_parts_) entries.insert(entries.end(), b->entries.begin(), b->entries.end());
+  stats_.relayed += relay_parts_.size();
+  if (options_.split_for_sealing) {
+    for (auto& run : options_.split_for_sealing(std::move(entries))) {
+      if (BatchPtr b = ledger_.seal_relay(std::move(run), now)) out.push_back(std::move(b));
+    }
+  } else if (BatchPtr b = ledger_.seal_relay(std::move(entries), now)) {
+    // Whole (the simulator): so on_relay_sealed names exactly the parts each batch sums.
+    if (options_.on_relay_sealed) options_.on_relay_sealed(b, relay_parts_);
+    out.push_back(std::move(b));
+  }
+  relay_parts_.clear();
+}
+
+void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
+  plan_relay();
+  const RelayPlan& p = *plan_;
+  // Rows are most of what a large cluster says besides consumption. Every `rows_every` rounds
+  // (5 times per fail_after: every 400 ms by default) we send even with nothing else to say:
+  // our row to our contacts, and to our group ours, one more (rotating, as in other modes) and
+  // the rows of the other groups' members that sent us theirs since. So every member's row
+  // reaches every other member, in two hops, about 5 times per fail_after. Other rounds' messages
+  // carry batches only.
+  const int64_t rows_every = std::max<int64_t>(1, options_.membership.fail_after_ns / (5 * std::max<int64_t>(1, options_.interval_ns)));
+  const bool rows_round = relay_round_++ % uint64_t(rows_every) == 0;
+  std::vector<BatchPtr> relayed;
+  seal_relay(now, relayed);
+  if (!p.mates.empty() && (!fresh.empty() || !relayed.empty() || rows_round)) {
+    std::vector<BatchPtr> batches = fresh;
+    batches.insert(batches.end(), relayed.begin(), relayed.end());
+    const std::shared_ptr<GossipMessage> m = message(std::move(batches), rows_round ? 2 : 1);
+    if (!rows_round) m->members.clear();
+    if (rows_round) {
+      // The newest row of each sender (a sender may have sent several times since).
+      std::sort(relay_rows_.begin(), relay_rows_.end(), [](const MemberRecord& a, const MemberRecord& b) {
+        return a.id != b.id ? a.id < b.id : std::pair(a.incarnation, a.heartbeat) > std::pair(b.incarnation, b.heartbeat);
+      });
+      for (size_t i = 0; i < relay_rows_.size(); ++i) {
+        if (i == 0 || relay_rows_[i].id != m->members.back().id) m->members.push_back(relay_rows_[i]);
+      }
+      relay_rows_.clear();
+    }
+    for (const MemberInfo* v : p.mates) send(v->address, m);
+  }
+  if (rows_round && p.mates.empty()) relay_rows_.clear();
+  // The hop to a contact is the one no repair crosses, so each batch goes to the same contact
+  // twice, this round and the next (it applies it once): a loss rate p loses p^2 of it, not p.
+  // Never to another contact, which could relay it a second time.
+  std::shared_ptr<GossipMessage> only_fresh, both;
+  for (uint32_t g = 0; g < p.contacts.size(); ++g) {
+    const std::string& address = p.contacts[g];
+    if (address.empty()) continue;
+    const bool again = g < previous_contacts_.size() && previous_contacts_[g] == address && !previous_fresh_.empty();
+    if (fresh.empty() && !again && !rows_round) continue;
+    std::shared_ptr<GossipMessage>& m = again ? both : only_fresh;
+    if (!m) {
+      std::vector<BatchPtr> batches = fresh;
+      if (again) batches.insert(batches.end(), previous_fresh_.begin(), previous_fresh_.end());
+      m = message(std::move(batches), 1);
+      if (!rows_round) m->members.clear();  // our contacts pass our row on only every rows round
+      m->relay = true;
+    }
+    send(address, m);
+  }
+  previous_contacts_ = p.contacts;
+  previous_fresh_ = std::move(fresh);
+}
+
 std::vector<size_t> Node::pick_distinct(size_t n, size_t k) {
   // k distinct indices of 0..n-1, chosen uniformly: a partial Fisher-Yates shuffle that stores
   // only the k swaps it makes (O(k), not O(n), per round).
@@ -218,8 +388,10 @@ std::vector<size_t> Node::pick_distinct(size_t n, size_t k) {
   return picked;
 }
 
-void Node::push_pull(const std::vector<const MemberInfo*>& live, MonoNanos now) {
-  // Repair with one random live member (at once after start, to learn recent debt).
+void Node::push_pull(const std::vector<const MemberInfo*>& all_live, MonoNanos now) {
+  // Repair with one random live member (at once after start, to learn recent debt); in relay
+  // mode, of our group, the only members that apply the same origins.
+  const std::vector<const MemberInfo*>& live = options_.mode == DisseminationMode::kRelay ? plan_->mates : all_live;
   if (live.empty() || now < next_push_pull_ns_) return;
   const std::shared_ptr<GossipMessage> m = message({});
   ask_for_digest_reply(*m);
@@ -289,14 +461,32 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     ledger_.start_incarnation(life);
   }
   if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
+  if (!relay_compatible(m)) {
+    // Counting groups otherwise (or another mode), the sender may route a batch to us that we
+    // also receive summed in a relay batch: applying nothing from it is the safe side.
+    if (!m.batches.empty() || m.digest) ++stats_.relay_mismatch;
+    return;
+  }
+  // Relay: a member of another group asks us to pass its own batches on to our group.
+  const bool relay = options_.mode == DisseminationMode::kRelay && m.relay &&
+                     !in_our_group(m.sender);
+  if (relay && !m.members.empty() && m.members.front().id == m.sender && relay_rows_.size() < kMaxRelayRows) {
+    relay_rows_.push_back(m.members.front());
+  }
 
   for (const BatchPtr& b : m.batches) {
+    if (relay && b->origin != m.sender) continue;  // only its own: relayed batches stay in their group
     if (ledger_.merge(b, table_, now) != MergeResult::kApplied) continue;
     if (options_.on_applied) options_.on_applied(*b);
     if (options_.mode == DisseminationMode::kGossip) enqueue(b, now);  // news to us: relay it
+    if (relay) relay_parts_.push_back(b);
   }
 
   if (m.digest) {
+    if (options_.mode == DisseminationMode::kRelay && !in_our_group(m.sender)) {
+      ++stats_.digests_ignored;  // another group applies other origins: nothing to repair
+      return;
+    }
     DigestsAnswered& answered = digests_answered_[m.sender];
     if (!first_time_asked(m, answered)) {
       ++stats_.digests_ignored;
@@ -307,7 +497,10 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
       answered.repairs_in_window = 0;
     }
     const size_t budget = 2 * options_.max_repair_batches - std::min(answered.repairs_in_window, 2 * options_.max_repair_batches);
-    std::vector<BatchPtr> missing = ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
+    std::vector<BatchPtr> missing =
+        options_.mode == DisseminationMode::kRelay
+            ? ledger_.missing_for(*m.digest, m.digest_from, m.digest_until, [this](const NodeId& o) { return in_our_group(o); })
+            : ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
     if (missing.size() > options_.max_repair_batches) missing.resize(options_.max_repair_batches);
     if (missing.size() > budget) {
       stats_.repairs_capped += missing.size() - budget;
@@ -317,7 +510,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     if (!missing.empty() || m.digest_reply_wanted) {
       stats_.repairs_sent += missing.size();
       const std::shared_ptr<GossipMessage> reply = message(std::move(missing));
-      if (m.digest_reply_wanted) reply->digest = ledger_.digest();  // so the asker can answer in turn
+      if (m.digest_reply_wanted) reply->digest = digest();  // so the asker can answer in turn
       const MemberInfo* v = membership_.find(m.sender);
       send(v ? v->address : m.sender_address, reply);
     }
@@ -375,8 +568,19 @@ void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {
 
 void Node::leave(MonoNanos now) {
   // What was admitted since the last round would never leave this node otherwise: seal it and
-  // send it to every live member before saying goodbye.
+  // send it to every live member before saying goodbye. (Relay: what we were relaying goes to
+  // our group, as it would have.)
   seal(now, SIZE_MAX);
+  if (options_.mode == DisseminationMode::kRelay) {
+    plan_relay();
+    std::vector<BatchPtr> relayed;
+    seal_relay(now, relayed);
+    for (size_t i = 0; i < relayed.size(); i += options_.max_batches_per_message) {
+      const size_t end = std::min(relayed.size(), i + options_.max_batches_per_message);
+      const GossipMessagePtr m = message({relayed.begin() + long(i), relayed.begin() + long(end)});
+      for (const MemberInfo* v : plan_->mates) send(v->address, m);
+    }
+  }
   for (size_t i = 0; i < sealed_.size(); i += options_.max_batches_per_message) {
     const size_t end = std::min(sealed_.size(), i + options_.max_batches_per_message);
     const GossipMessagePtr m = message({sealed_.begin() + long(i), sealed_.begin() + long(end)});

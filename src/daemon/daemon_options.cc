@@ -291,7 +291,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
         "`(umask 077; tollgate keygen > FILE)`), or --insecure-gossip to run without (then anyone who can send "
         "to the gossip port controls this node's limits)");
   }
-  if (o->node_id.empty() || o->node_id.size() > 256) return usage_error("--node-id must be 1 to 256 bytes");
+  // 250: a relaying member's batches are named by its id and kRelayOriginSuffix, and an origin
+  // on the wire is at most 256 bytes; a NUL would make that name ambiguous.
+  if (o->node_id.empty() || o->node_id.size() > 250) return usage_error("--node-id must be 1 to 250 bytes");
+  if (o->node_id.find('\0') != std::string::npos) return usage_error("--node-id must not contain a NUL byte");
   if (o->bind.size() > 256) return usage_error("--bind must be at most 256 bytes");
   if (o->incarnation >= kMaxIncarnation) {
     return usage_error("--incarnation must be below 2^62 (" + std::to_string(kMaxIncarnation) +

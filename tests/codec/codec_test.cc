@@ -118,9 +118,9 @@ TEST(Codec, MacIsHmacSha256OverTheVersionAndThePayload) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(datagrams.at(0)));
   EXPECT_EQ(e.version_major(), 1u);
-  EXPECT_EQ(e.version_minor(), 1u);
+  EXPECT_EQ(e.version_minor(), 2u);
   EXPECT_EQ(e.mac().size(), 32u);
-  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 1, e.payload()));
+  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 2, e.payload()));
 }
 
 TEST(Codec, SplitsAcrossDatagramsUnderMaxDatagram) {
@@ -293,7 +293,9 @@ TEST(Codec, EncodingRefusesAnImpossibleLimitOrSender) {
 // The largest valid items next to the largest valid header, at the smallest datagram allowed.
 TEST(Codec, TheLargestItemsFitInTheSmallestDatagram) {
   GossipMessage m;
-  m.sender = std::string(kMaxNodeIdBytes, 's');
+  m.sender = std::string(kMaxSenderIdBytes, 's');
+  m.relay_groups = kMaxRelayGroups;
+  m.relay = true;
   m.sender_incarnation = std::numeric_limits<uint64_t>::max();
   m.sender_address = std::string(kMaxAddressBytes, 'a');
   m.batches.push_back(batch(std::string(kMaxNodeIdBytes, 'o'), std::numeric_limits<uint64_t>::max(),
@@ -346,7 +348,7 @@ TEST(Codec, SealedRunsFitInOneDatagramFromAnySender) {
 
   // The worst sender relays them: the longest id and address, signed.
   GossipMessage m;
-  m.sender = std::string(kMaxNodeIdBytes, 's');
+  m.sender = std::string(kMaxSenderIdBytes, 's');
   m.sender_incarnation = std::numeric_limits<uint64_t>::max();
   m.sender_address = std::string(kMaxAddressBytes, 'a');
   m.leaving = true;
@@ -391,7 +393,7 @@ TEST(Codec, AHigherMinorVersionWithUnknownFieldsIsRead) {
 TEST(Codec, TheMacCoversTheVersion) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(encode_datagrams(full_message(), key_a()).at(0)));
-  e.set_version_minor(2);  // same payload and MAC, another minor version
+  e.set_version_minor(3);  // same payload and MAC, another minor version
   EXPECT_EQ(decode(e.SerializeAsString(), key_a()).error, DecodeError::kBadMac);
 }
 

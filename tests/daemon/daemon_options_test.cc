@@ -174,7 +174,8 @@ TEST_F(DaemonOptionsTest, HelpExitsZeroWithoutRunning) {
 // what it prints, and reaches NodeOptions.
 TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   NodeSettings changed;
-  changed.mode = DisseminationMode::kMesh;
+  changed.mode = DisseminationMode::kRelay;
+  changed.relay_groups = 16;
   changed.membership = MembershipKind::kHeartbeat;
   changed.partition_policy = PartitionPolicy::kProportional;
   changed.interval_ns = 20 * kNanosPerMilli;
@@ -201,7 +202,8 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   EXPECT_TRUE(by_file.options.node == changed);
 
   const NodeOptions n = node_options(by_flags.options, 1);
-  EXPECT_EQ(n.mode, DisseminationMode::kMesh);
+  EXPECT_EQ(n.mode, DisseminationMode::kRelay);
+  EXPECT_EQ(n.relay_groups, 16u);
   EXPECT_EQ(n.membership.dead_after_ns, 6 * kNanosPerSecond);  // twice fail_after
   EXPECT_EQ(n.membership.forget_after_ns, 90 * kNanosPerSecond);
   EXPECT_EQ(n.push_pull_interval_ns, 500 * kNanosPerMilli);

@@ -88,7 +88,8 @@ Reassembled reassemble(const GossipMessage& original, const std::vector<std::str
     const GossipMessage& m = *r.message;
     FUZZ_CHECK(m.sender == original.sender && m.sender_incarnation == original.sender_incarnation &&
                    m.sender_address == original.sender_address && m.leaving == original.leaving &&
-                   m.message_seq == std::min(original.message_seq, kMaxMessageSeq),
+                   m.message_seq == std::min(original.message_seq, kMaxMessageSeq) &&
+                   m.relay_groups == original.relay_groups && m.relay == original.relay,
                "a re-encoded part lost the sender fields");
     out.batches.insert(out.batches.end(), m.batches.begin(), m.batches.end());
     out.members.insert(out.members.end(), m.members.begin(), m.members.end());

@@ -136,7 +136,7 @@ std::vector<NamedMessage> gossip_messages() {
   out.push_back({"full-batch", sealed});
 
   // Ids and addresses at their limits, as the encoder allows them.
-  GossipMessage limits = header(std::string(kMaxNodeIdBytes, 'n'), UINT64_MAX, std::string(kMaxAddressBytes - 5, 'h') + ":7946");
+  GossipMessage limits = header(std::string(kMaxSenderIdBytes, 'n'), UINT64_MAX, std::string(kMaxAddressBytes - 5, 'h') + ":7946");
   limits.batches = {batch(std::string(kMaxNodeIdBytes, 'o'), UINT64_MAX, UINT64_MAX, {{std::string(kMaxKeyBytes, 'k'), INT64_MAX}})};
   out.push_back({"limits", limits});
 

@@ -118,6 +118,17 @@ TEST(ShippedScenarios, MatchTheShapesTheIssueTargetsAreStatedFor) {
   EXPECT_DOUBLE_EQ(steady.load.rate_per_sec, 5 * limit_per_sec(steady));
   EXPECT_TRUE(steady.timeline.empty());
 
+  // Issue #20's: 1,000 nodes at 100 checks/s each over 10,000 Zipf keys; 5,000 at 10 each.
+  const Scenario busy = load_scenario_file(kScenarioDir + "/busy-1000.yaml");
+  EXPECT_EQ(busy.nodes, 1000u);
+  EXPECT_DOUBLE_EQ(busy.load.rate_per_sec, 100.0 * 1000);
+  EXPECT_EQ(busy.load.keys, 10'000u);
+  EXPECT_EQ(busy.load.distribution, LoadSpec::Distribution::kZipf);
+  EXPECT_EQ(busy.node.mode, DisseminationMode::kRelay);
+  const Scenario big = load_scenario_file(kScenarioDir + "/busy-5000.yaml");
+  EXPECT_EQ(big.nodes, 5000u);
+  EXPECT_DOUBLE_EQ(big.load.rate_per_sec, 10.0 * 5000);
+
   const Scenario halves = load_scenario_file(kScenarioDir + "/partition-halves.yaml");
   ASSERT_EQ(halves.timeline.size(), 1u);
   EXPECT_EQ(halves.timeline[0].groups, (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
@@ -275,7 +286,7 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
       {"nodes: 0", "`nodes` must be a whole number from 1 to 100000, got \"0\""},
       {"nodes: 8.5", "`nodes` must be a whole number"},
       {"nodes: -1", "`nodes` must be a whole number"},
-      {"mode: Gossip", "`mode` must be mesh or gossip, got \"Gossip\""},
+      {"mode: Gossip", "`mode` must be mesh, gossip or relay, got \"Gossip\""},
       {"transport: quic", "`transport` must be udp or tcp"},
       {"front_end: grpc", "`front_end` must be native or rls"},
       {"membership: dynamic", "`membership` must be static or heartbeat"},
@@ -318,7 +329,7 @@ TEST(ScenarioFile, UnknownAndRepeatedFieldsAreErrorsAtTheirLine) {
   expected += ", transport, front_end, duration, seed, network, rules, load, timeline";
   EXPECT_EQ(scenario_error(scenario_with("nodez: 4\n")),
             "s.yaml:5:1: unknown field \"nodez\" (expected one of: " + expected + ")");
-  EXPECT_NE(expected.find("mode, membership, partition_policy, interval, fanout, member_rows, fail_after"), std::string::npos);
+  EXPECT_NE(expected.find("mode, membership, partition_policy, interval, fanout, relay_groups, member_rows, fail_after"), std::string::npos);
   EXPECT_EQ(scenario_error(scenario_with("nodes: 4\nnodes: 5\n")), "s.yaml:6:1: field \"nodes\" appears twice");
   EXPECT_TRUE(starts_with(scenario_error(scenario_with("load:\n  rate: 5/s\n  spred: one\n")), "s.yaml:7:3: unknown field \"spred\""));
   EXPECT_TRUE(starts_with(scenario_error(scenario_with("network: {loss: 1%, loss: 2%}\n")), "s.yaml:5:21: field \"loss\" appears twice"));
