@@ -388,8 +388,9 @@ class Simulation {
     }
     if (start >= next_track_sweep_ns_) {  // batches that never reach everyone (a crash, a partition)
       next_track_sweep_ns_ = start + kNanosPerSecond;
-      // (Relay batches are repaired only within the ledger's 10 s retention.)
-      std::erase_if(relays_, [&](const auto& kv) { return kv.second.sealed_ns < start - 12 * kNanosPerSecond; });
+      // As long as a batch is tracked: a relay batch can be repaired from node to node, each
+      // retaining it 10 s from when it applied it.
+      std::erase_if(relays_, [&](const auto& kv) { return kv.second.sealed_ns < start - 30 * kNanosPerSecond; });
       std::erase_if(tracks_, [&](const auto& kv) {
         const bool stale = kv.second.sealed_ns < start - 30 * kNanosPerSecond;
         if (stale) recorder_.unconverged();

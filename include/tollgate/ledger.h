@@ -125,6 +125,12 @@ class Ledger {
   // life's window is kept as the previous one, so its batches relayed back stay duplicates.
   void start_incarnation(uint64_t incarnation);
 
+  // Relay mode, when the number of groups changes: batches retained until now are no longer
+  // handed out by missing_for() (they expire as before). They were applied under another
+  // grouping, where a node may hold an origin's batch while another holds it summed in a
+  // contact's: once groups merge, repairing either to the other would charge it twice.
+  void start_epoch();
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;

@@ -118,7 +118,8 @@ class Membership {
   // Members to disseminate to: alive or suspect, not ourselves.
   // Valid until the next call of a non-const method.
   const std::vector<const MemberInfo*>& live() const;
-  // Changes whenever live() (or the pointers in it) may have: cached plans over live() check it.
+  // Changes whenever live() (or the pointers in it) may have, or a member's address: cached
+  // plans over the members check it.
   uint64_t live_version() const { return live_version_; }
   // Calls `f` with every member but us, in any state.
   void for_each_member(const std::function<void(const MemberInfo&)>& f) const {

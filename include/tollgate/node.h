@@ -275,7 +275,7 @@ class Node {
   std::vector<BatchPtr> relay_parts_;        // other groups' batches applied, not relayed yet
   std::vector<MemberRecord> relay_rows_;     // their senders' own rows, for our group
   std::vector<BatchPtr> previous_fresh_;     // our batches of the last round, sent once to...
-  std::vector<std::string> previous_contacts_;  // ...these contacts (by group)
+  std::vector<std::pair<NodeId, uint64_t>> previous_contacts_;  // ...these contacts (id, life; by group)
   uint64_t relay_round_ = 0;
 };
 

@@ -143,6 +143,7 @@ class Ledger::Impl {
  public:
   Impl(NodeId self, uint64_t incarnation, LedgerOptions options)
       : self_(std::move(self)), incarnation_(incarnation), options_(options) {
+    relay_id_ = relay_origin(self_);
     OriginState& own = origins_[self_];
     own.current.incarnation = incarnation_;
   }
@@ -150,12 +151,20 @@ class Ledger::Impl {
   BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now) { return seal_as(self_, last_seq_, std::move(entries), now); }
 
   BatchPtr seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now) {
-    if (relay_id_.empty()) {
-      relay_id_ = relay_origin(self_);
-      origins_.try_emplace(relay_id_).first->current.incarnation = incarnation_;
+    // The window of our relay batches is made at the first one, not at start: other modes never
+    // relay, and their digests do not list it. A past life's relay batches, applied once after
+    // a restart (how a restarted node relearns what it relayed), left a window of that life:
+    // it becomes the previous one, so they stay duplicates.
+    OriginState& st = *origins_.try_emplace(relay_id_).first;
+    if (st.current.incarnation != incarnation_) {
+      if (st.current.incarnation != 0) st.previous = st.current;
+      st.current = SeenWindow{};
+      st.current.incarnation = incarnation_;
     }
     return seal_as(relay_id_, last_relay_seq_, std::move(entries), now);
   }
+
+  void start_epoch() { ++epoch_; }
 
   BatchPtr seal_as(const NodeId& origin, uint64_t& last_seq, std::vector<ConsumptionEntry> entries, MonoNanos now) {
     // Entries of the same key are combined, brought together by sorting on the key's hash (the
@@ -225,7 +234,7 @@ class Ledger::Impl {
     for (const Retained& r : retained_) {
       const Batch& b = *r.batch;
       if (b.origin < from || (until && !(b.origin < *until))) continue;  // another part's origin
-      if (include && !include(b.origin)) continue;
+      if (r.epoch != epoch_ || (include && !include(b.origin))) continue;
       const OriginDigest* found = windows.find(b.origin);
       if (!found) {
         out.push_back(r.batch);
@@ -275,11 +284,10 @@ class Ledger::Impl {
     own.previous = own.current;
     own.current = SeenWindow{};
     own.current.incarnation = incarnation;
-    if (!relay_id_.empty()) {
-      OriginState& relayed = *origins_.try_emplace(relay_id_).first;
-      relayed.previous = relayed.current;
-      relayed.current = SeenWindow{};
-      relayed.current.incarnation = incarnation;
+    if (OriginState* relayed = origins_.find(relay_id_)) {
+      relayed->previous = relayed->current;
+      relayed->current = SeenWindow{};
+      relayed->current.incarnation = incarnation;
     }
     incarnation_ = incarnation;
     last_seq_ = 0;
@@ -295,12 +303,13 @@ class Ledger::Impl {
     BatchPtr batch;
     MonoNanos at_ns;
     size_t bytes;
+    uint64_t epoch;  // start_epoch() calls before it was retained
   };
 
   // Decides what merge() would do with `b` and, for kApplied, which window records it. With
   // `create`, sets up state for a new origin or a new incarnation.
   MergeResult classify(const Batch& b, bool create, SeenWindow** window) {
-    const bool relayed = !relay_id_.empty() && b.origin == relay_id_;
+    const bool relayed = b.origin == relay_id_;
     if (b.origin == self_ || relayed) {
       // Our current life: everything genuine was sealed here. A newer life, or a seq we never
       // sealed, means another process is using our node id.
@@ -354,7 +363,7 @@ class Ledger::Impl {
 
   void retain(const BatchPtr& batch, MonoNanos now) {
     const size_t bytes = batch_bytes(*batch);
-    retained_.push_back({batch, now, bytes});
+    retained_.push_back({batch, now, bytes, epoch_});
     retained_bytes_ += bytes;
     while (retained_bytes_ > options_.max_retained_bytes && retained_.size() > 1) drop_oldest();
   }
@@ -368,8 +377,9 @@ class Ledger::Impl {
   uint64_t incarnation_;
   LedgerOptions options_;
   uint64_t last_seq_ = 0;
-  NodeId relay_id_;  // relay_origin(self_), once we seal a relay batch
+  NodeId relay_id_;  // relay_origin(self_)
   uint64_t last_relay_seq_ = 0;
+  uint64_t epoch_ = 0;
   IdMap<OriginState> origins_;
   std::deque<Retained> retained_;
   size_t retained_bytes_ = 0;
@@ -403,5 +413,6 @@ void Ledger::expire(MonoNanos now_ns) { impl_->expire(now_ns); }
 void Ledger::forget_origin(const NodeId& origin) { impl_->forget_origin(origin); }
 LedgerStats Ledger::stats() const { return impl_->stats(); }
 void Ledger::start_incarnation(uint64_t incarnation) { impl_->start_incarnation(incarnation); }
+void Ledger::start_epoch() { impl_->start_epoch(); }
 
 }  // namespace tollgate

@@ -116,7 +116,10 @@ void Membership::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now, st
       remove_at(i);
       continue;
     }
-    members_[i].view.address = it->second->address;  // an address may change with a reload
+    if (members_[i].view.address != it->second->address) {  // an address may change with a reload
+      members_[i].view.address = it->second->address;
+      ++live_version_;  // plans that hold addresses are stale
+    }
     listed.erase(it);
     ++i;
   }
@@ -229,7 +232,10 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
     v.incarnation = r.incarnation;
     v.heartbeat = std::max(v.heartbeat, r.heartbeat);
     // Static membership: the peers file says where a member is; its own claim does not move it.
-    if (!r.address.empty() && options_.kind == MembershipKind::kHeartbeat) v.address = r.address;
+    if (!r.address.empty() && options_.kind == MembershipKind::kHeartbeat && v.address != r.address) {
+      v.address = r.address;
+      ++live_version_;  // plans that hold addresses are stale
+    }
     v.last_heard_ns = now;
     sync_index(*m);
     if (r.left) {

@@ -50,7 +50,7 @@ struct Node::RelayPlan {
   uint32_t groups = 0;
   uint32_t group = 0;
   std::vector<const MemberInfo*> mates;  // our group's members, but dead or departed ones
-  std::vector<std::string> contacts;     // by group: our contact's address ("": none, or ours)
+  std::vector<const MemberInfo*> contacts;  // by group: our contact (null: none, or ours)
 };
 
 const char* partition_policy_name(PartitionPolicy p) {
@@ -69,7 +69,17 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
 }
 
 void Node::update_groups() {
-  groups_ = options_.relay_groups > 0 ? options_.relay_groups : relay_groups_for(membership_.known());
+  const uint32_t groups = options_.relay_groups > 0 ? options_.relay_groups : relay_groups_for(membership_.known());
+  if (groups != groups_ && options_.mode == DisseminationMode::kRelay) {
+    // What we hold was routed under the old groups: where groups merge, one node holds an
+    // origin's batch that another holds summed in a relay batch. Relaying or repairing any of it
+    // under the new groups could charge it twice, so none of it goes out again (a loss, the
+    // safe side; docs/design.md 7.7).
+    relay_parts_.clear();
+    previous_fresh_.clear();
+    ledger_.start_epoch();
+  }
+  groups_ = groups;
   our_group_ = relay_group_of(options_.id, groups_);
 }
 
@@ -253,7 +263,7 @@ void Node::plan_relay() {
   p.groups = groups_;
   p.group = our_group_;
   p.mates.clear();
-  p.contacts.assign(groups_, std::string());
+  p.contacts.assign(groups_, nullptr);
   // Per other group, the best-scored live member; failing that (none heard from yet, as at
   // start-up under static membership), the best-scored member known in any state but departed:
   // a batch sent nowhere in a group would be lost to it for good, as no repair crosses groups.
@@ -284,7 +294,7 @@ void Node::plan_relay() {
   });
   for (uint32_t g = 0; g < groups_; ++g) {
     if (g == p.group) continue;
-    if (const MemberInfo* v = best[g] ? best[g] : fallback[g]) p.contacts[g] = v->address;
+    p.contacts[g] = best[g] ? best[g] : fallback[g];
   }
 }
 
@@ -341,9 +351,11 @@ void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
   // Never to another contact, which could relay it a second time.
   std::shared_ptr<GossipMessage> only_fresh, both;
   for (uint32_t g = 0; g < p.contacts.size(); ++g) {
-    const std::string& address = p.contacts[g];
-    if (address.empty()) continue;
-    const bool again = g < previous_contacts_.size() && previous_contacts_[g] == address && !previous_fresh_.empty();
+    const MemberInfo* contact = p.contacts[g];
+    if (!contact) continue;
+    // The same life of the same member: a restarted one would apply the batches again.
+    const bool again = g < previous_contacts_.size() && previous_contacts_[g].first == contact->id &&
+                       previous_contacts_[g].second == contact->incarnation && !previous_fresh_.empty();
     if (fresh.empty() && !again && !rows_round) continue;
     std::shared_ptr<GossipMessage>& m = again ? both : only_fresh;
     if (!m) {
@@ -353,9 +365,12 @@ void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
       if (!rows_round) m->members.clear();  // our contacts pass our row on only every rows round
       m->relay = true;
     }
-    send(address, m);
+    send(contact->address, m);
   }
-  previous_contacts_ = p.contacts;
+  previous_contacts_.assign(p.contacts.size(), {});
+  for (uint32_t g = 0; g < p.contacts.size(); ++g) {
+    if (p.contacts[g]) previous_contacts_[g] = {p.contacts[g]->id, p.contacts[g]->incarnation};
+  }
   previous_fresh_ = std::move(fresh);
 }
 

@@ -566,6 +566,8 @@ StatsList Daemon::stats() {
   add("gossip_dropped_wrong_source", n.dropped_wrong_source);
   add("digests_ignored", n.digests_ignored);
   add("repairs_capped", n.repairs_capped);
+  add("relayed", n.relayed);
+  add("relay_mismatch", n.relay_mismatch);
   const TransportStats t = faults_->stats();
   add("transport_sent", t.messages_sent);
   add("transport_bytes_sent", t.bytes_sent);
