@@ -272,6 +272,46 @@ TEST(Node, RelayChargesEveryNodeExactlyOnceForEveryBatch) {
   EXPECT_GT(per_node_round, 10.0);
 }
 
+// Relay under heartbeat membership: every node joins through node 0 and learns the others only
+// from rows sent to it; a member not alive at a node gets that node's rows at once, so all count
+// the same members (and groups) within a few rounds and every batch reaches everyone once. A
+// member that restarts rejoins the same way.
+TEST(Node, RelayUnderHeartbeatMembershipEveryoneJoinsAndChargesOnce) {
+  constexpr size_t kNodes = 40;  // 8 groups once everyone is known
+  VirtualCluster c({.nodes = kNodes, .mode = DisseminationMode::kRelay, .membership = MembershipKind::kHeartbeat, .seed = 6});
+  c.rounds(40);
+  std::vector<uint64_t> mismatched_while_joining;
+  for (size_t i = 0; i < kNodes; ++i) {
+    ASSERT_EQ(c.node(i).membership().known(), kNodes) << "node " << i;
+    mismatched_while_joining.push_back(c.node(i).stats().relay_mismatch);
+  }
+  int64_t admitted = 0;
+  for (int r = 0; r < 10; ++r) {
+    for (size_t i = 0; i < kNodes; ++i) {
+      if (c.node(i).check("k" + std::to_string(i % 3), 1, c.now()).allowed) ++admitted;
+    }
+    c.round();
+  }
+  c.rounds(3);
+  for (size_t i = 0; i < kNodes; ++i) {
+    int64_t total = 0;
+    for (int k = 0; k < 3; ++k) total += c.charged(i, "k" + std::to_string(k));
+    EXPECT_EQ(total, admitted) << "node " << i;
+    EXPECT_EQ(c.node(i).stats().relay_mismatch, mismatched_while_joining[i]) << "node " << i;
+  }
+  // A member leaves and comes back knowing only its seed: it learns everyone again.
+  c.node(7).leave(c.now());
+  c.rounds(2);
+  c.start(7, 2);
+  c.rounds(20);
+  EXPECT_EQ(c.node(7).membership().known(), kNodes);
+  for (size_t i = 0; i < kNodes; ++i) {
+    const MemberInfo* seen = c.node(i).membership().find(VirtualCluster::id(7));
+    if (i == 7) continue;
+    EXPECT_TRUE(seen && seen->state == MemberState::kAlive) << "node " << i;
+  }
+}
+
 // Relay under loss: a batch lost on its way to a contact is lost to that group (over-admission,
 // the safe side), a relay batch lost within a group is repaired; nothing is ever charged twice.
 TEST(Node, RelayUnderLossNeverChargesTwice) {

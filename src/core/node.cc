@@ -470,12 +470,33 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     return;
   }
   ++stats_.messages_received;
+  // Relay under heartbeat membership: a node learns members only from the rows of messages sent
+  // to it, and only its group and its contacts send to it. A newcomer that joined through a
+  // seed (or a member back from a restart or a departure, which knows only its seeds) would hear
+  // from few, count too few members, and so too few groups, and the others would ignore its
+  // batches. So a member that was not alive here gets our rows (member_rows of them) as soon as
+  // it is: each node it sends to teaches it more, and it knows everyone within a few rounds.
+  const MemberInfo* before = membership_.find(m.sender);
+  const bool was_alive = before && (before->state == MemberState::kAlive || before->state == MemberState::kSuspect);
+  const uint64_t life_before = before ? before->incarnation : 0;
   membership_.merge(m.members, now);
+  if (options_.mode == DisseminationMode::kRelay && membership_.kind() == MembershipKind::kHeartbeat) {
+    const MemberInfo* after = membership_.find(m.sender);
+    if (after && after->state == MemberState::kAlive && (!was_alive || after->incarnation != life_before)) {
+      send(m.sender_address, message({}));
+    }
+  }
   if (const uint64_t life = membership_.self_row().incarnation; life != options_.incarnation) {
     options_.incarnation = life;  // outbidding a remembered newer life of ours (Membership::merge)
     ledger_.start_incarnation(life);
   }
   if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
+  // Its row goes on to our group even if it counts groups otherwise (rows are safe to pass on):
+  // our group may hear of it only through us.
+  if (options_.mode == DisseminationMode::kRelay && m.relay && !in_our_group(m.sender) && !m.members.empty() &&
+      m.members.front().id == m.sender && relay_rows_.size() < kMaxRelayRows) {
+    relay_rows_.push_back(m.members.front());
+  }
   if (!relay_compatible(m)) {
     // Counting groups otherwise (or another mode), the sender may route a batch to us that we
     // also receive summed in a relay batch: applying nothing from it is the safe side.
@@ -483,11 +504,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     return;
   }
   // Relay: a member of another group asks us to pass its own batches on to our group.
-  const bool relay = options_.mode == DisseminationMode::kRelay && m.relay &&
-                     !in_our_group(m.sender);
-  if (relay && !m.members.empty() && m.members.front().id == m.sender && relay_rows_.size() < kMaxRelayRows) {
-    relay_rows_.push_back(m.members.front());
-  }
+  const bool relay = options_.mode == DisseminationMode::kRelay && m.relay && !in_our_group(m.sender);
 
   for (const BatchPtr& b : m.batches) {
     if (relay && b->origin != m.sender) continue;  // only its own: relayed batches stay in their group
@@ -498,10 +515,6 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   }
 
   if (m.digest) {
-    if (options_.mode == DisseminationMode::kRelay && !in_our_group(m.sender)) {
-      ++stats_.digests_ignored;  // another group applies other origins: nothing to repair
-      return;
-    }
     DigestsAnswered& answered = digests_answered_[m.sender];
     if (!first_time_asked(m, answered)) {
       ++stats_.digests_ignored;
@@ -512,10 +525,15 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
       answered.repairs_in_window = 0;
     }
     const size_t budget = 2 * options_.max_repair_batches - std::min(answered.repairs_in_window, 2 * options_.max_repair_batches);
+    // Relay: only our group's origins, which the asker applies only if it is in our group too;
+    // and to any member, its own batches (a restarted one relearns its past life's consumption
+    // from whoever holds it, even alone in its group: it never gets them summed by a relay).
+    const bool relay_mode = options_.mode == DisseminationMode::kRelay;
+    const bool same_group = relay_mode && in_our_group(m.sender);
     std::vector<BatchPtr> missing =
-        options_.mode == DisseminationMode::kRelay
-            ? ledger_.missing_for(*m.digest, m.digest_from, m.digest_until, [this](const NodeId& o) { return in_our_group(o); })
-            : ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
+        relay_mode ? ledger_.missing_for(*m.digest, m.digest_from, m.digest_until,
+                                         [&](const NodeId& o) { return (same_group && in_our_group(o)) || origin_node(o) == m.sender; })
+                   : ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
     if (missing.size() > options_.max_repair_batches) missing.resize(options_.max_repair_batches);
     if (missing.size() > budget) {
       stats_.repairs_capped += missing.size() - budget;
