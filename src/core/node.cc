@@ -480,6 +480,10 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   const bool was_alive = before && (before->state == MemberState::kAlive || before->state == MemberState::kSuspect);
   const uint64_t life_before = before ? before->incarnation : 0;
   membership_.merge(m.members, now);
+  // The group count follows the members known at once, not at the next round: a message we
+  // send before it (a flood of checks can hold the round up) would be ignored by members that
+  // count already.
+  if (options_.mode == DisseminationMode::kRelay) update_groups();
   if (options_.mode == DisseminationMode::kRelay && membership_.kind() == MembershipKind::kHeartbeat) {
     const MemberInfo* after = membership_.find(m.sender);
     if (after && after->state == MemberState::kAlive && (!was_alive || after->incarnation != life_before)) {
@@ -597,6 +601,7 @@ void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {
   // still circulate (see Ledger::forget_origin). Its window stays until the ledger is rebuilt;
   // at most max_origins are tracked.
   membership_.set_peers(peers, now);
+  if (options_.mode == DisseminationMode::kRelay) update_groups();
 }
 
 void Node::leave(MonoNanos now) {
