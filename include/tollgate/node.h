@@ -195,7 +195,8 @@ class Node {
     MonoNanos queued_at;
   };
   // A message from us carrying `batches` and membership rows; mutable until it is sent.
-  // `rows`: membership rows at most (ours included); 0: member_rows.
+  // `rows`: membership rows at most (ours included); 0: member_rows; kNoRows: none.
+  static constexpr size_t kNoRows = SIZE_MAX;
   std::shared_ptr<GossipMessage> message(std::vector<BatchPtr> batches, size_t rows = 0);
   // Our ledger's digest (relay: of our group's origins only).
   Digest digest() const;

@@ -70,7 +70,8 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
 
 void Node::update_groups() {
   const uint32_t groups = options_.relay_groups > 0 ? options_.relay_groups : relay_groups_for(membership_.known());
-  if (groups != groups_ && options_.mode == DisseminationMode::kRelay) {
+  if (groups == groups_) return;  // (runs for every message received)
+  if (options_.mode == DisseminationMode::kRelay) {
     // What we hold was routed under the old groups: where groups merge, one node holds an
     // origin's batch that another holds summed in a relay batch. Relaying or repairing any of it
     // under the new groups could charge it twice, so none of it goes out again (a loss, the
@@ -159,7 +160,11 @@ std::shared_ptr<GossipMessage> Node::message(std::vector<BatchPtr> batches, size
   if (message_seq_ < kMaxMessageSeq) ++message_seq_;
   m->message_seq = message_seq_;
   m->batches = std::move(batches);
-  m->members = rows == 0 ? membership_.rows_for_message() : membership_.rows_for_message(rows);
+  if (rows == 0) {
+    m->members = membership_.rows_for_message();
+  } else if (rows != kNoRows) {
+    m->members = membership_.rows_for_message(rows);
+  }
   if (options_.mode == DisseminationMode::kRelay) m->relay_groups = groups_;
   return m;
 }
@@ -331,8 +336,7 @@ void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
   if (!p.mates.empty() && (!fresh.empty() || !relayed.empty() || rows_round)) {
     std::vector<BatchPtr> batches = fresh;
     batches.insert(batches.end(), relayed.begin(), relayed.end());
-    const std::shared_ptr<GossipMessage> m = message(std::move(batches), rows_round ? 2 : 1);
-    if (!rows_round) m->members.clear();
+    const std::shared_ptr<GossipMessage> m = message(std::move(batches), rows_round ? 2 : kNoRows);
     if (rows_round) {
       // The newest row of each sender (a sender may have sent several times since).
       std::sort(relay_rows_.begin(), relay_rows_.end(), [](const MemberRecord& a, const MemberRecord& b) {
@@ -361,8 +365,7 @@ void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
     if (!m) {
       std::vector<BatchPtr> batches = fresh;
       if (again) batches.insert(batches.end(), previous_fresh_.begin(), previous_fresh_.end());
-      m = message(std::move(batches), 1);
-      if (!rows_round) m->members.clear();  // our contacts pass our row on only every rows round
+      m = message(std::move(batches), rows_round ? 1 : kNoRows);  // they pass our row on
       m->relay = true;
     }
     send(contact->address, m);
@@ -495,10 +498,11 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     ledger_.start_incarnation(life);
   }
   if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
-  // Its row goes on to our group even if it counts groups otherwise (rows are safe to pass on):
-  // our group may hear of it only through us.
-  if (options_.mode == DisseminationMode::kRelay && m.relay && !in_our_group(m.sender) && !m.members.empty() &&
-      m.members.front().id == m.sender && relay_rows_.size() < kMaxRelayRows) {
+  // Relay: a member of another group asks us to pass its own batches on to our group. Its row
+  // goes on too, even if it counts groups otherwise (rows are safe to pass on): our group may
+  // hear of it only through us.
+  const bool relay = options_.mode == DisseminationMode::kRelay && m.relay && !in_our_group(m.sender);
+  if (relay && !m.members.empty() && m.members.front().id == m.sender && relay_rows_.size() < kMaxRelayRows) {
     relay_rows_.push_back(m.members.front());
   }
   if (!relay_compatible(m)) {
@@ -507,8 +511,6 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     if (!m.batches.empty() || m.digest) ++stats_.relay_mismatch;
     return;
   }
-  // Relay: a member of another group asks us to pass its own batches on to our group.
-  const bool relay = options_.mode == DisseminationMode::kRelay && m.relay && !in_our_group(m.sender);
 
   for (const BatchPtr& b : m.batches) {
     if (relay && b->origin != m.sender) continue;  // only its own: relayed batches stay in their group
@@ -609,21 +611,20 @@ void Node::leave(MonoNanos now) {
   // send it to every live member before saying goodbye. (Relay: what we were relaying goes to
   // our group, as it would have.)
   seal(now, SIZE_MAX);
+  auto send_all = [&](const std::vector<BatchPtr>& batches, const std::vector<const MemberInfo*>& to) {
+    for (size_t i = 0; i < batches.size(); i += options_.max_batches_per_message) {
+      const size_t end = std::min(batches.size(), i + options_.max_batches_per_message);
+      const GossipMessagePtr m = message({batches.begin() + long(i), batches.begin() + long(end)});
+      for (const MemberInfo* v : to) send(v->address, m);
+    }
+  };
   if (options_.mode == DisseminationMode::kRelay) {
     plan_relay();
     std::vector<BatchPtr> relayed;
     seal_relay(now, relayed);
-    for (size_t i = 0; i < relayed.size(); i += options_.max_batches_per_message) {
-      const size_t end = std::min(relayed.size(), i + options_.max_batches_per_message);
-      const GossipMessagePtr m = message({relayed.begin() + long(i), relayed.begin() + long(end)});
-      for (const MemberInfo* v : plan_->mates) send(v->address, m);
-    }
+    send_all(relayed, plan_->mates);
   }
-  for (size_t i = 0; i < sealed_.size(); i += options_.max_batches_per_message) {
-    const size_t end = std::min(sealed_.size(), i + options_.max_batches_per_message);
-    const GossipMessagePtr m = message({sealed_.begin() + long(i), sealed_.begin() + long(end)});
-    for (const MemberInfo* v : membership_.live()) send(v->address, m);
-  }
+  send_all(sealed_, membership_.live());
   sealed_.clear();
   membership_.leave();
   const std::shared_ptr<GossipMessage> m = message({});
