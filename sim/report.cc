@@ -71,6 +71,16 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
   row(r.total);
   if (r.unconverged) out << r.unconverged << " batches never reached every node that was alive when they were sealed\n";
   if (r.member_failures >= 0) out << r.member_failures << " times a node marked a peer failed (suspect or unreachable)\n";
+  if (s.node.mode == DisseminationMode::kAuto && !r.modes_at_end.empty()) {
+    out << "auto: at the end,";
+    const char* sep = " ";
+    for (const auto& [mode, n] : r.modes_at_end) {
+      out << sep << n << " nodes in " << mode.first;
+      if (mode.second > 0) out << " (" << mode.second << " groups)";
+      sep = ", ";
+    }
+    out << "\n";
+  }
   if (const LocalStats* l = info.local) {
     const uint64_t asked = r.total.offered + l->failed_open_total;
     out << "local: " << l->failed_open_total << " of " << asked << " checks ("

@@ -4,6 +4,7 @@
 #define TOLLGATE_SIM_RESULT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct SimResult {
   // crashes or partitions every one is a false suspicion. -1 when not measured (local).
   int64_t member_failures = -1;
   double limit_per_sec = 0;  // the first rule's rate (for plots), 0 if none
+  // Virtual back end: nodes running at the end, by the mode in use and count of relay groups
+  // (what `auto` chose).
+  std::map<std::pair<std::string, uint32_t>, size_t> modes_at_end;
 };
 
 }  // namespace tollgate::sim

@@ -3,7 +3,7 @@
 //
 //   name: partition-halves
 //   nodes: 8
-//   mode: gossip              # mesh | gossip
+//   mode: gossip              # auto (the default: gossip, relay from 256 nodes) | mesh | gossip | relay
 //   transport: udp            # udp | tcp (the virtual back end models both as datagrams)
 //   front_end: native         # native | rls: how --cluster local sends checks (the client API, or
 //                             # Envoy's ShouldRateLimit over gRPC with the rules as an RLS config)

@@ -89,6 +89,10 @@ class Simulation {
     for (const SimNode& n : nodes_) member_failures_ += n.node ? n.node->membership().stats().failed : 0;
     SimResult result = recorder_.finish();
     result.member_failures = int64_t(member_failures_);
+    for (const SimNode& n : nodes_) {
+      if (!n.node || !n.up) continue;
+      ++result.modes_at_end[{dissemination_mode_name(n.node->mode()), n.node->relay_groups()}];
+    }
     return result;
   }
 

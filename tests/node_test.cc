@@ -38,6 +38,7 @@ class VirtualCluster : public Outbox {
     size_t fanout = 3;
     size_t max_batches_per_message = 128;
     uint32_t relay_groups = 0;
+    size_t auto_relay_members = 256;
   };
 
   explicit VirtualCluster(Config c) : config_(c), random_(c.seed), rng_(c.seed) {
@@ -48,10 +49,19 @@ class VirtualCluster : public Outbox {
     }
   }
 
+  // Static membership: the peers file, the first list(n) nodes (all by default).
   std::vector<PeerSpec> peers() const {
     std::vector<PeerSpec> out;
-    for (size_t i = 0; i < config_.nodes; ++i) out.push_back({id(i), address(i)});
+    for (size_t i = 0; i < std::min(config_.nodes, listed_); ++i) out.push_back({id(i), address(i)});
     return out;
+  }
+  // A peers file of the first n nodes, given to every node running; the others crash.
+  void list(size_t n) {
+    listed_ = n;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (i >= n) crash(i);
+      if (!crashed_.count(i)) nodes_[i]->set_peers(peers(), now_);
+    }
   }
   static std::string id(size_t i) { return "n" + std::to_string(i); }
   static std::string address(size_t i) { return "10.0.0." + std::to_string(i) + ":7946"; }
@@ -67,6 +77,7 @@ class VirtualCluster : public Outbox {
     o.fanout = config_.fanout;
     o.max_batches_per_message = config_.max_batches_per_message;
     o.relay_groups = config_.relay_groups;
+    o.auto_relay_members = config_.auto_relay_members;
     o.membership.kind = config_.membership;
     if (config_.membership == MembershipKind::kHeartbeat) o.seeds = {address(0)};
     if (nodes_.size() <= i) nodes_.resize(i + 1);
@@ -156,6 +167,7 @@ class VirtualCluster : public Outbox {
   std::set<std::pair<size_t, size_t>> blocked_;
   std::vector<std::pair<std::string, GossipMessagePtr>> in_flight_;
   double loss_ = 0;
+  size_t listed_ = SIZE_MAX;
   size_t largest_batch_count_ = 0;  // batches in the largest gossip message (repairs excluded)
   bool in_tick_ = false;
   MonoNanos now_ = 0;
@@ -367,9 +379,9 @@ TEST(Node, RelayIgnoresBatchesFromAMemberThatCountsOtherGroups) {
 // batch that another holds summed in a contact's relay batch. Repair after the change must hand
 // neither to the other (Ledger::start_epoch): nothing is charged twice.
 TEST(Node, RelayGroupsMergingChargeNothingTwice) {
-  constexpr size_t kNodes = 33;  // 8 groups; 32 make 4
+  constexpr size_t kNodes = 33, kFewer = 24;  // 8 groups; 24 make 4 (25 would keep 8)
   ASSERT_EQ(relay_groups_for(kNodes), 8u);
-  ASSERT_EQ(relay_groups_for(kNodes - 1), 4u);
+  ASSERT_EQ(relay_groups_for(kFewer), 4u);
   VirtualCluster c({.nodes = kNodes, .mode = DisseminationMode::kRelay, .seed = 9});
   c.rounds(3);
   int64_t admitted = 0;
@@ -382,19 +394,105 @@ TEST(Node, RelayGroupsMergingChargeNothingTwice) {
     }
   };
   traffic(10, kNodes);
-  // The last member leaves the peers file: every other counts 32 members, and 4 groups.
-  std::vector<PeerSpec> fewer = c.peers();
-  fewer.pop_back();
-  c.crash(kNodes - 1);
-  for (size_t i = 0; i + 1 < kNodes; ++i) c.node(i).set_peers(fewer, c.now());
-  traffic(10, kNodes - 1);
+  // The last members leave the peers file: every other counts 24 members, and 4 groups.
+  c.list(kFewer);
+  ASSERT_EQ(c.node(0).relay_groups(), 4u);
+  traffic(10, kFewer);
   c.rounds(60);  // push-pull within the new groups, three times over
-  for (size_t i = 0; i + 1 < kNodes; ++i) {
+  for (size_t i = 0; i < kFewer; ++i) {
     int64_t total = 0;
     for (int k = 0; k < 3; ++k) total += c.charged(i, "k" + std::to_string(k));
     EXPECT_LE(total, admitted) << "node " << i;
     EXPECT_GT(total, admitted * 3 / 4) << "node " << i;
   }
+}
+
+// Charges `rounds` rounds of checks of keys prefix0..2 at the first `nodes` nodes, then lets
+// them spread; true if every one of them charged exactly what was admitted, once.
+bool ChargedExactlyOnceEverywhere(VirtualCluster& c, size_t nodes, const std::string& prefix, int rounds = 10) {
+  int64_t admitted = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < nodes; ++i) {
+      if (c.node(i).check(prefix + std::to_string(i % 3), 1 + int64_t(i % 2), c.now()).allowed) admitted += 1 + int64_t(i % 2);
+    }
+    c.round();
+  }
+  c.rounds(10);
+  bool exact = true;
+  for (size_t i = 0; i < nodes; ++i) {
+    int64_t total = 0;
+    for (int k = 0; k < 3; ++k) total += c.charged(i, prefix + std::to_string(k));
+    EXPECT_EQ(total, admitted) << prefix << ", node " << i;
+    exact = exact && total == admitted;
+  }
+  return exact;
+}
+
+// Relay: the count of groups follows the cluster's size, but one that shrinks keeps it until it
+// has lost a quarter of that size (no flapping around 2g^2 members); a member that comes to a
+// count of its own in between (restarted: it counts the least) takes the others' as soon as it
+// hears from them, and all agree again.
+TEST(Node, RelayGroupsKeepTheirCountUntilTheClusterShrinksByAQuarter) {
+  VirtualCluster c({.nodes = 40, .mode = DisseminationMode::kRelay, .seed = 12});
+  c.rounds(3);
+  ASSERT_EQ(c.node(0).relay_groups(), 8u);
+  ASSERT_EQ(relay_groups_for(30), 4u);
+  c.list(30);  // 8 kept: 30 is above 3/4 of the 32 members that 4 groups hold at most
+  for (size_t i = 0; i < 30; ++i) EXPECT_EQ(c.node(i).relay_groups(), 8u) << i;
+  EXPECT_TRUE(ChargedExactlyOnceEverywhere(c, 30, "a"));
+  c.start(3, 2);
+  EXPECT_EQ(c.node(3).relay_groups(), 4u);  // alone in its count...
+  c.rounds(2);
+  EXPECT_EQ(c.node(3).relay_groups(), 8u);  // ...until it heard from the others
+  EXPECT_TRUE(ChargedExactlyOnceEverywhere(c, 30, "b"));
+  c.list(24);
+  for (size_t i = 0; i < 24; ++i) EXPECT_EQ(c.node(i).relay_groups(), 4u) << i;
+  EXPECT_TRUE(ChargedExactlyOnceEverywhere(c, 24, "c"));
+  // The restarted member's first messages (counting 4) were ignored; it ignored none: it took
+  // the count of the first message it heard.
+  uint64_t ignored = 0;
+  for (size_t i = 0; i < 24; ++i) ignored += i == 3 ? 0 : c.node(i).stats().relay_mismatch;
+  EXPECT_GT(ignored, 0u);
+  EXPECT_EQ(c.node(3).stats().relay_mismatch, 0u);
+}
+
+// Auto (the daemon's default): gossip below auto_relay_members known members, relay from there,
+// and gossip again below 3/4 of it. A member in between keeps its mode, and one that comes to
+// it gossiping (restarted) relays as soon as it hears from a relaying member. Every change
+// loses at most what was in flight, never charging anything twice.
+TEST(Node, AutoModeRelaysFromAGivenSizeAndMembersAgreeInBetween) {
+  VirtualCluster c({.nodes = 24, .mode = DisseminationMode::kAuto, .seed = 13, .auto_relay_members = 16});
+  c.list(10);
+  for (size_t i = 0; i < 10; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
+  EXPECT_TRUE(ChargedExactlyOnceEverywhere(c, 10, "a"));
+  // The peers file grows to 24: relay, in 4 groups.
+  c.list(24);
+  for (size_t i = 10; i < 24; ++i) c.start(i, 1);
+  for (size_t i = 0; i < 24; ++i) {
+    ASSERT_EQ(c.node(i).mode(), DisseminationMode::kRelay) << i;
+    ASSERT_EQ(c.node(i).relay_groups(), 4u) << i;
+  }
+  EXPECT_TRUE(ChargedExactlyOnceEverywhere(c, 24, "b"));
+  // 13 members: between 12 and 16, every member keeps relaying.
+  c.list(13);
+  for (size_t i = 0; i < 13; ++i) EXPECT_EQ(c.node(i).mode(), DisseminationMode::kRelay) << i;
+  c.start(5, 2);
+  EXPECT_EQ(c.node(5).mode(), DisseminationMode::kGossip);  // restarted: nothing heard yet
+  c.rounds(2);
+  EXPECT_EQ(c.node(5).mode(), DisseminationMode::kRelay);
+  EXPECT_TRUE(ChargedExactlyOnceEverywhere(c, 13, "c"));
+  auto charged_c = [&](size_t i) { return c.charged(i, "c0") + c.charged(i, "c1") + c.charged(i, "c2"); };
+  std::vector<int64_t> before;
+  for (size_t i = 0; i < 11; ++i) before.push_back(charged_c(i));
+  // 11: below 3/4 of 16, gossip again.
+  c.list(11);
+  for (size_t i = 0; i < 11; ++i) EXPECT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
+  EXPECT_TRUE(ChargedExactlyOnceEverywhere(c, 11, "d"));
+  // Gossip repairs every origin's batches to anyone; what was relayed before must not come back
+  // by repair (a node that had a batch summed by a contact would be charged it twice).
+  c.rounds(60);
+  for (size_t i = 0; i < 11; ++i) EXPECT_EQ(charged_c(i), before[i]) << i;
+  for (size_t i = 0; i < 11; ++i) EXPECT_GE(c.node(i).stats().regroupings, 2u) << i;
 }
 
 // Relay: a contact that restarts relearns what it relayed in its past life (its old relay

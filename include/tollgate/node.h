@@ -52,7 +52,9 @@ class RuleSet;
 // other group; a contact sums what it receives into batches of its own, named by
 // relay_origin(its id), for its own group. Every node hears every batch once, and a group's
 // traffic crosses to another group once. For large busy clusters; every member must use it.
-enum class DisseminationMode : uint8_t { kMesh, kGossip, kRelay };
+// kAuto: gossip below NodeOptions::auto_relay_members known members, relay from there (the
+// daemon's default: Node::mode() says which is in use).
+enum class DisseminationMode : uint8_t { kMesh, kGossip, kRelay, kAuto };
 enum class PartitionPolicy : uint8_t {
   kOpen,          // every reachable group enforces the full limit
   kProportional,  // refill scaled by reachable / known members
@@ -104,6 +106,13 @@ struct NodeOptions {
   // member must come to the same number, and a message from a member that counts otherwise
   // has its batches and digest dropped (NodeStats::relay_mismatch), never applied twice.
   uint32_t relay_groups = 0;
+  // Auto: relay once this many members are known (this node included), gossip again below 3/4
+  // of it. In between, a member keeps the mode it is in, and a gossiping one turns to relay as
+  // soon as it hears from a relaying member (every member ends up in the same mode). 256: where
+  // gossip stops keeping up with busy nodes (at 100 checks/s per node, convergence p99 2.7 s
+  // at 256 nodes against 59 ms relaying), while relay repairs no loss between groups and so
+  // does worse under heavy loss in smaller clusters (docs/results.md, "Busy clusters").
+  size_t auto_relay_members = 256;
   std::vector<std::string> seeds;  // heartbeat membership: addresses to join through
   MembershipOptions membership;
   KeyTableOptions keys;
@@ -143,6 +152,8 @@ struct NodeStats {
   uint64_t relayed = 0;                 // relay: other groups' batches summed for our group
   uint64_t relay_mismatch = 0;          // relay: messages whose sender counts other groups (or
                                         // runs another mode): batches and digest dropped
+  uint64_t regroupings = 0;             // times the mode in use (auto) or the count of groups
+                                        // changed (what we held stops being repaired)
 };
 
 // One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).
@@ -178,6 +189,10 @@ class Node {
   void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns);
 
   const NodeOptions& options() const { return options_; }
+  // The mode in use: options().mode, or for kAuto the one it chose (kGossip or kRelay).
+  DisseminationMode mode() const { return mode_; }
+  // Relay: the count of groups in use (0 in other modes).
+  uint32_t relay_groups() const { return groups_; }
   const NodeStats& stats() const { return stats_; }
   // The counters of every rule checked at least once since start-up, by RuleSet::label. A rule
   // keeps its counts across reloads under the same label.
@@ -269,10 +284,13 @@ class Node {
   // group count).
   bool relay_compatible(const GossipMessage& m) const;
   bool in_our_group(const NodeId& origin) const;
-  void update_groups();  // groups_ and our_group_, from the members known
-  uint32_t groups_ = 1;
+  // mode_, groups_ and our_group_, from the members known, and `offered`, the count of groups a
+  // message's sender uses (0: it does not relay).
+  void update_groups(uint32_t offered = 0);
+  uint32_t groups_ = 0;
   uint32_t our_group_ = 0;
   std::unique_ptr<RelayPlan> plan_;
+  DisseminationMode mode_;  // in use: never kAuto
   std::vector<BatchPtr> relay_parts_;        // other groups' batches applied, not relayed yet
   std::vector<MemberRecord> relay_rows_;     // their senders' own rows, for our group
   std::vector<BatchPtr> previous_fresh_;     // our batches of the last round, sent once to...

@@ -61,16 +61,18 @@ std::string parse_choice(std::string_view text, std::string_view a, E ea, std::s
 
 const NodeSettingField kFields[] = {
     {"mode",
-     "Dissemination: gossip (fan-out to random peers), mesh (everyone) or relay (two hops over groups of about "
-     "sqrt(N) members: for large busy clusters; docs/operations.md)",
-     "{mesh,gossip,relay}",
+     "Dissemination: auto (gossip below 256 members, relay from 256), gossip (fan-out to random peers), mesh "
+     "(everyone) or relay (two hops over groups of about sqrt(N) members); docs/operations.md 3.1",
+     "{auto,mesh,gossip,relay}",
      [](std::string_view t, NodeSettings& s) {
-       if (t == "relay") {
-         s.mode = DisseminationMode::kRelay;
-         return std::string();
+       for (DisseminationMode m : {DisseminationMode::kAuto, DisseminationMode::kMesh, DisseminationMode::kGossip,
+                                   DisseminationMode::kRelay}) {
+         if (t == dissemination_mode_name(m)) {
+           s.mode = m;
+           return std::string();
+         }
        }
-       std::string error = parse_choice(t, "mesh", DisseminationMode::kMesh, "gossip", DisseminationMode::kGossip, s.mode);
-       return error.empty() ? error : "must be mesh, gossip or relay, got " + quoted(t);
+       return "must be auto, mesh, gossip or relay, got " + quoted(t);
      },
      [](const NodeSettings& s) { return std::string(dissemination_mode_name(s.mode)); }},
     {"membership", "static (--peers-file) or heartbeat (--seeds)", "{static,heartbeat}",

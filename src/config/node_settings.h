@@ -18,7 +18,7 @@
 namespace tollgate {
 
 struct NodeSettings {
-  DisseminationMode mode = DisseminationMode::kGossip;
+  DisseminationMode mode = DisseminationMode::kAuto;
   MembershipKind membership = MembershipKind::kStatic;
   PartitionPolicy partition_policy = PartitionPolicy::kOpen;
   int64_t interval_ns = 50 * kNanosPerMilli;           // one dissemination round

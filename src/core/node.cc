@@ -24,6 +24,7 @@ const char* dissemination_mode_name(DisseminationMode m) {
     case DisseminationMode::kMesh: return "mesh";
     case DisseminationMode::kGossip: return "gossip";
     case DisseminationMode::kRelay: return "relay";
+    case DisseminationMode::kAuto: return "auto";
   }
   return "?";
 }
@@ -64,22 +65,64 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
       table_(std::move(rules), options_.keys),
       ledger_(options_.id, options_.incarnation, options_.ledger),
       membership_(options_.id, options_.address, options_.incarnation, options_.membership),
-      plan_(std::make_unique<RelayPlan>()) {
+      plan_(std::make_unique<RelayPlan>()),
+      mode_(options_.mode == DisseminationMode::kAuto ? DisseminationMode::kGossip : options_.mode) {
   update_groups();
+  stats_.regroupings = 0;  // (the first count is not a change)
 }
 
-void Node::update_groups() {
-  const uint32_t groups = options_.relay_groups > 0 ? options_.relay_groups : relay_groups_for(membership_.known());
-  if (groups == groups_) return;  // (runs for every message received)
-  if (options_.mode == DisseminationMode::kRelay) {
-    // What we hold was routed under the old groups: where groups merge, one node holds an
-    // origin's batch that another holds summed in a relay batch. Relaying or repairing any of it
-    // under the new groups could charge it twice, so none of it goes out again (a loss, the
-    // safe side; docs/design.md 7.7).
+void Node::update_groups(uint32_t offered) {
+  // (Runs for every message received: cheap unless something changes.)
+  const size_t known = membership_.known();
+  DisseminationMode mode = mode_;
+  uint32_t groups = mode_ == DisseminationMode::kRelay ? groups_ : 0;
+  // The counts of groups a relaying member accepts for `known` members: the least (the smallest
+  // power of two g with 2g^2 >= known), and twice that while known is above 3/4 of where the
+  // least would have been twice as many (so a cluster that shrinks keeps its count until it has
+  // lost a quarter of that size: no flapping at the boundary).
+  const uint32_t least = relay_groups_for(known);
+  const uint32_t most = uint64_t(known) * 4 > 3 * 2 * uint64_t(least) * least ? 2 * least : least;
+  const bool offered_fits = offered >= least && offered <= most;
+  if (options_.mode == DisseminationMode::kAuto) {
+    // Relay from auto_relay_members known members, gossip below 3/4 of that; in between, the
+    // mode we are in, or relay as soon as a relaying member we could agree with is heard from.
+    const uint64_t from = options_.auto_relay_members;
+    if (known >= from) {
+      mode = DisseminationMode::kRelay;
+    } else if (uint64_t(known) * 4 < 3 * from) {
+      mode = DisseminationMode::kGossip;
+    } else if (offered_fits) {
+      mode = DisseminationMode::kRelay;
+    }
+  }
+  if (mode == DisseminationMode::kRelay) {
+    if (options_.relay_groups > 0) {
+      groups = options_.relay_groups;
+    } else {
+      // The count we have while it is acceptable; otherwise the nearest acceptable one; and a
+      // greater acceptable count as soon as a member using it is heard from. Every member ends
+      // at the greatest count any of them uses, so members that came to the band from different
+      // sides (a restart while the others shrink) agree within a round or two.
+      groups = std::clamp(groups, least, most);
+      if (offered_fits && offered > groups) groups = offered;
+    }
+  } else {
+    groups = 0;
+  }
+  if (mode == mode_ && groups == groups_) return;
+  if (mode_ == DisseminationMode::kRelay || mode == DisseminationMode::kRelay) {
+    // What we hold was routed under the old groups (or mode): where groups merge, one node holds
+    // an origin's batch that another holds summed in a relay batch, and gossip would repair
+    // every origin's batches to anyone. Relaying or repairing any of it under the new routing
+    // could charge it twice, so none of it goes out again (a loss, the safe side; docs/design.md
+    // 7.7). Gossip's queue goes too: its batches would reach relaying members and be dropped.
     relay_parts_.clear();
     previous_fresh_.clear();
+    queue_.clear();
     ledger_.start_epoch();
+    ++stats_.regroupings;
   }
+  mode_ = mode;
   groups_ = groups;
   our_group_ = relay_group_of(options_.id, groups_);
 }
@@ -133,7 +176,7 @@ void Node::keep_sealed(BatchPtr b, MonoNanos now) {
   // retransmit queue pushes out (and frees) as many old batches as are sealed, and doing that
   // for a whole round's 350 batches at once made every round a 0.3 ms stop of the daemon's
   // thread. The round sends the queue's newest batches either way.
-  if (options_.mode == DisseminationMode::kGossip) enqueue(b, now);
+  if (mode_ == DisseminationMode::kGossip) enqueue(b, now);
   sealed_.push_back(std::move(b));
 }
 
@@ -165,12 +208,12 @@ std::shared_ptr<GossipMessage> Node::message(std::vector<BatchPtr> batches, size
   } else if (rows != kNoRows) {
     m->members = membership_.rows_for_message(rows);
   }
-  if (options_.mode == DisseminationMode::kRelay) m->relay_groups = groups_;
+  if (mode_ == DisseminationMode::kRelay) m->relay_groups = groups_;
   return m;
 }
 
 Digest Node::digest() const {
-  if (options_.mode != DisseminationMode::kRelay) return ledger_.digest();
+  if (mode_ != DisseminationMode::kRelay) return ledger_.digest();
   return ledger_.digest([this](const NodeId& origin) { return in_our_group(origin); });
 }
 
@@ -201,7 +244,7 @@ void Node::tick(MonoNanos now) {
 void Node::advance_membership(MonoNanos now) {
   std::vector<NodeId> forgotten;
   membership_.tick(now, &forgotten);
-  if (options_.mode == DisseminationMode::kRelay) update_groups();
+  update_groups();
   // Membership forgets only after forget_after, which is configured above the ledger's retention
   // plus dissemination time, so forgetting the windows cannot let an old batch in twice.
   for (const NodeId& id : forgotten) {
@@ -219,12 +262,12 @@ std::vector<BatchPtr> Node::seal_round(MonoNanos now) {
 }
 
 void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh, MonoNanos now) {
-  if (options_.mode == DisseminationMode::kRelay) {
+  if (mode_ == DisseminationMode::kRelay) {
     disseminate_relay(std::move(fresh), now);
     return;
   }
   if (live.empty()) return;
-  if (options_.mode == DisseminationMode::kMesh) {
+  if (mode_ == DisseminationMode::kMesh) {
     // Everyone hears from us every round: our news, or just our heartbeat.
     const GossipMessagePtr m = message(std::move(fresh));
     for (const MemberInfo* v : live) send(v->address, m);
@@ -258,7 +301,7 @@ void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<B
 bool Node::in_our_group(const NodeId& origin) const { return relay_group_of(origin, groups_) == our_group_; }
 
 bool Node::relay_compatible(const GossipMessage& m) const {
-  return m.relay_groups == (options_.mode == DisseminationMode::kRelay ? groups_ : 0);
+  return m.relay_groups == (mode_ == DisseminationMode::kRelay ? groups_ : 0);
 }
 
 void Node::plan_relay() {
@@ -409,7 +452,7 @@ std::vector<size_t> Node::pick_distinct(size_t n, size_t k) {
 void Node::push_pull(const std::vector<const MemberInfo*>& all_live, MonoNanos now) {
   // Repair with one random live member (at once after start, to learn recent debt); in relay
   // mode, of our group, the only members that apply the same origins.
-  const std::vector<const MemberInfo*>& live = options_.mode == DisseminationMode::kRelay ? plan_->mates : all_live;
+  const std::vector<const MemberInfo*>& live = mode_ == DisseminationMode::kRelay ? plan_->mates : all_live;
   if (live.empty() || now < next_push_pull_ns_) return;
   const std::shared_ptr<GossipMessage> m = message({});
   ask_for_digest_reply(*m);
@@ -486,8 +529,9 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   // The group count follows the members known at once, not at the next round: a message we
   // send before it (a flood of checks can hold the round up) would be ignored by members that
   // count already.
-  if (options_.mode == DisseminationMode::kRelay) update_groups();
-  if (options_.mode == DisseminationMode::kRelay && membership_.kind() == MembershipKind::kHeartbeat) {
+  // A relaying member's count of groups, if we could agree with it, is ours too (update_groups).
+  update_groups(m.relay_groups);
+  if (mode_ == DisseminationMode::kRelay && membership_.kind() == MembershipKind::kHeartbeat) {
     const MemberInfo* after = membership_.find(m.sender);
     if (after && after->state == MemberState::kAlive && (!was_alive || after->incarnation != life_before)) {
       send(m.sender_address, message({}));
@@ -501,7 +545,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   // Relay: a member of another group asks us to pass its own batches on to our group. Its row
   // goes on too, even if it counts groups otherwise (rows are safe to pass on): our group may
   // hear of it only through us.
-  const bool relay = options_.mode == DisseminationMode::kRelay && m.relay && !in_our_group(m.sender);
+  const bool relay = mode_ == DisseminationMode::kRelay && m.relay && !in_our_group(m.sender);
   if (relay && !m.members.empty() && m.members.front().id == m.sender && relay_rows_.size() < kMaxRelayRows) {
     relay_rows_.push_back(m.members.front());
   }
@@ -516,7 +560,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     if (relay && b->origin != m.sender) continue;  // only its own: relayed batches stay in their group
     if (ledger_.merge(b, table_, now) != MergeResult::kApplied) continue;
     if (options_.on_applied) options_.on_applied(*b);
-    if (options_.mode == DisseminationMode::kGossip) enqueue(b, now);  // news to us: relay it
+    if (mode_ == DisseminationMode::kGossip) enqueue(b, now);  // news to us: relay it
     if (relay) relay_parts_.push_back(b);
   }
 
@@ -534,7 +578,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     // Relay: only our group's origins, which the asker applies only if it is in our group too;
     // and to any member, its own batches (a restarted one relearns its past life's consumption
     // from whoever holds it, even alone in its group: it never gets them summed by a relay).
-    const bool relay_mode = options_.mode == DisseminationMode::kRelay;
+    const bool relay_mode = mode_ == DisseminationMode::kRelay;
     const bool same_group = relay_mode && in_our_group(m.sender);
     std::vector<BatchPtr> missing =
         relay_mode ? ledger_.missing_for(*m.digest, m.digest_from, m.digest_until,
@@ -603,7 +647,7 @@ void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {
   // still circulate (see Ledger::forget_origin). Its window stays until the ledger is rebuilt;
   // at most max_origins are tracked.
   membership_.set_peers(peers, now);
-  if (options_.mode == DisseminationMode::kRelay) update_groups();
+  update_groups();
 }
 
 void Node::leave(MonoNanos now) {
@@ -618,7 +662,7 @@ void Node::leave(MonoNanos now) {
       for (const MemberInfo* v : to) send(v->address, m);
     }
   };
-  if (options_.mode == DisseminationMode::kRelay) {
+  if (mode_ == DisseminationMode::kRelay) {
     plan_relay();
     std::vector<BatchPtr> relayed;
     seal_relay(now, relayed);

@@ -568,6 +568,8 @@ StatsList Daemon::stats() {
   add("repairs_capped", n.repairs_capped);
   add("relayed", n.relayed);
   add("relay_mismatch", n.relay_mismatch);
+  add("relay_regroupings", n.regroupings);
+  add("relay_groups", node_->relay_groups());  // 0: not relaying (auto below 256 members)
   const TransportStats t = faults_->stats();
   add("transport_sent", t.messages_sent);
   add("transport_bytes_sent", t.bytes_sent);

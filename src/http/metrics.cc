@@ -14,8 +14,8 @@ namespace prom = prometheus;
 
 // Stats that go up and down (or are a high-water mark), not counters.
 bool is_gauge(std::string_view name) {
-  static constexpr std::array<std::string_view, 8> kGauges = {
-      "keys", "key_bytes", "ledger_origins", "ledger_bytes", "api.connections_open", "api.pending_output_high_water_bytes",
+  static constexpr std::array<std::string_view, 9> kGauges = {
+      "keys", "relay_groups", "key_bytes", "ledger_origins", "ledger_bytes", "api.connections_open", "api.pending_output_high_water_bytes",
       "http.connections_open", "rules_version"};
   return std::find(kGauges.begin(), kGauges.end(), name) != kGauges.end();
 }

@@ -49,7 +49,7 @@ TEST_F(DaemonOptionsTest, FlagsAloneWithDefaults) {
   const Parsed p = parse({"--rules", "r.yaml", "--peers-file", "peers.txt", "--bind", "127.0.0.1:7000", "--insecure-gossip"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
   EXPECT_EQ(p.options.node_id, "127.0.0.1:7000");  // defaults to the bind address
-  EXPECT_EQ(p.options.node.mode, DisseminationMode::kGossip);
+  EXPECT_EQ(p.options.node.mode, DisseminationMode::kAuto);
   EXPECT_EQ(p.options.transport, TransportKind::kUdp);
   EXPECT_EQ(p.options.node.interval_ns, 50 * kNanosPerMilli);
   EXPECT_EQ(p.options.node.fanout, 3u);

@@ -124,7 +124,7 @@ TEST(ShippedScenarios, MatchTheShapesTheIssueTargetsAreStatedFor) {
   EXPECT_DOUBLE_EQ(busy.load.rate_per_sec, 100.0 * 1000);
   EXPECT_EQ(busy.load.keys, 10'000u);
   EXPECT_EQ(busy.load.distribution, LoadSpec::Distribution::kZipf);
-  EXPECT_EQ(busy.node.mode, DisseminationMode::kRelay);
+  EXPECT_EQ(busy.node.mode, DisseminationMode::kAuto);  // the default, which relays at this size
   const Scenario big = load_scenario_file(kScenarioDir + "/busy-5000.yaml");
   EXPECT_EQ(big.nodes, 5000u);
   EXPECT_DOUBLE_EQ(big.load.rate_per_sec, 10.0 * 5000);
@@ -233,7 +233,7 @@ TEST(ScenarioFile, FieldsLeftOutKeepTheirDefaultsAndTheNameComesFromTheFile) {
   const Scenario defaults;
   EXPECT_EQ(s.name, "my-run");
   EXPECT_EQ(s.nodes, 8u);
-  EXPECT_EQ(s.node.mode, DisseminationMode::kGossip);
+  EXPECT_EQ(s.node.mode, DisseminationMode::kAuto);
   EXPECT_EQ(s.transport, "udp");
   EXPECT_EQ(s.front_end, Scenario::FrontEnd::kNative);
   EXPECT_EQ(s.node.membership, MembershipKind::kStatic);
@@ -286,7 +286,7 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
       {"nodes: 0", "`nodes` must be a whole number from 1 to 100000, got \"0\""},
       {"nodes: 8.5", "`nodes` must be a whole number"},
       {"nodes: -1", "`nodes` must be a whole number"},
-      {"mode: Gossip", "`mode` must be mesh, gossip or relay, got \"Gossip\""},
+      {"mode: Gossip", "`mode` must be auto, mesh, gossip or relay, got \"Gossip\""},
       {"transport: quic", "`transport` must be udp or tcp"},
       {"front_end: grpc", "`front_end` must be native or rls"},
       {"membership: dynamic", "`membership` must be static or heartbeat"},
