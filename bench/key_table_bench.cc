@@ -1,4 +1,5 @@
-// The local admission check, single thread: KeyTable::allow() on keys already in the table.
+// The local admission check: KeyTable::allow() on keys already in the table, single-owner and
+// concurrent, on one thread and on several.
 //   build/bench/tollgate-bench --benchmark_filter=KeyTable
 // Target (issue #2): under 100 ns per decision with 100k keys in the table.
 #include <benchmark/benchmark.h>
@@ -6,6 +7,7 @@
 #include <bit>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -174,6 +176,109 @@ void BM_KeyTableAllowSameKey(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_KeyTableAllowSameKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
+
+// --- the concurrent table (KeyTableOptions::concurrent, issue #18) ------------------------------
+
+// The same single-thread checks on a concurrent table (64 shards, an uncontended lock per check):
+// what the concurrency costs when there is none. Compare with BM_KeyTableAllowExisting*Key.
+void BM_ConcurrentKeyTableAllowExistingRandomKey(benchmark::State& state) {
+  const auto keys = make_keys(state.range(0));
+  KeyTable table(bench_rules(), {.concurrent = true});
+  for (const auto& k : keys) table.allow(k, 1, 0);
+  const RequestStream requests(keys, 1 << 20, 1);
+  MonoNanos now = 0;
+  size_t i = 0;
+  for (auto _ : state) {
+    now += 100;
+    benchmark::DoNotOptimize(table.allow(requests.at(i++), 1, now));
+  }
+  state.counters["shards"] = double(table.shards());
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ConcurrentKeyTableAllowExistingRandomKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
+
+RequestStream zipf_stream(const std::vector<std::string>& keys, uint64_t seed) {
+  std::vector<double> weights(keys.size());
+  for (size_t r = 0; r < weights.size(); ++r) weights[r] = 1.0 / double(r + 1);
+  std::discrete_distribution<size_t> zipf(weights.begin(), weights.end());
+  std::mt19937_64 rng(seed);
+  RequestStream requests(keys, 0, 0);
+  for (size_t i = 0; i < (1 << 20); ++i) {
+    const std::string& k = keys[zipf(rng)];
+    requests.offsets.push_back({uint32_t(requests.bytes.size()), uint32_t(k.size())});
+    requests.bytes += k;
+  }
+  return requests;
+}
+
+void BM_ConcurrentKeyTableAllowExistingZipfKey(benchmark::State& state) {
+  const auto keys = make_keys(state.range(0));
+  KeyTable table(bench_rules(), {.concurrent = true});
+  for (const auto& k : keys) table.allow(k, 1, 0);
+  const RequestStream requests = zipf_stream(keys, 3);
+  MonoNanos now = 0;
+  size_t i = 0;
+  for (auto _ : state) {
+    now += 100;
+    benchmark::DoNotOptimize(table.allow(requests.at(i++), 1, now));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ConcurrentKeyTableAllowExistingZipfKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
+
+// Threads checking at once, 100k keys in the table: each thread on random keys of its own slice
+// (distinct keys: contention only where two keys share a shard's lock), or every thread on one
+// hot key (one lock, one cache line, passed from core to core). items_per_second is the sum over
+// threads. kConcurrent is the sharded table; kOneLock the single-owner table behind one mutex,
+// what "just add a lock" would give.
+enum Locking : int64_t { kConcurrent = 0, kOneLock = 1 };
+enum Keys : int64_t { kDistinct = 0, kHot = 1 };
+struct SharedTable {
+  std::unique_ptr<KeyTable> table;
+  std::mutex lock;  // kOneLock only
+  std::vector<std::string> keys;
+};
+SharedTable g_shared;
+
+void BM_KeyTableThreads(benchmark::State& state) {
+  const auto locking = Locking(state.range(0));
+  const auto which = Keys(state.range(1));
+  if (state.thread_index() == 0) {
+    g_shared.keys = make_keys(100'000);
+    g_shared.table = std::make_unique<KeyTable>(bench_rules(), KeyTableOptions{.concurrent = locking == kConcurrent});
+    for (const auto& k : g_shared.keys) g_shared.table->allow(k, 1, 0);
+  }
+  // (The loop starts when every thread is here: the table is built by then.)
+  const size_t slice = 100'000 / size_t(state.threads());
+  std::vector<std::string> mine;
+  for (size_t i = 0; i < (1 << 16); ++i) {
+    const size_t at = which == kHot ? 0 : size_t(state.thread_index()) * slice + (i * 2654435761u) % slice;
+    mine.push_back("user:" + std::to_string(at * 7919) + ":session");
+  }
+  MonoNanos now = 0;
+  size_t i = 0;
+  for (auto _ : state) {
+    now += 100;
+    const std::string& k = mine[i++ & 0xffff];
+    if (locking == kOneLock) {
+      std::lock_guard<std::mutex> hold(g_shared.lock);
+      benchmark::DoNotOptimize(g_shared.table->allow(k, 1, now));
+    } else {
+      benchmark::DoNotOptimize(g_shared.table->allow(k, 1, now));
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["per_thread"] =
+      benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kAvgThreads);
+}
+BENCHMARK(BM_KeyTableThreads)
+    ->ArgNames({"one_lock", "hot"})
+    ->ArgsProduct({{kConcurrent, kOneLock}, {kDistinct, kHot}})
+    ->Threads(1)
+    ->Threads(2)
+    ->Threads(4)
+    ->UseRealTime()
+    ->Unit(benchmark::kNanosecond);
 
 // Charging one remote batch of 64 entries (what a receiver does per batch heard).
 void BM_LedgerMergeBatch(benchmark::State& state) {

@@ -30,8 +30,9 @@ void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 namespace tollgate {
 namespace {
 
-TEST(KeyTableHotPath, AllowOnAnExistingKeyDoesNotAllocate) {
-  KeyTable t(testing::one_rule("user:*", testing::per_second(100, 100, 100)));
+void ExpectNoAllocationOnExistingKeys(bool concurrent) {
+  KeyTable t(testing::one_rule("user:*", testing::per_second(100, 100, 100)), {.concurrent = concurrent, .shards = 8});
+  ASSERT_EQ(t.shards(), concurrent ? 8u : 1u);
   std::vector<std::string> keys;
   for (int i = 0; i < 1000; ++i) keys.push_back("user:" + std::to_string(i) + ":a-key-long-enough-to-need-the-heap");
   for (const std::string& k : keys) t.allow(k, 1, 0);  // creates the buckets (allocates)
@@ -53,6 +54,10 @@ TEST(KeyTableHotPath, AllowOnAnExistingKeyDoesNotAllocate) {
   t.allow("user:new:" + std::string(100, 'x'), 1, 0);
   EXPECT_GT(g_allocations.load() - before, 0u);
 }
+
+TEST(KeyTableHotPath, AllowOnAnExistingKeyDoesNotAllocate) { ExpectNoAllocationOnExistingKeys(false); }
+// The concurrent table (8 shards, each behind its lock) too.
+TEST(KeyTableHotPath, AllowOnAnExistingKeyOfAConcurrentTableDoesNotAllocate) { ExpectNoAllocationOnExistingKeys(true); }
 
 }  // namespace
 }  // namespace tollgate

@@ -10,7 +10,16 @@
 //
 // The table also records the cost it admitted per key since the last take_pending(): that is
 // this node's consumption, which the Ledger seals into batches for the other nodes.
-// Not thread-safe: one owner thread (the daemon's node loop, or the simulator).
+//
+// By default single-owner: one thread (the daemon's node loop, or the simulator) and no locks.
+// With KeyTableOptions::concurrent, any number of threads may call every method at once: the
+// keys are hashed into up to 64 shards, each with its own lock, held for one key's operation
+// (allow_all: the request's shards, in ascending order, for the whole decision). Everything
+// above holds per shard (max_keys and max_remembered are split evenly, so the table holds at
+// most max_keys + shards - 1 keys). take_pending holds a lock for at most 256 keys at a time,
+// sweep_idle for max_scan / shards keys; replace_rules and set_rate_scale visit every key, one
+// shard at a time. replace_rules and rules() belong to one owner thread (rules() refers to the
+// owner's rule set).
 #ifndef TOLLGATE_KEY_TABLE_H_
 #define TOLLGATE_KEY_TABLE_H_
 
@@ -36,6 +45,11 @@ struct KeyTableOptions {
   size_t max_key_bytes = 256;   // longer keys are denied with DenyReason::kKeyTooLong
   // Evicted, not yet refilled balances remembered (about 100 bytes each). 0 disables it.
   size_t max_remembered = 65'536;
+  // Safe for concurrent use (see above); costs an uncontended lock per check.
+  bool concurrent = false;
+  // Concurrent: shards (a power of two up to 64; rounded down). 0: 64, fewer for a table too
+  // small to give each shard 1,024 keys.
+  size_t shards = 0;
 };
 
 struct KeyTableStats {
@@ -113,6 +127,7 @@ class KeyTable {
 
   const RuleSet& rules() const;
   size_t size() const;
+  size_t shards() const;  // 1 unless concurrent
   KeyTableStats stats() const;
 
  private:

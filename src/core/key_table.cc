@@ -1,7 +1,10 @@
 #include "tollgate/key_table.h"
 
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
+#include <mutex>
 #include <deque>
 #include <memory>
 #include <functional>
@@ -23,23 +26,41 @@ __extension__ typedef __int128 Wide;
 
 size_t hash_key(std::string_view key) { return std::hash<std::string_view>{}(key); }
 
+// A limit in shadow mode denies nothing: what it would deny passes, uncharged, and says so.
+void pass_in_shadow(Decision& d) {
+  if (d.allowed || !d.limit.shadow) return;
+  if (d.reason != DenyReason::kInsufficientTokens && d.reason != DenyReason::kCostExceedsBurst) return;
+  d.allowed = true;
+  d.shadow_denied = true;
+  d.reason = DenyReason::kNone;
+  d.retry_after_ns = 0;
+}
+
+// allow_all's view of one distinct limited key of a request: its bucket as phase 1 sees it.
+struct Probe {
+  std::string_view key;
+  TokenBucket bucket, before;
+  Limit limit;
+  uint32_t rule = RuleSet::kUnlimited;
+};
+
 // Heap bytes held by a std::string beyond the object itself (0 while it fits the inline buffer).
 size_t string_heap_bytes(const std::string& s) {
   return s.capacity() > std::string().capacity() ? s.capacity() + 1 : 0;
 }
 
-}  // namespace
-
-class KeyTable::Impl {
+// The single-owner table: every key of one shard (KeyTable::Impl holds one, or several behind
+// locks). Lookups take the key's hash, computed once by the caller.
+class Shard {
  public:
-  Impl(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
+  Shard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
       : rules_(std::move(rules)), options_(options) {
     if (options_.max_keys == 0) options_.max_keys = 1;
     options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
   }
 
-  Decision allow(std::string_view key, int64_t cost, MonoNanos now) {
-    uint32_t slot = find(key);
+  Decision allow(std::string_view key, size_t hash, int64_t cost, MonoNanos now) {
+    uint32_t slot = find(key, hash);
     if (slot == kNil) {
       if (key.size() > options_.max_key_bytes) {
         ++stats_.rejected_keys;
@@ -56,7 +77,7 @@ class KeyTable::Impl {
         d.remaining = INT64_MAX;
         return d;
       }
-      slot = insert(key, rule, now);
+      slot = insert(key, hash, rule, now);
     } else {
       touch(slot);
     }
@@ -72,16 +93,6 @@ class KeyTable::Impl {
       charge_anyway(slot, limit, cost, now, d);
     }
     return d;
-  }
-
-  // A limit in shadow mode denies nothing: what it would deny passes, uncharged, and says so.
-  static void pass_in_shadow(Decision& d) {
-    if (d.allowed || !d.limit.shadow) return;
-    if (d.reason != DenyReason::kInsufficientTokens && d.reason != DenyReason::kCostExceedsBurst) return;
-    d.allowed = true;
-    d.shadow_denied = true;
-    d.reason = DenyReason::kNone;
-    d.retry_after_ns = 0;
   }
 
   // This node's consumption of `cost` on the key at `slot`, for take_pending.
@@ -109,101 +120,56 @@ class KeyTable::Impl {
     d.retry_after_ns = cost > limit.burst ? kRetryNever : e.bucket.nanos_until(limit, cost * kMicrotokensPerToken);
   }
 
-  // See KeyTable::allow_all.
-  bool allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now) {
-    // Phase 1: every check against a copy of its bucket, as though the request's earlier checks
-    // had been charged (the same key twice adds up). Nothing changes in the table.
-    probes_.clear();
-    probe_index_.clear();
-    bool all = true;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const CheckItem& c = items[i];
-      Probe* p = find_probe(c.key);
-      if (p == nullptr) {
-        Probe q;
-        q.key = c.key;
-        if (const uint32_t slot = find(c.key); slot != kNil) {
-          q.limit = limit_of(slots_[slot].rule);
-          q.rule = slots_[slot].rule;
-          q.bucket = slots_[slot].bucket;
-        } else if (c.key.size() > options_.max_key_bytes) {
-          ++stats_.rejected_keys;
-          out[i] = Decision{};
-          out[i].reason = DenyReason::kKeyTooLong;
-          out[i].retry_after_ns = kRetryNever;
-          all = false;
-          continue;
-        } else if (const uint32_t rule = rules_->match(c.key); rule == RuleSet::kUnlimited) {
-          out[i] = Decision{true, INT64_MAX, 0, DenyReason::kNone, false, {}};
-          continue;
-        } else {
-          // What insert() would make of it: a full bucket, or its remembered balance.
-          q.limit = limit_of(rule);
-          q.rule = rule;
-          q.bucket = TokenBucket(q.limit, now);
-          if (Remembered* r = remembered_.find(hash_key(c.key))) {
-            q.bucket = r->bucket;
-            q.bucket.balance_microtokens(r->limit, now);
-            if (!(r->limit == q.limit)) q.bucket.clamp_to(q.limit);
-          }
-        }
-        q.before = q.bucket;
-        p = add_probe(q);
-      }
-      out[i] = p->bucket.try_acquire(p->limit, c.cost, now);
-      out[i].limit = p->limit;
-      out[i].rule = p->rule;
-      pass_in_shadow(out[i]);
-      all = all && out[i].allowed;
-    }
-    if (all) {
-      // Phase 2: charge for real. Each decision is the one phase 1 made (same state, same time;
-      // an eviction in between remembers a balance, or forgets one that was barely spent).
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (out[i].limited) out[i] = allow(items[i].key, items[i].cost, now);
-      }
-      return true;
-    }
-    // Nothing is charged. The checks that would have passed say why they did not, and when the
-    // whole request could: when its slowest denied check could.
-    int64_t retry = 0;
-    for (const Decision& d : out.first(items.size())) {
-      if (!d.allowed) retry = std::max(retry, d.retry_after_ns);
-    }
-    for (size_t i = 0; i < items.size(); ++i) {
-      Decision& d = out[i];
-      if (const Probe* p = find_probe(items[i].key)) {
-        TokenBucket untouched = p->before;
-        d.remaining = untouched.try_acquire(p->limit, 0, now).remaining;
-      }
-      if (!d.limited) continue;
-      if (d.allowed) {
-        d.allowed = false;
-        d.shadow_denied = false;  // denied after all, and counted so: by another check
-        d.reason = DenyReason::kOtherCheckDenied;
-        d.retry_after_ns = retry;
+  // allow_all's phase 1 for a key not probed yet in the request: true with `q` set to what
+  // the key's bucket is now (or what insert() would make of it: a full bucket, or its
+  // remembered balance); false with `d` the final decision for a key too long or not limited.
+  bool probe(std::string_view key, MonoNanos now, Probe& q, Decision& d) {
+    const size_t hash = hash_key(key);
+    q.key = key;
+    if (const uint32_t slot = find(key, hash); slot != kNil) {
+      q.limit = limit_of(slots_[slot].rule);
+      q.rule = slots_[slot].rule;
+      q.bucket = slots_[slot].bucket;
+    } else if (key.size() > options_.max_key_bytes) {
+      ++stats_.rejected_keys;
+      d = Decision{};
+      d.reason = DenyReason::kKeyTooLong;
+      d.retry_after_ns = kRetryNever;
+      return false;
+    } else if (const uint32_t rule = rules_->match(key); rule == RuleSet::kUnlimited) {
+      d = Decision{true, INT64_MAX, 0, DenyReason::kNone, false, {}};
+      return false;
+    } else {
+      q.limit = limit_of(rule);
+      q.rule = rule;
+      q.bucket = TokenBucket(q.limit, now);
+      if (Remembered* r = remembered_.find(hash)) {
+        q.bucket = r->bucket;
+        q.bucket.balance_microtokens(r->limit, now);
+        if (!(r->limit == q.limit)) q.bucket.clamp_to(q.limit);
       }
     }
-    // Except the limits whose cost must be paid whatever the answer, in request order.
-    for (size_t i = 0; i < items.size(); ++i) {
-      Decision& d = out[i];
-      if (!d.limited || !d.limit.charge_when_over || items[i].cost <= 0) continue;
-      uint32_t slot = find(items[i].key);
-      if (slot == kNil) slot = insert(items[i].key, rules_->match(items[i].key), now);
-      charge_anyway(slot, limit_of(slots_[slot].rule), items[i].cost, now, d);
-    }
-    return false;
+    q.before = q.bucket;
+    return true;
   }
 
-  bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now) {
-    uint32_t slot = find(key);
+  // allow_all, denied: a limited check's cost under charge_when_over, taken all the same.
+  void charge_denied(std::string_view key, int64_t cost, MonoNanos now, Decision& d) {
+    const size_t hash = hash_key(key);
+    uint32_t slot = find(key, hash);
+    if (slot == kNil) slot = insert(key, hash, rules_->match(key), now);
+    charge_anyway(slot, limit_of(slots_[slot].rule), cost, now, d);
+  }
+
+  bool charge_remote(std::string_view key, size_t hash, int64_t tokens, MonoNanos now) {
+    uint32_t slot = find(key, hash);
     if (slot == kNil) {
       const uint32_t rule = key.size() > options_.max_key_bytes ? RuleSet::kUnlimited : rules_->match(key);
       if (rule == RuleSet::kUnlimited) {
         ++stats_.remote_ignored;
         return false;
       }
-      slot = insert(key, rule, now);
+      slot = insert(key, hash, rule, now);
     } else {
       touch(slot);
     }
@@ -289,7 +255,7 @@ class KeyTable::Impl {
   }
 
   std::optional<Limit> limit_for(std::string_view key) const {
-    const uint32_t slot = find(key);
+    const uint32_t slot = find(key, hash_key(key));
     if (slot != kNil) return limit_of(slots_[slot].rule);
     const uint32_t rule = key.size() > options_.max_key_bytes ? RuleSet::kUnlimited : rules_->match(key);
     if (rule == RuleSet::kUnlimited) return std::nullopt;
@@ -314,7 +280,7 @@ class KeyTable::Impl {
   }
 
   std::optional<int64_t> balance(std::string_view key, MonoNanos now) {
-    const uint32_t slot = find(key);
+    const uint32_t slot = find(key, hash_key(key));
     if (slot == kNil) return std::nullopt;
     Entry& e = slots_[slot];
     return e.bucket.balance_microtokens(limit_of(e.rule), now);
@@ -498,8 +464,8 @@ class KeyTable::Impl {
     return limit;
   }
 
-  uint32_t find(std::string_view key) const {
-    const uint32_t tag = uint32_t(hash_key(key));
+  uint32_t find(std::string_view key, size_t hash) const {
+    const uint32_t tag = uint32_t(hash);
     const size_t i = index_.find(tag, [&](const IndexSlot& x) { return x.tag == tag && slots_[x.slot].key() == key; });
     return i == Index::kNone ? kNil : index_.slot(i).slot;
   }
@@ -511,12 +477,11 @@ class KeyTable::Impl {
     index_.erase(index_.find(tag, [slot](const IndexSlot& x) { return x.slot == slot; }));
   }
 
-  uint32_t insert(std::string_view key, uint32_t rule, MonoNanos now) {
+  uint32_t insert(std::string_view key, size_t hash, uint32_t rule, MonoNanos now) {
     // Take the key's remembered balance out first: the eviction that makes room for it may
     // remember another balance and push this one out.
     std::optional<Remembered> restored;
     if (!remembered_.empty()) {
-      const size_t hash = hash_key(key);
       if (Remembered* r = remembered_.find(hash)) {
         restored = *r;
         remembered_.erase(hash);
@@ -545,7 +510,7 @@ class KeyTable::Impl {
       if (!(restored->limit == limit)) e.bucket.clamp_to(limit);
       ++stats_.restored;
     }
-    index_insert(uint32_t(hash_key(key)), slot);
+    index_insert(uint32_t(hash), slot);
     return slot;
   }
 
@@ -630,40 +595,331 @@ class KeyTable::Impl {
   size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
   std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
   RememberedMap remembered_;                                      // by key hash
-  // allow_all's scratch: a request's distinct limited keys, with their buckets as phase 1 sees
-  // them; looked up linearly for small requests, by an index for large ones.
-  struct Probe {
-    std::string_view key;
-    TokenBucket bucket, before;
-    Limit limit;
-    uint32_t rule = RuleSet::kUnlimited;
-  };
-  static constexpr size_t kLinearProbes = 16;
-  Probe* find_probe(std::string_view key) {
-    if (probes_.size() <= kLinearProbes) {
+  // (hash, generation), oldest first: balances with more than half the burst left, and the rest.
+  std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
+  uint64_t remembered_generation_ = 0;
+  KeyTableStats stats_;
+};
+
+// A request's distinct limited keys, with their buckets as allow_all's phase 1 sees them;
+// looked up linearly for small requests, by an index for large ones. One per thread, reused.
+class Probes {
+ public:
+  void clear() {
+    probes_.clear();
+    index_.clear();
+  }
+  Probe* find(std::string_view key) {
+    if (probes_.size() <= kLinear) {
       for (Probe& p : probes_) {
         if (p.key == key) return &p;
       }
       return nullptr;
     }
-    auto it = probe_index_.find(key);
-    return it == probe_index_.end() ? nullptr : &probes_[it->second];
+    auto it = index_.find(key);
+    return it == index_.end() ? nullptr : &probes_[it->second];
   }
-  Probe* add_probe(const Probe& p) {
+  Probe* add(const Probe& p) {
     probes_.push_back(p);
-    if (probes_.size() == kLinearProbes + 1) {
-      for (size_t i = 0; i < probes_.size(); ++i) probe_index_.emplace(probes_[i].key, i);
-    } else if (probes_.size() > kLinearProbes + 1) {
-      probe_index_.emplace(p.key, probes_.size() - 1);
+    if (probes_.size() == kLinear + 1) {
+      for (size_t i = 0; i < probes_.size(); ++i) index_.emplace(probes_[i].key, i);
+    } else if (probes_.size() > kLinear + 1) {
+      index_.emplace(p.key, probes_.size() - 1);
     }
     return &probes_.back();
   }
+
+ private:
+  static constexpr size_t kLinear = 16;
   std::vector<Probe> probes_;
-  std::unordered_map<std::string_view, size_t> probe_index_;
-  // (hash, generation), oldest first: balances with more than half the burst left, and the rest.
-  std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
-  uint64_t remembered_generation_ = 0;
-  KeyTableStats stats_;
+  std::unordered_map<std::string_view, size_t> index_;
+};
+
+// One shard and the lock that guards it (taken only in a concurrent table), a cache line of
+// its own so that checks on neighbouring shards do not share one.
+struct alignas(64) LockedShard {
+  LockedShard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options) : shard(std::move(rules), options) {}
+  std::mutex mutex;
+  Shard shard;
+};
+
+// Takes a shard's lock if the table is concurrent.
+class ShardLock {
+ public:
+  ShardLock(LockedShard& s, bool on) : mutex_(on ? &s.mutex : nullptr) {
+    if (mutex_) mutex_->lock();
+  }
+  ~ShardLock() {
+    if (mutex_) mutex_->unlock();
+  }
+  ShardLock(const ShardLock&) = delete;
+  ShardLock& operator=(const ShardLock&) = delete;
+
+ private:
+  std::mutex* mutex_;
+};
+
+// Shards of a concurrent table at most, and keys per shard at least (a small table has fewer).
+constexpr size_t kMaxShards = 64;
+constexpr size_t kMinKeysPerShard = 1024;
+// A concurrent table's take_pending holds a shard's lock for at most this many keys at a time,
+// so sealing a flood of keys never holds a check up for longer than that.
+constexpr size_t kTakePerLock = 256;
+
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// The shards. A single-owner table has one and never locks; a concurrent one hashes each key to
+// one of up to 64 shards (by the high half of its hash: the low half places it in the shard's
+// index) and takes that shard's lock for the key's operation.
+class KeyTable::Impl {
+ public:
+  Impl(std::shared_ptr<const RuleSet> rules, KeyTableOptions options) : rules_(rules), concurrent_(options.concurrent) {
+    size_t n = 1;
+    if (concurrent_ && options.shards > 0) {
+      n = std::bit_floor(std::min(options.shards, kMaxShards));
+    } else if (concurrent_) {
+      n = kMaxShards;
+      while (n > 1 && options.max_keys / n < kMinKeysPerShard) n /= 2;
+    }
+    KeyTableOptions each = options;
+    each.max_keys = std::max<size_t>(1, ceil_div(options.max_keys, n));
+    each.max_remembered = ceil_div(options.max_remembered, n);
+    for (size_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<LockedShard>(rules, each));
+  }
+
+  size_t shard_index(size_t hash) const { return (hash >> 32) & (shards_.size() - 1); }
+  LockedShard& shard_of(size_t hash) { return *shards_[shard_index(hash)]; }
+  const LockedShard& shard_of(size_t hash) const { return *shards_[shard_index(hash)]; }
+
+  Decision allow(std::string_view key, int64_t cost, MonoNanos now) {
+    const size_t hash = hash_key(key);
+    LockedShard& s = shard_of(hash);
+    ShardLock lock(s, concurrent_);
+    if (!concurrent_) return s.shard.allow(key, hash, cost, now);
+    const size_t before = s.shard.pending_keys();
+    const Decision d = s.shard.allow(key, hash, cost, now);
+    note_pending(before, s.shard.pending_keys());
+    return d;
+  }
+
+  bool allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now) {
+    thread_local Probes probes;
+    if (shards_.size() == 1) {
+      LockedShard& s = *shards_[0];
+      ShardLock lock(s, concurrent_);
+      const size_t before = s.shard.pending_keys();
+      const bool all = allow_all_in([&](std::string_view) -> Shard& { return s.shard; }, items, out, now, probes);
+      note_pending(before, s.shard.pending_keys());
+      return all;
+    }
+    // Every shard the request touches, locked in ascending order (so two requests never wait
+    // for each other), for the whole decision: all or nothing across shards.
+    thread_local std::vector<uint32_t> touched;
+    touched.clear();
+    for (const CheckItem& c : items) touched.push_back(uint32_t(shard_index(hash_key(c.key))));
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    size_t before = 0;
+    for (uint32_t i : touched) {
+      shards_[i]->mutex.lock();
+      before += shards_[i]->shard.pending_keys();
+    }
+    const bool all =
+        allow_all_in([&](std::string_view key) -> Shard& { return shard_of(hash_key(key)).shard; }, items, out, now, probes);
+    size_t after = 0;
+    for (uint32_t i : touched) {
+      after += shards_[i]->shard.pending_keys();
+      shards_[i]->mutex.unlock();
+    }
+    note_pending(before, after);
+    return all;
+  }
+
+  bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now) {
+    const size_t hash = hash_key(key);
+    LockedShard& s = shard_of(hash);
+    ShardLock lock(s, concurrent_);
+    return s.shard.charge_remote(key, hash, tokens, now);
+  }
+
+  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
+    if (!concurrent_) {
+      shards_[0]->shard.take_pending(out, max_keys);
+      return;
+    }
+    // Shard by shard from where the last call stopped, kTakePerLock keys per hold of a lock.
+    size_t budget = max_keys;
+    for (size_t n = 0; n < shards_.size() && budget > 0; ++n) {
+      LockedShard& s = *shards_[take_cursor_];
+      for (;;) {
+        const size_t chunk = std::min(budget, kTakePerLock);
+        size_t taken;
+        {
+          ShardLock lock(s, true);
+          const size_t before = s.shard.pending_keys();
+          s.shard.take_pending(out, chunk);
+          const size_t after = s.shard.pending_keys();
+          note_pending(before, after);
+          taken = before - after;
+        }
+        budget -= taken;
+        if (taken < chunk || budget == 0) break;
+      }
+      if (budget > 0) take_cursor_ = (take_cursor_ + 1) % shards_.size();
+    }
+  }
+
+  size_t pending_keys() const {
+    if (!concurrent_) return shards_[0]->shard.pending_keys();
+    return pending_.load(std::memory_order_relaxed);
+  }
+
+  size_t sweep_idle(MonoNanos now, size_t max_scan) {
+    size_t removed = 0;
+    const size_t each = std::max<size_t>(1, max_scan / shards_.size());
+    for (auto& s : shards_) {
+      ShardLock lock(*s, concurrent_);
+      removed += s->shard.sweep_idle(now, each);
+    }
+    return removed;
+  }
+
+  void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
+    for (auto& s : shards_) {
+      ShardLock lock(*s, concurrent_);
+      s->shard.replace_rules(rules, now);
+    }
+    rules_ = std::move(rules);
+  }
+
+  std::optional<Limit> limit_for(std::string_view key) const {
+    const LockedShard& s = shard_of(hash_key(key));
+    ShardLock lock(const_cast<LockedShard&>(s), concurrent_);
+    return s.shard.limit_for(key);
+  }
+
+  void set_rate_scale(uint32_t num, uint32_t den, MonoNanos now) {
+    for (auto& s : shards_) {
+      ShardLock lock(*s, concurrent_);
+      s->shard.set_rate_scale(num, den, now);
+    }
+  }
+
+  std::optional<int64_t> balance(std::string_view key, MonoNanos now) {
+    LockedShard& s = shard_of(hash_key(key));
+    ShardLock lock(s, concurrent_);
+    return s.shard.balance(key, now);
+  }
+
+  KeyTableStats stats() const {
+    KeyTableStats sum;
+    for (const auto& s : shards_) {
+      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      const KeyTableStats x = s->shard.stats();
+      sum.keys += x.keys;
+      sum.bytes += x.bytes;
+      sum.evictions += x.evictions;
+      sum.idle_removed += x.idle_removed;
+      sum.rejected_keys += x.rejected_keys;
+      sum.remembered += x.remembered;
+      sum.restored += x.restored;
+      sum.forgotten_debts += x.forgotten_debts;
+      sum.remote_ignored += x.remote_ignored;
+    }
+    return sum;
+  }
+
+  const RuleSet& rules() const { return *rules_; }
+  size_t size() const {
+    size_t n = 0;
+    for (const auto& s : shards_) {
+      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      n += s->shard.size();
+    }
+    return n;
+  }
+  size_t shards() const { return shards_.size(); }
+
+ private:
+  // See KeyTable::allow_all. `shard_for(key)` is the (locked) shard that holds `key`.
+  template <class ShardFor>
+  static bool allow_all_in(ShardFor shard_for, std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now,
+                           Probes& probes) {
+    // Phase 1: every check against a copy of its bucket, as though the request's earlier checks
+    // had been charged (the same key twice adds up). Nothing changes in the table.
+    probes.clear();
+    bool all = true;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const CheckItem& c = items[i];
+      Probe* p = probes.find(c.key);
+      if (p == nullptr) {
+        Probe q;
+        if (!shard_for(c.key).probe(c.key, now, q, out[i])) {
+          all = all && out[i].allowed;
+          continue;
+        }
+        p = probes.add(q);
+      }
+      out[i] = p->bucket.try_acquire(p->limit, c.cost, now);
+      out[i].limit = p->limit;
+      out[i].rule = p->rule;
+      pass_in_shadow(out[i]);
+      all = all && out[i].allowed;
+    }
+    if (all) {
+      // Phase 2: charge for real. Each decision is the one phase 1 made (same state, same time;
+      // an eviction in between remembers a balance, or forgets one that was barely spent).
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (out[i].limited) out[i] = shard_for(items[i].key).allow(items[i].key, hash_key(items[i].key), items[i].cost, now);
+      }
+      return true;
+    }
+    // Nothing is charged. The checks that would have passed say why they did not, and when the
+    // whole request could: when its slowest denied check could.
+    int64_t retry = 0;
+    for (const Decision& d : out.first(items.size())) {
+      if (!d.allowed) retry = std::max(retry, d.retry_after_ns);
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      Decision& d = out[i];
+      if (const Probe* p = probes.find(items[i].key)) {
+        TokenBucket untouched = p->before;
+        d.remaining = untouched.try_acquire(p->limit, 0, now).remaining;
+      }
+      if (!d.limited) continue;
+      if (d.allowed) {
+        d.allowed = false;
+        d.shadow_denied = false;  // denied after all, and counted so: by another check
+        d.reason = DenyReason::kOtherCheckDenied;
+        d.retry_after_ns = retry;
+      }
+    }
+    // Except the limits whose cost must be paid whatever the answer, in request order.
+    for (size_t i = 0; i < items.size(); ++i) {
+      Decision& d = out[i];
+      if (!d.limited || !d.limit.charge_when_over || items[i].cost <= 0) continue;
+      shard_for(items[i].key).charge_denied(items[i].key, items[i].cost, now, d);
+    }
+    return false;
+  }
+
+  // A concurrent table's count of pending keys, kept up to date as each shard's changes.
+  void note_pending(size_t before, size_t after) {
+    if (!concurrent_ || before == after) return;
+    if (after > before) {
+      pending_.fetch_add(after - before, std::memory_order_relaxed);
+    } else {
+      pending_.fetch_sub(before - after, std::memory_order_relaxed);
+    }
+  }
+
+  std::shared_ptr<const RuleSet> rules_;  // the owner's (rules() and reloads are its)
+  const bool concurrent_;
+  std::vector<std::unique_ptr<LockedShard>> shards_;
+  std::atomic<size_t> pending_{0};
+  size_t take_cursor_ = 0;  // the shard take_pending starts with
 };
 
 KeyTable::KeyTable(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
@@ -692,6 +948,7 @@ std::optional<int64_t> KeyTable::balance_microtokens(std::string_view key, MonoN
 }
 const RuleSet& KeyTable::rules() const { return impl_->rules(); }
 size_t KeyTable::size() const { return impl_->size(); }
+size_t KeyTable::shards() const { return impl_->shards(); }
 KeyTableStats KeyTable::stats() const { return impl_->stats(); }
 
 }  // namespace tollgate
