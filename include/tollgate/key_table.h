@@ -28,7 +28,9 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tollgate/api.h"
@@ -62,6 +64,18 @@ struct KeyTableStats {
   uint64_t restored = 0;          // keys re-created at a remembered balance rather than full
   uint64_t forgotten_debts = 0;   // remembered balances dropped before refilling (memory bound)
   uint64_t remote_ignored = 0;    // remote charges ignored: no rule governs the key here, or too long
+};
+
+// One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).
+struct RuleCounters {
+  uint64_t checks = 0, allowed = 0, denied = 0;
+  uint64_t shadow_denied = 0;  // allowed (and counted so) only because the limit is in shadow mode
+  uint64_t near_limit = 0;     // allowed, leaving less than 20% of the burst (80% used)
+};
+
+// Every check decided by the table (allow and allow_all; each item of a request counts).
+struct CheckCounts {
+  uint64_t checks = 0, allowed = 0, denied = 0;
 };
 
 class KeyTable {
@@ -124,6 +138,14 @@ class KeyTable {
   // settled at the old rate first. 1/1 restores the rules' rates. num 0 is treated as 1/1000 of
   // den so a bucket always refills eventually.
   void set_rate_scale(uint32_t num, uint32_t den, MonoNanos now_ns);
+
+  // The checks decided, in all and by rule: counted where they are decided, under the shard's
+  // lock, so a concurrent table counts without a lock or shared cache line of its own. Rules
+  // are counted by RuleSet::label: two rules that label alike are summed, and a rule keeps its
+  // counts across replace_rules under the same label (those of up to 1,024 labels no longer in
+  // force are kept too, for a rule that comes back). Unlimited keys count in check_counts only.
+  CheckCounts check_counts() const;
+  std::vector<std::pair<std::string, RuleCounters>> rule_counters() const;
 
   const RuleSet& rules() const;
   size_t size() const;

@@ -23,6 +23,7 @@
 #ifndef TOLLGATE_NODE_H_
 #define TOLLGATE_NODE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -100,8 +101,10 @@ struct NodeOptions {
   // the daemon's thread (1.4 ms, everyone's checks waiting). The check that seals is the long
   // one: 256 keys keep it, and the round's remainder, under about 0.08 ms (1,024: 0.3 ms;
   // bench/node_flood_bench.cc). Sealed batches still go out with the round. 0: only the round
-  // seals.
+  // seals. With keys.concurrent a check cannot seal (the ledger is the owner's): it calls
+  // seal_wanted, once until the owner calls seal_early.
   size_t early_seal_keys = 256;
+  std::function<void()> seal_wanted;
   // Relay: the number of groups; 0 chooses from the members known (relay_groups_for): every
   // member must come to the same number, and a message from a member that counts otherwise
   // has its batches and digest dropped (NodeStats::relay_mismatch), never applied twice.
@@ -156,24 +159,22 @@ struct NodeStats {
                                         // changed (what we held stops being repaired)
 };
 
-// One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).
-struct RuleCounters {
-  uint64_t checks = 0, allowed = 0, denied = 0;
-  uint64_t shadow_denied = 0;  // allowed (and counted so) only because the limit is in shadow mode
-  uint64_t near_limit = 0;     // allowed, leaving less than 20% of the burst (80% used)
-};
-
 class Node {
  public:
   Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random);
   ~Node();
 
   // The local admission check: no network, answers from this node's bucket (KeyTable::allow:
-  // the Decision carries the governing limit).
+  // the Decision carries the governing limit). With options().keys.concurrent, check and
+  // check_all may be called from any number of threads at once, while one owner thread calls
+  // everything else; otherwise everything is the owner's.
   Decision check(std::string_view key, int64_t cost, MonoNanos now_ns);
   // Several checks, all or nothing (KeyTable::allow_all): true if every one passed and all were
   // charged; false if none was charged.
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns);
+  // Concurrent: seals what early_seal_keys allows now, on the owner's thread, after
+  // NodeOptions::seal_wanted asked for it.
+  void seal_early(MonoNanos now_ns);
 
   // One round; call every options().interval_ns.
   void tick(MonoNanos now_ns);
@@ -193,17 +194,17 @@ class Node {
   DisseminationMode mode() const { return mode_; }
   // Relay: the count of groups in use (0 in other modes).
   uint32_t relay_groups() const { return groups_; }
-  const NodeStats& stats() const { return stats_; }
+  NodeStats stats() const;
   // The counters of every rule checked at least once since start-up, by RuleSet::label. A rule
-  // keeps its counts across reloads under the same label.
-  std::vector<std::pair<std::string, RuleCounters>> rule_counters() const;
+  // keeps its counts across reloads under the same label (KeyTable::rule_counters).
+  std::vector<std::pair<std::string, RuleCounters>> rule_counters() const { return table_.rule_counters(); }
   const KeyTable& table() const { return table_; }
   KeyTable& table() { return table_; }
   const Ledger& ledger() const { return ledger_; }
   const Membership& membership() const { return membership_; }
 
  private:
-  void count(const Decision& d);
+  void after_check(MonoNanos now);  // early sealing (early_seal_keys)
   struct Queued {
     BatchPtr batch;
     uint32_t transmits_left;
@@ -263,11 +264,7 @@ class Node {
   bool first_round_ = true;
   size_t live_members_ = 0;
   NodeStats stats_;
-  std::vector<RuleCounters> rule_counters_;  // by the current RuleSet's index
-  // Counts of rules no longer in force under their index, kept by label: reloaded rules take
-  // them back.
-  std::vector<std::pair<std::string, RuleCounters>> retired_counters_;  // at most kMaxRetiredRuleCounters
-  static constexpr size_t kMaxRetiredRuleCounters = 1024;
+  std::atomic<bool> seal_wanted_{false};  // concurrent: seal_wanted called, seal_early not yet
   std::vector<ConsumptionEntry> pending_;  // reused across rounds
   uint64_t message_seq_ = 0;               // of the last message built
   // By sender; an entry goes when membership forgets the sender, so this is bounded by it.

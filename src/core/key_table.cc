@@ -26,6 +26,14 @@ __extension__ typedef __int128 Wide;
 
 size_t hash_key(std::string_view key) { return std::hash<std::string_view>{}(key); }
 
+void add_to(RuleCounters& into, const RuleCounters& c) {
+  into.checks += c.checks;
+  into.allowed += c.allowed;
+  into.denied += c.denied;
+  into.shadow_denied += c.shadow_denied;
+  into.near_limit += c.near_limit;
+}
+
 // A limit in shadow mode denies nothing: what it would deny passes, uncharged, and says so.
 void pass_in_shadow(Decision& d) {
   if (d.allowed || !d.limit.shadow) return;
@@ -59,7 +67,36 @@ class Shard {
     options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
   }
 
+  // A check, counted (see count()).
   Decision allow(std::string_view key, size_t hash, int64_t cost, MonoNanos now) {
+    const Decision d = decide(key, hash, cost, now);
+    count(d, d.allowed);
+    return d;
+  }
+
+  // One check's decision in the counts: in all as allowed or denied (a request of several
+  // counts each item as the request went), and under its rule by its own outcome.
+  void count(const Decision& d, bool allowed) {
+    ++totals_.checks;
+    ++(allowed ? totals_.allowed : totals_.denied);
+    if (d.rule == RuleSet::kUnlimited) return;
+    if (d.rule >= counts_.size()) counts_.resize(d.rule + 1);
+    RuleCounters& c = counts_[d.rule];
+    ++c.checks;
+    if (!d.allowed) {
+      ++c.denied;
+      return;
+    }
+    ++c.allowed;
+    if (d.shadow_denied) ++c.shadow_denied;
+    if (d.has_limit() && d.remaining * 5 < d.limit.burst) ++c.near_limit;
+  }
+  const CheckCounts& totals() const { return totals_; }
+  const std::vector<RuleCounters>& counts() const { return counts_; }
+  std::vector<RuleCounters>& counts() { return counts_; }
+
+  // A check, not counted.
+  Decision decide(std::string_view key, size_t hash, int64_t cost, MonoNanos now) {
     uint32_t slot = find(key, hash);
     if (slot == kNil) {
       if (key.size() > options_.max_key_bytes) {
@@ -233,9 +270,24 @@ class Shard {
     return removed;
   }
 
-  void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
+  // `index`: the new rules' indices by label. Counts move to their label's new index; those of
+  // labels no longer in force are added to `gone`.
+  void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now,
+                     const std::unordered_map<std::string, uint32_t>& index,
+                     std::vector<std::pair<std::string, RuleCounters>>& gone) {
     std::shared_ptr<const RuleSet> old = std::move(rules_);
     rules_ = std::move(rules);
+    std::vector<RuleCounters> moved(rules_->size());
+    for (uint32_t i = 0; i < counts_.size(); ++i) {
+      if (counts_[i].checks == 0) continue;
+      std::string label = old->label(i);
+      if (auto it = index.find(label); it != index.end()) {
+        add_to(moved[it->second], counts_[i]);
+      } else {
+        gone.emplace_back(std::move(label), counts_[i]);
+      }
+    }
+    counts_ = std::move(moved);
     for (uint32_t s = 0; s < slots_.size(); ++s) {
       Entry& e = slots_[s];
       if (!e.live) continue;
@@ -599,6 +651,8 @@ class Shard {
   std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
   uint64_t remembered_generation_ = 0;
   KeyTableStats stats_;
+  CheckCounts totals_;
+  std::vector<RuleCounters> counts_;  // by the rules' index
 };
 
 // A request's distinct limited keys, with their buckets as allow_all's phase 1 sees them;
@@ -787,11 +841,74 @@ class KeyTable::Impl {
   }
 
   void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
+    std::unordered_map<std::string, uint32_t> index;
+    for (uint32_t i = 0; i < rules->size(); ++i) index.emplace(rules->label(i), i);
+    std::vector<std::pair<std::string, RuleCounters>> gone;
     for (auto& s : shards_) {
       ShardLock lock(*s, concurrent_);
-      s->shard.replace_rules(rules, now);
+      s->shard.replace_rules(rules, now, index, gone);
     }
+    // Counts of labels retired earlier that are back in force go back under their index.
+    std::vector<std::pair<std::string, RuleCounters>> retired;
+    {
+      ShardLock lock(*shards_[0], concurrent_);
+      std::vector<RuleCounters>& counts = shards_[0]->shard.counts();
+      for (auto& [label, c] : retired_) {
+        if (auto it = index.find(label); it != index.end()) {
+          if (it->second >= counts.size()) counts.resize(it->second + 1);
+          add_to(counts[it->second], c);
+        } else {
+          gone.emplace_back(std::move(label), c);
+        }
+      }
+    }
+    // Retired by label, summed; beyond kMaxRetired labels the series of a rule gone for good
+    // stops (Prometheus reads that as its end).
+    std::unordered_map<std::string, size_t> at;
+    for (auto& [label, c] : gone) {
+      if (auto it = at.find(label); it != at.end()) {
+        add_to(retired[it->second].second, c);
+      } else if (retired.size() < kMaxRetired) {
+        at.emplace(label, retired.size());
+        retired.emplace_back(std::move(label), c);
+      }
+    }
+    retired_ = std::move(retired);
     rules_ = std::move(rules);
+  }
+
+  CheckCounts check_counts() const {
+    CheckCounts sum;
+    for (const auto& s : shards_) {
+      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      sum.checks += s->shard.totals().checks;
+      sum.allowed += s->shard.totals().allowed;
+      sum.denied += s->shard.totals().denied;
+    }
+    return sum;
+  }
+
+  std::vector<std::pair<std::string, RuleCounters>> rule_counters() const {
+    // One entry per label: two rules that label alike (RLS labels can) are summed, so that
+    // /metrics never has two series with one label set.
+    std::vector<std::pair<std::string, RuleCounters>> out = retired_;
+    std::unordered_map<std::string, size_t> at;
+    for (size_t i = 0; i < out.size(); ++i) at.emplace(out[i].first, i);
+    for (const auto& s : shards_) {
+      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      const std::vector<RuleCounters>& counts = s->shard.counts();
+      for (uint32_t i = 0; i < counts.size(); ++i) {
+        if (counts[i].checks == 0) continue;
+        std::string label = s->shard.rules().label(i);
+        if (auto it = at.find(label); it != at.end()) {
+          add_to(out[it->second].second, counts[i]);
+        } else {
+          at.emplace(label, out.size());
+          out.emplace_back(std::move(label), counts[i]);
+        }
+      }
+    }
+    return out;
   }
 
   std::optional<Limit> limit_for(std::string_view key) const {
@@ -872,8 +989,9 @@ class KeyTable::Impl {
       // Phase 2: charge for real. Each decision is the one phase 1 made (same state, same time;
       // an eviction in between remembers a balance, or forgets one that was barely spent).
       for (size_t i = 0; i < items.size(); ++i) {
-        if (out[i].limited) out[i] = shard_for(items[i].key).allow(items[i].key, hash_key(items[i].key), items[i].cost, now);
+        if (out[i].limited) out[i] = shard_for(items[i].key).decide(items[i].key, hash_key(items[i].key), items[i].cost, now);
       }
+      for (size_t i = 0; i < items.size(); ++i) shard_for(items[i].key).count(out[i], true);
       return true;
     }
     // Nothing is charged. The checks that would have passed say why they did not, and when the
@@ -902,6 +1020,7 @@ class KeyTable::Impl {
       if (!d.limited || !d.limit.charge_when_over || items[i].cost <= 0) continue;
       shard_for(items[i].key).charge_denied(items[i].key, items[i].cost, now, d);
     }
+    for (size_t i = 0; i < items.size(); ++i) shard_for(items[i].key).count(out[i], false);
     return false;
   }
 
@@ -915,7 +1034,9 @@ class KeyTable::Impl {
     }
   }
 
+  static constexpr size_t kMaxRetired = 1024;
   std::shared_ptr<const RuleSet> rules_;  // the owner's (rules() and reloads are its)
+  std::vector<std::pair<std::string, RuleCounters>> retired_;  // counts of labels not in force (owner's)
   const bool concurrent_;
   std::vector<std::unique_ptr<LockedShard>> shards_;
   std::atomic<size_t> pending_{0};
@@ -949,6 +1070,8 @@ std::optional<int64_t> KeyTable::balance_microtokens(std::string_view key, MonoN
 const RuleSet& KeyTable::rules() const { return impl_->rules(); }
 size_t KeyTable::size() const { return impl_->size(); }
 size_t KeyTable::shards() const { return impl_->shards(); }
+CheckCounts KeyTable::check_counts() const { return impl_->check_counts(); }
+std::vector<std::pair<std::string, RuleCounters>> KeyTable::rule_counters() const { return impl_->rule_counters(); }
 KeyTableStats KeyTable::stats() const { return impl_->stats(); }
 
 }  // namespace tollgate

@@ -131,26 +131,43 @@ Node::~Node() = default;
 
 Decision Node::check(std::string_view key, int64_t cost, MonoNanos now) {
   const Decision d = table_.allow(key, cost, now);
-  ++stats_.checks;
-  d.allowed ? ++stats_.allowed : ++stats_.denied;
-  count(d);
-  if (options_.early_seal_keys > 0 && table_.pending_keys() >= options_.early_seal_keys) {
-    seal(now, options_.early_seal_keys);  // see NodeOptions::early_seal_keys
-    ++stats_.early_seals;
-  }
+  after_check(now);
   return d;
 }
 
 bool Node::check_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now) {
   const bool all = table_.allow_all(items, out, now);
-  stats_.checks += items.size();
-  (all ? stats_.allowed : stats_.denied) += items.size();
-  for (const Decision& d : out.first(items.size())) count(d);
-  if (options_.early_seal_keys > 0 && table_.pending_keys() >= options_.early_seal_keys) {
+  after_check(now);
+  return all;
+}
+
+void Node::after_check(MonoNanos now) {
+  if (options_.early_seal_keys == 0 || table_.pending_keys() < options_.early_seal_keys) return;
+  if (!options_.keys.concurrent) {
+    seal(now, options_.early_seal_keys);  // see NodeOptions::early_seal_keys
+    ++stats_.early_seals;
+  } else if (options_.seal_wanted && !seal_wanted_.exchange(true)) {
+    options_.seal_wanted();  // once until the owner seals (seal_early)
+  }
+}
+
+void Node::seal_early(MonoNanos now) {
+  seal_wanted_.store(false);
+  while (table_.pending_keys() >= options_.early_seal_keys && options_.early_seal_keys > 0) {
+    const size_t before = table_.pending_keys();
     seal(now, options_.early_seal_keys);
     ++stats_.early_seals;
+    if (table_.pending_keys() >= before) break;  // (checks keep adding: the round takes the rest)
   }
-  return all;
+}
+
+NodeStats Node::stats() const {
+  NodeStats s = stats_;
+  const CheckCounts c = table_.check_counts();
+  s.checks = c.checks;
+  s.allowed = c.allowed;
+  s.denied = c.denied;
+  return s;
 }
 
 void Node::seal(MonoNanos now, size_t max_keys) {
@@ -676,64 +693,6 @@ void Node::leave(MonoNanos now) {
   for (const MemberInfo* v : membership_.live()) send(v->address, m);
 }
 
-void Node::count(const Decision& d) {
-  if (d.rule == RuleSet::kUnlimited) return;
-  if (d.rule >= rule_counters_.size()) rule_counters_.resize(d.rule + 1);
-  RuleCounters& c = rule_counters_[d.rule];
-  ++c.checks;
-  if (!d.allowed) {
-    ++c.denied;
-    return;
-  }
-  ++c.allowed;
-  if (d.shadow_denied) ++c.shadow_denied;
-  if (d.has_limit() && d.remaining * 5 < d.limit.burst) ++c.near_limit;
-}
-
-namespace {
-void add_to(RuleCounters& into, const RuleCounters& c) {
-  into.checks += c.checks;
-  into.allowed += c.allowed;
-  into.denied += c.denied;
-  into.shadow_denied += c.shadow_denied;
-  into.near_limit += c.near_limit;
-}
-}  // namespace
-
-std::vector<std::pair<std::string, RuleCounters>> Node::rule_counters() const {
-  // One entry per label: two rules that label alike (RLS labels can) are summed, so that
-  // /metrics never has two series with one label set.
-  std::vector<std::pair<std::string, RuleCounters>> out = retired_counters_;
-  std::unordered_map<std::string, size_t> at;
-  for (size_t i = 0; i < out.size(); ++i) at.emplace(out[i].first, i);
-  for (uint32_t i = 0; i < rule_counters_.size(); ++i) {
-    if (rule_counters_[i].checks == 0) continue;
-    std::string label = table_.rules().label(i);
-    if (auto it = at.find(label); it != at.end()) {
-      add_to(out[it->second].second, rule_counters_[i]);
-    } else {
-      at.emplace(label, out.size());
-      out.emplace_back(std::move(label), rule_counters_[i]);
-    }
-  }
-  return out;
-}
-
-void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
-  // Every count under its label, then back under the new indices of the labels still in force.
-  std::vector<std::pair<std::string, RuleCounters>> all = rule_counters();
-  rule_counters_.assign(rules->size(), RuleCounters{});
-  std::unordered_map<std::string, uint32_t> index;
-  for (uint32_t i = 0; i < rules->size(); ++i) index.emplace(rules->label(i), i);
-  retired_counters_.clear();
-  for (auto& [label, counters] : all) {
-    if (auto it = index.find(label); it != index.end()) {
-      add_to(rule_counters_[it->second], counters);
-    } else if (retired_counters_.size() < kMaxRetiredRuleCounters) {
-      retired_counters_.emplace_back(std::move(label), counters);
-    }  // beyond: the series of a rule gone for good stops (Prometheus reads that as its end)
-  }
-  table_.replace_rules(std::move(rules), now);
-}
+void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) { table_.replace_rules(std::move(rules), now); }
 
 }  // namespace tollgate
