@@ -28,6 +28,7 @@
 
 #include "codec/codec.h"
 #include "tollgate/client.h"
+#include "tollgate/member.h"
 
 extern char** environ;
 
@@ -84,8 +85,10 @@ class Cluster {
   // `listed`: how many nodes the peers file lists at first (all by default).
   // `env`: NAME=value entries added to the daemons' environment.
   // Fault injection is on (--enable-fault-injection): tests cut and degrade the network with it.
+  // `started`: how many nodes are started as daemons (all by default); the others are listed and
+  // have a port and a client, for a member the test runs itself.
   Cluster(size_t n, Combo combo, const std::string& rules, ExtraArgs extra = {}, size_t listed = SIZE_MAX,
-          std::vector<std::string> env = {})
+          std::vector<std::string> env = {}, size_t started = SIZE_MAX)
       : combo_(combo), extra_(std::move(extra)), env_(std::move(env)) {
     dir_ = fs::temp_directory_path() / ("tollgate-it-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     fs::create_directories(dir_);
@@ -97,7 +100,7 @@ class Cluster {
     for (size_t i = 0; i < n; ++i) ports_.push_back(free_port());
     write_peers(std::min(n, listed));
     pids_.assign(n, -1);
-    for (size_t i = 0; i < n; ++i) start(i);
+    for (size_t i = 0; i < std::min(n, started); ++i) start(i);
     for (size_t i = 0; i < n; ++i) {
       ClientOptions o;
       o.endpoint = "unix:" + socket_path(i);
@@ -1113,6 +1116,83 @@ INSTANTIATE_TEST_SUITE_P(AllModes, ClusterTest,
                                            // hears of the others.
                                            Combo{"relay", "udp", "heartbeat"}),
                          combo_name);
+
+}  // namespace
+}  // namespace tollgate
+
+namespace tollgate {
+namespace {
+
+// Issue #18: a cluster of two tollgated and one member embedded in this test process
+// (tollgate::Member), sharing one peers file, key and rules. It enforces one limit with them,
+// from several of this process's threads at once; cut off from the daemons it enforces alone
+// (as they do), and when the cut heals it marks them alive again and every node charges what
+// the others admitted meanwhile, once.
+TEST(EmbeddedMember, JoinsAClusterOfDaemonsSharesItsLimitsAndHealsAfterAPartition) {
+  Cluster c(3, {"gossip", "udp", "static"}, kSlowRules, {}, SIZE_MAX, {}, /*started=*/2);
+  MemberOptions o;
+  o.node_id = Cluster::id(2);
+  o.bind = c.address(2);
+  o.cluster_key_file = (c.dir() / "cluster.key").string();
+  o.peers_file = (c.dir() / "peers.txt").string();
+  o.rules_file = (c.dir() / "rules.yaml").string();
+  o.settings = {{"mode", "gossip"}, {"interval", "50ms"}, {"fail-after", "600ms"},
+                {"probe-interval", "200ms"}, {"push-pull-interval", "500ms"}};
+  auto member = std::make_unique<Member>(o);
+  ASSERT_TRUE(eventually([&] { return c.state_of(0, 2) == "alive" && c.state_of(1, 2) == "alive" && member->stats().members_alive == 2; }))
+      << c.state_of(0, 2) << " " << c.state_of(1, 2) << " " << member->stats().members_alive;
+
+  // 4 of this process's threads check at once, 25 checks of 2 tokens each; the daemons'
+  // clients spend 30 and 20.
+  std::vector<std::thread> threads;
+  std::atomic<int64_t> admitted{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int n = 0; n < 25; ++n) {
+        if (member->check("k1", 2).allowed) admitted.fetch_add(2);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(admitted.load(), 200);
+  ASSERT_TRUE(c.client(0).check("k1", 30).allowed);
+  ASSERT_TRUE(c.client(1).check("k1", 20).allowed);
+  // Everyone, the member included, charged all 250 once.
+  EXPECT_TRUE(eventually([&] {
+    return c.remaining(0, "k1") == 750 && c.remaining(1, "k1") == 750 && member->check("k1", 0).remaining == 750;
+  })) << c.remaining(0, "k1") << " " << c.remaining(1, "k1") << " " << member->check("k1", 0).remaining;
+
+  // The daemons cut the member off: each side goes on alone.
+  FaultSettings cut;
+  cut.drop_to = {Cluster::id(2)};
+  cut.drop_from = {Cluster::id(2)};
+  ASSERT_EQ(c.client(0).set_faults(cut), "");
+  ASSERT_EQ(c.client(1).set_faults(cut), "");
+  ASSERT_TRUE(eventually([&] { return member->stats().members_alive == 0 && c.state_of(0, 2) != "alive"; }))
+      << member->stats().members_alive << " " << c.state_of(0, 2);
+  ASSERT_TRUE(member->check("k2", 100).allowed);
+  ASSERT_TRUE(c.client(0).check("k2", 40).allowed);
+  EXPECT_TRUE(eventually([&] { return c.remaining(1, "k2") == 960; }));
+  EXPECT_EQ(member->check("k2", 0).remaining, 900);  // what it admitted alone, nothing else
+
+  // Healed: the member is alive again everywhere, and every node charged all 140, once.
+  ASSERT_EQ(c.client(0).set_faults(FaultSettings{}), "");
+  ASSERT_EQ(c.client(1).set_faults(FaultSettings{}), "");
+  EXPECT_TRUE(eventually([&] {
+    return member->stats().members_alive == 2 && c.state_of(0, 2) == "alive" && c.state_of(1, 2) == "alive";
+  }));
+  EXPECT_TRUE(eventually([&] {
+    return c.remaining(0, "k2") == 860 && c.remaining(1, "k2") == 860 && member->check("k2", 0).remaining == 860;
+  })) << c.remaining(0, "k2") << " " << c.remaining(1, "k2") << " " << member->check("k2", 0).remaining;
+  const MemberStats s = member->stats();
+  EXPECT_GE(s.checks, 100u);
+  EXPECT_GT(s.messages_received, 0u);
+
+  // The member leaves with its destructor: the daemons mark it left, not failed.
+  member.reset();
+  EXPECT_TRUE(eventually([&] { return c.state_of(0, 2) == "left" && c.state_of(1, 2) == "left"; }))
+      << c.state_of(0, 2);
+}
 
 }  // namespace
 }  // namespace tollgate

@@ -1,0 +1,97 @@
+// tollgate inside a service's own process (the design material's first option): a full cluster
+// member, on a background thread, that speaks the same gossip as tollgated over UDP or TCP:
+// dissemination, membership, push-pull repair. A cluster may mix daemons and members; they share
+// every limit. Checks are answered on the caller's thread, from any number of threads at once,
+// with no inter-process call and without waiting for the background thread: if it stalls or the
+// network is gone, checks go on answering from local state (and over-admit, as a partition
+// does).
+//
+//   tollgate::MemberOptions o;
+//   o.node_id = "api-7";
+//   o.bind = "10.0.0.7:7946";
+//   o.cluster_key_file = "/etc/tollgate/cluster.key";
+//   o.peers_file = "/etc/tollgate/peers.txt";  // the daemons' peers file, this member listed
+//   o.rules_file = "/etc/tollgate/rules.yaml";
+//   tollgate::Member member(o);                 // joins the cluster
+//   if (!member.check("user:42").allowed) return 429;
+//
+// Link tollgate::embedded (find_package(tollgate)). docs/operations.md, "Embedded or daemon".
+#ifndef TOLLGATE_MEMBER_H_
+#define TOLLGATE_MEMBER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tollgate/api.h"
+#include "tollgate/decision.h"
+
+namespace tollgate {
+
+// The settings a daemon takes, under tollgated's names (docs/operations.md, section 2).
+struct MemberOptions {
+  std::string node_id;                  // unique in the cluster; default: `bind`
+  std::string bind = "127.0.0.1:7946";  // gossip address, host:port (port 0: any free one)
+  std::string transport = "udp";        // "udp" or "tcp"
+  // Gossip is authenticated: the cluster's key file (as --cluster-key-file), required unless
+  // insecure_gossip is set.
+  std::string cluster_key_file;
+  bool insecure_gossip = false;
+  // Static membership (the default): the peers file the daemons use, this member listed in it;
+  // re-read when it changes. Heartbeat membership ({"membership", "heartbeat"} in settings):
+  // seeds to join through.
+  std::string peers_file;
+  std::vector<std::string> seeds;
+  // The rules: a rules file (as --rules), or the same YAML as text. One of the two.
+  std::string rules_file;
+  std::string rules_yaml;
+  // Any node setting by tollgated's flag name, without the dashes: {"interval", "50ms"},
+  // {"mode", "gossip"}, {"fail-after", "3s"}, {"max-keys", "200000"}, ... A cluster's members
+  // should agree on interval, mode and membership.
+  std::vector<std::pair<std::string, std::string>> settings;
+  size_t max_datagram = 1400;  // as --max-datagram
+  uint64_t incarnation = 0;    // 0: from the wall clock, as tollgated
+};
+
+// What a member has done, for the service's own metrics. Safe to read from any thread.
+struct MemberStats {
+  uint64_t checks = 0, allowed = 0, denied = 0;
+  uint64_t rounds = 0;
+  size_t members_alive = 0;  // other members this one sees alive (as of its last round)
+  uint64_t messages_sent = 0, messages_received = 0;
+};
+
+class Member {
+ public:
+  // Reads the files, validates the settings, binds the gossip socket and starts the background
+  // thread. Throws ConfigError (tollgate/config_error.h) for a bad file, naming it and the line,
+  // std::invalid_argument for a bad setting, and std::runtime_error for a socket it cannot bind.
+  explicit Member(MemberOptions options);
+  // Sends what it admitted since its last round with its departure, then stops the thread: the
+  // others mark it left at once instead of suspecting it. Takes about 0.1 s.
+  ~Member();
+  Member(const Member&) = delete;
+  Member& operator=(const Member&) = delete;
+
+  // May key `key` spend `cost` tokens? Thread-safe; decided from this member's buckets.
+  Decision check(std::string_view key, int64_t cost = 1);
+  // Several checks, all or nothing (the Envoy rate limit service's several descriptors): true if
+  // every one passed and all were charged; false if none was. `out` holds items.size().
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out);
+
+  uint16_t gossip_port() const;  // the bound port (with port 0 in `bind`)
+  MemberStats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate
+
+#endif  // TOLLGATE_MEMBER_H_
