@@ -16,6 +16,7 @@
 
 #include "tollgate/key_table.h"
 #include "tollgate/ledger.h"
+#include "tollgate/member.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {
@@ -274,6 +275,81 @@ void BM_KeyTableThreads(benchmark::State& state) {
 BENCHMARK(BM_KeyTableThreads)
     ->ArgNames({"one_lock", "hot"})
     ->ArgsProduct({{kConcurrent, kOneLock}, {kDistinct, kHot}})
+    ->Threads(1)
+    ->Threads(2)
+    ->Threads(4)
+    ->UseRealTime()
+    ->Unit(benchmark::kNanosecond);
+
+// --- the embedded member (tollgate::Member, issue #18) -------------------------------------------
+
+// A member alone (heartbeat membership, its seed not there) with bench_rules(), its background
+// thread running rounds (sealing what the checks admit every 50 ms) while the benchmark checks:
+// what a service pays per check. Compare with BM_KeyTableAllowExisting*Key in the same run.
+constexpr const char* kBenchRulesYaml = R"(rules:
+  - {match: "api:login:*", rate: 5/s, burst: 10, max_debt: 10}
+  - {match: "user:*", rate: 1000/s, burst: 1000, max_debt: 1000}
+default: {rate: 100/s, burst: 100, max_debt: 100}
+)";
+std::unique_ptr<Member> bench_member() {
+  MemberOptions o;
+  o.node_id = "bench";
+  o.bind = "127.0.0.1:0";
+  o.insecure_gossip = true;
+  o.rules_yaml = kBenchRulesYaml;
+  o.seeds = {"127.0.0.1:9"};
+  o.settings = {{"membership", "heartbeat"}};
+  return std::make_unique<Member>(o);
+}
+
+void BM_MemberCheckExistingRandomKey(benchmark::State& state) {
+  const auto keys = make_keys(state.range(0));
+  auto member = bench_member();
+  for (const auto& k : keys) member->check(k, 1);
+  const RequestStream requests(keys, 1 << 20, 1);
+  size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(member->check(requests.at(i++), 1));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_MemberCheckExistingRandomKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
+
+void BM_MemberCheckExistingZipfKey(benchmark::State& state) {
+  const auto keys = make_keys(state.range(0));
+  auto member = bench_member();
+  for (const auto& k : keys) member->check(k, 1);
+  const RequestStream requests = zipf_stream(keys, 3);
+  size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(member->check(requests.at(i++), 1));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_MemberCheckExistingZipfKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
+
+// 1, 2 and 4 threads checking one member at once (100k keys), on keys of their own or one hot
+// key, as BM_KeyTableThreads.
+std::unique_ptr<Member> g_member;
+void BM_MemberThreads(benchmark::State& state) {
+  const auto which = Keys(state.range(0));
+  if (state.thread_index() == 0) {
+    g_member = bench_member();
+    for (const auto& k : make_keys(100'000)) g_member->check(k, 1);
+  }
+  const size_t slice = 100'000 / size_t(state.threads());
+  std::vector<std::string> mine;
+  for (size_t i = 0; i < (1 << 16); ++i) {
+    const size_t at = which == kHot ? 0 : size_t(state.thread_index()) * slice + (i * 2654435761u) % slice;
+    mine.push_back("user:" + std::to_string(at * 7919) + ":session");
+  }
+  size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(g_member->check(mine[i++ & 0xffff], 1));
+  state.SetItemsProcessed(state.iterations());
+  state.counters["per_thread"] =
+      benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kAvgThreads);
+  if (state.thread_index() == 0) g_member.reset();  // (after the loop's closing barrier)
+}
+BENCHMARK(BM_MemberThreads)
+    ->ArgNames({"hot"})
+    ->Arg(kDistinct)
+    ->Arg(kHot)
     ->Threads(1)
     ->Threads(2)
     ->Threads(4)

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
-#include <mutex>
+#include <pthread.h>
 #include <deque>
 #include <memory>
 #include <functional>
@@ -216,18 +216,25 @@ class Shard {
   }
 
   void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
+    take_pending_each(max_keys, [&](std::string_view key, int64_t tokens) { out.push_back({std::string(key), tokens}); });
+  }
+
+  // The same, each key and its tokens handed to `take(key, tokens)`: a concurrent table copies
+  // the keys' bytes under the lock and makes the strings after releasing it.
+  template <class Take>
+  void take_pending_each(size_t max_keys, Take take) {
     // Keys that left the table first (their pending is already out of the list), then the most
     // recently dirtied keys: what is left stays dirty, for the next call.
     const size_t orphans = std::min(max_keys, orphan_pending_.size());
     for (size_t i = orphan_pending_.size() - orphans; i < orphan_pending_.size(); ++i) {
-      out.push_back({std::move(orphan_pending_[i].first), orphan_pending_[i].second});
+      take(orphan_pending_[i].first, orphan_pending_[i].second);
     }
     orphan_pending_.resize(orphan_pending_.size() - orphans);
     size_t budget = max_keys - orphans;
     uint32_t s = dirty_head_;
     for (; s != kNil && budget > 0; --budget) {
       Entry& e = slots_[s];
-      if (e.pending > 0) out.push_back({std::string(e.key()), e.pending});
+      if (e.pending > 0) take(e.key(), e.pending);
       e.pending = 0;
       e.dirty = false;
       const uint32_t next = e.dirty_next;
@@ -689,11 +696,37 @@ class Probes {
   std::unordered_map<std::string_view, size_t> index_;
 };
 
+// A shard's lock: glibc's adaptive mutex, which spins briefly before sleeping. Every hold is
+// short (one key's check, or at most kTakePerLock keys' sealing), so a check that finds the lock
+// taken usually gets it within the spin, instead of paying a futex sleep and wake-up (a few
+// microseconds each) as std::mutex would.
+class ShardMutex {
+ public:
+  ShardMutex() {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&m_, &a);
+    pthread_mutexattr_destroy(&a);
+  }
+  ~ShardMutex() { pthread_mutex_destroy(&m_); }
+  ShardMutex(const ShardMutex&) = delete;
+  ShardMutex& operator=(const ShardMutex&) = delete;
+  void lock() { pthread_mutex_lock(&m_); }
+  void unlock() { pthread_mutex_unlock(&m_); }
+
+ private:
+  pthread_mutex_t m_;
+};
+
 // One shard and the lock that guards it (taken only in a concurrent table), a cache line of
 // its own so that checks on neighbouring shards do not share one.
 struct alignas(64) LockedShard {
   LockedShard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options) : shard(std::move(rules), options) {}
-  std::mutex mutex;
+  ShardMutex mutex;
+  // Under the lock: the change in the shard's pending keys not yet added to the table's count
+  // (Impl::note_pending).
+  int64_t unpublished = 0;
   Shard shard;
 };
 
@@ -710,7 +743,7 @@ class ShardLock {
   ShardLock& operator=(const ShardLock&) = delete;
 
  private:
-  std::mutex* mutex_;
+  ShardMutex* mutex_;
 };
 
 // Shards of a concurrent table at most, and keys per shard at least (a small table has fewer).
@@ -718,7 +751,7 @@ constexpr size_t kMaxShards = 64;
 constexpr size_t kMinKeysPerShard = 1024;
 // A concurrent table's take_pending holds a shard's lock for at most this many keys at a time,
 // so sealing a flood of keys never holds a check up for longer than that.
-constexpr size_t kTakePerLock = 256;
+constexpr size_t kTakePerLock = 32;
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -754,7 +787,7 @@ class KeyTable::Impl {
     if (!concurrent_) return s.shard.allow(key, hash, cost, now);
     const size_t before = s.shard.pending_keys();
     const Decision d = s.shard.allow(key, hash, cost, now);
-    note_pending(before, s.shard.pending_keys());
+    note_pending(s, before);
     return d;
   }
 
@@ -765,7 +798,7 @@ class KeyTable::Impl {
       ShardLock lock(s, concurrent_);
       const size_t before = s.shard.pending_keys();
       const bool all = allow_all_in([&](std::string_view) -> Shard& { return s.shard; }, items, out, now, probes);
-      note_pending(before, s.shard.pending_keys());
+      note_pending(s, before);
       return all;
     }
     // Every shard the request touches, locked in ascending order (so two requests never wait
@@ -775,19 +808,18 @@ class KeyTable::Impl {
     for (const CheckItem& c : items) touched.push_back(uint32_t(shard_index(hash_key(c.key))));
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-    size_t before = 0;
+    thread_local std::vector<size_t> before;
+    before.clear();
     for (uint32_t i : touched) {
       shards_[i]->mutex.lock();
-      before += shards_[i]->shard.pending_keys();
+      before.push_back(shards_[i]->shard.pending_keys());
     }
     const bool all =
         allow_all_in([&](std::string_view key) -> Shard& { return shard_of(hash_key(key)).shard; }, items, out, now, probes);
-    size_t after = 0;
-    for (uint32_t i : touched) {
-      after += shards_[i]->shard.pending_keys();
-      shards_[i]->mutex.unlock();
+    for (size_t j = 0; j < touched.size(); ++j) {
+      note_pending(*shards_[touched[j]], before[j]);
+      shards_[touched[j]]->mutex.unlock();
     }
-    note_pending(before, after);
     return all;
   }
 
@@ -810,13 +842,25 @@ class KeyTable::Impl {
       for (;;) {
         const size_t chunk = std::min(budget, kTakePerLock);
         size_t taken;
+        thread_local std::string bytes;
+        thread_local std::vector<std::pair<size_t, int64_t>> ends;  // (end in bytes, tokens)
+        bytes.clear();
+        ends.clear();
         {
+          // Only the keys' bytes are copied under the lock: no allocation holds a check up.
           ShardLock lock(s, true);
           const size_t before = s.shard.pending_keys();
-          s.shard.take_pending(out, chunk);
-          const size_t after = s.shard.pending_keys();
-          note_pending(before, after);
-          taken = before - after;
+          s.shard.take_pending_each(chunk, [&](std::string_view key, int64_t tokens) {
+            bytes.append(key);
+            ends.emplace_back(bytes.size(), tokens);
+          });
+          taken = before - s.shard.pending_keys();
+          note_pending(s, before);
+        }
+        size_t begin = 0;
+        for (const auto& [end, tokens] : ends) {
+          out.push_back({bytes.substr(begin, end - begin), tokens});
+          begin = end;
         }
         budget -= taken;
         if (taken < chunk || budget == 0) break;
@@ -827,7 +871,7 @@ class KeyTable::Impl {
 
   size_t pending_keys() const {
     if (!concurrent_) return shards_[0]->shard.pending_keys();
-    return pending_.load(std::memory_order_relaxed);
+    return size_t(std::max<int64_t>(0, pending_.load(std::memory_order_relaxed)));
   }
 
   size_t sweep_idle(MonoNanos now, size_t max_scan) {
@@ -1024,22 +1068,28 @@ class KeyTable::Impl {
     return false;
   }
 
-  // A concurrent table's count of pending keys, kept up to date as each shard's changes.
-  void note_pending(size_t before, size_t after) {
+  // A concurrent table's count of pending keys (for early sealing), from each shard's changes
+  // (`s` locked; it had `before`). A shard adds its changes to the count 16 at a time, and when
+  // it has none left: one shared counter bumped by every check that dirties a key was a cache
+  // line bouncing between the checking threads and the sealing one. So the count may be off by
+  // 15 keys per shard, except that a drained table counts 0.
+  void note_pending(LockedShard& s, size_t before) {
+    const size_t after = s.shard.pending_keys();
     if (!concurrent_ || before == after) return;
-    if (after > before) {
-      pending_.fetch_add(after - before, std::memory_order_relaxed);
-    } else {
-      pending_.fetch_sub(before - after, std::memory_order_relaxed);
+    s.unpublished += int64_t(after) - int64_t(before);
+    if (after == 0 || s.unpublished >= kPublishEvery || s.unpublished <= -kPublishEvery) {
+      pending_.fetch_add(s.unpublished, std::memory_order_relaxed);
+      s.unpublished = 0;
     }
   }
+  static constexpr int64_t kPublishEvery = 16;
 
   static constexpr size_t kMaxRetired = 1024;
   std::shared_ptr<const RuleSet> rules_;  // the owner's (rules() and reloads are its)
   std::vector<std::pair<std::string, RuleCounters>> retired_;  // counts of labels not in force (owner's)
   const bool concurrent_;
   std::vector<std::unique_ptr<LockedShard>> shards_;
-  std::atomic<size_t> pending_{0};
+  std::atomic<int64_t> pending_{0};
   size_t take_cursor_ = 0;  // the shard take_pending starts with
 };
 
