@@ -98,6 +98,57 @@ TEST(ConcurrentKeyTable, ChecksRemoteChargesAndSealingAtOnceLoseAndRepeatNothing
   for (int k = 0; k < kKeys; ++k) EXPECT_EQ(charged(t, key(k), kHuge), all[k] + remote[k]) << key(k);
 }
 
+// The same with a table far too small for its keys (8 shards of 32 for 500 keys): every shard
+// evicts all the time, so consumption goes through the orphan list and balances through the
+// remembered ones, while the threads run. Still nothing lost or reported twice, every balance
+// exact, and the count of pending keys true afterwards (it drifted when evictions by remote
+// charges went uncounted).
+TEST(ConcurrentKeyTable, EvictionsWhileThreadsCheckLoseNothingAndKeepTheCountTrue) {
+  constexpr int kCheckers = 4, kKeys = 500, kOps = 10'000;
+  KeyTable t(one_rule("k*", kHuge), {.max_keys = 256, .concurrent = true, .shards = 8});
+  std::vector<std::map<int, int64_t>> admitted(kCheckers);
+  std::map<int, int64_t> remote, taken;
+  std::atomic<int> checkers_left{kCheckers};
+  on_threads(kCheckers + 2, [&](int i) {
+    if (i < kCheckers) {
+      std::mt19937 rng{uint32_t(i)};
+      for (int n = 0; n < kOps; ++n) {
+        const int k = int(rng() % kKeys);
+        if (t.allow(key(k), 1, 0).allowed) admitted[size_t(i)][k] += 1;
+      }
+      checkers_left.fetch_sub(1);
+    } else if (i == kCheckers) {
+      for (int n = 0; n < kOps; ++n) {
+        if (t.charge_remote(key((n * 7) % kKeys), 3, 0)) remote[(n * 7) % kKeys] += 3;
+      }
+    } else {
+      std::vector<ConsumptionEntry> out;
+      while (checkers_left.load() > 0) t.take_pending(out, 64);
+      t.take_pending(out);
+      for (const ConsumptionEntry& e : out) taken[std::stoi(e.key.substr(1))] += e.tokens;
+    }
+  });
+  std::vector<ConsumptionEntry> rest;
+  t.take_pending(rest);  // (the remote charger may have evicted keys after the last take)
+  for (const ConsumptionEntry& e : rest) taken[std::stoi(e.key.substr(1))] += e.tokens;
+  std::map<int, int64_t> all;
+  for (const auto& m : admitted) {
+    for (const auto& [k, n] : m) all[k] += n;
+  }
+  EXPECT_EQ(taken, all);
+  EXPECT_GT(t.stats().evictions, 1000u);
+  EXPECT_LE(t.size(), 256u);
+  for (int k = 0; k < kKeys; ++k) {
+    // A cost-0 check brings an evicted key back at its remembered balance.
+    EXPECT_EQ(kHuge.burst - t.allow(key(k), 0, 0).remaining, all[k] + remote[k]) << key(k);
+  }
+  EXPECT_EQ(t.pending_keys(), 0u);
+  for (int n = 0; n < 2000; ++n) t.allow("k-new-" + std::to_string(n), 1, 0);
+  // 2,000 keys pending (most of them evicted since: orphans), give or take 15 per shard.
+  EXPECT_GE(t.pending_keys(), 2000u - 8 * 15);
+  EXPECT_LE(t.pending_keys(), 2000u + 8 * 15);
+}
+
 // One hot key, four threads: it admits exactly its burst, however the checks interleave.
 TEST(ConcurrentKeyTable, AHotKeyAdmitsExactlyItsBurstAcrossThreads) {
   const Limit limit{Rate{1, 3600 * kNanosPerSecond}, 10'000, 0};
@@ -143,7 +194,6 @@ TEST(ConcurrentKeyTable, AllOrNothingHoldsAcrossShards) {
   EXPECT_GT(denied.load(), 0);  // 36,000 tokens asked of 16,000
   for (int k = 0; k < kKeys; ++k) {
     EXPECT_EQ(charged(t, key(k), limit), allowed_with[size_t(k)].load()) << key(k);
-    EXPECT_LE(allowed_with[size_t(k)].load(), 1'000) << key(k);
   }
 }
 

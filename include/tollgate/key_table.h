@@ -12,14 +12,16 @@
 // this node's consumption, which the Ledger seals into batches for the other nodes.
 //
 // By default single-owner: one thread (the daemon's node loop, or the simulator) and no locks.
-// With KeyTableOptions::concurrent, any number of threads may call every method at once: the
-// keys are hashed into up to 64 shards, each with its own lock, held for one key's operation
-// (allow_all: the request's shards, in ascending order, for the whole decision). Everything
-// above holds per shard (max_keys and max_remembered are split evenly, so the table holds at
-// most max_keys + shards - 1 keys). take_pending holds a lock for at most 256 keys at a time,
-// sweep_idle for max_scan / shards keys; replace_rules and set_rate_scale visit every key, one
-// shard at a time. replace_rules and rules() belong to one owner thread (rules() refers to the
-// owner's rule set).
+// With KeyTableOptions::concurrent, checks (allow, allow_all), remote charges, sweep_idle,
+// balances, limits and stats may be called from any number of threads at once: the keys are
+// hashed into up to 64 shards, each with its own lock, held for one key's operation (allow_all:
+// the request's shards, in ascending order, for the whole decision). Everything above holds per
+// shard (max_keys and max_remembered are split evenly, so the table holds at most max_keys +
+// shards - 1 keys). take_pending, replace_rules, set_rate_scale, rules() and rule_counters()
+// belong to one owner thread at a time (the node's), though checks may run meanwhile:
+// take_pending holds a lock for at most 32 keys, sweep_idle for max_scan / shards, and
+// replace_rules and set_rate_scale visit every key, one shard at a time. pending_keys() is then
+// approximate (each shard adds its changes 16 at a time; 0 once drained).
 #ifndef TOLLGATE_KEY_TABLE_H_
 #define TOLLGATE_KEY_TABLE_H_
 

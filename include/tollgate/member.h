@@ -64,6 +64,10 @@ struct MemberStats {
   uint64_t rounds = 0;
   size_t members_alive = 0;  // other members this one sees alive (as of its last round)
   uint64_t messages_sent = 0, messages_received = 0;
+  uint64_t early_seals = 0;  // times a flood of keys was sealed between rounds
+  // Empty while the background thread runs; what stopped it otherwise (an exception: checks
+  // still answer, from local state only). Worth an alert in the service.
+  std::string stopped_by;
 };
 
 class Member {

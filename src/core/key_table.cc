@@ -724,9 +724,9 @@ class ShardMutex {
 struct alignas(64) LockedShard {
   LockedShard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options) : shard(std::move(rules), options) {}
   ShardMutex mutex;
-  // Under the lock: the change in the shard's pending keys not yet added to the table's count
+  // Under the lock: the shard's pending keys as last added to the table's count
   // (Impl::note_pending).
-  int64_t unpublished = 0;
+  int64_t published = 0;
   Shard shard;
 };
 
@@ -785,9 +785,8 @@ class KeyTable::Impl {
     LockedShard& s = shard_of(hash);
     ShardLock lock(s, concurrent_);
     if (!concurrent_) return s.shard.allow(key, hash, cost, now);
-    const size_t before = s.shard.pending_keys();
     const Decision d = s.shard.allow(key, hash, cost, now);
-    note_pending(s, before);
+    note_pending(s);
     return d;
   }
 
@@ -796,9 +795,8 @@ class KeyTable::Impl {
     if (shards_.size() == 1) {
       LockedShard& s = *shards_[0];
       ShardLock lock(s, concurrent_);
-      const size_t before = s.shard.pending_keys();
       const bool all = allow_all_in([&](std::string_view) -> Shard& { return s.shard; }, items, out, now, probes);
-      note_pending(s, before);
+      note_pending(s);
       return all;
     }
     // Every shard the request touches, locked in ascending order (so two requests never wait
@@ -808,26 +806,29 @@ class KeyTable::Impl {
     for (const CheckItem& c : items) touched.push_back(uint32_t(shard_index(hash_key(c.key))));
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-    thread_local std::vector<size_t> before;
-    before.clear();
-    for (uint32_t i : touched) {
-      shards_[i]->mutex.lock();
-      before.push_back(shards_[i]->shard.pending_keys());
-    }
-    const bool all =
-        allow_all_in([&](std::string_view key) -> Shard& { return shard_of(hash_key(key)).shard; }, items, out, now, probes);
-    for (size_t j = 0; j < touched.size(); ++j) {
-      note_pending(*shards_[touched[j]], before[j]);
-      shards_[touched[j]]->mutex.unlock();
-    }
-    return all;
+    // Unlocked however this returns (an allocation can throw in there).
+    struct Unlock {
+      Impl& t;
+      ~Unlock() {
+        for (uint32_t i : touched) {
+          t.note_pending(*t.shards_[i]);
+          t.shards_[i]->mutex.unlock();
+        }
+      }
+    };
+    for (uint32_t i : touched) shards_[i]->mutex.lock();
+    Unlock unlock{*this};
+    return allow_all_in([&](std::string_view key) -> Shard& { return shard_of(hash_key(key)).shard; }, items, out, now,
+                        probes);
   }
 
   bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now) {
     const size_t hash = hash_key(key);
     LockedShard& s = shard_of(hash);
     ShardLock lock(s, concurrent_);
-    return s.shard.charge_remote(key, hash, tokens, now);
+    const bool charged = s.shard.charge_remote(key, hash, tokens, now);
+    note_pending(s);  // (an insert may have evicted a key with pending consumption)
+    return charged;
   }
 
   void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
@@ -855,7 +856,7 @@ class KeyTable::Impl {
             ends.emplace_back(bytes.size(), tokens);
           });
           taken = before - s.shard.pending_keys();
-          note_pending(s, before);
+          note_pending(s);
         }
         size_t begin = 0;
         for (const auto& [end, tokens] : ends) {
@@ -880,6 +881,7 @@ class KeyTable::Impl {
     for (auto& s : shards_) {
       ShardLock lock(*s, concurrent_);
       removed += s->shard.sweep_idle(now, each);
+      note_pending(*s);
     }
     return removed;
   }
@@ -891,8 +893,11 @@ class KeyTable::Impl {
     for (auto& s : shards_) {
       ShardLock lock(*s, concurrent_);
       s->shard.replace_rules(rules, now, index, gone);
+      note_pending(*s);
     }
-    // Counts of labels retired earlier that are back in force go back under their index.
+    // Counts of labels retired earlier that are back in force go back under their index; the
+    // others stay retired, ahead of those retired now (the oldest are kept at the bound).
+    std::vector<std::pair<std::string, RuleCounters>> still_retired;
     std::vector<std::pair<std::string, RuleCounters>> retired;
     {
       ShardLock lock(*shards_[0], concurrent_);
@@ -902,10 +907,11 @@ class KeyTable::Impl {
           if (it->second >= counts.size()) counts.resize(it->second + 1);
           add_to(counts[it->second], c);
         } else {
-          gone.emplace_back(std::move(label), c);
+          still_retired.emplace_back(std::move(label), c);
         }
       }
     }
+    gone.insert(gone.begin(), std::make_move_iterator(still_retired.begin()), std::make_move_iterator(still_retired.end()));
     // Retired by label, summed; beyond kMaxRetired labels the series of a rule gone for good
     // stops (Prometheus reads that as its end).
     std::unordered_map<std::string, size_t> at;
@@ -1068,18 +1074,18 @@ class KeyTable::Impl {
     return false;
   }
 
-  // A concurrent table's count of pending keys (for early sealing), from each shard's changes
-  // (`s` locked; it had `before`). A shard adds its changes to the count 16 at a time, and when
+  // A concurrent table's count of pending keys (for early sealing), from each shard's (`s`
+  // locked, after any change to it). A shard adds its changes to the count 16 at a time, and when
   // it has none left: one shared counter bumped by every check that dirties a key was a cache
   // line bouncing between the checking threads and the sealing one. So the count may be off by
-  // 15 keys per shard, except that a drained table counts 0.
-  void note_pending(LockedShard& s, size_t before) {
-    const size_t after = s.shard.pending_keys();
-    if (!concurrent_ || before == after) return;
-    s.unpublished += int64_t(after) - int64_t(before);
-    if (after == 0 || s.unpublished >= kPublishEvery || s.unpublished <= -kPublishEvery) {
-      pending_.fetch_add(s.unpublished, std::memory_order_relaxed);
-      s.unpublished = 0;
+  // 15 keys per shard, and a drained table counts 0.
+  void note_pending(LockedShard& s) {
+    if (!concurrent_) return;
+    const int64_t now_pending = int64_t(s.shard.pending_keys());
+    const int64_t change = now_pending - s.published;
+    if (change != 0 && (now_pending == 0 || change >= kPublishEvery || change <= -kPublishEvery)) {
+      pending_.fetch_add(change, std::memory_order_relaxed);
+      s.published = now_pending;
     }
   }
   static constexpr int64_t kPublishEvery = 16;

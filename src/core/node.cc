@@ -153,11 +153,13 @@ void Node::after_check(MonoNanos now) {
 
 void Node::seal_early(MonoNanos now) {
   seal_wanted_.store(false);
-  while (table_.pending_keys() >= options_.early_seal_keys && options_.early_seal_keys > 0) {
-    const size_t before = table_.pending_keys();
+  if (options_.early_seal_keys == 0) return;
+  // What was pending when asked, early_seal_keys at a time, and no more: checks that keep
+  // dirtying keys meanwhile ask again, and must not keep the owner from its rounds.
+  const size_t steps = table_.pending_keys() / options_.early_seal_keys;
+  for (size_t i = 0; i < steps; ++i) {
     seal(now, options_.early_seal_keys);
     ++stats_.early_seals;
-    if (table_.pending_keys() >= before) break;  // (checks keep adding: the round takes the rest)
   }
 }
 

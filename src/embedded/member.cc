@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -135,7 +136,16 @@ class Member::Impl {
     tick_.expires_after(std::chrono::nanoseconds(0));
     schedule_tick();
     schedule_watch();
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] {
+      // Nothing the node does should throw; if something does, the service must not die of it
+      // (std::terminate): the thread stops, and checks go on from local state, as in a partition.
+      try {
+        io_.run();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> hold(error_lock_);
+        error_ = e.what();
+      }
+    });
   }
 
   ~Impl() {
@@ -170,6 +180,9 @@ class Member::Impl {
     s.members_alive = alive_.load(std::memory_order_relaxed);
     s.messages_sent = sent_.load(std::memory_order_relaxed);
     s.messages_received = received_.load(std::memory_order_relaxed);
+    s.early_seals = early_seals_.load(std::memory_order_relaxed);
+    std::lock_guard<std::mutex> hold(error_lock_);
+    s.stopped_by = error_;
     return s;
   }
 
@@ -187,6 +200,7 @@ class Member::Impl {
       rounds_.store(n.rounds, std::memory_order_relaxed);
       sent_.store(n.messages_sent, std::memory_order_relaxed);
       received_.store(n.messages_received, std::memory_order_relaxed);
+      early_seals_.store(n.early_seals, std::memory_order_relaxed);
       alive_.store(node_->membership().live().size(), std::memory_order_relaxed);
       schedule_tick();
     });
@@ -224,7 +238,9 @@ class Member::Impl {
   uint64_t peers_reload_failures_ = 0;
   uint16_t port_ = 0;
   bool stopping_ = false;  // the owner's
-  std::atomic<uint64_t> rounds_{0}, sent_{0}, received_{0};
+  std::atomic<uint64_t> rounds_{0}, sent_{0}, received_{0}, early_seals_{0};
+  mutable std::mutex error_lock_;
+  std::string error_;  // what stopped the background thread, if anything did
   std::atomic<size_t> alive_{0};
   std::thread thread_;
 };

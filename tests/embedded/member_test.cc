@@ -116,8 +116,9 @@ TEST(Member, TwoMembersCheckedFromManyThreadsChargeEachOthersConsumptionOnce) {
   // One of the other member's own keys, at this member.
   EXPECT_TRUE(eventually([&] { return a.check("k5-0", 0).remaining == 999'999; }));
   EXPECT_TRUE(eventually([&] { return b.check("k0-0", 0).remaining == 999'999; }));
-  EXPECT_GE(a.stats().allowed, uint64_t(kThreads * kChecks));
-  EXPECT_GT(a.stats().messages_received, 0u);
+  // Thousands of new keys within a round: the checks asked the member's thread to seal early.
+  EXPECT_GT(a.stats().early_seals + b.stats().early_seals, 0u);
+  EXPECT_EQ(a.stats().stopped_by, "");
 }
 
 }  // namespace
