@@ -55,19 +55,23 @@ struct RequestStream {
   std::vector<std::pair<uint32_t, uint32_t>> offsets;
 };
 
-void BM_KeyTableAllowExistingRandomKey(benchmark::State& state) {
-  const auto keys = make_keys(state.range(0));
-  KeyTable table(bench_rules());
-  for (const auto& k : keys) table.allow(k, 1, 0);
-  const RequestStream requests(keys, 1 << 20, 1);
+// Checks the table's existing keys in the order `requests` gives them, 100 ns apart.
+void check_existing(benchmark::State& state, KeyTable& table, const RequestStream& requests) {
   MonoNanos now = 0;
   size_t i = 0;
   for (auto _ : state) {
     now += 100;
     benchmark::DoNotOptimize(table.allow(requests.at(i++), 1, now));
   }
-  state.counters["keys"] = double(table.size());
   state.SetItemsProcessed(state.iterations());
+}
+
+void BM_KeyTableAllowExistingRandomKey(benchmark::State& state) {
+  const auto keys = make_keys(state.range(0));
+  KeyTable table(bench_rules());
+  for (const auto& k : keys) table.allow(k, 1, 0);
+  check_existing(state, table, RequestStream(keys, 1 << 20, 1));
+  state.counters["keys"] = double(table.size());
 }
 BENCHMARK(BM_KeyTableAllowExistingRandomKey)->Arg(100'000)->Arg(1'000)->Unit(benchmark::kNanosecond);
 
@@ -88,28 +92,26 @@ void BM_FloorHashAndOneRandomLoad(benchmark::State& state) {
 }
 BENCHMARK(BM_FloorHashAndOneRandomLoad)->Arg(100'000)->Unit(benchmark::kNanosecond);
 
-// The same 100k keys with Zipf(1.0) popularity, as real traffic is skewed: hot keys stay cached.
-void BM_KeyTableAllowExistingZipfKey(benchmark::State& state) {
-  const auto keys = make_keys(state.range(0));
-  KeyTable table(bench_rules());
-  for (const auto& k : keys) table.allow(k, 1, 0);
+RequestStream zipf_stream(const std::vector<std::string>& keys, uint64_t seed) {
   std::vector<double> weights(keys.size());
   for (size_t r = 0; r < weights.size(); ++r) weights[r] = 1.0 / double(r + 1);
   std::discrete_distribution<size_t> zipf(weights.begin(), weights.end());
-  std::mt19937_64 rng(3);
+  std::mt19937_64 rng(seed);
   RequestStream requests(keys, 0, 0);
   for (size_t i = 0; i < (1 << 20); ++i) {
     const std::string& k = keys[zipf(rng)];
     requests.offsets.push_back({uint32_t(requests.bytes.size()), uint32_t(k.size())});
     requests.bytes += k;
   }
-  MonoNanos now = 0;
-  size_t i = 0;
-  for (auto _ : state) {
-    now += 100;
-    benchmark::DoNotOptimize(table.allow(requests.at(i++), 1, now));
-  }
-  state.SetItemsProcessed(state.iterations());
+  return requests;
+}
+
+// The same 100k keys with Zipf(1.0) popularity, as real traffic is skewed: hot keys stay cached.
+void BM_KeyTableAllowExistingZipfKey(benchmark::State& state) {
+  const auto keys = make_keys(state.range(0));
+  KeyTable table(bench_rules());
+  for (const auto& k : keys) table.allow(k, 1, 0);
+  check_existing(state, table, zipf_stream(keys, 3));
 }
 BENCHMARK(BM_KeyTableAllowExistingZipfKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
 
@@ -186,44 +188,17 @@ void BM_ConcurrentKeyTableAllowExistingRandomKey(benchmark::State& state) {
   const auto keys = make_keys(state.range(0));
   KeyTable table(bench_rules(), {.concurrent = true});
   for (const auto& k : keys) table.allow(k, 1, 0);
-  const RequestStream requests(keys, 1 << 20, 1);
-  MonoNanos now = 0;
-  size_t i = 0;
-  for (auto _ : state) {
-    now += 100;
-    benchmark::DoNotOptimize(table.allow(requests.at(i++), 1, now));
-  }
+  check_existing(state, table, RequestStream(keys, 1 << 20, 1));
   state.counters["shards"] = double(table.shards());
-  state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_ConcurrentKeyTableAllowExistingRandomKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
 
-RequestStream zipf_stream(const std::vector<std::string>& keys, uint64_t seed) {
-  std::vector<double> weights(keys.size());
-  for (size_t r = 0; r < weights.size(); ++r) weights[r] = 1.0 / double(r + 1);
-  std::discrete_distribution<size_t> zipf(weights.begin(), weights.end());
-  std::mt19937_64 rng(seed);
-  RequestStream requests(keys, 0, 0);
-  for (size_t i = 0; i < (1 << 20); ++i) {
-    const std::string& k = keys[zipf(rng)];
-    requests.offsets.push_back({uint32_t(requests.bytes.size()), uint32_t(k.size())});
-    requests.bytes += k;
-  }
-  return requests;
-}
 
 void BM_ConcurrentKeyTableAllowExistingZipfKey(benchmark::State& state) {
   const auto keys = make_keys(state.range(0));
   KeyTable table(bench_rules(), {.concurrent = true});
   for (const auto& k : keys) table.allow(k, 1, 0);
-  const RequestStream requests = zipf_stream(keys, 3);
-  MonoNanos now = 0;
-  size_t i = 0;
-  for (auto _ : state) {
-    now += 100;
-    benchmark::DoNotOptimize(table.allow(requests.at(i++), 1, now));
-  }
-  state.SetItemsProcessed(state.iterations());
+  check_existing(state, table, zipf_stream(keys, 3));
 }
 BENCHMARK(BM_ConcurrentKeyTableAllowExistingZipfKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
 

@@ -57,27 +57,30 @@ TEST(ConcurrentKeyTable, ShardsAreAPowerOfTwoAndSmallTablesHaveFew) {
   EXPECT_EQ(KeyTable(rules, {.concurrent = true, .shards = 1000}).shards(), 64u);
 }
 
-// Four threads check, one charges what other nodes admitted, one seals (take_pending, 64 keys
-// at a time) and sweeps, all at once on 500 keys: what was taken is exactly what was admitted,
-// key by key, and every balance is exactly what was admitted plus what was charged remotely.
-TEST(ConcurrentKeyTable, ChecksRemoteChargesAndSealingAtOnceLoseAndRepeatNothing) {
-  constexpr int kCheckers = 4, kKeys = 500, kOps = 20'000;
-  KeyTable t(one_rule("k*", kHuge), {.concurrent = true, .shards = 8});
+// Four threads check kAtOnceKeys keys (random keys, costs 1 to 3), a fifth charges what other nodes
+// admitted, and a sixth seals (take_pending, 64 keys at a time) and sweeps, all at once. Returns
+// what was admitted, charged remotely and taken, by key number.
+struct AtOnce {
+  std::map<int, int64_t> admitted, remote, taken;
+};
+constexpr int kAtOnceKeys = 500;
+AtOnce checks_charges_and_sealing_at_once(KeyTable& t, int ops) {
+  constexpr int kCheckers = 4;
   std::vector<std::map<int, int64_t>> admitted(kCheckers);
-  std::map<int, int64_t> remote, taken;
+  AtOnce r;
   std::atomic<int> checkers_left{kCheckers};
   on_threads(kCheckers + 2, [&](int i) {
     if (i < kCheckers) {
       std::mt19937 rng{uint32_t(i)};
-      for (int n = 0; n < kOps; ++n) {
-        const int k = int(rng() % kKeys);
+      for (int n = 0; n < ops; ++n) {
+        const int k = int(rng() % kAtOnceKeys);
         const int64_t cost = 1 + int64_t(rng() % 3);
         if (t.allow(key(k), cost, 0).allowed) admitted[size_t(i)][k] += cost;
       }
       checkers_left.fetch_sub(1);
     } else if (i == kCheckers) {
-      for (int n = 0; n < kOps; ++n) {
-        if (t.charge_remote(key(n % kKeys), 2, 0)) remote[n % kKeys] += 2;
+      for (int n = 0; n < ops; ++n) {
+        if (t.charge_remote(key((n * 7) % kAtOnceKeys), 2, 0)) r.remote[(n * 7) % kAtOnceKeys] += 2;
       }
     } else {
       std::vector<ConsumptionEntry> out;
@@ -86,16 +89,23 @@ TEST(ConcurrentKeyTable, ChecksRemoteChargesAndSealingAtOnceLoseAndRepeatNothing
         t.sweep_idle(0, 64);
       }
       t.take_pending(out);
-      for (const ConsumptionEntry& e : out) taken[std::stoi(e.key.substr(1))] += e.tokens;
+      for (const ConsumptionEntry& e : out) r.taken[std::stoi(e.key.substr(1))] += e.tokens;
     }
   });
-  EXPECT_EQ(t.pending_keys(), 0u);
-  std::map<int, int64_t> all;
   for (const auto& m : admitted) {
-    for (const auto& [k, n] : m) all[k] += n;
+    for (const auto& [k, n] : m) r.admitted[k] += n;
   }
-  EXPECT_EQ(taken, all);
-  for (int k = 0; k < kKeys; ++k) EXPECT_EQ(charged(t, key(k), kHuge), all[k] + remote[k]) << key(k);
+  return r;
+}
+
+// What was taken is exactly what was admitted, key by key, and every balance is exactly what was
+// admitted plus what was charged remotely.
+TEST(ConcurrentKeyTable, ChecksRemoteChargesAndSealingAtOnceLoseAndRepeatNothing) {
+  KeyTable t(one_rule("k*", kHuge), {.concurrent = true, .shards = 8});
+  AtOnce r = checks_charges_and_sealing_at_once(t, 20'000);
+  EXPECT_EQ(t.pending_keys(), 0u);
+  EXPECT_EQ(r.taken, r.admitted);
+  for (int k = 0; k < kAtOnceKeys; ++k) EXPECT_EQ(charged(t, key(k), kHuge), r.admitted[k] + r.remote[k]) << key(k);
 }
 
 // The same with a table far too small for its keys (8 shards of 32 for 500 keys): every shard
@@ -104,43 +114,17 @@ TEST(ConcurrentKeyTable, ChecksRemoteChargesAndSealingAtOnceLoseAndRepeatNothing
 // exact, and the count of pending keys true afterwards (it drifted when evictions by remote
 // charges went uncounted).
 TEST(ConcurrentKeyTable, EvictionsWhileThreadsCheckLoseNothingAndKeepTheCountTrue) {
-  constexpr int kCheckers = 4, kKeys = 500, kOps = 10'000;
   KeyTable t(one_rule("k*", kHuge), {.max_keys = 256, .concurrent = true, .shards = 8});
-  std::vector<std::map<int, int64_t>> admitted(kCheckers);
-  std::map<int, int64_t> remote, taken;
-  std::atomic<int> checkers_left{kCheckers};
-  on_threads(kCheckers + 2, [&](int i) {
-    if (i < kCheckers) {
-      std::mt19937 rng{uint32_t(i)};
-      for (int n = 0; n < kOps; ++n) {
-        const int k = int(rng() % kKeys);
-        if (t.allow(key(k), 1, 0).allowed) admitted[size_t(i)][k] += 1;
-      }
-      checkers_left.fetch_sub(1);
-    } else if (i == kCheckers) {
-      for (int n = 0; n < kOps; ++n) {
-        if (t.charge_remote(key((n * 7) % kKeys), 3, 0)) remote[(n * 7) % kKeys] += 3;
-      }
-    } else {
-      std::vector<ConsumptionEntry> out;
-      while (checkers_left.load() > 0) t.take_pending(out, 64);
-      t.take_pending(out);
-      for (const ConsumptionEntry& e : out) taken[std::stoi(e.key.substr(1))] += e.tokens;
-    }
-  });
+  AtOnce r = checks_charges_and_sealing_at_once(t, 10'000);
   std::vector<ConsumptionEntry> rest;
   t.take_pending(rest);  // (the remote charger may have evicted keys after the last take)
-  for (const ConsumptionEntry& e : rest) taken[std::stoi(e.key.substr(1))] += e.tokens;
-  std::map<int, int64_t> all;
-  for (const auto& m : admitted) {
-    for (const auto& [k, n] : m) all[k] += n;
-  }
-  EXPECT_EQ(taken, all);
+  for (const ConsumptionEntry& e : rest) r.taken[std::stoi(e.key.substr(1))] += e.tokens;
+  EXPECT_EQ(r.taken, r.admitted);
   EXPECT_GT(t.stats().evictions, 1000u);
   EXPECT_LE(t.size(), 256u);
-  for (int k = 0; k < kKeys; ++k) {
+  for (int k = 0; k < kAtOnceKeys; ++k) {
     // A cost-0 check brings an evicted key back at its remembered balance.
-    EXPECT_EQ(kHuge.burst - t.allow(key(k), 0, 0).remaining, all[k] + remote[k]) << key(k);
+    EXPECT_EQ(kHuge.burst - t.allow(key(k), 0, 0).remaining, r.admitted[k] + r.remote[k]) << key(k);
   }
   EXPECT_EQ(t.pending_keys(), 0u);
   for (int n = 0; n < 2000; ++n) t.allow("k-new-" + std::to_string(n), 1, 0);
