@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -55,6 +56,14 @@ std::string write_file_atomically(const std::string& path, std::string_view byte
     ::close(dfd);
   }
   return {};
+}
+
+std::string file_fingerprint(const std::string& path) {
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  if (ec) return "missing";
+  const auto size = std::filesystem::file_size(path, ec);
+  return path + '\0' + std::to_string(mtime) + '\0' + std::to_string(ec ? 0 : size);
 }
 
 }  // namespace tollgate

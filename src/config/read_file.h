@@ -15,6 +15,10 @@ std::string read_config_file(const std::string& path, const char* what);
 // "" on success, else what failed with the errno text.
 std::string write_file_atomically(const std::string& path, std::string_view bytes);
 
+// A file's path, modification time and size: what changes when it is edited or replaced
+// ("missing" if it cannot be read), for watching a file by polling.
+std::string file_fingerprint(const std::string& path);
+
 }  // namespace tollgate
 
 #endif  // TOLLGATE_SRC_CONFIG_READ_FILE_H_

@@ -45,15 +45,6 @@ uint64_t incarnation_from_wall_clock() {
                       .count());
 }
 
-// A file's path, modification time and size: what changes when it is edited or replaced.
-std::string file_fingerprint(const std::string& path) {
-  std::error_code ec;
-  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
-  if (ec) return "missing";
-  const auto size = std::filesystem::file_size(path, ec);
-  return path + '\0' + std::to_string(mtime) + '\0' + std::to_string(ec ? 0 : size);
-}
-
 bool is_loopback_bind(const std::string& bind) {
   try {
     return parse_bind_address(bind).first.is_loopback();

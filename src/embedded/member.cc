@@ -9,7 +9,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <filesystem>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -18,6 +17,7 @@
 #include "codec/cluster_key.h"
 #include "codec/codec.h"
 #include "config/node_settings.h"
+#include "config/read_file.h"
 #include "tcp_transport.h"
 #include "tollgate/node.h"
 #include "tollgate/peers_file.h"
@@ -54,15 +54,6 @@ NodeSettings parse_settings(const std::vector<std::pair<std::string, std::string
     throw std::invalid_argument("tollgate::Member: " + p.message);
   }
   return s;
-}
-
-// A file's modification time and size: what changes when it is edited or replaced.
-std::pair<int64_t, uintmax_t> file_stamp(const std::string& path) {
-  std::error_code ec;
-  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
-  if (ec) return {-1, 0};
-  const auto size = std::filesystem::file_size(path, ec);
-  return {int64_t(mtime), ec ? 0 : size};
 }
 
 }  // namespace
@@ -129,7 +120,7 @@ class Member::Impl {
     node_ = std::make_unique<Node>(n, rules, *transport_, random_);
     if (settings.membership == MembershipKind::kStatic) {
       node_->set_peers(load_peers_file(options_.peers_file), steady_now());
-      peers_stamp_ = file_stamp(options_.peers_file);
+      peers_stamp_ = file_fingerprint(options_.peers_file);
     }
     transport_->set_receiver([this](GossipMessage&& m) { node_->receive(m, steady_now()); });
     interval_ = std::chrono::nanoseconds(n.interval_ns);
@@ -213,7 +204,7 @@ class Member::Impl {
     watch_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || stopping_) return;
       if (!options_.peers_file.empty() && node_->membership().kind() == MembershipKind::kStatic) {
-        const auto stamp = file_stamp(options_.peers_file);
+        const auto stamp = file_fingerprint(options_.peers_file);
         if (stamp != peers_stamp_) {
           peers_stamp_ = stamp;
           try {
@@ -234,7 +225,7 @@ class Member::Impl {
   std::unique_ptr<Node> node_;
   boost::asio::steady_timer tick_, watch_;
   std::chrono::nanoseconds interval_{0};
-  std::pair<int64_t, uintmax_t> peers_stamp_{-1, 0};
+  std::string peers_stamp_;  // file_fingerprint of the peers file when last read
   uint64_t peers_reload_failures_ = 0;
   uint16_t port_ = 0;
   bool stopping_ = false;  // the owner's
