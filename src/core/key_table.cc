@@ -753,8 +753,6 @@ constexpr size_t kMinKeysPerShard = 1024;
 // so sealing a flood of keys never holds a check up for longer than that.
 constexpr size_t kTakePerLock = 32;
 
-size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 // The shards. A single-owner table has one and never locks; a concurrent one hashes each key to
@@ -770,10 +768,14 @@ class KeyTable::Impl {
       n = kMaxShards;
       while (n > 1 && options.max_keys / n < kMinKeysPerShard) n /= 2;
     }
-    KeyTableOptions each = options;
-    each.max_keys = std::max<size_t>(1, ceil_div(options.max_keys, n));
-    each.max_remembered = ceil_div(options.max_remembered, n);
-    for (size_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<LockedShard>(rules, each));
+    // Split so that the shards' bounds add up to the table's exactly: --max-keys is a promise.
+    auto share = [n](size_t total, size_t i) { return total / n + (i < total % n ? 1 : 0); };
+    for (size_t i = 0; i < n; ++i) {
+      KeyTableOptions each = options;
+      each.max_keys = std::max<size_t>(1, share(options.max_keys, i));
+      each.max_remembered = share(options.max_remembered, i);
+      shards_.push_back(std::make_unique<LockedShard>(rules, each));
+    }
   }
 
   size_t shard_index(size_t hash) const { return (hash >> 32) & (shards_.size() - 1); }
