@@ -4,10 +4,13 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstring>
 #include <unordered_map>
@@ -58,6 +61,20 @@ std::chrono::milliseconds sweep_interval(const ApiServerOptions& o) {
   return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
 }
 
+// An accepted connection's descriptor on its way to another server's thread: closed if it never
+// gets there (that server's io_context is destroyed with the hand-off unrun).
+struct HandedSocket {
+  int fd = -1;
+  GenericStream protocol{AF_UNIX, 0};
+  bool tcp = false;
+  HandedSocket(int f, GenericStream p, bool t) : fd(f), protocol(p), tcp(t) {}
+  HandedSocket(HandedSocket&& o) noexcept : fd(std::exchange(o.fd, -1)), protocol(o.protocol), tcp(o.tcp) {}
+  HandedSocket& operator=(HandedSocket&&) = delete;
+  ~HandedSocket() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 }  // namespace
 
 class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_from_this<ApiServer::Impl> {
@@ -94,6 +111,7 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
     stopped_ = true;
     sweep_timer_.cancel();
     close_listeners();
+    others_.clear();  // their io_contexts may go before this server's last handler runs
     for (auto& connection : open_connections()) connection->close();
   }
 
@@ -112,6 +130,28 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   }
 
   const ApiServerCounters& counters() const { return counters_; }
+
+  void share_connections_with(std::vector<std::shared_ptr<Impl>> others) { others_ = std::move(others); }
+
+  // On any thread: serves `handed` on this server's thread.
+  void adopt(HandedSocket handed) {
+    asio::post(io_, [self = shared_from_this(), handed = std::move(handed)]() mutable {
+      if (self->stopped_ || self->draining_) {
+        self->load_.fetch_sub(1, std::memory_order_relaxed);
+        return;  // ~HandedSocket closes it
+      }
+      GenericStream::socket peer(self->io_);
+      boost::system::error_code ec;
+      peer.assign(handed.protocol, handed.fd, ec);
+      if (ec) {
+        self->load_.fetch_sub(1, std::memory_order_relaxed);
+        ++self->counters_.accept_errors;
+        return;
+      }
+      handed.fd = -1;  // the socket owns it now
+      self->serve(std::move(peer), handed.tcp);
+    });
+  }
 
   // ConnectionHost
   asio::io_context& io() override { return io_; }
@@ -142,6 +182,7 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
     }
     connections_.erase(it);
     --counters_.connections_open;
+    load_.fetch_sub(1, std::memory_order_relaxed);
   }
 
  private:
@@ -151,7 +192,31 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
       ++counters_.accept_errors;
       return;
     }
-    const bool tcp = listener.tcp();
+    // The server with the fewest connections open or on their way (the others first on a tie,
+    // this thread being the one that accepts).
+    Impl* target = this;
+    int64_t least = load_.load(std::memory_order_relaxed);
+    for (const auto& other : others_) {
+      if (const int64_t l = other->load_.load(std::memory_order_relaxed); l <= least) {
+        least = l;
+        target = other.get();
+      }
+    }
+    target->load_.fetch_add(1, std::memory_order_relaxed);
+    if (target == this) return serve(std::move(peer), listener.tcp());
+    boost::system::error_code protocol_ec;
+    const GenericStream protocol = peer.local_endpoint(protocol_ec).protocol();
+    const int fd = protocol_ec ? -1 : peer.release(protocol_ec);
+    if (protocol_ec || fd < 0) {
+      target->load_.fetch_sub(1, std::memory_order_relaxed);
+      ++counters_.accept_errors;
+      return;
+    }
+    target->adopt(HandedSocket(fd, protocol, listener.tcp()));
+  }
+
+  // Serves an accepted connection (counted in load_) on this thread, if the limits allow it.
+  void serve(GenericStream::socket peer, bool tcp) {
     PeerIdentity peer_id = identify_peer(peer, tcp);
     if (!make_room(peer_id)) {
       ++counters_.connections_rejected;
@@ -161,6 +226,7 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
                                " per client) and no connection has been idle long enough to make room");
       boost::system::error_code ignored;
       peer.close(ignored);
+      load_.fetch_sub(1, std::memory_order_relaxed);
       return;
     }
     ++counters_.connections_accepted;
@@ -274,6 +340,10 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   std::vector<std::shared_ptr<Listener>> listeners_;
   std::unordered_map<Connection*, Entry> connections_;
   std::unordered_map<std::string, size_t> per_client_;  // open connections by PeerIdentity::group
+  // Servers on other threads that this one's accepted connections are shared with, and the
+  // connections each server has open or on their way to it (written from any thread).
+  std::vector<std::shared_ptr<Impl>> others_;
+  std::atomic<int64_t> load_{0};
   asio::steady_timer sweep_timer_;
 };
 
@@ -286,6 +356,14 @@ std::string ApiServer::start() { return impl_->start(); }
 
 void ApiServer::stop() { impl_->stop(); }
 void ApiServer::drain() { impl_->drain(); }
+
+void ApiServer::share_connections_with(const std::vector<ApiServer*>& others) {
+  std::vector<std::shared_ptr<Impl>> impls;
+  for (ApiServer* other : others) {
+    if (other != this) impls.push_back(other->impl_);
+  }
+  impl_->share_connections_with(std::move(impls));
+}
 
 std::vector<Endpoint> ApiServer::bound_endpoints() const { return impl_->bound_endpoints(); }
 

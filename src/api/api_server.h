@@ -3,10 +3,11 @@
 // proto/tollgate/v1/api.proto), answers each through the pure dispatch (api/dispatch.h) and the
 // RequestHandler, and writes the Responses back in request order.
 //
-// Threading: everything runs on the io_context passed in, which the daemon runs on its single
-// node thread; the handler is called synchronously on that thread. ApiServer itself is not
-// thread-safe: call start(), stop(), counters() and stats() on that thread, or while the
-// io_context is not running.
+// Threading: everything runs on the io_context passed in, and the handler is called
+// synchronously on the thread that runs it. ApiServer itself is not thread-safe: call start(),
+// stop() and drain() on that thread, or while the io_context is not running; counters() and
+// stats() may be read from any thread. Several servers on several threads may share one set of
+// listeners (share_connections_with).
 //
 // Robustness: a frame whose length exceeds max_frame_bytes is rejected from its 4-byte header,
 // before anything is allocated for it; a frame that is not a Request gets an Error response and
@@ -81,18 +82,18 @@ struct ApiServerOptions {
 
 // Monotonic counts since construction (connections_open is a gauge), with the dispatch's.
 struct ApiServerCounters : DispatchCounters {
-  uint64_t connections_accepted = 0;  // served (not counting rejected ones)
-  uint64_t connections_rejected = 0;  // closed at once: a connection limit reached, none evictable
-  uint64_t connections_evicted = 0;   // idle, closed to make room for a newcomer
-  uint64_t connections_timed_out = 0; // closed: a frame did not complete within frame_timeout
-  uint64_t connections_write_stalled = 0;  // closed: answers not taken within frame_timeout
-  uint64_t connections_idle_closed = 0;    // closed: no request for idle_timeout
-  uint64_t connections_open = 0;      // gauge
-  uint64_t accept_errors = 0;         // accept() failed (e.g. out of file descriptors)
-  uint64_t busy_yields = 0;      // CPU given away before a slice, answers having been written
+  RelaxedCounter connections_accepted = 0;  // served (not counting rejected ones)
+  RelaxedCounter connections_rejected = 0;  // closed at once: a connection limit reached, none evictable
+  RelaxedCounter connections_evicted = 0;   // idle, closed to make room for a newcomer
+  RelaxedCounter connections_timed_out = 0; // closed: a frame did not complete within frame_timeout
+  RelaxedCounter connections_write_stalled = 0;  // closed: answers not taken within frame_timeout
+  RelaxedCounter connections_idle_closed = 0;    // closed: no request for idle_timeout
+  RelaxedCounter connections_open = 0;      // gauge
+  RelaxedCounter accept_errors = 0;         // accept() failed (e.g. out of file descriptors)
+  RelaxedCounter busy_yields = 0;      // CPU given away before a slice, answers having been written
   // The most answer bytes one connection has held, unwritten or not yet taken by its client:
   // max_pending_output_bytes plus at most one answer.
-  uint64_t pending_output_high_water = 0;
+  RelaxedCounter pending_output_high_water = 0;
 };
 
 class ApiServer {
@@ -120,10 +121,19 @@ class ApiServer {
   // has read are written. Call stop() afterwards to close whatever has not finished.
   void drain();
 
+  // Several servers answering one daemon's clients, each on its own io_context and thread
+  // (tollgated --threads): this server, the one started, accepts every connection and hands each
+  // to whichever of `others` or itself has the fewest connections open or on their way, so
+  // connections spread evenly in whatever order they come. The others are never started; each
+  // enforces its own connection limits (give each its share). Call before start(), with servers
+  // that outlive this one's accepting.
+  void share_connections_with(const std::vector<ApiServer*>& others);
+
   // The endpoints actually listened on, in the order of options.listen; a TCP port 0 is replaced
   // by the port the kernel chose. Empty before start().
   std::vector<Endpoint> bound_endpoints() const;
 
+  // Readable from any thread (written by the server's own).
   const ApiServerCounters& counters() const;
   // The counters as named stats ("api.connections_accepted", "api.errors.malformed", ...), in a
   // stable order, for the daemon to append to its own StatsList.

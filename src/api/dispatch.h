@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "api/request_handler.h"
+#include "util/relaxed_counter.h"
 
 namespace google::protobuf {
 class Arena;
@@ -30,16 +31,16 @@ inline constexpr int kChecksPerSlice = 16;
 // An all-or-nothing batch (CheckBatch.all_or_nothing) is decided in one go, so it is smaller.
 inline constexpr size_t kMaxAllOrNothingChecks = 64;
 
-// Monotonic counts of what the dispatch answered.
+// Monotonic counts of what the dispatch answered, written on the server's thread, readable from any.
 struct DispatchCounters {
-  uint64_t requests = 0;  // frames read, valid or not
-  uint64_t checks = 0;    // checks answered by the handler
-  uint64_t errors_frame_too_large = 0;
-  uint64_t errors_malformed = 0;
-  uint64_t errors_unsupported_version = 0;
-  uint64_t errors_batch_too_large = 0;
-  uint64_t errors_empty_request = 0;
-  uint64_t errors_internal = 0;  // the handler threw; answered with an INTERNAL error
+  RelaxedCounter requests = 0;  // frames read, valid or not
+  RelaxedCounter checks = 0;    // checks answered by the handler
+  RelaxedCounter errors_frame_too_large = 0;
+  RelaxedCounter errors_malformed = 0;
+  RelaxedCounter errors_unsupported_version = 0;
+  RelaxedCounter errors_batch_too_large = 0;
+  RelaxedCounter errors_empty_request = 0;
+  RelaxedCounter errors_internal = 0;  // the handler threw; answered with an INTERNAL error
 };
 
 // A check batch being answered a slice at a time; owns its request and response.

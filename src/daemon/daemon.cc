@@ -8,6 +8,7 @@
 
 #include "api/api_server.h"
 #include "api/endpoint.h"
+#include "daemon/api_workers.h"
 #include "bind_address.h"
 #include "daemon/descriptor_limit.h"
 #include "fault_injection.h"
@@ -20,6 +21,7 @@
 #include "http/http_server.h"
 
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
 #include <prometheus/histogram.h>
 #include "rls/rls_server.h"
 #include "tollgate/rls_config_file.h"
@@ -138,6 +140,12 @@ Daemon::Daemon(DaemonOptions options)
   faults_ = std::make_unique<FaultInjectingTransport>(io_, *transport_, random_);
 
   NodeOptions node = node_options(options_, incarnation_);
+  if (options_.threads > 1) {
+    // Checks from every client API thread at once; the node's thread seals what they leave
+    // pending when a flood of keys asks for it (NodeOptions::early_seal_keys).
+    node.keys.concurrent = true;
+    node.seal_wanted = [this] { boost::asio::post(io_, [this] { node_->seal_early(clock_.now_ns()); }); };
+  }
   // Every batch, sealed here or relayed by anyone, must fit one datagram.
   const size_t max_batch_bytes = max_batch_bytes_for(options_.max_datagram);
   node.split_for_sealing = [id = options_.node_id, max_batch_bytes](std::vector<ConsumptionEntry> entries) {
@@ -159,7 +167,16 @@ Daemon::Daemon(DaemonOptions options)
   api_options.idle_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.api_idle_timeout_ns));
   api_options.on_offense = [this](std::string_view who, std::string_view what) { report_offense(who, what); };
+  if (options_.threads > 1) {
+    // Each thread's server holds its share of the connection limits (the node thread's server
+    // hands each connection to the least loaded, so the shares fill evenly).
+    const size_t n = options_.threads;
+    api_options.max_connections = (api_options.max_connections + n - 1) / n;
+    api_options.max_connections_per_client = (api_options.max_connections_per_client + n - 1) / n;
+    workers_ = std::make_unique<ApiWorkers>(n - 1, io_, *this, api_options);
+  }
   api_ = std::make_unique<api::ApiServer>(io_, *this, api_options);
+  if (workers_) api_->share_connections_with(workers_->servers());
   if (std::string why = api_->start(); !why.empty()) throw std::runtime_error("--listen " + why);
 
   if (!options_.rls_listen.empty()) {
@@ -194,10 +211,11 @@ Daemon::Daemon(DaemonOptions options)
     spdlog::info("HTTP on {}", http_->address());
   }
 
-  spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {}", options_.node_id,
-               incarnation_, dissemination_mode_name(options_.node.mode), options_.bind,
+  spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {} ({} thread{})",
+               options_.node_id, incarnation_, dissemination_mode_name(options_.node.mode), options_.bind,
                options_.transport == TransportKind::kUdp ? "udp" : "tcp",
-               options_.node.membership == MembershipKind::kStatic ? "static" : "heartbeat", fmt::join(options_.listen, ", "));
+               options_.node.membership == MembershipKind::kStatic ? "static" : "heartbeat", fmt::join(options_.listen, ", "),
+               options_.threads, options_.threads == 1 ? "" : "s");
 }
 
 Daemon::~Daemon() = default;
@@ -208,6 +226,7 @@ int Daemon::run() {
   schedule_watch();
   if (retriever_) retriever_->start(rules_in_force_text_, rules_etag_);
   io_.run();
+  if (workers_) workers_->node_loop_ended();
   if (http_) http_->shutdown();  // open connections close; checks still queued are not decided
   if (rls_) rls_->shutdown();  // the node no longer runs: what is still queued answers UNAVAILABLE
   return 0;
@@ -462,6 +481,7 @@ void Daemon::shutdown() {
   if (rls_) rls_->drain();  // health NOT_SERVING; calls are still answered for now
   if (http_) http_->drain();  // /readyz 503; requests are still answered for now
   api_->drain();  // answers to requests already read still go out; the socket file goes now
+  if (workers_) workers_->drain();
   tick_timer_.cancel();
   watch_timer_.cancel();
   signals_.cancel();
@@ -474,13 +494,21 @@ void Daemon::shutdown() {
     api_->stop();  // a client that has not taken its answers in 100 ms is cut off
     if (rls_) rls_->stop();  // later rate limit calls answer UNAVAILABLE, uncharged
     if (http_) http_->stop();  // later HTTP checks answer 503, uncharged
-    node_->leave(clock_.now_ns());
-    // Give the departure datagrams a moment to leave the socket, then stop.
-    tick_timer_.expires_after(std::chrono::milliseconds(100));
-    tick_timer_.async_wait([this](const boost::system::error_code&) {
-      transport_->stop();
-      io_.stop();
-    });
+    auto leave = [this] {
+      node_->leave(clock_.now_ns());
+      // Give the departure datagrams a moment to leave the socket, then stop.
+      tick_timer_.expires_after(std::chrono::milliseconds(100));
+      tick_timer_.async_wait([this](const boost::system::error_code&) {
+        transport_->stop();
+        io_.stop();
+      });
+    };
+    // With client API threads, leave once none of them can check any more.
+    if (workers_) {
+      workers_->stop(leave);
+    } else {
+      leave();
+    }
   });
 }
 
@@ -577,7 +605,7 @@ StatsList Daemon::stats() {
   add("faults_lost", f.lost);
   add("faults_duplicated", f.duplicated);
   add("faults_delayed", f.delayed);
-  for (const auto& [name, value] : api_->stats()) s.emplace_back(name, value);
+  append_api_stats(s);
   if (rls_) {
     for (const auto& [name, value] : rls_->stats()) s.emplace_back(name, value);
   }
@@ -585,6 +613,34 @@ StatsList Daemon::stats() {
     for (const auto& [name, value] : http_->stats()) s.emplace_back(name, value);
   }
   return s;
+}
+
+void Daemon::append_api_stats(StatsList& s) const {
+  StatsList total = api_->stats();
+  if (!workers_) {
+    s.insert(s.end(), total.begin(), total.end());
+    return;
+  }
+  // Every thread's server counts its own connections: the sums (the largest, for a high-water
+  // mark), and how many connections and checks each thread has, to see the spread.
+  const std::vector<api::ApiServer*> servers = workers_->servers();
+  std::vector<StatsList> per_thread = {total};
+  for (const api::ApiServer* server : servers) per_thread.push_back(server->stats());
+  for (size_t t = 1; t < per_thread.size(); ++t) {
+    for (size_t i = 0; i < total.size(); ++i) {
+      const bool high_water = total[i].first.find("high_water") != std::string::npos;
+      total[i].second = high_water ? std::max(total[i].second, per_thread[t][i].second) : total[i].second + per_thread[t][i].second;
+    }
+  }
+  s.insert(s.end(), total.begin(), total.end());
+  s.emplace_back("api.threads", int64_t(per_thread.size()));
+  for (const std::string stat : {"connections_open", "checks"}) {
+    for (size_t t = 0; t < per_thread.size(); ++t) {
+      for (const auto& [name, value] : per_thread[t]) {
+        if (name == "api." + stat) s.emplace_back("api.thread." + std::to_string(t) + "." + stat, value);
+      }
+    }
+  }
 }
 
 std::string Daemon::set_faults(const FaultSettings& faults) {

@@ -21,6 +21,7 @@
 
 namespace tollgate {
 
+class ApiWorkers;
 class Transport;
 class FaultInjectingTransport;
 class RlsConfig;
@@ -51,7 +52,8 @@ class Daemon final : public RequestHandler {
   // RLS config also reloads when one of its files changes.
   int run();
 
-  // RequestHandler, called on the io thread.
+  // RequestHandler, called on the io thread; check and check_all also on the client API's other
+  // threads (--threads), the node's key table being concurrent then.
   void check(std::span<const CheckItem> items, std::span<Decision> out) override;
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override;
   std::vector<MemberInfo> members() override;
@@ -84,6 +86,8 @@ class Daemon final : public RequestHandler {
   std::shared_ptr<const RuleSet> combined_rules() const;
   void reload_peers_if_changed();
   void shutdown();
+  // The client API's stats, summed over its threads (and each thread's share).
+  void append_api_stats(StatsList& s) const;
 
   DaemonOptions options_;
   uint64_t incarnation_;
@@ -96,6 +100,9 @@ class Daemon final : public RequestHandler {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<FaultInjectingTransport> faults_;
   std::unique_ptr<Node> node_;
+  // --threads N: the client API's other N - 1 threads. Before api_, which hands them
+  // connections: it goes first.
+  std::unique_ptr<ApiWorkers> workers_;
   std::unique_ptr<api::ApiServer> api_;
   // The last good rules file and RLS config (either may be empty).
   std::shared_ptr<const RuleSet> file_rules_;

@@ -3,9 +3,11 @@
 #include "config/strict_yaml.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "tollgate/config_error.h"
 #include "tollgate/duration.h"
@@ -172,6 +174,13 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "Client API connections one client may hold (one uid on a Unix socket, one address over TCP); "
                  "beyond it its own least recently active idle connection makes room, or the newcomer is refused")
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--threads", o->threads,
+                 "Threads answering the client API (0: one per core but one, left to the local clients; at least 1, at "
+                 "most 4). The node's own thread is one of them "
+                 "and keeps gossip, rounds and the other front ends; checks are answered on every thread at once, "
+                 "connections spread evenly over them, and each thread holds its share of the --api-max-connections "
+                 "limits")
+      ->check(CLI::Range(size_t{0}, size_t{64}));
   std::string api_idle_timeout = format_duration(o->api_idle_timeout_ns);
   app.add_option("--api-idle-timeout", api_idle_timeout,
                  "Close a client API connection with nothing pending after this long without a request "
@@ -227,6 +236,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     o->rules_poll_ns = *poll;
   }
   o->transport = transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
+  // The clients share the host (one daemon per service host): a core is left to them. On two
+  // cores a second daemon thread lost a third of the checks a local client got through
+  // (docs/results.md, "The daemon on several threads").
+  if (o->threads == 0) o->threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 5) - 1;
   if (o->node_id.empty()) o->node_id = o->bind;
 
   auto usage_error = [](const std::string& why) {

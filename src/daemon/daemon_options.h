@@ -44,6 +44,9 @@ struct DaemonOptions {
   size_t api_max_connections = 1024;
   size_t api_max_connections_per_client = 512;
   int64_t api_idle_timeout_ns = 300'000'000'000;
+  // Threads answering the client API, the node's included (0 on the command line: one per core
+  // but one, at least 1 and at most 4). Above 1 the key table is concurrent (KeyTableOptions::concurrent).
+  size_t threads = 0;
   // The Envoy rate limit service (gRPC): off unless rls_listen is given, which needs rls_config.
   std::string rls_listen;               // "HOST:PORT" or "unix:PATH"
   std::string rls_config;               // envoyproxy/ratelimit YAML: a file or a directory

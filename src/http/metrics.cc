@@ -14,9 +14,9 @@ namespace prom = prometheus;
 
 // Stats that go up and down (or are a high-water mark), not counters.
 bool is_gauge(std::string_view name) {
-  static constexpr std::array<std::string_view, 9> kGauges = {
+  static constexpr std::array<std::string_view, 11> kGauges = {
       "keys", "relay_groups", "key_bytes", "ledger_origins", "ledger_bytes", "api.connections_open", "api.pending_output_high_water_bytes",
-      "http.connections_open", "rules_version"};
+      "http.connections_open", "rules_version", "api.threads", "api.thread.connections_open"};
   return std::find(kGauges.begin(), kGauges.end(), name) != kGauges.end();
 }
 
@@ -43,6 +43,18 @@ prom::ClientMetric gauge(double v, std::vector<prom::ClientMetric::Label> labels
   return m;
 }
 
+// "api.thread.3.checks" (one client API thread's share, with --threads) is "api.thread.checks"
+// with the label thread="3"; other names are returned as they are, with no label.
+std::pair<std::string, std::string> split_thread(const std::string& name) {
+  constexpr std::string_view kPrefix = "api.thread.";
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return {name, ""};
+  const size_t dot = name.find('.', kPrefix.size());
+  if (dot == std::string::npos || dot == kPrefix.size()) return {name, ""};
+  const std::string thread = name.substr(kPrefix.size(), dot - kPrefix.size());
+  if (thread.find_first_not_of("0123456789") != std::string::npos) return {name, ""};
+  return {std::string(kPrefix) + name.substr(dot + 1), thread};
+}
+
 }  // namespace
 
 std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members,
@@ -57,13 +69,19 @@ std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>
       checks.metric.push_back(counter(double(value), {{"decision", name == "checks_allowed" ? "allowed" : "denied"}}));
       continue;
     }
-    if (is_gauge(name)) {
-      families.push_back({metric_name(name), "tollgated stat " + name + " (docs/operations.md, Observability)",
-                          prom::MetricType::Gauge, {gauge(double(value))}});
-    } else {
-      families.push_back({metric_name(name) + "_total", "tollgated stat " + name + " (docs/operations.md, Observability)",
-                          prom::MetricType::Counter, {counter(double(value))}});
+    const auto [family, thread] = split_thread(name);
+    std::vector<prom::ClientMetric::Label> labels;
+    if (!thread.empty()) labels.push_back({"thread", thread});
+    const bool is_g = is_gauge(family);
+    const std::string fname = metric_name(family) + (is_g ? "" : "_total");
+    prom::ClientMetric metric = is_g ? gauge(double(value), labels) : counter(double(value), labels);
+    // One family per name: a thread's share joins the family of the thread listed before it.
+    if (!thread.empty() && !families.empty() && families.back().name == fname) {
+      families.back().metric.push_back(std::move(metric));
+      continue;
     }
+    families.push_back({fname, "tollgated stat " + family + " (docs/operations.md, Observability)",
+                        is_g ? prom::MetricType::Gauge : prom::MetricType::Counter, {std::move(metric)}});
   }
   families.push_back(std::move(checks));
   prom::MetricFamily by_state{"tollgate_members", "Cluster members as this node sees them (itself included), by state",

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tollgate {
@@ -55,6 +57,9 @@ TEST_F(DaemonOptionsTest, FlagsAloneWithDefaults) {
   EXPECT_EQ(p.options.node.fanout, 3u);
   EXPECT_EQ(p.options.api_max_connections, 1024u);
   EXPECT_EQ(p.options.api_idle_timeout_ns, 300 * kNanosPerSecond);
+  // One client API thread per core but one (left to the local clients), at least 1, at most 4.
+  EXPECT_EQ(p.options.threads, std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 5) - 1);
+  EXPECT_EQ(parse({"--rules", "r", "--peers-file", "p", "--insecure-gossip", "--threads", "3"}).options.threads, 3u);
 }
 
 TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
@@ -127,6 +132,8 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "r", "--peers-file", "p", "--api-idle-timeout", "30"}, "--api-idle-timeout"},
       {{"--rules", "r", "--peers-file", "p", "--api-idle-timeout", "200h"}, "--api-idle-timeout must be at most 168h"},
       {{"--rules", "r", "--peers-file", "p", "--api-max-connections", "0"}, "--api-max-connections"},
+      {{"--rules", "r", "--peers-file", "p", "--threads", "65"}, "--threads"},
+      {{"--rules", "r", "--peers-file", "p", "--threads", "-1"}, "--threads"},
       {{"--rules", "r", "--peers-file", "p", "--max-message-age", "31s"}, "at most half of --forget-after (1m)"},
       {{"--rules", "r", "--peers-file", "p", "--max-message-age", "500ms"}, "must be at least 1s"},
   };

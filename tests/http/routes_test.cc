@@ -45,7 +45,12 @@ class TableHandler : public RequestHandler {
   }
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override { return table_.allow_all(items, out, now); }
   std::vector<MemberInfo> members() override { return members_list; }
-  StatsList stats() override { return {{"checks", 3}, {"checks_allowed", 2}, {"checks_denied", 1}, {"keys", 7}, {"api.requests", 9}}; }
+  StatsList stats() override {
+    return {{"checks", 3},         {"checks_allowed", 2},   {"checks_denied", 1},
+            {"keys", 7},           {"api.requests", 9},     {"api.threads", 2},
+            {"api.thread.0.connections_open", 3}, {"api.thread.1.connections_open", 4},
+            {"api.thread.0.checks", 10},          {"api.thread.1.checks", 11}};
+  }
   std::string set_faults(const FaultSettings&) override { return ""; }
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override {
     return {{"k*", RuleCounters{5, 4, 1, 1, 2}}, {"rls:web.path_/a \"b\"", RuleCounters{1, 1, 0, 0, 0}}};
@@ -272,11 +277,21 @@ TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
                            "tollgate_rule_checks_total{rule=\"k*\"} 5", "tollgate_rule_allowed_total{rule=\"k*\"} 4",
                            "tollgate_rule_denied_total{rule=\"k*\"} 1", "tollgate_rule_near_limit_total{rule=\"k*\"} 2",
                            "tollgate_rule_shadow_denied_total{rule=\"k*\"} 1",
+                           // --threads: each thread's share, one family with a thread label.
+                           "# TYPE tollgate_api_threads gauge", "tollgate_api_threads 2",
+                           "# TYPE tollgate_api_thread_connections_open gauge",
+                           "tollgate_api_thread_connections_open{thread=\"0\"} 3",
+                           "tollgate_api_thread_connections_open{thread=\"1\"} 4",
+                           "# TYPE tollgate_api_thread_checks_total counter", "tollgate_api_thread_checks_total{thread=\"0\"} 10",
+                           "tollgate_api_thread_checks_total{thread=\"1\"} 11",
                            // Label values are escaped by the serializer.
                            "tollgate_rule_checks_total{rule=\"rls:web.path_/a \\\"b\\\"\"} 1"}) {
     EXPECT_NE(r.body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << r.body;
   }
   EXPECT_EQ(r.body.find("tollgate_checks_total 3"), std::string::npos) << "the unlabelled sum is left out";
+  EXPECT_EQ(r.body.find("# TYPE tollgate_api_thread_checks_total", r.body.find("# TYPE tollgate_api_thread_checks_total") + 1),
+            std::string::npos)
+      << "one family for every thread";
 }
 
 TEST_F(RoutesTest, MetricsAppendTheFamiliesCollectedElsewhere) {
@@ -299,7 +314,9 @@ TEST_F(RoutesTest, MetricsAppendTheFamiliesCollectedElsewhere) {
 
 TEST_F(RoutesTest, MembersAndStatsHaveTheCliJsonShape) {
   EXPECT_EQ(request("GET", "/v1/stats").body,
-            "{\"stats\": {\"checks\": 3, \"checks_allowed\": 2, \"checks_denied\": 1, \"keys\": 7, \"api.requests\": 9}}\n");
+            "{\"stats\": {\"checks\": 3, \"checks_allowed\": 2, \"checks_denied\": 1, \"keys\": 7, \"api.requests\": 9, "
+            "\"api.threads\": 2, \"api.thread.0.connections_open\": 3, \"api.thread.1.connections_open\": 4, "
+            "\"api.thread.0.checks\": 10, \"api.thread.1.checks\": 11}}\n");
   const std::string members = request("GET", "/v1/members").body;
   EXPECT_EQ(members.rfind("{\"members\": [{\"id\": \"me\", \"address\": \"127.0.0.1:1\", \"state\": \"alive\"", 0), 0u) << members;
 }

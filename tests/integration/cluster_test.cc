@@ -192,8 +192,9 @@ class Cluster {
     pids_[i] = pid;
   }
 
-  void stop(size_t i, int signo) {
-    if (pids_[i] <= 0) return;
+  // Returns the waitpid status (-1 if the node was not running).
+  int stop(size_t i, int signo) {
+    if (pids_[i] <= 0) return -1;
     kill(pids_[i], signo);
     int status = 0;
     waitpid(pids_[i], &status, 0);
@@ -202,6 +203,7 @@ class Cluster {
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
           << "node 0 under TOLLGATE_TEST_WRAPPER exited with status " << status << "\n" << log(0);
     }
+    return status;
   }
 
   Client& client(size_t i) { return *clients_[i]; }
@@ -438,7 +440,8 @@ TEST_P(ClusterTest, SigtermLeavesCleanlyAndTheNodeCanComeBack) {
 // allowed, including those it answered while draining, is charged at the others; nothing it
 // admitted is lost with it.
 TEST_P(ClusterTest, ChecksAnsweredWhileDrainingAreChargedAtTheOthers) {
-  Cluster c(3, GetParam(), kSlowRules);
+  // Node 2 answers on two threads: it leaves only once neither can admit anything more.
+  Cluster c(3, GetParam(), kSlowRules, [](size_t i) { return i == 2 ? std::vector<std::string>{"--threads", "2"} : std::vector<std::string>{}; });
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); })) << c.log(0);
   constexpr int kThreads = 4, kKeysPerThread = 20, kBatch = 250, kRounds = 40;
   auto key = [](int t, int k) { return "k" + std::to_string(t) + "-" + std::to_string(k); };
@@ -480,6 +483,94 @@ TEST_P(ClusterTest, ChecksAnsweredWhileDrainingAreChargedAtTheOthers) {
         << "node " << node << " charged " << charged_at(node) << " of " << allowed.load() << " admitted";
     EXPECT_LE(charged_at(node), allowed.load() + kThreads * kBatch);
   }
+}
+
+// tollgated --threads 2: eight connections spread over the two client API threads check one
+// hot key at once (exactly its burst is admitted, nothing twice), then a flood of distinct keys
+// asks the node's thread to seal early; the peer sees every charge, members and stats are
+// answered on either thread, and SIGTERM stops the daemon cleanly.
+TEST(ClusterThreads, EightConnectionsOnTwoThreadsChargeExactlyOnceAndThePeerSeesEveryCharge) {
+  Cluster c(2, Combo{"mesh", "udp", "static"}, kSlowRules, [](size_t i) {
+    return std::vector<std::string>{"--threads", i == 0 ? "2" : "1"};
+  });
+  ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
+  constexpr int kConnections = 8, kBatches = 25, kBatch = 10;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kConnections; ++i) {
+    ClientOptions o;
+    o.endpoint = "unix:" + c.socket_path(0);
+    o.deadline = 2s;
+    o.fail_open = false;
+    clients.push_back(std::make_unique<Client>(o));
+    ASSERT_TRUE(clients.back()->check("k-warm", 0).from_daemon());  // connected
+  }
+  // Both threads hold connections: the accepting thread hands each to the least loaded.
+  EXPECT_GE(c.stat(0, "api.thread.0.connections_open"), 4) << c.stats_text(0);
+  EXPECT_GE(c.stat(0, "api.thread.1.connections_open"), 4) << c.stats_text(0);
+
+  std::atomic<int64_t> allowed{0}, denied{0}, unanswered{0};
+  std::vector<std::thread> senders;
+  for (int i = 0; i < kConnections; ++i) {
+    senders.emplace_back([&, i] {
+      const std::vector<CheckItem> items(kBatch, CheckItem{"k-hot", 1});
+      for (int b = 0; b < kBatches; ++b) {
+        for (const CheckReply& r : clients[size_t(i)]->check_batch(items, 2s)) {
+          if (!r.from_daemon()) {
+            ++unanswered;
+          } else if (r.allowed) {
+            ++allowed;
+          } else {
+            ++denied;
+          }
+        }
+      }
+    });
+  }
+  for (auto& s : senders) s.join();
+  ASSERT_EQ(unanswered.load(), 0);
+  EXPECT_EQ(allowed.load(), 1000);  // the burst, from 2,000 asked; 1/h refills nothing meanwhile
+  EXPECT_EQ(denied.load(), 1000);
+  EXPECT_GT(c.stat(0, "api.thread.0.checks"), 0) << c.stats_text(0);
+  EXPECT_GT(c.stat(0, "api.thread.1.checks"), 0) << c.stats_text(0);
+  EXPECT_TRUE(eventually([&] { return c.remaining(1, "k-hot") == 0; })) << c.remaining(1, "k-hot");
+
+  // A flood of new keys: the checking threads cannot seal (the ledger is the node thread's), so
+  // they ask the node's thread to (NodeOptions::seal_wanted), and it does before its round.
+  constexpr int kKeys = 4000;
+  std::vector<std::string> keys;  // CheckItem holds a view
+  for (int k = 0; k < kKeys; ++k) keys.push_back("k-flood-" + std::to_string(k));
+  std::vector<CheckItem> flood;
+  for (const std::string& key : keys) flood.push_back({key, 1});
+  for (int part = 0; part < kKeys / 500; ++part) {
+    const std::span<const CheckItem> slice(flood.data() + part * 500, 500);
+    for (const CheckReply& r : clients[size_t(part % kConnections)]->check_batch(slice, 2s)) {
+      ASSERT_TRUE(r.from_daemon() && r.allowed) << r.error;
+    }
+  }
+  EXPECT_TRUE(eventually([&] { return c.stat(0, "early_seals") > 0; })) << c.stats_text(0);
+  std::vector<CheckItem> query;
+  for (const CheckItem& item : flood) query.push_back({item.key, 0});
+  int64_t charged = 0;
+  EXPECT_TRUE(eventually([&] {
+    charged = 0;
+    for (size_t from = 0; from < query.size(); from += 1000) {  // the most one request may carry
+      for (const CheckReply& r : c.client(1).check_batch(std::span(query).subspan(from, 1000), 2s)) {
+        charged += r.from_daemon() ? 1000 - r.remaining : 0;
+      }
+    }
+    return charged == kKeys;
+  })) << charged << " of " << kKeys << " charged at node 1";
+
+  // Requests that the node's thread answers, asked on every connection (either thread).
+  for (auto& client : clients) {
+    const auto members = client->members();
+    ASSERT_TRUE(members.has_value());
+    EXPECT_EQ(members->size(), 2u);
+  }
+  clients.clear();
+  const int status = c.stop(0, SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << c.log(0);
+  EXPECT_EQ(c.state_of(1, 0), "left");
 }
 
 TEST_P(ClusterTest, PartitionedSidesEnforceAloneAndHealWithoutDoubleCharging) {
@@ -589,8 +680,9 @@ TEST(ClusterSecurity, FaultInjectionIsRefusedUnlessTheDaemonEnablesIt) {
 // takes: a service's new client must still be answered (it takes an idle one's place once that
 // has been idle a second), never refused for good and left failing open.
 TEST(ClusterSecurity, IdleClientConnectionsCannotLockOutANewClient) {
+  // Two threads, each holding 32 of the 64 and making room among its own.
   Cluster c(1, Combo{"mesh", "udp", "static"}, kSlowRules, [](size_t) {
-    return std::vector<std::string>{"--api-max-connections", "64"};
+    return std::vector<std::string>{"--api-max-connections", "64", "--threads", "2"};
   });
   ASSERT_TRUE(eventually([&] { return c.remaining(0, "k") == 1000; })) << c.log(0);
   std::vector<int> hoard;
