@@ -16,7 +16,8 @@
 // balances, limits and stats may be called from any number of threads at once: the keys are
 // hashed into up to 64 shards, each with its own lock, held for one key's operation (allow_all:
 // the request's shards, in ascending order, for the whole decision). Everything above holds per
-// shard (max_keys and max_remembered are split evenly, adding up to the table's exactly). take_pending, replace_rules, set_rate_scale, rules() and rule_counters()
+// shard (max_keys and max_remembered are split evenly, adding up to the table's exactly, with at
+// least one each: only more shards than max_keys go beyond it). take_pending, replace_rules, set_rate_scale, rules() and rule_counters()
 // belong to one owner thread at a time (the node's), though checks may run meanwhile:
 // take_pending holds a lock for at most 32 keys, sweep_idle for max_scan / shards, and
 // replace_rules and set_rate_scale visit every key, one shard at a time. pending_keys() is then

@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 #include <utility>
 
@@ -67,8 +68,10 @@ struct HandedSocket {
   int fd = -1;
   GenericStream protocol{AF_UNIX, 0};
   bool tcp = false;
-  HandedSocket(int f, GenericStream p, bool t) : fd(f), protocol(p), tcp(t) {}
-  HandedSocket(HandedSocket&& o) noexcept : fd(std::exchange(o.fd, -1)), protocol(o.protocol), tcp(o.tcp) {}
+  PeerIdentity peer;
+  HandedSocket(int f, GenericStream p, bool t, PeerIdentity id) : fd(f), protocol(p), tcp(t), peer(std::move(id)) {}
+  HandedSocket(HandedSocket&& o) noexcept
+      : fd(std::exchange(o.fd, -1)), protocol(o.protocol), tcp(o.tcp), peer(std::move(o.peer)) {}
   HandedSocket& operator=(HandedSocket&&) = delete;
   ~HandedSocket() {
     if (fd >= 0) ::close(fd);
@@ -104,6 +107,8 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
     schedule_sweep();
     return {};
   }
+
+  void serve_handed() { schedule_sweep(); }
 
   // Closes the listeners and every connection at once.
   void stop() {
@@ -149,7 +154,7 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
         return;
       }
       handed.fd = -1;  // the socket owns it now
-      self->serve(std::move(peer), handed.tcp);
+      self->serve(std::move(peer), handed.tcp, std::move(handed.peer));
     });
   }
 
@@ -177,8 +182,11 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   void connection_closed(Connection* connection) override {
     auto it = connections_.find(connection);
     if (it == connections_.end()) return;
-    if (auto group = per_client_.find(it->second.group); group != per_client_.end() && --group->second == 0) {
-      per_client_.erase(group);
+    {
+      const std::lock_guard lock(per_client_mu_);
+      if (auto group = per_client_.find(it->second.group); group != per_client_.end() && --group->second == 0) {
+        per_client_.erase(group);
+      }
     }
     connections_.erase(it);
     --counters_.connections_open;
@@ -192,18 +200,11 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
       ++counters_.accept_errors;
       return;
     }
-    // The server with the fewest connections open or on their way (the others first on a tie,
-    // this thread being the one that accepts).
-    Impl* target = this;
-    int64_t least = load_.load(std::memory_order_relaxed);
-    for (const auto& other : others_) {
-      if (const int64_t l = other->load_.load(std::memory_order_relaxed); l <= least) {
-        least = l;
-        target = other.get();
-      }
-    }
+    const bool tcp = listener.tcp();
+    PeerIdentity peer_id = identify_peer(peer, tcp);
+    Impl* target = others_.empty() ? this : pick_server(peer_id.group);
     target->load_.fetch_add(1, std::memory_order_relaxed);
-    if (target == this) return serve(std::move(peer), listener.tcp());
+    if (target == this) return serve(std::move(peer), tcp, std::move(peer_id));
     boost::system::error_code protocol_ec;
     const GenericStream protocol = peer.local_endpoint(protocol_ec).protocol();
     const int fd = protocol_ec ? -1 : peer.release(protocol_ec);
@@ -212,12 +213,43 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
       ++counters_.accept_errors;
       return;
     }
-    target->adopt(HandedSocket(fd, protocol, listener.tcp()));
+    target->adopt(HandedSocket(fd, protocol, tcp, std::move(peer_id)));
+  }
+
+  // Where a connection of client `group` goes: the server with the fewest connections open or on
+  // their way among those where the client holds less than its share (each server enforces
+  // max_connections_per_client on its own), so a client's connections spread before any is
+  // refused; if it holds its share everywhere, the least loaded (which makes room among the
+  // client's own or refuses). The others first on a tie, this thread being the one that accepts.
+  Impl* pick_server(const std::string& group) {
+    Impl* best = nullptr;
+    Impl* best_with_room = nullptr;
+    int64_t least = 0, least_with_room = 0;
+    auto consider = [&](Impl* s) {
+      const int64_t l = s->load_.load(std::memory_order_relaxed);
+      if (!best || l <= least) {
+        best = s;
+        least = l;
+      }
+      if (s->client_count(group) < s->options_.max_connections_per_client && (!best_with_room || l <= least_with_room)) {
+        best_with_room = s;
+        least_with_room = l;
+      }
+    };
+    consider(this);
+    for (const auto& other : others_) consider(other.get());
+    return best_with_room ? best_with_room : best;
+  }
+
+  // From any thread: the connections client `group` has open here.
+  size_t client_count(const std::string& group) const {
+    const std::lock_guard lock(per_client_mu_);
+    const auto it = per_client_.find(group);
+    return it == per_client_.end() ? 0 : it->second;
   }
 
   // Serves an accepted connection (counted in load_) on this thread, if the limits allow it.
-  void serve(GenericStream::socket peer, bool tcp) {
-    PeerIdentity peer_id = identify_peer(peer, tcp);
+  void serve(GenericStream::socket peer, bool tcp, PeerIdentity peer_id) {
     if (!make_room(peer_id)) {
       ++counters_.connections_rejected;
       offense(peer_id.who, "connection refused: the client connection limits are reached (" +
@@ -236,7 +268,10 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
       peer.set_option(asio::ip::tcp::no_delay(true), ignored);  // answers are tiny and latency-bound
     }
     auto connection = std::make_shared<Connection>(shared_from_this(), std::move(peer), std::move(peer_id.who));
-    ++per_client_[peer_id.group];
+    {
+      const std::lock_guard lock(per_client_mu_);
+      ++per_client_[peer_id.group];
+    }
     connections_.emplace(connection.get(), Entry{connection, std::move(peer_id.group)});
     connection->start();
   }
@@ -339,7 +374,10 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   bool answered_since_slice_ = false;  // an answer was written since the last slice began
   std::vector<std::shared_ptr<Listener>> listeners_;
   std::unordered_map<Connection*, Entry> connections_;
-  std::unordered_map<std::string, size_t> per_client_;  // open connections by PeerIdentity::group
+  // Open connections by PeerIdentity::group. Written on this server's thread under the mutex;
+  // the accepting server reads it (client_count) from its own.
+  std::unordered_map<std::string, size_t> per_client_;
+  mutable std::mutex per_client_mu_;
   // Servers on other threads that this one's accepted connections are shared with, and the
   // connections each server has open or on their way to it (written from any thread).
   std::vector<std::shared_ptr<Impl>> others_;
@@ -356,6 +394,8 @@ std::string ApiServer::start() { return impl_->start(); }
 
 void ApiServer::stop() { impl_->stop(); }
 void ApiServer::drain() { impl_->drain(); }
+
+void ApiServer::serve_handed() { impl_->serve_handed(); }
 
 void ApiServer::share_connections_with(const std::vector<ApiServer*>& others) {
   std::vector<std::shared_ptr<Impl>> impls;

@@ -124,10 +124,15 @@ class ApiServer {
   // Several servers answering one daemon's clients, each on its own io_context and thread
   // (tollgated --threads): this server, the one started, accepts every connection and hands each
   // to whichever of `others` or itself has the fewest connections open or on their way, so
-  // connections spread evenly in whatever order they come. The others are never started; each
-  // enforces its own connection limits (give each its share). Call before start(), with servers
-  // that outlive this one's accepting.
+  // connections spread evenly in whatever order they come; a client's connections go first to
+  // the servers where it holds less than its max_connections_per_client. The others are never
+  // started (serve_handed() instead); each enforces its own connection limits (give each its
+  // share). Call before start(), with servers that outlive this one's accepting.
   void share_connections_with(const std::vector<ApiServer*>& others);
+  // Instead of start(), for one of those others: serves what it is handed (and closes idle and
+  // stalled connections as a started server does). Call once, on its thread or before its
+  // io_context runs.
+  void serve_handed();
 
   // The endpoints actually listened on, in the order of options.listen; a TCP port 0 is replaced
   // by the port the kernel chose. Empty before start().

@@ -768,12 +768,14 @@ class KeyTable::Impl {
       n = kMaxShards;
       while (n > 1 && options.max_keys / n < kMinKeysPerShard) n /= 2;
     }
-    // Split so that the shards' bounds add up to the table's exactly: --max-keys is a promise.
+    // Split so that the shards' bounds add up to the table's exactly (--max-keys is a promise),
+    // except that each shard holds at least one key, and remembers at least one balance if
+    // any is to be remembered (a shard remembering none would bring keys back full from debt).
     auto share = [n](size_t total, size_t i) { return total / n + (i < total % n ? 1 : 0); };
     for (size_t i = 0; i < n; ++i) {
       KeyTableOptions each = options;
       each.max_keys = std::max<size_t>(1, share(options.max_keys, i));
-      each.max_remembered = share(options.max_remembered, i);
+      each.max_remembered = options.max_remembered == 0 ? 0 : std::max<size_t>(1, share(options.max_remembered, i));
       shards_.push_back(std::make_unique<LockedShard>(rules, each));
     }
   }

@@ -61,16 +61,33 @@ class WorkerHandler final : public RequestHandler {
   const std::atomic<bool>& node_loop_ended_;
 };
 
+thread_local size_t t_api_thread = 0;
+
 }  // namespace
+
+size_t current_api_thread() { return t_api_thread; }
 
 struct ApiWorkers::Worker {
   Worker(ApiWorkers& owner, const api::ApiServerOptions& options, size_t index)
       : guard(io.get_executor()),
         handler(owner.node_io_, owner.node_, owner.node_loop_ended_),
-        server(io, handler, options),
-        thread([this, index] { run(index); }) {}
+        server(io, handler, options) {
+    server.serve_handed();
+    thread = std::thread([this, index] { run(index); });
+  }
+  // Stops and joins the thread if it still runs (~ApiWorkers, or a later worker that failed to
+  // start), then closes what the server still holds.
+  ~Worker() {
+    if (thread.joinable()) {
+      guard.reset();
+      io.stop();
+      thread.join();
+    }
+    server.stop();  // the io_context no longer runs: this thread may
+  }
 
   void run(size_t index) {
+    t_api_thread = index;
     for (;;) {
       try {
         io.run();
@@ -98,12 +115,7 @@ ApiWorkers::ApiWorkers(size_t count, asio::io_context& node_io, RequestHandler& 
 
 ApiWorkers::~ApiWorkers() {
   node_loop_ended_.store(true);
-  for (auto& w : workers_) {
-    w->guard.reset();
-    w->io.stop();
-    w->thread.join();
-    w->server.stop();  // the io_context no longer runs: this thread may
-  }
+  workers_.clear();  // each stops and joins its thread
 }
 
 std::vector<api::ApiServer*> ApiWorkers::servers() const {

@@ -22,6 +22,10 @@ class io_context;
 
 namespace tollgate {
 
+// The client API thread running the caller: 0 for the node's thread (or any thread that is not
+// a worker), i for worker i (1 to N - 1). For per-thread statistics.
+size_t current_api_thread();
+
 class ApiWorkers {
  public:
   // `node` answers on the node's thread, which runs `node_io`; its check and check_all must be

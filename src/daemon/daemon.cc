@@ -58,16 +58,36 @@ bool is_loopback_bind(const std::string& bind) {
 }  // namespace
 
 struct DaemonHistograms {
-  // A check (one request's items) on the node's thread: 1 us to 10 ms.
-  prometheus::Histogram check{{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2}};
+  explicit DaemonHistograms(size_t threads) {
+    for (size_t i = 0; i < std::max<size_t>(threads, 1); ++i) {
+      check.push_back(std::make_unique<prometheus::Histogram>(
+          prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2}));
+    }
+  }
+  // A check (one request's items), 1 us to 10 ms: one histogram per client API thread
+  // (current_api_thread), since each takes a lock to observe; summed when collected.
+  std::vector<std::unique_ptr<prometheus::Histogram>> check;
   // A round (Node::tick): sealing, gossip, membership, housekeeping; 10 us to 0.5 s.
   prometheus::Histogram round{{1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5}};
 
+  prometheus::ClientMetric collect_checks() const {
+    prometheus::ClientMetric total = check[0]->Collect();
+    for (size_t t = 1; t < check.size(); ++t) {
+      const prometheus::ClientMetric m = check[t]->Collect();
+      total.histogram.sample_count += m.histogram.sample_count;
+      total.histogram.sample_sum += m.histogram.sample_sum;
+      for (size_t b = 0; b < total.histogram.bucket.size(); ++b) {
+        total.histogram.bucket[b].cumulative_count += m.histogram.bucket[b].cumulative_count;
+      }
+    }
+    return total;
+  }
+
   std::vector<prometheus::MetricFamily> collect() const {
     return {{"tollgate_check_duration_seconds",
-             "Time the node's thread spends deciding one request's checks (any front end)",
+             "Time spent deciding one request's checks (any front end, every client API thread)",
              prometheus::MetricType::Histogram,
-             {check.Collect()}},
+             {collect_checks()}},
             {"tollgate_round_duration_seconds", "Time one gossip round takes on the node's thread",
              prometheus::MetricType::Histogram,
              {round.Collect()}}};
@@ -82,7 +102,7 @@ Daemon::Daemon(DaemonOptions options)
     : options_(std::move(options)),
       incarnation_(options_.incarnation ? options_.incarnation : incarnation_from_wall_clock()),
       random_(seed_from_os()),
-      histograms_(std::make_unique<DaemonHistograms>()),
+      histograms_(std::make_unique<DaemonHistograms>(options_.threads)),
       tick_timer_(io_),
       watch_timer_(io_),
       signals_(io_, SIGTERM, SIGINT) {
@@ -174,6 +194,7 @@ Daemon::Daemon(DaemonOptions options)
     api_options.max_connections = (api_options.max_connections + n - 1) / n;
     api_options.max_connections_per_client = (api_options.max_connections_per_client + n - 1) / n;
     workers_ = std::make_unique<ApiWorkers>(n - 1, io_, *this, api_options);
+    if (histograms_->check.size() < n) throw std::logic_error("a check histogram per client API thread");
   }
   api_ = std::make_unique<api::ApiServer>(io_, *this, api_options);
   if (workers_) api_->share_connections_with(workers_->servers());
@@ -218,7 +239,12 @@ Daemon::Daemon(DaemonOptions options)
                options_.threads, options_.threads == 1 ? "" : "s");
 }
 
-Daemon::~Daemon() = default;
+Daemon::~Daemon() {
+  // The client API threads first (run() may have ended by an exception, with them still
+  // serving): they call into everything below.
+  api_.reset();
+  workers_.reset();
+}
 
 int Daemon::run() {
   wait_for_signal();
@@ -255,6 +281,8 @@ bool Daemon::reload_rls_config() {
 }
 
 void Daemon::report_offense(std::string_view offender, std::string_view what) {
+  // Client API threads report their connections' offenses too.
+  const std::lock_guard lock(offenses_mu_);
   const auto verdict = offenses_.admit(offender, clock_.now_ns());
   if (!verdict) return;
   if (verdict->suppressed > 0) {
@@ -515,13 +543,13 @@ void Daemon::shutdown() {
 void Daemon::check(std::span<const CheckItem> items, std::span<Decision> out) {
   const MonoNanos now = clock_.now_ns();
   for (size_t i = 0; i < items.size(); ++i) out[i] = node_->check(items[i].key, items[i].cost, now);
-  histograms_->check.Observe(seconds(clock_.now_ns() - now));
+  histograms_->check[current_api_thread()]->Observe(seconds(clock_.now_ns() - now));
 }
 
 bool Daemon::check_all(std::span<const CheckItem> items, std::span<Decision> out) {
   const MonoNanos now = clock_.now_ns();
   const bool all = node_->check_all(items, out, now);
-  histograms_->check.Observe(seconds(clock_.now_ns() - now));
+  histograms_->check[current_api_thread()]->Observe(seconds(clock_.now_ns() - now));
   return all;
 }
 

@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -95,7 +96,8 @@ class Daemon final : public RequestHandler {
   SteadyClock clock_;
   SplitMix64 random_;
   // Check and round latency for /metrics (prometheus-cpp Histograms: observed on the node's
-  // thread, collected on the HTTP thread). Before http_: it outlives the HTTP thread.
+  // and the client API threads, collected on the HTTP thread). Before http_: it outlives the
+  // HTTP thread.
   std::unique_ptr<DaemonHistograms> histograms_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<FaultInjectingTransport> faults_;
@@ -119,6 +121,7 @@ class Daemon final : public RequestHandler {
   std::unique_ptr<http::HttpServer> http_;
   // Misbehaving clients and peers: one log line per offender per 10 s (see OffenseLimiter).
   OffenseLimiter offenses_;
+  std::mutex offenses_mu_;
   void report_offense(std::string_view offender, std::string_view what);
   boost::asio::steady_timer tick_timer_;
   boost::asio::steady_timer watch_timer_;

@@ -657,6 +657,59 @@ TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
 
 // --- the Unix socket file ---------------------------------------------------------------------
 
+// tollgated --threads: the started server hands each connection to one of the servers sharing
+// its listener, each on its own thread. A client's connections fill its share on each server
+// before any is refused, and every server (the one that is never started included) closes its
+// own idle connections.
+TEST(ApiServerShared, ConnectionsSpreadOverTheServersAndEachClosesItsOwnIdleOnes) {
+  TempDir dir;
+  FakeHandler handler;
+  ServerHarness accepting(handler);  // its io thread; the server is made below
+  boost::asio::io_context worker_io;
+  auto guard = boost::asio::make_work_guard(worker_io);
+  std::thread worker_thread([&] { worker_io.run(); });
+  ApiServerOptions o;
+  o.listen = {Endpoint{Endpoint::Kind::kUnix, dir.file("api.sock"), "", 0}};
+  o.max_connections_per_client = 2;  // per server: this test's uid may hold 4 in all
+  o.evict_idle_after = std::chrono::seconds(30);  // nobody is idle long enough to make room
+  o.idle_timeout = std::chrono::milliseconds(1500);
+  std::unique_ptr<ApiServer> worker;
+  run_on(worker_io, [&] {
+    worker = std::make_unique<ApiServer>(worker_io, handler, o);
+    worker->serve_handed();
+  });
+  std::unique_ptr<ApiServer> first;
+  ASSERT_EQ(accepting.on_io([&] {
+    first = std::make_unique<ApiServer>(accepting.io(), handler, o);
+    first->share_connections_with({worker.get()});
+    return first->start();
+  }),
+            "");
+  std::vector<std::unique_ptr<RawConnection>> held;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    held.push_back(RawConnection::connect_unix(dir.file("api.sock")));
+    ASSERT_NE(held.back(), nullptr);
+    ASSERT_TRUE(held.back()->send_request(check_request(id, {{"k", 1}})));
+    pb::Response r;
+    ASSERT_EQ(held.back()->read_response(&r), RawConnection::ReadStatus::kFrame);
+  }
+  EXPECT_EQ(first->counters().connections_open, 2u);
+  EXPECT_EQ(worker->counters().connections_open, 2u);
+  // A fifth from the same client: its share is full on both, none idle long enough.
+  auto fifth = RawConnection::connect_unix(dir.file("api.sock"));
+  ASSERT_NE(fifth, nullptr);
+  EXPECT_TRUE(fifth->reads_eof());
+  EXPECT_EQ(first->counters().connections_rejected + worker->counters().connections_rejected, 1u);
+  // Idle: each server closes its own two.
+  for (auto& c : held) EXPECT_TRUE(c->reads_eof());
+  EXPECT_EQ(worker->counters().connections_idle_closed, 2u);
+  EXPECT_EQ(first->counters().connections_idle_closed, 2u);
+  accepting.on_io([&] { first.reset(); });
+  run_on(worker_io, [&] { worker.reset(); });
+  guard.reset();
+  worker_thread.join();
+}
+
 TEST(ApiServerSocketFile, IsCreatedWithMode0660AndRemovedOnStop) {
   TempDir dir;
   FakeHandler handler;

@@ -189,6 +189,7 @@ class ServerHarness {
   auto on_io(F f) -> decltype(f()) {
     return run_on(io_, std::move(f));
   }
+  boost::asio::io_context& io() { return io_; }
 
 
  private:
