@@ -30,6 +30,7 @@
 
 #include "tollgate/api.h"
 #include "tollgate/decision.h"
+#include "tollgate/rls_config.h"
 
 namespace tollgate {
 
@@ -47,9 +48,15 @@ struct MemberOptions {
   // seeds to join through.
   std::string peers_file;
   std::vector<std::string> seeds;
-  // The rules: a rules file (as --rules), or the same YAML as text. One of the two.
+  // The rules: a rules file (as --rules), or the same YAML as text; at most one of the two, and
+  // one of them or rls_config.
   std::string rules_file;
   std::string rules_yaml;
+  // Envoy's rate limit config (as --rls-config: an envoyproxy/ratelimit YAML file, or a
+  // directory of them): its limits join the rules, under the bucket keys tollgated's rate limit
+  // service uses, so a member and the daemons share them; should_rate_limit() answers
+  // descriptors against it.
+  std::string rls_config;
   // Any node setting by tollgated's flag name, without the dashes: {"interval", "50ms"},
   // {"mode", "gossip"}, {"fail-after", "3s"}, {"max-keys", "200000"}, ... A cluster's members
   // should agree on interval, mode and membership.
@@ -70,6 +77,24 @@ struct MemberStats {
   std::string stopped_by;
 };
 
+// One descriptor of an Envoy rate limit request: its entries in order (views, used during the
+// call only), and its own hits_addend if it has one (has_hits; 0 then only looks).
+struct RateLimitDescriptor {
+  std::vector<RlsEntry> entries;
+  bool has_hits = false;
+  uint64_t hits = 0;
+};
+
+// One descriptor's answer, as tollgated's rate limit service gives it (docs/operations.md 10.3).
+struct RateLimitStatus {
+  bool over_limit = false;
+  const RlsLimit* limit = nullptr;  // the governing limit; null for none or unlimited
+  uint32_t remaining = 0;           // limit_remaining
+  int64_t until_full_ns = -1;       // duration_until_reset; -1: none
+  int64_t retry_after_ns = 0;       // when over: until the same cost would pass (kRetryNever)
+  bool shadow_over = false;         // a shadow_mode descriptor that would have denied
+};
+
 class Member {
  public:
   // Reads the files, validates the settings, binds the gossip socket and starts the background
@@ -87,6 +112,15 @@ class Member {
   // Several checks, all or nothing (the Envoy rate limit service's several descriptors): true if
   // every one passed and all were charged; false if none was. `out` holds items.size().
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out);
+  // Envoy's ShouldRateLimit, in process: `domain`'s descriptors resolved against rls_config and
+  // decided together, exactly as tollgated's rate limit service decides them (all or nothing;
+  // shadow mode, replaces, hits_addend; the same buckets). Returns true if the request is over
+  // the limit; `out` gets one status per descriptor (its `limit` lives as long as the member).
+  // Thread-safe. Throws std::invalid_argument for a request the service answers with
+  // INVALID_ARGUMENT (an empty domain, no descriptors, more than 64, an entry without a key, ...)
+  // and when the member has no rls_config.
+  bool should_rate_limit(std::string_view domain, std::span<const RateLimitDescriptor> descriptors,
+                         std::vector<RateLimitStatus>& out, uint32_t hits_addend = 1);
 
   uint16_t gossip_port() const;  // the bound port (with port 0 in `bind`)
   MemberStats stats() const;

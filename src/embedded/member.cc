@@ -18,10 +18,12 @@
 #include "codec/codec.h"
 #include "config/node_settings.h"
 #include "config/read_file.h"
+#include "rls/decide.h"
 #include "tcp_transport.h"
 #include "tollgate/node.h"
 #include "tollgate/peers_file.h"
 #include "tollgate/random.h"
+#include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 #include "udp_transport.h"
 
@@ -56,6 +58,27 @@ NodeSettings parse_settings(const std::vector<std::pair<std::string, std::string
   return s;
 }
 
+// The rate limit service's decision asks for checks through the daemon's request path; in a
+// member they go straight to the node, on the caller's thread.
+class NodeChecks final : public RequestHandler {
+ public:
+  explicit NodeChecks(Node& node) : node_(node) {}
+  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
+    const MonoNanos now = steady_now();
+    for (size_t i = 0; i < items.size(); ++i) out[i] = node_.check(items[i].key, items[i].cost, now);
+  }
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
+    return node_.check_all(items, out, steady_now());
+  }
+  // Not asked by the decision.
+  std::vector<MemberInfo> members() override { return {}; }
+  StatsList stats() override { return {}; }
+  std::string set_faults(const FaultSettings&) override { return "not available in a member"; }
+
+ private:
+  Node& node_;
+};
+
 }  // namespace
 
 class Member::Impl {
@@ -71,8 +94,11 @@ class Member::Impl {
                                       : "tollgate::Member: gossip must be authenticated: give cluster_key_file (the "
                                         "cluster's key), or set insecure_gossip");
     }
-    if (options_.rules_file.empty() == options_.rules_yaml.empty()) {
-      throw std::invalid_argument("tollgate::Member: give the rules as rules_file or as rules_yaml (one of the two)");
+    if (!options_.rules_file.empty() && !options_.rules_yaml.empty()) {
+      throw std::invalid_argument("tollgate::Member: give the rules as rules_file or as rules_yaml, not both");
+    }
+    if (options_.rules_file.empty() && options_.rules_yaml.empty() && options_.rls_config.empty()) {
+      throw std::invalid_argument("tollgate::Member: give the rules (rules_file or rules_yaml), an rls_config, or both");
     }
     const NodeSettings settings = parse_settings(options_.settings);
     if (settings.membership == MembershipKind::kStatic && options_.peers_file.empty()) {
@@ -81,8 +107,15 @@ class Member::Impl {
     if (settings.membership == MembershipKind::kHeartbeat && options_.seeds.empty()) {
       throw std::invalid_argument("tollgate::Member: heartbeat membership needs seeds");
     }
-    auto rules = options_.rules_file.empty() ? parse_rules(options_.rules_yaml, "rules_yaml")
-                                             : load_rules_file(options_.rules_file);
+    std::shared_ptr<const RuleSet> rules =
+        !options_.rules_file.empty()   ? load_rules_file(options_.rules_file)
+        : !options_.rules_yaml.empty() ? parse_rules(options_.rules_yaml, "rules_yaml")
+                                       : std::make_shared<const RuleSet>();
+    if (!options_.rls_config.empty()) {
+      // As the daemon: the RLS config's limits beside the rules (Daemon::combined_rules).
+      rls_config_ = load_rls_config(options_.rls_config);
+      rules = std::make_shared<const RuleSet>(rules->rules(), rules->default_limit(), rls_config_);
+    }
     ClusterKeys keys;
     if (!options_.cluster_key_file.empty()) keys = load_cluster_keys(options_.cluster_key_file);
 
@@ -118,6 +151,7 @@ class Member::Impl {
       boost::asio::post(io_, [this] { node_->seal_early(steady_now()); });
     };
     node_ = std::make_unique<Node>(n, rules, *transport_, random_);
+    checks_ = std::make_unique<NodeChecks>(*node_);
     if (settings.membership == MembershipKind::kStatic) {
       node_->set_peers(load_peers_file(options_.peers_file), steady_now());
       peers_stamp_ = file_fingerprint(options_.peers_file);
@@ -160,6 +194,26 @@ class Member::Impl {
     return node_->check_all(items, out, steady_now());
   }
   uint16_t port() const { return port_; }
+
+  bool should_rate_limit(std::string_view domain, std::span<const RateLimitDescriptor> descriptors,
+                         std::vector<RateLimitStatus>& out, uint32_t hits_addend) {
+    if (!rls_config_) throw std::invalid_argument("tollgate::Member::should_rate_limit: the member has no rls_config");
+    std::vector<rls::DescriptorInput> inputs;
+    inputs.reserve(descriptors.size());
+    for (const RateLimitDescriptor& d : descriptors) inputs.push_back({d.entries, d.has_hits, d.hits});
+    rls::Plan plan;
+    if (std::string why = rls::plan_request(rls_config_, domain, hits_addend, inputs, node_->options().keys.max_key_bytes, plan);
+        !why.empty()) {
+      throw std::invalid_argument("tollgate::Member::should_rate_limit: " + why);
+    }
+    std::vector<rls::DescriptorResult> results;
+    const rls::Code code = rls::decide(*checks_, plan, results);
+    out.clear();
+    for (const rls::DescriptorResult& r : results) {
+      out.push_back({r.code == rls::Code::kOverLimit, r.limit, r.remaining, r.until_full_ns, r.retry_after_ns, r.shadow_over});
+    }
+    return code == rls::Code::kOverLimit;
+  }
 
   MemberStats stats() const {
     MemberStats s;
@@ -223,6 +277,8 @@ class Member::Impl {
   SplitMix64 random_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Node> node_;
+  std::shared_ptr<const RlsConfig> rls_config_;  // with rls_config; never reloaded
+  std::unique_ptr<NodeChecks> checks_;
   boost::asio::steady_timer tick_, watch_;
   std::chrono::nanoseconds interval_{0};
   std::string peers_stamp_;  // file_fingerprint of the peers file when last read
@@ -241,6 +297,10 @@ Member::~Member() = default;
 Decision Member::check(std::string_view key, int64_t cost) { return impl_->check(key, cost); }
 bool Member::check_all(std::span<const CheckItem> items, std::span<Decision> out) {
   return impl_->check_all(items, out);
+}
+bool Member::should_rate_limit(std::string_view domain, std::span<const RateLimitDescriptor> descriptors,
+                               std::vector<RateLimitStatus>& out, uint32_t hits_addend) {
+  return impl_->should_rate_limit(domain, descriptors, out, hits_addend);
 }
 uint16_t Member::gossip_port() const { return impl_->port(); }
 MemberStats Member::stats() const { return impl_->stats(); }

@@ -74,7 +74,13 @@ TEST(Member, BadOptionsFailAtConstructionWithWhatToFix) {
   EXPECT_NE(error_of(bad).find("transport must be udp or tcp"), std::string::npos) << error_of(bad);
   bad = o;
   bad.rules_file = "/nonexistent/rules.yaml";  // and rules_yaml too
-  EXPECT_NE(error_of(bad).find("rules_file or as rules_yaml"), std::string::npos) << error_of(bad);
+  EXPECT_NE(error_of(bad).find("rules_file or as rules_yaml, not both"), std::string::npos) << error_of(bad);
+  bad = o;
+  bad.rules_yaml.clear();  // no rules and no RLS config
+  EXPECT_NE(error_of(bad).find("give the rules (rules_file or rules_yaml), an rls_config, or both"), std::string::npos)
+      << error_of(bad);
+  bad.rls_config = "/nonexistent/rls.yaml";
+  EXPECT_NE(error_of(bad).find("/nonexistent/rls.yaml"), std::string::npos) << error_of(bad);
   bad = o;
   bad.rules_yaml = "rules:\n  - {match: \"k*\", rate: fast}\n";
   EXPECT_NE(error_of(bad).find("rules_yaml:2"), std::string::npos) << error_of(bad);
@@ -119,6 +125,61 @@ TEST(Member, TwoMembersCheckedFromManyThreadsChargeEachOthersConsumptionOnce) {
   // Thousands of new keys within a round: the checks asked the member's thread to seal early.
   EXPECT_GT(a.stats().early_seals + b.stats().early_seals, 0u);
   EXPECT_EQ(a.stats().stopped_by, "");
+}
+
+// Envoy's rate limit service in process: a member given an RLS config (and no rules) decides
+// ShouldRateLimit's descriptors as tollgated does, all or nothing, and two members share the
+// buckets (the daemon's keys, so daemons would share them too).
+TEST(Member, ShouldRateLimitDecidesEnvoysDescriptorsAndMembersShareTheirBuckets) {
+  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-rls-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "rls.yaml") << R"(domain: web
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 100}
+)";
+  MemberOptions oa = options("a", "127.0.0.1:9");
+  oa.rules_yaml.clear();
+  oa.rls_config = (dir / "rls.yaml").string();
+  Member a(oa);
+  MemberOptions ob = oa;
+  ob.node_id = "b";
+  ob.seeds = {"127.0.0.1:" + std::to_string(a.gossip_port())};
+  Member b(ob);
+  ASSERT_TRUE(eventually([&] { return a.stats().members_alive == 1 && b.stats().members_alive == 1; }));
+
+  const std::vector<RateLimitDescriptor> ip = {{{{"remote_address", "10.0.0.1"}}}};
+  std::vector<RateLimitStatus> out;
+  for (uint32_t n = 1; n <= 3; ++n) {
+    ASSERT_FALSE(a.should_rate_limit("web", ip, out));
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].remaining, 3 - n);
+    ASSERT_NE(out[0].limit, nullptr);
+    EXPECT_EQ(out[0].limit->requests_per_unit, 3u);
+  }
+  EXPECT_TRUE(a.should_rate_limit("web", ip, out));
+  EXPECT_TRUE(out[0].over_limit);
+  // b has heard of a's three: the same address is over there too.
+  EXPECT_TRUE(eventually([&] { return b.should_rate_limit("web", ip, out); }));
+  // All or nothing: the api_key descriptor had room but is not charged when the address is over.
+  const std::vector<RateLimitDescriptor> both = {{{{"api_key", "k1"}}}, {{{"remote_address", "10.0.0.1"}}}};
+  EXPECT_TRUE(b.should_rate_limit("web", both, out));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_FALSE(out[0].over_limit);
+  EXPECT_EQ(out[0].remaining, 100u);
+  EXPECT_TRUE(out[1].over_limit);
+  const std::vector<RateLimitDescriptor> key_only = {{{{"api_key", "k1"}}}};
+  EXPECT_FALSE(b.should_rate_limit("web", key_only, out));
+  EXPECT_EQ(out[0].remaining, 99u);  // its first charge
+  // What the service answers INVALID_ARGUMENT, and a member without an RLS config.
+  EXPECT_THROW(a.should_rate_limit("", ip, out), std::invalid_argument);
+  EXPECT_THROW(a.should_rate_limit("web", {}, out), std::invalid_argument);
+  Member plain(options("c", "127.0.0.1:" + std::to_string(a.gossip_port())));
+  EXPECT_THROW(plain.should_rate_limit("web", ip, out), std::invalid_argument);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 }  // namespace
