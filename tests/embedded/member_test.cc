@@ -4,7 +4,9 @@
 // mixed cluster with real daemons is in tests/integration/cluster_test.cc.)
 #include "tollgate/member.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -125,6 +127,56 @@ TEST(Member, TwoMembersCheckedFromManyThreadsChargeEachOthersConsumptionOnce) {
   // Thousands of new keys within a round: the checks asked the member's thread to seal early.
   EXPECT_GT(a.stats().early_seals + b.stats().early_seals, 0u);
   EXPECT_EQ(a.stats().stopped_by, "");
+}
+
+// The member's background thread stuck (here in a read of its peers file, which an edit turned
+// into a FIFO nobody writes): checks go on answering on the caller's thread without waiting for
+// it, a flood's request to seal early waits for it, and once it is free it seals, and the
+// member leaves cleanly.
+TEST(Member, ChecksGoOnAnsweringWhileTheBackgroundThreadIsStuck) {
+  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-stall-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string peers = "other 127.0.0.1:9\n";
+  std::ofstream(dir / "peers.txt") << peers;
+  MemberOptions o = options("m", "127.0.0.1:9");
+  o.seeds.clear();
+  o.peers_file = (dir / "peers.txt").string();
+  o.settings = {{"interval", "20ms"}, {"fail-after", "1s"}};  // static membership
+  auto member = std::make_unique<Member>(o);
+  ASSERT_TRUE(eventually([&] { return member->stats().rounds > 2; }));
+  // The edit: the peers file becomes a FIFO (a second name for it is kept, to write to later).
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  ASSERT_EQ(::link((dir / "fifo").c_str(), (dir / "fifo-writer").c_str()), 0);
+  fs::rename(dir / "fifo", dir / "peers.txt");
+  // Stuck once it reads the FIFO (the file is looked at once a second): a writer can open it
+  // only while a reader has it open, and then the reader waits for bytes.
+  int fd = -1;
+  ASSERT_TRUE(eventually([&] {
+    fd = ::open((dir / "fifo-writer").c_str(), O_WRONLY | O_NONBLOCK);
+    return fd >= 0;
+  }));
+  const uint64_t rounds = member->stats().rounds;  // no round runs while its thread waits
+  const uint64_t early_seals = member->stats().early_seals;
+  // (No ASSERT from here until the thread is free: the member's destructor would wait for it.)
+  int allowed = 0;
+  for (int n = 0; n < 5000; ++n) {  // a flood of new keys: early sealing is asked for
+    allowed += member->check("k-stalled-" + std::to_string(n), 1).allowed ? 1 : 0;
+  }
+  EXPECT_EQ(allowed, 5000);
+  EXPECT_EQ(member->check("k-stalled-0", 0).remaining, 999'999);
+  EXPECT_EQ(member->stats().rounds, rounds);  // still stuck: every check above was answered without it
+  EXPECT_EQ(member->stats().early_seals, early_seals);
+  EXPECT_EQ(member->stats().checks, member->stats().allowed);
+  // Free again: a regular file back in place, then the FIFO's reader gets its bytes.
+  std::ofstream(dir / "peers.new") << peers;
+  fs::rename(dir / "peers.new", dir / "peers.txt");
+  EXPECT_EQ(::write(fd, peers.data(), peers.size()), ssize_t(peers.size()));
+  ::close(fd);
+  EXPECT_TRUE(eventually([&] { return member->stats().rounds > rounds && member->stats().early_seals > early_seals; }));
+  EXPECT_EQ(member->stats().stopped_by, "");
+  member.reset();  // leaves and joins
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 // Envoy's rate limit service in process: a member given an RLS config (and no rules) decides
