@@ -77,8 +77,9 @@ struct MemberStats {
   std::string stopped_by;
 };
 
-// One descriptor of an Envoy rate limit request: its entries in order (views, used during the
-// call only), and its own hits_addend if it has one (has_hits; 0 then only looks).
+// One descriptor of an Envoy rate limit request: its entries in order, and its own hits_addend
+// if it has one (has_hits; 0 then only looks). The entries are views: the strings they point to
+// must outlive the call (`{{"ip", request.ip()}}` dangles if ip() returns a string by value).
 struct RateLimitDescriptor {
   std::vector<RlsEntry> entries;
   bool has_hits = false;
@@ -113,8 +114,11 @@ class Member {
   // every one passed and all were charged; false if none was. `out` holds items.size().
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out);
   // Envoy's ShouldRateLimit, in process: `domain`'s descriptors resolved against rls_config and
-  // decided together, exactly as tollgated's rate limit service decides them (all or nothing;
-  // shadow mode, replaces, hits_addend; the same buckets). Returns true if the request is over
+  // decided together by tollgated's rate limit service's own code (all or nothing; shadow mode,
+  // replaces, hits_addend; the same buckets). One difference: the daemon decides one request at
+  // a time, while here other threads' checks may come between this request's steps (its
+  // zero-cost looks, its all-or-nothing charge, its shadow charges), each of which is still
+  // whole. Returns true if the request is over
   // the limit; `out` gets one status per descriptor (its `limit` lives as long as the member).
   // Thread-safe. Throws std::invalid_argument for a request the service answers with
   // INVALID_ARGUMENT (an empty domain, no descriptors, more than 64, an entry without a key, ...)

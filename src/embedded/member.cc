@@ -152,6 +152,7 @@ class Member::Impl {
     };
     node_ = std::make_unique<Node>(n, rules, *transport_, random_);
     checks_ = std::make_unique<NodeChecks>(*node_);
+    max_key_bytes_ = n.keys.max_key_bytes;
     if (settings.membership == MembershipKind::kStatic) {
       node_->set_peers(load_peers_file(options_.peers_file), steady_now());
       peers_stamp_ = file_fingerprint(options_.peers_file);
@@ -202,7 +203,7 @@ class Member::Impl {
     inputs.reserve(descriptors.size());
     for (const RateLimitDescriptor& d : descriptors) inputs.push_back({d.entries, d.has_hits, d.hits});
     rls::Plan plan;
-    if (std::string why = rls::plan_request(rls_config_, domain, hits_addend, inputs, node_->options().keys.max_key_bytes, plan);
+    if (std::string why = rls::plan_request(rls_config_, domain, hits_addend, inputs, max_key_bytes_, plan);
         !why.empty()) {
       throw std::invalid_argument("tollgate::Member::should_rate_limit: " + why);
     }
@@ -279,6 +280,7 @@ class Member::Impl {
   std::unique_ptr<Node> node_;
   std::shared_ptr<const RlsConfig> rls_config_;  // with rls_config; never reloaded
   std::unique_ptr<NodeChecks> checks_;
+  size_t max_key_bytes_ = 0;  // the key table's: longer RLS bucket keys are digested
   boost::asio::steady_timer tick_, watch_;
   std::chrono::nanoseconds interval_{0};
   std::string peers_stamp_;  // file_fingerprint of the peers file when last read
