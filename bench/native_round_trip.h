@@ -26,12 +26,9 @@ struct NativeBuffers {
   tollgate::v1::api::Response response;
 };
 
-// Sends one request `id` checking each of `keys` at cost 1 and reads its answer. Throws
-// boost::system::system_error when the connection fails and std::runtime_error for an answer
-// that is not the check results asked for.
-template <typename Socket>
-void native_round_trip(Socket& socket, uint64_t id, std::span<const std::string> keys, NativeBuffers& b) {
-  namespace asio = boost::asio;
+// Frames request `id`, checking each of `keys` at cost 1, into b.frame. Throws
+// std::runtime_error if it does not fit one frame.
+inline void frame_check_request(uint64_t id, std::span<const std::string> keys, NativeBuffers& b) {
   b.request.Clear();
   b.request.set_version(tollgate::api::kApiVersion);
   b.request.set_id(id);
@@ -44,6 +41,25 @@ void native_round_trip(Socket& socket, uint64_t id, std::span<const std::string>
   if (!tollgate::api::append_frame(b.request, tollgate::api::kDefaultMaxFrameBytes, b.frame)) {
     throw std::runtime_error("a check batch of " + std::to_string(keys.size()) + " does not fit one request frame");
   }
+}
+
+// Parses b.answer into b.response and checks it is request `id`'s `n` check results; throws
+// std::runtime_error otherwise.
+inline void parse_check_answer(uint64_t id, size_t n, NativeBuffers& b) {
+  if (!b.response.ParseFromString(b.answer) || b.response.id() != id || !b.response.has_check() ||
+      size_t(b.response.check().results_size()) != n) {
+    throw std::runtime_error("the daemon's answer is not the " + std::to_string(n) + " check results asked for" +
+                             (b.response.has_error() ? ": " + b.response.error().message() : std::string()));
+  }
+}
+
+// Sends one request `id` checking each of `keys` at cost 1 and reads its answer. Throws
+// boost::system::system_error when the connection fails and std::runtime_error for an answer
+// that is not the check results asked for.
+template <typename Socket>
+void native_round_trip(Socket& socket, uint64_t id, std::span<const std::string> keys, NativeBuffers& b) {
+  namespace asio = boost::asio;
+  frame_check_request(id, keys, b);
   asio::write(socket, asio::buffer(b.frame));
   unsigned char header[tollgate::kFrameHeaderBytes];
   asio::read(socket, asio::buffer(header));
@@ -53,11 +69,7 @@ void native_round_trip(Socket& socket, uint64_t id, std::span<const std::string>
   }
   b.answer.resize(length);
   asio::read(socket, asio::buffer(b.answer));
-  if (!b.response.ParseFromString(b.answer) || b.response.id() != id || !b.response.has_check() ||
-      size_t(b.response.check().results_size()) != keys.size()) {
-    throw std::runtime_error("the daemon's answer is not the " + std::to_string(keys.size()) + " check results asked for" +
-                             (b.response.has_error() ? ": " + b.response.error().message() : std::string()));
-  }
+  parse_check_answer(id, keys.size(), b);
 }
 
 }  // namespace tollgate::bench

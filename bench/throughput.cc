@@ -37,7 +37,7 @@
 #include "api/endpoint.h"
 #include "api/framing.h"
 #include "cli/percentile.h"
-#include "tollgate/v1/api.pb.h"
+#include "native_round_trip.h"
 #include "util/big_endian.h"
 #include "util/frame_reader.h"
 
@@ -153,44 +153,28 @@ class NativeLoop final : public Loop {
 
  private:
   void build(const std::vector<std::string>& keys, std::string& out) override {
-    request_.Clear();
-    request_.set_version(tollgate::api::kApiVersion);
-    request_.set_id(++id_);
-    for (const std::string& key : keys) {
-      tollgate::v1::api::Check& c = *request_.mutable_check()->add_checks();
-      c.set_key(key);
-      c.set_cost(1);
-    }
-    out.clear();
-    if (!tollgate::api::append_frame(request_, tollgate::api::kDefaultMaxFrameBytes, out)) {
-      throw std::runtime_error("a batch of " + std::to_string(keys.size()) + " does not fit one request frame");
-    }
+    tollgate::bench::frame_check_request(++id_, keys, b_);
+    out = b_.frame;
   }
   void read() override {
     asio::async_read(socket_, asio::buffer(header_), [this, self = shared_from_this()](boost::system::error_code ec, size_t) {
       if (ec) throw std::runtime_error("read: " + ec.message());
       const uint32_t length = tollgate::load_be32(header_);
       if (length > tollgate::api::kMaxResponseFrameBytes) throw std::runtime_error("answer frame too large");
-      answer_.resize(length);
-      asio::async_read(socket_, asio::buffer(answer_), [this, self](boost::system::error_code ec2, size_t) {
+      b_.answer.resize(length);
+      asio::async_read(socket_, asio::buffer(b_.answer), [this, self](boost::system::error_code ec2, size_t) {
         if (ec2) throw std::runtime_error("read: " + ec2.message());
-        if (!response_.ParseFromString(answer_) || response_.id() != id_ || !response_.has_check() ||
-            size_t(response_.check().results_size()) != o_.batch) {
-          throw std::runtime_error("the daemon's answer is not the check results asked for" +
-                                   (response_.has_error() ? ": " + response_.error().message() : std::string()));
-        }
+        tollgate::bench::parse_check_answer(id_, o_.batch, b_);
         uint64_t allowed = 0;
-        for (const auto& r : response_.check().results()) allowed += r.allowed() ? 1 : 0;
+        for (const auto& r : b_.response.check().results()) allowed += r.allowed() ? 1 : 0;
         done(allowed);
       });
     });
   }
 
-  tollgate::v1::api::Request request_;
-  tollgate::v1::api::Response response_;
+  tollgate::bench::NativeBuffers b_;
   uint64_t id_ = 0;
   unsigned char header_[tollgate::kFrameHeaderBytes] = {};
-  std::string answer_;
 };
 
 class RedisLoop final : public Loop {

@@ -194,7 +194,6 @@ Daemon::Daemon(DaemonOptions options)
     api_options.max_connections = (api_options.max_connections + n - 1) / n;
     api_options.max_connections_per_client = (api_options.max_connections_per_client + n - 1) / n;
     workers_ = std::make_unique<ApiWorkers>(n - 1, io_, *this, api_options);
-    if (histograms_->check.size() < n) throw std::logic_error("a check histogram per client API thread");
   }
   api_ = std::make_unique<api::ApiServer>(io_, *this, api_options);
   if (workers_) api_->share_connections_with(workers_->servers());
