@@ -1,10 +1,12 @@
 #include "tollgate/key_table.h"
 
+#include <sched.h>
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstring>
-#include <pthread.h>
 #include <deque>
 #include <memory>
 #include <functional>
@@ -696,27 +698,44 @@ class Probes {
   std::unordered_map<std::string_view, size_t> index_;
 };
 
-// A shard's lock: glibc's adaptive mutex, which spins briefly before sleeping. Every hold is
-// short (one key's check, or at most kTakePerLock keys' sealing), so a check that finds the lock
-// taken usually gets it within the spin, instead of paying a futex sleep and wake-up (a few
-// microseconds each) as std::mutex would.
+// A shard's lock: test-and-test-and-set, released by a plain store. glibc's mutex (adaptive,
+// as before) pays an atomic read-modify-write to lock and another to unlock, and its waiters
+// write the lock's line while they spin; this lock's waiters only read it. Measured in one run
+// (BM_KeyTableThreads, 100k keys, this 2-vCPU VM): one hot key on 2 threads 14.8 M checks/s
+// against 9.2, on 4 threads 9.6 against 6.3; an uncontended check 0-7 ns faster (within the
+// noise). Every hold is short (one key's check, or at most kTakePerLock keys' sealing), so a
+// waiter spins briefly; if the holder has lost its core (a busy host), the waiter yields its
+// own, then sleeps 20 us at a time, rather than burn the core the holder needs.
 class ShardMutex {
  public:
-  ShardMutex() {
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
-    pthread_mutex_init(&m_, &a);
-    pthread_mutexattr_destroy(&a);
+  void lock() {
+    if (!locked_.exchange(true, std::memory_order_acquire)) return;
+    lock_contended();
   }
-  ~ShardMutex() { pthread_mutex_destroy(&m_); }
-  ShardMutex(const ShardMutex&) = delete;
-  ShardMutex& operator=(const ShardMutex&) = delete;
-  void lock() { pthread_mutex_lock(&m_); }
-  void unlock() { pthread_mutex_unlock(&m_); }
+  void unlock() { locked_.store(false, std::memory_order_release); }
 
  private:
-  pthread_mutex_t m_;
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+  [[gnu::noinline]] void lock_contended() {
+    for (unsigned attempt = 0;; ++attempt) {
+      for (int i = 0; i < 128 && locked_.load(std::memory_order_relaxed); ++i) cpu_relax();
+      if (!locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire)) return;
+      if (attempt < 32) {
+        sched_yield();
+      } else {
+        const timespec pause{0, 20'000};
+        nanosleep(&pause, nullptr);
+      }
+    }
+  }
+
+  std::atomic<bool> locked_{false};
 };
 
 // One shard and the lock that guards it (taken only in a concurrent table), a cache line of
