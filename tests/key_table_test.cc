@@ -540,5 +540,203 @@ TEST(KeyTable, ARateScaleThatOverflows64BitsStillScalesTheRate) {
   EXPECT_TRUE(t.allow("k", 10, 0).allowed);
 }
 
+// --- a coarse time, refined on denial (KeyTableOptions::precise_clock) ---------------------------
+
+// A clock that counts its reads: the point of the option is to read it only on denials.
+class CountingClock final : public Clock {
+ public:
+  explicit CountingClock(MonoNanos now) : now_(now) {}
+  MonoNanos now_ns() const override {
+    ++reads;
+    return now_;
+  }
+  void set(MonoNanos now) { now_ = now; }
+  mutable int reads = 0;
+
+ private:
+  MonoNanos now_;
+};
+
+constexpr int64_t kTick = 4 * kNanosPerMilli;  // the coarse clock's lag in these tests
+
+TEST(KeyTableCoarseTime, APacingLimitDeniedAtTheCoarseTimeIsDecidedAgainAtThePreciseOne) {
+  for (bool concurrent : {false, true}) {
+    SCOPED_TRACE(concurrent ? "concurrent" : "single owner");
+    CountingClock precise(kTick);  // 4 ms after the coarse time 0
+    const KeyTableOptions o{.concurrent = concurrent, .precise_clock = &precise, .coarse_lag_ns = kTick};
+    // 1,000/s with burst 1 refills its burst within the lag: coarse times alone would hold it
+    // to one token per tick.
+    KeyTable refined(one_rule("user:*", per_second(1000, 1, 1)), o);
+    KeyTable coarse_only(one_rule("user:*", per_second(1000, 1, 1)), {.concurrent = concurrent});
+    EXPECT_TRUE(refined.allow("user:a", 1, 0).allowed);
+    EXPECT_TRUE(coarse_only.allow("user:a", 1, 0).allowed);
+    EXPECT_EQ(precise.reads, 0) << "an admitted check reads no clock";
+    // At the coarse time the bucket is empty; 4 ms later it has refilled (1 token per ms).
+    EXPECT_FALSE(coarse_only.allow("user:a", 1, 0).allowed);
+    EXPECT_TRUE(refined.allow("user:a", 1, 0).allowed);
+    EXPECT_EQ(precise.reads, 1);
+    // Spent at the precise time: the bucket's time moved on to it, so the same coarse time again
+    // is denied, and the precise clock (not moved) says the same, with its retry.
+    const Decision again = refined.allow("user:a", 1, 0);
+    EXPECT_FALSE(again.allowed);
+    EXPECT_EQ(again.reason, DenyReason::kInsufficientTokens);
+    EXPECT_EQ(again.retry_after_ns, kNanosPerMilli);
+    EXPECT_EQ(precise.reads, 2);
+    // An invalid cost is denied at any time, and reads no clock.
+    EXPECT_EQ(refined.allow("user:a", -1, 0).reason, DenyReason::kInvalidCost);
+    EXPECT_EQ(precise.reads, 2);
+    EXPECT_EQ(drain(refined)["user:a"], 2);
+  }
+}
+
+TEST(KeyTableCoarseTime, OtherLimitsDeniedAtTheCoarseTimeStandAndTheTokensWaitForTheNextCheck) {
+  CountingClock precise(kTick);
+  KeyTable t(one_rule("user:*", per_second(500, 10, 10)), {.precise_clock = &precise, .coarse_lag_ns = kTick});
+  ASSERT_TRUE(t.allow("user:a", 10, 0).allowed);
+  // 2 tokens refilled by the precise time, but 500/s does not fill 10 within 4 ms: the coarse
+  // time's denial stands, without reading the clock, its retry counted from the coarse time.
+  const Decision d = t.allow("user:a", 1, 0);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_ns, 2 * kNanosPerMilli);
+  EXPECT_EQ(precise.reads, 0);
+  // The next tick's check has them (nothing was lost).
+  EXPECT_TRUE(t.allow("user:a", 2, kTick).allowed);
+  EXPECT_FALSE(t.allow("user:a", 1, kTick).allowed);
+  // charge_when_over is decided again: its charge is the precise time's.
+  Limit over = per_second(500, 10, 10);
+  over.charge_when_over = true;
+  KeyTable c(one_rule("user:*", over), {.precise_clock = &precise, .coarse_lag_ns = kTick});
+  ASSERT_TRUE(c.allow("user:a", 10, 0).allowed);
+  const Decision charged = c.allow("user:a", 5, 0);
+  EXPECT_FALSE(charged.allowed);
+  EXPECT_TRUE(charged.charged_anyway);
+  EXPECT_EQ(precise.reads, 1);
+  EXPECT_EQ(charged.remaining, -3);  // 2 tokens refilled by the precise time, 5 charged
+}
+
+// From any state and any coarse time within the lag: an admitted check is one the precise time
+// admits; a denial of a limit decided again is wholly the precise time's; any other denial is
+// one the precise time would give too, or whose tokens arrived within the lag. Random limits
+// (charge_when_over and shadow among them), random histories applied alike to two tables, then
+// one check each.
+TEST(KeyTableCoarseTime, DecisionsAgreeWithThePreciseTimesFromAnyStateAndCoarseTime) {
+  std::mt19937_64 rng(18);
+  int refined_to_allowed = 0, refined_still_denied = 0, stood_tokens_within_lag = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    Limit limit = per_second(int64_t(1 + rng() % 2000), int64_t(1 + rng() % 20), int64_t(rng() % 20));
+    limit.charge_when_over = rng() % 4 == 0;
+    limit.shadow = !limit.charge_when_over && rng() % 4 == 0;
+    const bool refines = limit.charge_when_over || limit.rate.tokens * kTick >= limit.burst * kSec;
+    CountingClock precise(0);
+    KeyTable with_precise(one_rule("k:*", limit),
+                          {.concurrent = trial % 2 == 1, .shards = 2, .precise_clock = &precise, .coarse_lag_ns = kTick});
+    KeyTable exact(one_rule("k:*", limit));
+    MonoNanos t = int64_t(rng() % kSec);
+    for (int op = int(rng() % 12); op > 0; --op) {
+      t += int64_t(rng() % (3 * kNanosPerMilli));
+      const int64_t cost = int64_t(rng() % 4);
+      if (rng() % 3 == 0) {
+        with_precise.charge_remote("k:a", cost, t);
+        exact.charge_remote("k:a", cost, t);
+      } else {
+        precise.set(t);  // (the same time as `exact`'s: nothing to refine)
+        ASSERT_EQ(with_precise.allow("k:a", cost, t).allowed, exact.allow("k:a", cost, t).allowed);
+      }
+    }
+    const MonoNanos now = t + int64_t(rng() % (5 * kNanosPerMilli));
+    const MonoNanos coarse = now - int64_t(rng() % (kTick + 1));
+    precise.set(now);
+    precise.reads = 0;
+    const int64_t cost = int64_t(rng() % 6);
+    const Decision a = with_precise.allow("k:a", cost, coarse);
+    const Decision b = exact.allow("k:a", cost, now);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    // Whether each would deny (a limit in shadow mode says so and passes).
+    const bool a_denies = !a.allowed || a.shadow_denied, b_denies = !b.allowed || b.shadow_denied;
+    if (!a_denies) {
+      ASSERT_FALSE(b_denies);
+    }
+    if (refines || a_denies == b_denies) {
+      ASSERT_EQ(a.allowed, b.allowed);
+      ASSERT_EQ(a.reason, b.reason);
+      ASSERT_EQ(a.shadow_denied, b.shadow_denied);
+      ASSERT_EQ(a.charged_anyway, b.charged_anyway);
+    }
+    if (refines && a_denies) {
+      // Decided again at the precise time, from the same state: everything agrees.
+      ASSERT_EQ(a.remaining, b.remaining);
+      ASSERT_EQ(a.retry_after_ns, b.retry_after_ns);
+      ASSERT_EQ(with_precise.balance_microtokens("k:a", now), exact.balance_microtokens("k:a", now));
+    }
+    if (a_denies && !b_denies) {
+      // A denial that stood: the tokens it lacked arrived between the coarse and precise times.
+      ASSERT_FALSE(refines);
+      ASSERT_TRUE(a.reason == DenyReason::kInsufficientTokens || a.shadow_denied);
+      if (!a.shadow_denied) {
+        ASSERT_LE(a.retry_after_ns, now - coarse);
+      }
+      ++stood_tokens_within_lag;
+    }
+    if (!refines) {
+      ASSERT_EQ(precise.reads, 0);
+    }
+    if (precise.reads > 0 && !a_denies) ++refined_to_allowed;
+    if (precise.reads > 0 && a_denies) ++refined_still_denied;
+  }
+  // Every branch was exercised.
+  EXPECT_GT(refined_to_allowed, 20);
+  EXPECT_GT(refined_still_denied, 20);
+  EXPECT_GT(stood_tokens_within_lag, 20);
+}
+
+// Nothing is lost: one check every 10 us for a second, stamped with a clock that ticks every
+// 4 ms, admits what the precise times admit, within a lag's refill, for a limit far above a
+// tick's refill and for pacing ones (which only the precise clock's second look keeps whole).
+TEST(KeyTableCoarseTime, AFloodAdmitsWhatThePreciseTimesAdmitWithinALagsRefill) {
+  for (const Limit& limit : {per_second(1000, 1000, 0), per_second(1000, 1, 0), per_second(2000, 5, 0),
+                             per_second(100, 5, 0)}) {
+    SCOPED_TRACE(std::to_string(limit.rate.tokens) + "/s burst " + std::to_string(limit.burst));
+    CountingClock precise(0);
+    KeyTable coarse(one_rule("k:*", limit), {.precise_clock = &precise, .coarse_lag_ns = kTick});
+    KeyTable exact(one_rule("k:*", limit));
+    int64_t admitted_coarse = 0, admitted_exact = 0;
+    for (MonoNanos t = 0; t < kSec; t += 10 * kNanosPerMicro) {
+      precise.set(t);
+      admitted_coarse += coarse.allow("k:a", 1, t - t % kTick).allowed ? 1 : 0;
+      admitted_exact += exact.allow("k:a", 1, t).allowed ? 1 : 0;
+    }
+    // The flood holds the precise bucket to its limit: the burst and a second's refill.
+    EXPECT_NEAR(double(admitted_exact), double(limit.burst + limit.rate.tokens), 2.0);
+    EXPECT_NEAR(double(admitted_coarse), double(admitted_exact), double(limit.rate.tokens * kTick / kSec + 1));
+  }
+}
+
+TEST(KeyTableCoarseTime, AllOrNothingIsDecidedAgainAtThePreciseTime) {
+  for (bool concurrent : {false, true}) {
+    SCOPED_TRACE(concurrent ? "concurrent" : "single owner");
+    CountingClock precise(kTick);
+    KeyTable t(one_rule("user:*", per_second(1000, 2, 2)),
+               {.concurrent = concurrent, .shards = 8, .precise_clock = &precise, .coarse_lag_ns = kTick});
+    ASSERT_TRUE(t.allow("user:a", 2, 0).allowed);  // empty at time 0; full again by 4 ms
+    Decision out[3];
+    const CheckItem both[] = {{"user:a", 2}, {"user:b", 1}, {"other", 1}};
+    EXPECT_TRUE(t.allow_all(both, out, 0));
+    EXPECT_EQ(precise.reads, 1);
+    EXPECT_TRUE(out[0].allowed && out[1].allowed && out[2].allowed);
+    EXPECT_FALSE(out[2].limited);
+    // Charged at the precise time: a is empty there, and a request that needs it fails whole at
+    // the precise time too, with its retry from then.
+    const CheckItem again[] = {{"user:b", 1}, {"user:a", 1}};
+    EXPECT_FALSE(t.allow_all(again, out, 0));
+    EXPECT_EQ(precise.reads, 2);
+    EXPECT_EQ(out[0].reason, DenyReason::kOtherCheckDenied);
+    EXPECT_EQ(out[1].reason, DenyReason::kInsufficientTokens);
+    EXPECT_EQ(out[1].retry_after_ns, kNanosPerMilli);
+    EXPECT_EQ(out[0].retry_after_ns, kNanosPerMilli);
+    EXPECT_EQ(out[0].remaining, 1);  // b untouched by the failed request
+    EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"user:a", 4}, {"user:b", 1}}));
+  }
+}
+
 }  // namespace
 }  // namespace tollgate

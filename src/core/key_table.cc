@@ -46,6 +46,19 @@ void pass_in_shadow(Decision& d) {
   d.retry_after_ns = 0;
 }
 
+// Whether a check denied at a time that may lag the precise clock is decided again at the
+// precise time (KeyTableOptions::precise_clock): when its limit would lose tokens to the lag (it
+// refills its whole burst within it), or charges a denied cost (at the decision's time). Other
+// denials stand: the tokens that arrived during the lag are there for the next check.
+struct Refine {
+  const Clock* clock = nullptr;
+  int64_t lag_ns = 0;
+  bool wanted(const Decision& d, const Limit& limit) const {
+    if (clock == nullptr || d.allowed || d.reason == DenyReason::kInvalidCost) return false;
+    return limit.charge_when_over || Wide(limit.rate.tokens) * lag_ns >= Wide(limit.burst) * limit.rate.period_ns;
+  }
+};
+
 // allow_all's view of one distinct limited key of a request: its bucket as phase 1 sees it.
 struct Probe {
   std::string_view key;
@@ -123,6 +136,13 @@ class Shard {
     Entry& e = slots_[slot];
     const Limit limit = limit_of(e.rule);
     Decision d = e.bucket.try_acquire(limit, cost, now);
+    if (refine_.wanted(d, limit)) {
+      // The refill to `now` above and on to the later time adds what one refill would.
+      if (const MonoNanos later = refine_.clock->now_ns(); later > now) {
+        now = later;
+        d = e.bucket.try_acquire(limit, cost, now);
+      }
+    }
     d.limit = limit;
     d.rule = e.rule;
     pass_in_shadow(d);
@@ -643,6 +663,7 @@ class Shard {
 
   std::shared_ptr<const RuleSet> rules_;
   KeyTableOptions options_;
+  Refine refine_{options_.precise_clock, options_.coarse_lag_ns};
   EntryStore slots_;
   std::vector<uint32_t> free_;
   // Starts small (8 KiB) and doubles as keys arrive: a node with few keys (or one of the
@@ -682,6 +703,7 @@ class Probes {
     auto it = index_.find(key);
     return it == index_.end() ? nullptr : &probes_[it->second];
   }
+  std::vector<Probe>& all() { return probes_; }
   Probe* add(const Probe& p) {
     probes_.push_back(p);
     if (probes_.size() == kLinear + 1) {
@@ -779,7 +801,8 @@ constexpr size_t kTakePerLock = 32;
 // index) and takes that shard's lock for the key's operation.
 class KeyTable::Impl {
  public:
-  Impl(std::shared_ptr<const RuleSet> rules, KeyTableOptions options) : rules_(rules), concurrent_(options.concurrent) {
+  Impl(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
+      : rules_(rules), concurrent_(options.concurrent), refine_{options.precise_clock, options.coarse_lag_ns} {
     size_t n = 1;
     if (concurrent_ && options.shards > 0) {
       n = std::bit_floor(std::min(options.shards, kMaxShards));
@@ -818,7 +841,8 @@ class KeyTable::Impl {
     if (shards_.size() == 1) {
       LockedShard& s = *shards_[0];
       ShardLock lock(s, concurrent_);
-      const bool all = allow_all_in([&](std::string_view) -> Shard& { return s.shard; }, items, out, now, probes);
+      const bool all = allow_all_in([&](std::string_view) -> Shard& { return s.shard; }, items, out, now,
+                                    refine_, probes);
       note_pending(s);
       return all;
     }
@@ -842,7 +866,7 @@ class KeyTable::Impl {
     for (uint32_t i : touched) shards_[i]->mutex.lock();
     Unlock unlock{*this};
     return allow_all_in([&](std::string_view key) -> Shard& { return shard_of(hash_key(key)).shard; }, items, out, now,
-                        probes);
+                        refine_, probes);
   }
 
   bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now) {
@@ -1036,11 +1060,11 @@ class KeyTable::Impl {
   // See KeyTable::allow_all. `shard_for(key)` is the (locked) shard that holds `key`.
   template <class ShardFor>
   static bool allow_all_in(ShardFor shard_for, std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now,
-                           Probes& probes) {
+                           const Refine& refine, Probes& probes) {
     // Phase 1: every check against a copy of its bucket, as though the request's earlier checks
     // had been charged (the same key twice adds up). Nothing changes in the table.
     probes.clear();
-    bool all = true;
+    bool all = true, again = false;
     for (size_t i = 0; i < items.size(); ++i) {
       const CheckItem& c = items[i];
       Probe* p = probes.find(c.key);
@@ -1053,10 +1077,29 @@ class KeyTable::Impl {
         p = probes.add(q);
       }
       out[i] = p->bucket.try_acquire(p->limit, c.cost, now);
+      again = again || refine.wanted(out[i], p->limit);
       out[i].limit = p->limit;
       out[i].rule = p->rule;
       pass_in_shadow(out[i]);
       all = all && out[i].allowed;
+    }
+    if (again) {
+      // Phase 1 again at the precise time (Refine), from the same buckets. Keys not probed
+      // (unlimited, too long) keep their decisions, which do not depend on time.
+      if (const MonoNanos later = refine.clock->now_ns(); later > now) {
+        now = later;
+        for (Probe& p : probes.all()) p.bucket = p.before;
+        all = true;
+        for (size_t i = 0; i < items.size(); ++i) {
+          if (Probe* p = probes.find(items[i].key)) {
+            out[i] = p->bucket.try_acquire(p->limit, items[i].cost, now);
+            out[i].limit = p->limit;
+            out[i].rule = p->rule;
+            pass_in_shadow(out[i]);
+          }
+          all = all && out[i].allowed;
+        }
+      }
     }
     if (all) {
       // Phase 2: charge for real. Each decision is the one phase 1 made (same state, same time;
@@ -1117,6 +1160,7 @@ class KeyTable::Impl {
   std::shared_ptr<const RuleSet> rules_;  // the owner's (rules() and reloads are its)
   std::vector<std::pair<std::string, RuleCounters>> retired_;  // counts of labels not in force (owner's)
   const bool concurrent_;
+  const Refine refine_;  // KeyTableOptions::precise_clock
   std::vector<std::unique_ptr<LockedShard>> shards_;
   std::atomic<int64_t> pending_{0};
   size_t take_cursor_ = 0;  // the shard take_pending starts with
