@@ -178,6 +178,7 @@ class Member::Impl {
     n.keys.concurrent = true;  // checks come from the service's threads
     n.keys.precise_clock = &kSteadyClock;  // checks read check_now()
     n.keys.coarse_lag_ns = check_now_lag();
+    n.early_seal_keys = options_.early_seal_keys;
     const size_t max_batch_bytes = max_batch_bytes_for(options_.max_datagram);
     n.split_for_sealing = [id = n.id, max_batch_bytes](std::vector<ConsumptionEntry> entries) {
       return split_for_sealing(std::move(entries), id, max_batch_bytes);

@@ -99,8 +99,12 @@ TEST(Member, BadOptionsFailAtConstructionWithWhatToFix) {
 // Two members, four threads checking at each while their background threads run rounds, seal
 // (early too: thousands of keys) and gossip: each member charges exactly what both admitted.
 TEST(Member, TwoMembersCheckedFromManyThreadsChargeEachOthersConsumptionOnce) {
-  Member a(options("a", "127.0.0.1:9"));
-  Member b(options("b", "127.0.0.1:" + std::to_string(a.gossip_port())));
+  MemberOptions oa = options("a", "127.0.0.1:9");
+  oa.early_seal_keys = 256;  // (the default's 16,384 new keys would not pile up within a 20 ms round)
+  Member a(oa);
+  MemberOptions ob = options("b", "127.0.0.1:" + std::to_string(a.gossip_port()));
+  ob.early_seal_keys = 256;
+  Member b(ob);
   ASSERT_TRUE(eventually([&] { return a.stats().members_alive == 1 && b.stats().members_alive == 1; }));
   constexpr int kThreads = 4, kChecks = 3000;
   std::atomic<int64_t> admitted{0};
@@ -142,6 +146,7 @@ TEST(Member, ChecksGoOnAnsweringWhileTheBackgroundThreadIsStuck) {
   o.seeds.clear();
   o.peers_file = (dir / "peers.txt").string();
   o.settings = {{"interval", "20ms"}, {"fail-after", "1s"}};  // static membership
+  o.early_seal_keys = 256;
   auto member = std::make_unique<Member>(o);
   ASSERT_TRUE(eventually([&] { return member->stats().rounds > 2; }));
   // The edit: the peers file becomes a FIFO (a second name for it is kept, to write to later).
