@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -131,6 +132,47 @@ TEST(Member, TwoMembersCheckedFromManyThreadsChargeEachOthersConsumptionOnce) {
   // Thousands of new keys within a round: the checks asked the member's thread to seal early.
   EXPECT_GT(a.stats().early_seals + b.stats().early_seals, 0u);
   EXPECT_EQ(a.stats().stopped_by, "");
+}
+
+// A member's checks are decided at the coarse clock (up to two ticks behind): a pacing limit,
+// which refills its burst within a tick, gets its next token as soon as steady_clock says it
+// has refilled, not at the next tick (the table decides the denial again at the precise time).
+// The rate is chosen from the tick: a token per quarter tick. Each attempt starts right after a
+// tick and checks half a tick later, while the coarse clock still reads the tick's start (an
+// attempt the scheduler delays past the next tick proves nothing and is tried again).
+TEST(Member, APacingLimitsTokenIsThereWhenItRefillsNotAtTheNextTick) {
+  timespec res{};
+  ASSERT_EQ(::clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
+  const int64_t tick_ns = int64_t(res.tv_sec) * 1'000'000'000 + res.tv_nsec;
+  ASSERT_GE(tick_ns, 1'000'000) << "a coarse clock as fine as the precise one needs no test";
+  const int64_t per_second = int64_t(4'000'000'000) / tick_ns;
+  MemberOptions o = options("pace", "127.0.0.1:9");
+  o.rules_yaml = "rules:\n  - {match: \"pace:*\", rate: " + std::to_string(per_second) + "/s, burst: 1}\n";
+  Member m(o);
+  auto coarse_now = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  };
+  int decided = 0;
+  for (int attempt = 0; attempt < 50 && decided == 0; ++attempt) {
+    const std::string key = "pace:" + std::to_string(attempt);
+    const int64_t before = coarse_now();
+    while (coarse_now() == before) {
+    }  // the start of a tick
+    const int64_t tick = coarse_now();
+    ASSERT_TRUE(m.check(key, 1).allowed);  // the burst
+    while (m.check(key, 1).allowed) {
+    }  // and what the precise clock has refilled since the coarse time (denials look at it)
+    const auto later = std::chrono::steady_clock::now() + std::chrono::nanoseconds(tick_ns / 2);
+    while (std::chrono::steady_clock::now() < later) {
+    }  // two tokens' refill by the precise clock
+    const Decision d = m.check(key, 1);
+    if (coarse_now() != tick) continue;  // delayed past the tick: try again
+    EXPECT_TRUE(d.allowed) << "denied at the coarse time, and not decided again at the precise one";
+    ++decided;
+  }
+  EXPECT_EQ(decided, 1) << "every attempt was delayed past a tick";
 }
 
 // The member's background thread stuck (here in a read of its peers file, which an edit turned
