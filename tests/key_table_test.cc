@@ -626,7 +626,7 @@ TEST(KeyTableCoarseTime, DecisionsAgreeWithThePreciseTimesFromAnyStateAndCoarseT
     Limit limit = per_second(int64_t(1 + rng() % 2000), int64_t(1 + rng() % 20), int64_t(rng() % 20));
     limit.charge_when_over = rng() % 4 == 0;
     limit.shadow = !limit.charge_when_over && rng() % 4 == 0;
-    const bool refines = limit.charge_when_over || limit.rate.tokens * kTick >= limit.burst * kSec;
+    const bool pacing = limit.rate.tokens * kTick >= limit.burst * kSec;
     CountingClock precise(0);
     KeyTable with_precise(one_rule("k:*", limit),
                           {.concurrent = trial % 2 == 1, .shards = 2, .precise_clock = &precise, .coarse_lag_ns = kTick});
@@ -648,6 +648,9 @@ TEST(KeyTableCoarseTime, DecisionsAgreeWithThePreciseTimesFromAnyStateAndCoarseT
     precise.set(now);
     precise.reads = 0;
     const int64_t cost = int64_t(rng() % 6);
+    // Decided again: charge_when_over, or a pacing limit unless the cost is above the burst
+    // (denied at any time).
+    const bool refines = limit.charge_when_over || (pacing && cost <= limit.burst);
     const Decision a = with_precise.allow("k:a", cost, coarse);
     const Decision b = exact.allow("k:a", cost, now);
     SCOPED_TRACE("trial " + std::to_string(trial));
@@ -736,6 +739,92 @@ TEST(KeyTableCoarseTime, AllOrNothingIsDecidedAgainAtThePreciseTime) {
     EXPECT_EQ(out[0].remaining, 1);  // b untouched by the failed request
     EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"user:a", 4}, {"user:b", 1}}));
   }
+}
+
+// A request denied at the coarse time by a limit whose denial stands still charges its
+// charge_when_over costs at the precise time: the whole request is decided again there.
+TEST(KeyTableCoarseTime, ADeniedRequestChargesItsChargeWhenOverCostsAtThePreciseTime) {
+  Limit over = per_second(500, 10, 10);
+  over.charge_when_over = true;
+  auto rules = std::make_shared<RuleSet>(std::vector<Rule>{{"c:*", over, 0}, {"p:*", per_second(500, 10, 10), 1}},
+                                         std::nullopt);
+  CountingClock precise(kTick);
+  KeyTable t(rules, {.precise_clock = &precise, .coarse_lag_ns = 2 * kTick});
+  ASSERT_TRUE(t.allow("p:y", 10, 0).allowed);  // empty; 500/s does not refill 10 within the lag
+  const CheckItem items[] = {{"c:x", 5}, {"p:y", 5}};  // (p:y has 2 by the precise time)
+  Decision out[2];
+  EXPECT_FALSE(t.allow_all(items, out, 0));
+  EXPECT_EQ(precise.reads, 1);
+  EXPECT_TRUE(out[0].charged_anyway);
+  // Full (capped at 10) at 4 ms, less 5. Charged at the coarse time 0 it would have kept the
+  // 2 tokens refilled between: 7.
+  EXPECT_EQ(t.balance_microtokens("c:x", kTick), 5 * kM);
+}
+
+// allow_all at a coarse time, from random states where keys are evicted with their balances
+// remembered and the rate scale changes (so a remembered limit differs from the current one):
+// it stays all or nothing, admits only what the precise time admits, and a denied request with
+// a charge_when_over cost is the precise time's whole (its charges included).
+TEST(KeyTableCoarseTime, AllOrNothingAgreesWithThePreciseTimeFromRandomStates) {
+  std::mt19937_64 rng(1818);
+  const std::string keys[] = {"k:a", "k:b", "k:c"};
+  int refined = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    Limit limit = per_second(int64_t(1 + rng() % 2000), int64_t(1 + rng() % 20), int64_t(rng() % 20));
+    limit.charge_when_over = rng() % 3 == 0;
+    CountingClock precise(0);
+    KeyTable a(one_rule("k:*", limit), {.max_keys = 2, .concurrent = trial % 2 == 1, .shards = 1,
+                                        .precise_clock = &precise, .coarse_lag_ns = kTick});
+    KeyTable b(one_rule("k:*", limit), {.max_keys = 2});
+    MonoNanos t = int64_t(rng() % kSec);
+    for (int op = int(rng() % 16); op > 0; --op) {
+      t += int64_t(rng() % (2 * kNanosPerMilli));
+      const std::string& key = keys[rng() % 3];
+      const int64_t cost = int64_t(rng() % 4);
+      precise.set(t);
+      switch (rng() % 4) {
+        case 0:
+          a.charge_remote(key, cost, t);
+          b.charge_remote(key, cost, t);
+          break;
+        case 1: {
+          const uint32_t num = uint32_t(1 + rng() % 3);
+          a.set_rate_scale(num, 3, t);
+          b.set_rate_scale(num, 3, t);
+          break;
+        }
+        default:
+          ASSERT_EQ(a.allow(key, cost, t).allowed, b.allow(key, cost, t).allowed);
+      }
+    }
+    const MonoNanos now = t + int64_t(rng() % (3 * kNanosPerMilli));
+    const MonoNanos coarse = now - int64_t(rng() % (kTick + 1));
+    precise.set(now);
+    precise.reads = 0;
+    const size_t n = 1 + rng() % 3;
+    std::vector<CheckItem> items;
+    for (size_t i = 0; i < n; ++i) items.push_back({keys[rng() % 3], int64_t(rng() % 5)});
+    std::vector<Decision> out_a(n), out_b(n);
+    const bool all_a = a.allow_all(items, out_a, coarse);
+    const bool all_b = b.allow_all(items, out_b, now);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    bool every = true, charges = false;
+    for (size_t i = 0; i < n; ++i) {
+      every = every && out_a[i].allowed;
+      charges = charges || (limit.charge_when_over && items[i].cost > 0);
+    }
+    ASSERT_EQ(all_a, every) << "all or nothing";
+    if (all_a) {
+      ASSERT_TRUE(all_b);
+    }
+    if (charges && !all_b) {
+      // Denied at the coarse time too, so decided again: the precise time's, charges included.
+      ASSERT_EQ(all_a, all_b);
+      for (const std::string& k : keys) ASSERT_EQ(a.balance_microtokens(k, now), b.balance_microtokens(k, now)) << k;
+    }
+    if (precise.reads > 0) ++refined;
+  }
+  EXPECT_GT(refined, 100);
 }
 
 }  // namespace

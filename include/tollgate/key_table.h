@@ -56,13 +56,16 @@ struct KeyTableOptions {
   size_t shards = 0;
   // Checks (allow, allow_all) may be given a time that is cheaper to read than precise_clock's
   // but behind it by up to coarse_lag_ns (never ahead): CLOCK_MONOTONIC_COARSE against
-  // CLOCK_MONOTONIC, whose lag is up to two ticks. An admitted check reads no clock: refill only grows
+  // CLOCK_MONOTONIC, whose lag is up to two ticks while the kernel's ticks come on time. An admitted check reads no clock: refill only grows
   // with time, so the precise time admits it too. A denied one is decided again at
   // precise_clock->now_ns() when its limit refills its whole burst within the lag (a pacing
   // limit such as 1,000/s with burst 1, which coarse times would hold to one burst per tick) or
   // charges when over (the charge is the precise time's); any other denial stands, and the
   // tokens that refilled during the lag are there for the next check: never lost, only up to
-  // one lag late (the denial's retry_after_ns is the coarse time's, up to the lag too long).
+  // one lag late (the denial's retry_after_ns is the coarse time's, up to the lag too long, and an
+  // admitted check's remaining up to rate x lag low). A cost above the burst is denied at any time
+  // and not decided again. allow_all decides the whole request again at the precise time when any
+  // of its denials would be, or when it is denied and charges a charge_when_over cost.
   // A check stamped early may also spend tokens before refill would have capped them at the
   // burst, so a key may pass up to rate x lag more over a window than at the precise time
   // (1,000/s and 8 ms: 8 tokens). The clock must outlive the table and be safe to read from
