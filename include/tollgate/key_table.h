@@ -56,8 +56,9 @@ struct KeyTableOptions {
   size_t shards = 0;
   // Checks (allow, allow_all) may be given a time that is cheaper to read than precise_clock's
   // but behind it by up to coarse_lag_ns (never ahead): CLOCK_MONOTONIC_COARSE against
-  // CLOCK_MONOTONIC, whose lag is up to two ticks while the kernel's ticks come on time. An admitted check reads no clock: refill only grows
-  // with time, so the precise time admits it too. A denied one is decided again at
+  // CLOCK_MONOTONIC, whose lag is up to two ticks while the kernel's ticks come on time. An
+  // admitted check reads no clock: refill only grows with time, so the precise time admits it
+  // too. A denied one is decided again at
   // precise_clock->now_ns() when its limit refills its whole burst within the lag (a pacing
   // limit such as 1,000/s with burst 1, which coarse times would hold to one burst per tick) or
   // charges when over (the charge is the precise time's); any other denial stands, and the

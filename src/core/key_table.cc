@@ -728,7 +728,7 @@ class Probes {
 // burn the core a preempted holder needs. Chosen over glibc's adaptive mutex by measurement:
 // in a member the checking threads meet the sealer on the hot keys' shards, and with the
 // adaptive mutex Member::check on Zipf keys cost 1.42-1.47x the single-owner table (two runs,
-// its waiters sleeping on a futex after their spin) against 1.21-1.24x with this lock (three
+// its waiters sleeping on a futex after their spin) against 1.21-1.25x with this lock (four
 // runs); one hot key on 2 threads: 12.7-14.8 M checks/s against 7.8-9.2 M. Uncontended, within
 // the noise. Not fair: a waiter that went to sleep may lose the lock to spinning ones many times.
 // Holds are short for checks and sealing (one key; at most kTakePerLock keys); reloads, rate
@@ -1070,6 +1070,12 @@ class KeyTable::Impl {
     // Phase 1: every check against a copy of its bucket, as though the request's earlier checks
     // had been charged (the same key twice adds up). Nothing changes in the table.
     probes.clear();
+    // A check of a probed key against its copy of the bucket.
+    auto decide_probed = [&](size_t i, Probe& p) {
+      out[i] = p.bucket.try_acquire(p.limit, items[i].cost, now);
+      out[i].limit = p.limit;
+      out[i].rule = p.rule;
+    };
     bool all = true, again = false, charges_anyway = false;
     for (size_t i = 0; i < items.size(); ++i) {
       const CheckItem& c = items[i];
@@ -1082,11 +1088,9 @@ class KeyTable::Impl {
         }
         p = probes.add(q);
       }
-      out[i] = p->bucket.try_acquire(p->limit, c.cost, now);
+      decide_probed(i, *p);
       again = again || refine.wanted(out[i], p->limit);
       charges_anyway = charges_anyway || (p->limit.charge_when_over && c.cost > 0);
-      out[i].limit = p->limit;
-      out[i].rule = p->rule;
       pass_in_shadow(out[i]);
       all = all && out[i].allowed;
     }
@@ -1104,9 +1108,7 @@ class KeyTable::Impl {
         all = true;
         for (size_t i = 0; i < items.size(); ++i) {
           if (Probe* p = probes.find(items[i].key)) {
-            out[i] = p->bucket.try_acquire(p->limit, items[i].cost, now);
-            out[i].limit = p->limit;
-            out[i].rule = p->rule;
+            decide_probed(i, *p);
             pass_in_shadow(out[i]);
           }
           all = all && out[i].allowed;
