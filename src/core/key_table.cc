@@ -80,7 +80,10 @@ size_t string_heap_bytes(const std::string& s) {
 class Shard {
  public:
   Shard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
-      : rules_(std::move(rules)), options_(options) {
+      : index_(std::clamp<size_t>(options.max_keys, 1, 512) * 2),
+        rules_(std::move(rules)),
+        options_(options),
+        refine_{options.precise_clock, options.coarse_lag_ns} {
     if (options_.max_keys == 0) options_.max_keys = 1;
     options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
   }
@@ -163,9 +166,7 @@ class Shard {
     e.pending += cost;
     if (!e.dirty) {
       e.dirty = true;
-      e.dirty_next = dirty_head_;
-      dirty_head_ = slot;
-      ++dirty_count_;
+      dirty_.push_back(slot);  // never allocates: its capacity covers every slot (insert)
     }
   }
 
@@ -256,21 +257,28 @@ class Shard {
     }
     orphan_pending_.resize(orphan_pending_.size() - orphans);
     size_t budget = max_keys - orphans;
-    uint32_t s = dirty_head_;
-    for (; s != kNil && budget > 0; --budget) {
-      Entry& e = slots_[s];
+    for (; !dirty_.empty() && budget > 0; --budget) {
+      Entry& e = slots_[dirty_.back()];
+      dirty_.pop_back();
       if (e.pending > 0) take(e.key(), e.pending);
       e.pending = 0;
       e.dirty = false;
-      const uint32_t next = e.dirty_next;
-      e.dirty_next = kNil;
-      --dirty_count_;
-      s = next;
     }
-    dirty_head_ = s;
   }
 
-  size_t pending_keys() const { return dirty_count_ + orphan_pending_.size(); }
+  size_t pending_keys() const { return dirty_.size() + orphan_pending_.size(); }
+
+  // Starts loading the entries the next take_pending_each(n) takes (the last n dirty keys) into
+  // this core's cache, with intent to write: called under the lock before it is released, so
+  // that the next hold of the lock finds them there instead of taking one cache miss after
+  // another while checks wait for it. A prefetch is only a hint: the entries may change meanwhile.
+  void prefetch_pending(size_t n) const {
+    for (size_t i = dirty_.size() - std::min(n, dirty_.size()); i < dirty_.size(); ++i) {
+      const char* e = reinterpret_cast<const char*>(&slots_[dirty_[i]]);
+      __builtin_prefetch(e, 1, 3);
+      __builtin_prefetch(e + 64, 0, 3);
+    }
+  }
 
   size_t sweep_idle(MonoNanos now, size_t max_scan) {
     size_t removed = 0;
@@ -375,7 +383,7 @@ class Shard {
     s.keys = index_.size();
     s.remembered = remembered_.size();
     const size_t chunks = (slots_.size() + EntryStore::kChunk - 1) / EntryStore::kChunk;
-    size_t bytes = chunks * EntryStore::kChunk * sizeof(Entry) + free_.capacity() * sizeof(uint32_t);
+    size_t bytes = chunks * EntryStore::kChunk * sizeof(Entry) + (free_.capacity() + dirty_.capacity()) * sizeof(uint32_t);
     for (size_t i = 0; i < slots_.size(); ++i) bytes += slots_[i].key_heap ? slots_[i].key_size : 0;
     bytes += index_.bytes();
     bytes += remembered_.bytes() + (light_order_.size() + heavy_order_.size()) * sizeof(std::pair<size_t, uint64_t>);
@@ -395,7 +403,6 @@ class Shard {
     TokenBucket bucket;
     int64_t pending = 0;         // tokens admitted here since the last take_pending()
     uint32_t rule = 0;           // index into rules_
-    uint32_t dirty_next = kNil;  // next slot on the dirty list
     uint16_t key_size = 0;
     bool dirty = false;          // on the dirty list (the slot had pending since the last take)
     bool live = false;           // holds a key (false: on the free list)
@@ -579,13 +586,16 @@ class Shard {
     } else {
       slot = uint32_t(slots_.size());
       slots_.emplace_back();
+      // The dirty list holds each slot at most once: with room for every slot, record() (a check
+      // on an existing key) never allocates.
+      if (dirty_.capacity() < slots_.size()) dirty_.reserve(std::max<size_t>(2 * dirty_.capacity(), 64));
     }
     Entry& e = slots_[slot];
     e.set_key(key);
     e.live = true;
     e.referenced = false;  // a new key earns its second chance by being used again
     e.rule = rule;
-    e.pending = 0;  // dirty/dirty_next are left alone: a reused slot may still be on the dirty list
+    e.pending = 0;  // dirty is left alone: a reused slot may still be on the dirty list
     const Limit limit = limit_of(rule);
     e.bucket = TokenBucket(limit, now);
     if (restored) {
@@ -664,28 +674,34 @@ class Shard {
 
   void touch(uint32_t slot) { slots_[slot].referenced = true; }
 
-  std::shared_ptr<const RuleSet> rules_;
-  KeyTableOptions options_;
-  Refine refine_{options_.precise_clock, options_.coarse_lag_ns};
+  // What every check reads comes first, together (three cache lines; it was spread over the
+  // object): a concurrent table's checks visit up to 64 shards, each with its own copy of these,
+  // which must share the core's L1 and L2 with the entries. Then, on a line of its own, what every
+  // check writes: not on the lock's line (LockedShard), which waiting threads read while the
+  // holder would be writing it, and not among what checks only read, which threads on one hot
+  // key can then all keep.
+  //
+  // The index starts small (8 KiB) and doubles as keys arrive: a node with few keys (or one of
+  // the simulator's thousand) stays small. It never holds more than max_keys, so it stops growing
+  // at 2 * max_keys slots.
+  Index index_;
   EntryStore slots_;
-  std::vector<uint32_t> free_;
-  // Starts small (8 KiB) and doubles as keys arrive: a node with few keys (or one of the
-  // simulator's thousand) stays small. It never holds more than max_keys, so it stops growing at
-  // 2 * max_keys slots.
-  Index index_{std::max<size_t>(std::min<size_t>(options_.max_keys, 512), 1) * 2};
-  uint32_t dirty_head_ = kNil;
-  size_t dirty_count_ = 0;  // slots on the dirty list
+  std::shared_ptr<const RuleSet> rules_;
   int64_t scale_num_ = 1, scale_den_ = 1;  // refill at num/den of each rule's rate
+  std::vector<RuleCounters> counts_;  // by the rules' index (the counts themselves on the heap)
+  std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
+  alignas(64) CheckCounts totals_;
+  std::vector<uint32_t> dirty_;  // slots with pending (or left dirty by erase), most recent last
+  KeyTableOptions options_;
+  Refine refine_;
+  std::vector<uint32_t> free_;
   size_t clock_hand_ = 0;  // next slot evict_lru() examines
   size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
-  std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
   RememberedMap remembered_;                                      // by key hash
   // (hash, generation), oldest first: balances with more than half the burst left, and the rest.
   std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
   uint64_t remembered_generation_ = 0;
   KeyTableStats stats_;
-  CheckCounts totals_;
-  std::vector<RuleCounters> counts_;  // by the rules' index
 };
 
 // A request's distinct limited keys, with their buckets as allow_all's phase 1 sees them;
@@ -893,6 +909,10 @@ class KeyTable::Impl {
     size_t budget = max_keys;
     for (size_t n = 0; n < shards_.size() && budget > 0; ++n) {
       LockedShard& s = *shards_[take_cursor_];
+      {
+        ShardLock lock(s, true);
+        s.shard.prefetch_pending(std::min(budget, kTakePerLock));
+      }
       for (;;) {
         const size_t chunk = std::min(budget, kTakePerLock);
         size_t taken;
@@ -909,7 +929,8 @@ class KeyTable::Impl {
             ends.emplace_back(bytes.size(), tokens);
           });
           taken = before - s.shard.pending_keys();
-          note_pending(s);
+          if (taken < chunk || taken == budget) note_pending(s);  // the shard's last hold
+          if (taken == chunk && budget > taken) s.shard.prefetch_pending(std::min(budget - taken, kTakePerLock));
         }
         size_t begin = 0;
         for (const auto& [end, tokens] : ends) {
@@ -1158,7 +1179,9 @@ class KeyTable::Impl {
   // locked, after any change to it). A shard adds its changes to the count 16 at a time, and when
   // it has none left: one shared counter bumped by every check that dirties a key was a cache
   // line bouncing between the checking threads and the sealing one. So the count may be off by
-  // 15 keys per shard, and a drained table counts 0.
+  // 15 keys per shard, and a drained table counts 0. take_pending publishes once per shard, after
+  // its last hold there (until then the count is high by what it took: early sealing may be
+  // asked for once more, and finds less to do).
   void note_pending(LockedShard& s) {
     if (!concurrent_) return;
     const int64_t now_pending = int64_t(s.shard.pending_keys());
@@ -1176,8 +1199,9 @@ class KeyTable::Impl {
   const bool concurrent_;
   const Refine refine_;  // KeyTableOptions::precise_clock
   std::vector<std::unique_ptr<LockedShard>> shards_;
-  std::atomic<int64_t> pending_{0};
   size_t take_cursor_ = 0;  // the shard take_pending starts with
+  alignas(64) std::atomic<int64_t> pending_{0};
+  char pad_[64 - sizeof(std::atomic<int64_t>)];
 };
 
 KeyTable::KeyTable(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
