@@ -102,7 +102,8 @@ struct NodeOptions {
   // one: 256 keys keep it, and the round's remainder, under about 0.08 ms (1,024: 0.3 ms;
   // bench/node_flood_bench.cc). Sealed batches still go out with the round. 0: only the round
   // seals. With keys.concurrent a check cannot seal (the ledger is the owner's): it calls
-  // seal_wanted, once until the owner calls seal_early.
+  // seal_wanted, once until the owner calls seal_early; and each thread looks at the count every
+  // 16th check (so up to 15 checks late per thread).
   size_t early_seal_keys = 256;
   std::function<void()> seal_wanted;
   // Relay: the number of groups; 0 chooses from the members known (relay_groups_for): every
@@ -264,7 +265,11 @@ class Node {
   bool first_round_ = true;
   size_t live_members_ = 0;
   NodeStats stats_;
-  std::atomic<bool> seal_wanted_{false};  // concurrent: seal_wanted called, seal_early not yet
+  // Concurrent: seal_wanted called, seal_early not yet. Read by every check while a flood of keys
+  // waits to be sealed, so on a cache line of its own (the owner writes stats_ and the rest).
+  struct alignas(64) SealWanted {
+    std::atomic<bool> flag{false};
+  } seal_wanted_;
   std::vector<ConsumptionEntry> pending_;  // reused across rounds
   uint64_t message_seq_ = 0;               // of the last message built
   // By sender; an entry goes when membership forgets the sender, so this is bounded by it.

@@ -142,17 +142,22 @@ bool Node::check_all(std::span<const CheckItem> items, std::span<Decision> out, 
 }
 
 void Node::after_check(MonoNanos now) {
+  // Concurrent: every 16th check of a thread looks (the count is published 16 keys at a time
+  // anyway), so checks rarely read the line the sealer keeps changing.
+  thread_local uint32_t n = 0;
+  if (options_.keys.concurrent && (++n & 15) != 0) return;
   if (options_.early_seal_keys == 0 || table_.pending_keys() < options_.early_seal_keys) return;
   if (!options_.keys.concurrent) {
     seal(now, options_.early_seal_keys);  // see NodeOptions::early_seal_keys
     ++stats_.early_seals;
-  } else if (options_.seal_wanted && !seal_wanted_.exchange(true)) {
+  } else if (options_.seal_wanted && !seal_wanted_.flag.load(std::memory_order_relaxed) &&
+             !seal_wanted_.flag.exchange(true)) {
     options_.seal_wanted();  // once until the owner seals (seal_early)
   }
 }
 
 void Node::seal_early(MonoNanos now) {
-  seal_wanted_.store(false);
+  seal_wanted_.flag.store(false);
   if (options_.early_seal_keys == 0) return;
   // What was pending when asked, early_seal_keys at a time, and no more: checks that keep
   // dirtying keys meanwhile ask again, and must not keep the owner from its rounds.
