@@ -64,10 +64,12 @@ struct MemberOptions {
   size_t max_datagram = 1400;  // as --max-datagram
   // A key flood: once this many keys have consumption not yet sealed, the member's thread seals
   // them before the round does (0: only rounds seal). Checks never wait for sealing, so this only
-  // splits a flood's round into parts; but each part takes the hot keys' entries from the
-  // checking threads' caches: at tollgated's 256, a check on Zipf keys cost 1.6x the bare key
-  // table's, at 16,384 1.2x, as with no early sealing (docs/results.md).
-  size_t early_seal_keys = 16'384;
+  // splits a flood's round into parts and bounds what waits for it; but each part takes the
+  // entries it seals from the checking threads' caches, and a key checked again after an early
+  // seal is sealed again in the same round (one more entry on the wire). At tollgated's 256 a
+  // check on Zipf keys cost 1.6x the bare key table's; on uniform keys over 100k, 1.29x at
+  // 16,384, 1.23x at 65,536 and 1.19x with no early sealing (docs/results.md).
+  size_t early_seal_keys = 65'536;
   uint64_t incarnation = 0;    // 0: from the wall clock, as tollgated
 };
 

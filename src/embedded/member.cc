@@ -70,7 +70,12 @@ class SteadyClock final : public Clock {
  public:
   MonoNanos now_ns() const override { return steady_now(); }
 };
-const SteadyClock kSteadyClock;
+// Never destroyed: a Member that outlives static destruction (itself a static, or checked from
+// another static's destructor) still reads it.
+const Clock& precise_clock() {
+  static const Clock* const clock = new SteadyClock;
+  return *clock;
+}
 
 // The settings, as tollgated would take them from its flags: every name known, every value
 // valid, and the settings consistent with each other.
@@ -181,7 +186,7 @@ class Member::Impl {
     n.seeds = options_.seeds;
     settings.apply_to(n);
     n.keys.concurrent = true;  // checks come from the service's threads
-    n.keys.precise_clock = &kSteadyClock;  // checks read check_now()
+    n.keys.precise_clock = &precise_clock();  // checks read check_now()
     n.keys.coarse_lag_ns = check_now_lag();
     n.early_seal_keys = options_.early_seal_keys;
     const size_t max_batch_bytes = max_batch_bytes_for(options_.max_datagram);

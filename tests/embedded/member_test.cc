@@ -144,7 +144,7 @@ TEST(Member, APacingLimitsTokenIsThereWhenItRefillsNotAtTheNextTick) {
   timespec res{};
   ASSERT_EQ(::clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
   const int64_t tick_ns = int64_t(res.tv_sec) * 1'000'000'000 + res.tv_nsec;
-  ASSERT_GE(tick_ns, 1'000'000) << "a coarse clock as fine as the precise one needs no test";
+  if (tick_ns < 1'000'000) GTEST_SKIP() << "the coarse clock ticks every " << tick_ns << " ns: too fine to tell a tick from a check";
   const int64_t per_second = int64_t(4'000'000'000) / tick_ns;
   MemberOptions o = options("pace", "127.0.0.1:9");
   o.rules_yaml = "rules:\n  - {match: \"pace:*\", rate: " + std::to_string(per_second) + "/s, burst: 1}\n";
