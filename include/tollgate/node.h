@@ -102,8 +102,7 @@ struct NodeOptions {
   // one: 256 keys keep it, and the round's remainder, under about 0.08 ms (1,024: 0.3 ms;
   // bench/node_flood_bench.cc). Sealed batches still go out with the round. 0: only the round
   // seals. With keys.concurrent a check cannot seal (the ledger is the owner's): it calls
-  // seal_wanted, once until the owner calls seal_early; and each thread looks at the count every
-  // 16th check (so up to 15 checks late per thread).
+  // seal_wanted, once until the owner calls seal_early.
   size_t early_seal_keys = 256;
   std::function<void()> seal_wanted;
   // Relay: the number of groups; 0 chooses from the members known (relay_groups_for): every

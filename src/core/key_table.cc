@@ -82,8 +82,8 @@ class Shard {
   Shard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
       : index_(std::clamp<size_t>(options.max_keys, 1, 512) * 2),
         rules_(std::move(rules)),
-        options_(options),
-        refine_{options.precise_clock, options.coarse_lag_ns} {
+        refine_{options.precise_clock, options.coarse_lag_ns},
+        options_(options) {
     if (options_.max_keys == 0) options_.max_keys = 1;
     options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
   }
@@ -259,17 +259,17 @@ class Shard {
     size_t budget = max_keys - orphans;
     for (; !dirty_.empty() && budget > 0; --budget) {
       Entry& e = slots_[dirty_.back()];
-      dirty_.pop_back();
-      if (e.pending > 0) take(e.key(), e.pending);
+      if (e.pending > 0) take(e.key(), e.pending);  // (off the list only once taken: take may throw)
       e.pending = 0;
       e.dirty = false;
+      dirty_.pop_back();
     }
   }
 
   size_t pending_keys() const { return dirty_.size() + orphan_pending_.size(); }
 
-  // Starts loading the entries the next take_pending_each(n) takes (the last n dirty keys) into
-  // this core's cache, with intent to write: called under the lock before it is released, so
+  // Starts loading the entries the next take_pending_each(n) takes (the last n dirty keys; fewer
+  // when keys that left the table come first) into this core's cache, with intent to write: called under the lock before it is released, so
   // that the next hold of the lock finds them there instead of taking one cache miss after
   // another while checks wait for it. A prefetch is only a hint: the entries may change meanwhile.
   void prefetch_pending(size_t n) const {
@@ -585,10 +585,10 @@ class Shard {
       free_.pop_back();
     } else {
       slot = uint32_t(slots_.size());
-      slots_.emplace_back();
       // The dirty list holds each slot at most once: with room for every slot, record() (a check
       // on an existing key) never allocates.
-      if (dirty_.capacity() < slots_.size()) dirty_.reserve(std::max<size_t>(2 * dirty_.capacity(), 64));
+      if (dirty_.capacity() < slots_.size() + 1) dirty_.reserve(std::max<size_t>(2 * dirty_.capacity(), 64));
+      slots_.emplace_back();
     }
     Entry& e = slots_[slot];
     e.set_key(key);
@@ -674,12 +674,12 @@ class Shard {
 
   void touch(uint32_t slot) { slots_[slot].referenced = true; }
 
-  // What every check reads comes first, together (three cache lines; it was spread over the
+  // What every check reads comes first, together (four cache lines; it was spread over the
   // object): a concurrent table's checks visit up to 64 shards, each with its own copy of these,
   // which must share the core's L1 and L2 with the entries. Then, on a line of its own, what every
   // check writes: not on the lock's line (LockedShard), which waiting threads read while the
   // holder would be writing it, and not among what checks only read, which threads on one hot
-  // key can then all keep.
+  // key can then all keep. What only inserts and the owner use follows, from the next line.
   //
   // The index starts small (8 KiB) and doubles as keys arrive: a node with few keys (or one of
   // the simulator's thousand) stays small. It never holds more than max_keys, so it stops growing
@@ -690,10 +690,10 @@ class Shard {
   int64_t scale_num_ = 1, scale_den_ = 1;  // refill at num/den of each rule's rate
   std::vector<RuleCounters> counts_;  // by the rules' index (the counts themselves on the heap)
   std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
+  Refine refine_;  // read by every check (is there a precise clock?)
   alignas(64) CheckCounts totals_;
   std::vector<uint32_t> dirty_;  // slots with pending (or left dirty by erase), most recent last
-  KeyTableOptions options_;
-  Refine refine_;
+  alignas(64) KeyTableOptions options_;
   std::vector<uint32_t> free_;
   size_t clock_hand_ = 0;  // next slot evict_lru() examines
   size_t sweep_hand_ = 0;  // next slot sweep_idle() examines

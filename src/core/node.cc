@@ -142,10 +142,6 @@ bool Node::check_all(std::span<const CheckItem> items, std::span<Decision> out, 
 }
 
 void Node::after_check(MonoNanos now) {
-  // Concurrent: every 16th check of a thread looks (the count is published 16 keys at a time
-  // anyway), so checks rarely read the line the sealer keeps changing.
-  thread_local uint32_t n = 0;
-  if (options_.keys.concurrent && (++n & 15) != 0) return;
   if (options_.early_seal_keys == 0 || table_.pending_keys() < options_.early_seal_keys) return;
   if (!options_.keys.concurrent) {
     seal(now, options_.early_seal_keys);  // see NodeOptions::early_seal_keys

@@ -101,7 +101,7 @@ TEST(Member, BadOptionsFailAtConstructionWithWhatToFix) {
 // (early too: thousands of keys) and gossip: each member charges exactly what both admitted.
 TEST(Member, TwoMembersCheckedFromManyThreadsChargeEachOthersConsumptionOnce) {
   MemberOptions oa = options("a", "127.0.0.1:9");
-  oa.early_seal_keys = 256;  // (the default's 16,384 new keys would not pile up within a 20 ms round)
+  oa.early_seal_keys = 256;  // (the default's 65,536 new keys would not pile up within a 20 ms round)
   Member a(oa);
   MemberOptions ob = options("b", "127.0.0.1:" + std::to_string(a.gossip_port()));
   ob.early_seal_keys = 256;
