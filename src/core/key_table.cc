@@ -1200,8 +1200,7 @@ class KeyTable::Impl {
   const Refine refine_;  // KeyTableOptions::precise_clock
   std::vector<std::unique_ptr<LockedShard>> shards_;
   size_t take_cursor_ = 0;  // the shard take_pending starts with
-  alignas(64) std::atomic<int64_t> pending_{0};
-  char pad_[64 - sizeof(std::atomic<int64_t>)];
+  alignas(64) std::atomic<int64_t> pending_{0};  // its own line (alignas rounds Impl up, too)
 };
 
 KeyTable::KeyTable(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
