@@ -269,9 +269,10 @@ class Shard {
   size_t pending_keys() const { return dirty_.size() + orphan_pending_.size(); }
 
   // Starts loading the entries the next take_pending_each(n) takes (the last n dirty keys; fewer
-  // when keys that left the table come first) into this core's cache, with intent to write: called under the lock before it is released, so
-  // that the next hold of the lock finds them there instead of taking one cache miss after
-  // another while checks wait for it. A prefetch is only a hint: the entries may change meanwhile.
+  // when keys that left the table come first) into this core's cache, with intent to write.
+  // Called under the lock before it is released, so that the next hold finds them there instead
+  // of taking one cache miss after another while checks wait for it. A prefetch is only a hint:
+  // the entries may change meanwhile.
   void prefetch_pending(size_t n) const {
     for (size_t i = dirty_.size() - std::min(n, dirty_.size()); i < dirty_.size(); ++i) {
       const char* e = reinterpret_cast<const char*>(&slots_[dirty_[i]]);
