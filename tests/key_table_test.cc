@@ -451,6 +451,38 @@ TEST(KeyTable, PendingConsumptionOfEvictedKeysIsNotLost) {
   EXPECT_TRUE(drain(t).empty());
 }
 
+// A key flood while nothing takes what was admitted (a member whose thread is stuck): keys that
+// left the table wait for take_pending up to a bound (here its floor, 4,096), and the consumption
+// of those beyond it is dropped and counted instead of held in ever more memory.
+TEST(KeyTable, EvictedConsumptionWaitingToBeTakenIsBounded) {
+  KeyTableOptions options;
+  options.max_keys = 10;
+  KeyTable t(one_rule("*", per_second(1, 10, 10)), options);
+  constexpr size_t kKeys = 10'000, kKept = 4096;
+  for (size_t i = 0; i < kKeys; ++i) ASSERT_TRUE(t.allow("flood:" + std::to_string(i), 1, 0).allowed);
+  const KeyTableStats s = t.stats();
+  EXPECT_EQ(s.evictions, kKeys - 10);
+  EXPECT_EQ(s.pending_dropped, kKeys - 10 - kKept);
+  EXPECT_EQ(t.pending_keys(), kKept + 10);
+  // The first keys evicted and the ten in the table, a token each, once.
+  const auto taken = drain(t);
+  EXPECT_EQ(taken.size(), kKept + 10);
+  for (size_t i = 0; i < kKeys; ++i) {
+    const bool kept = i < kKept || i >= kKeys - 10;
+    const auto it = taken.find("flood:" + std::to_string(i));
+    ASSERT_EQ(it != taken.end(), kept) << i;
+    if (kept) {
+      EXPECT_EQ(it->second, 1) << i;
+    }
+  }
+  EXPECT_EQ(t.pending_keys(), 0u);
+  // Once taken, there is room again: 20 more keys push out the 10 taken ones (nothing pending)
+  // and 10 of their own, whose consumption waits.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(t.allow("again:" + std::to_string(i), 1, 1).allowed);
+  EXPECT_EQ(t.stats().pending_dropped, kKeys - 10 - kKept);
+  EXPECT_EQ(drain(t).size(), 20u);
+}
+
 TEST(KeyTable, RemoteChargesCreateTheKeyAndDebtIt) {
   KeyTable t(one_rule("*", per_second(10, 10, 10)));
   EXPECT_TRUE(t.charge_remote("k", 12, 0));

@@ -9,7 +9,10 @@
 // bucket has refilled carry no information and are removed by sweep_idle().
 //
 // The table also records the cost it admitted per key since the last take_pending(): that is
-// this node's consumption, which the Ledger seals into batches for the other nodes.
+// this node's consumption, which the Ledger seals into batches for the other nodes. Evicted
+// keys' consumption waits for it too, up to max(max_keys, 4,096) keys (a concurrent table: per
+// shard, of its share of max_keys); beyond that (nothing took it during a key flood) it is
+// dropped and counted: KeyTableStats::pending_dropped.
 //
 // By default single-owner: one thread (the daemon's node loop, or the simulator) and no locks.
 // With KeyTableOptions::concurrent, checks (allow, allow_all), remote charges, sweep_idle,
@@ -85,6 +88,9 @@ struct KeyTableStats {
   uint64_t restored = 0;          // keys re-created at a remembered balance rather than full
   uint64_t forgotten_debts = 0;   // remembered balances dropped before refilling (memory bound)
   uint64_t remote_ignored = 0;    // remote charges ignored: no rule governs the key here, or too long
+  // Evicted keys whose consumption was dropped unreported: too many evicted keys were waiting
+  // for take_pending (see above; a member's thread stuck under a key flood).
+  uint64_t pending_dropped = 0;
 };
 
 // One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).

@@ -400,6 +400,9 @@ class Shard {
   // One key's state, two cache lines. Keys up to kInlineKey bytes (nearly all real ones) live
   // inside the entry, so a check reads the index line and this entry and nothing else.
   static constexpr size_t kInlineKey = 72;
+  // Keys that left the table with consumption not yet taken, kept at least (see orphan()): more
+  // than tollgated's early sealing (256) lets wait, however small max_keys is.
+  static constexpr size_t kMinOrphans = 4096;
   struct alignas(64) Entry {
     TokenBucket bucket;
     int64_t pending = 0;         // tokens admitted here since the last take_pending()
@@ -664,13 +667,25 @@ class Shard {
   // pending), which keeps removal O(1).
   void erase(uint32_t slot) {
     Entry& e = slots_[slot];
-    if (e.pending > 0) orphan_pending_.emplace_back(e.key(), e.pending);
+    if (e.pending > 0) orphan(e.key(), e.pending);
     index_erase(uint32_t(hash_key(e.key())), slot);
     e.key_heap.reset();  // release a long key's buffer now, not at reuse
     e.key_size = 0;
     e.live = false;
     e.pending = 0;
     free_.push_back(slot);
+  }
+
+  // Consumption of a key that left the table, kept until take_pending reports it. At most
+  // max(max_keys, kMinOrphans) such keys wait: a key flood while nothing takes (a member whose
+  // thread is stuck) must not grow memory without bound. Beyond that the consumption is dropped
+  // and counted (KeyTableStats::pending_dropped): peers never hear of it.
+  void orphan(std::string_view key, int64_t tokens) {
+    if (orphan_pending_.size() >= std::max(options_.max_keys, kMinOrphans)) {
+      ++stats_.pending_dropped;
+      return;
+    }
+    orphan_pending_.emplace_back(key, tokens);
   }
 
   void touch(uint32_t slot) { slots_[slot].referenced = true; }
@@ -1069,6 +1084,7 @@ class KeyTable::Impl {
       sum.restored += x.restored;
       sum.forgotten_debts += x.forgotten_debts;
       sum.remote_ignored += x.remote_ignored;
+      sum.pending_dropped += x.pending_dropped;
     }
     return sum;
   }

@@ -581,6 +581,7 @@ StatsList Daemon::stats() {
   add("keys_idle_removed", k.idle_removed);
   add("keys_rejected_too_long", k.rejected_keys);
   add("keys_restored_from_eviction", k.restored);
+  add("keys_pending_dropped", k.pending_dropped);
   const LedgerStats l = node_->ledger().stats();
   add("batches_sealed", l.sealed);
   add("batches_applied", l.applied);
