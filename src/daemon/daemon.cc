@@ -204,6 +204,9 @@ Daemon::Daemon(DaemonOptions options)
     rls_options.listen = options_.rls_listen;
     rls_options.response_headers = options_.rls_response_headers;
     rls_options.max_pending = options_.rls_max_pending;
+    // With client API threads the node's checks are safe from any thread (the table is
+    // concurrent): Envoy's calls are decided on gRPC's threads, not queued for the node's.
+    rls_options.decide_on_grpc_threads = options_.threads > 1;
     rls_ = std::make_unique<rls::RlsServer>(io_, *this, rls_options);
     if (std::string why = rls_->start(rls_config_); !why.empty()) throw std::runtime_error("--rls-listen " + why);
     if (!rls_->is_loopback()) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <deque>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "api/endpoint.h"
@@ -92,7 +93,13 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
   }
 
-  void stop() { node_stopped_ = true; }
+  void stop() {
+    node_stopped_ = true;
+    // No decision on a gRPC thread starts from now on, and those under way end first: the node
+    // seals what they charge when it leaves, right after this.
+    gate_closed_.store(true);
+    while (deciding_.load() != 0) std::this_thread::yield();
+  }
 
   void shutdown() {
     std::deque<Job*> left;
@@ -144,7 +151,11 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (left < std::chrono::hours(24)) {
       job->deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(left);
     }
-    submit(job);
+    if (options_.decide_on_grpc_threads) {
+      decide_here(job);
+    } else {
+      submit(job);
+    }
     return reactor;
   }
 
@@ -183,6 +194,22 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
         return finish(job, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                         "tollgated has too many rate limit calls waiting"));
     }
+  }
+
+  // gRPC thread (decide_on_grpc_threads): decide and answer the call now. Just read, so neither
+  // its deadline nor a cancellation can have come yet. Dekker's handshake with stop(), both
+  // sequentially consistent: either stop() sees this call deciding and waits for it, or the
+  // call sees the gate closed and is not charged.
+  void decide_here(Job* job) {
+    deciding_.fetch_add(1);
+    if (gate_closed_.load()) {
+      deciding_.fetch_sub(1);
+      ++unavailable_;
+      return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
+    }
+    job->overall = decide(handler_, job->plan, job->results);
+    deciding_.fetch_sub(1);
+    answer(job);
   }
 
   // Node thread: decide what is queued, at most kJobsPerTurn calls per handler so that gossip
@@ -265,6 +292,9 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   bool closed_ = false;
   bool shut_down_ = false;
   bool node_stopped_ = false;  // node thread only
+  // decide_on_grpc_threads: closed by stop(); decisions under way on gRPC's threads.
+  std::atomic<bool> gate_closed_{false};
+  std::atomic<int> deciding_{0};
 
   std::atomic<int64_t> calls_{0}, over_limit_{0}, invalid_{0}, busy_{0}, deadline_expired_{0}, cancelled_{0},
       unavailable_{0}, shadow_over_{0};

@@ -6,6 +6,8 @@
 // answered from a finisher thread that builds the response and finishes the call. The node's
 // thread does no gRPC work, and a slow or dead client never holds it: gRPC writes on its own.
 // A call whose deadline passed or that was cancelled before its turn is not charged.
+// With decide_on_grpc_threads (tollgated --threads above 1, the key table concurrent), a call is
+// instead decided and answered on the gRPC thread that read it: no queue and no hop.
 //
 // The handlers it posts to the node's io_context hold the server: that io_context must not run
 // them once the server is destroyed (the daemon runs it no more after shutdown()).
@@ -31,11 +33,14 @@ struct RlsServerOptions {
   size_t max_key_bytes = 256;            // the key table's; longer bucket keys are digested
   size_t max_request_bytes = 64 * 1024;  // a larger request is refused by gRPC (RESOURCE_EXHAUSTED)
   bool response_headers = false;         // add RateLimit-Policy, RateLimit and Retry-After
+  // The handler's check and check_all are safe from any thread: decide on gRPC's threads.
+  bool decide_on_grpc_threads = false;
 };
 
 class RlsServer {
  public:
-  // `handler` is called on `node_io`'s thread only.
+  // `handler` is called on `node_io`'s thread only (its check and check_all on gRPC's threads
+  // too with decide_on_grpc_threads).
   RlsServer(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options);
   ~RlsServer();  // shutdown() if not done
   RlsServer(const RlsServer&) = delete;
@@ -52,7 +57,8 @@ class RlsServer {
   // Health: NOT_SERVING from now on (SIGTERM's drain). Calls are still answered.
   void drain();
   // On the node's thread: calls not yet decided, and every later one, answer UNAVAILABLE
-  // without being charged (the node is leaving).
+  // without being charged (the node is leaving). With decide_on_grpc_threads it returns once
+  // the decisions already under way on gRPC's threads are made (a few microseconds).
   void stop();
   // Off the node's thread, once it no longer runs: answers what is still queued, shuts the
   // server down and waits for the finisher. Idempotent.

@@ -9,6 +9,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <atomic>
 #include <future>
 #include <memory>
 #include <string>
@@ -29,6 +30,7 @@ using tollgate::testing::wait_until;
 class CountingHandler : public RequestHandler {
  public:
   void check(std::span<const CheckItem> items, std::span<Decision> out) override {
+    decided_on = std::this_thread::get_id();
     for (size_t i = 0; i < items.size(); ++i) {
       charged += items[i].cost;
       out[i] = Decision{};
@@ -44,7 +46,8 @@ class CountingHandler : public RequestHandler {
   std::vector<MemberInfo> members() override { return {}; }
   StatsList stats() override { return {}; }
   std::string set_faults(const FaultSettings&) override { return ""; }
-  int64_t charged = 0;  // node thread (the test's) only
+  std::atomic<int64_t> charged{0};
+  std::atomic<std::thread::id> decided_on{};  // the thread of the last check
 };
 
 int64_t stat(const StatsList& stats, const std::string& name) {
@@ -57,10 +60,11 @@ int64_t stat(const StatsList& stats, const std::string& name) {
 
 class RlsServerTest : public ::testing::Test {
  protected:
-  void start(size_t max_pending) {
+  void start(size_t max_pending, bool on_grpc_threads = false) {
     RlsServerOptions options;
     options.listen = "127.0.0.1:0";
     options.max_pending = max_pending;
+    options.decide_on_grpc_threads = on_grpc_threads;
     server_ = std::make_unique<RlsServer>(node_io_, handler_, options);
     const auto config = parse_rls_config({{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
     ASSERT_EQ(server_->start(config), "");
@@ -153,6 +157,28 @@ TEST_F(RlsServerTest, ShutdownAnswersWhatTheNodeNeverReached) {
   server_->shutdown();  // the node's thread is gone: nothing will decide it
   EXPECT_EQ(queued.get().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(handler_.charged, 0);
+  EXPECT_EQ(stat("rls_unavailable"), 1);
+}
+
+// tollgated --threads 2 and up: the handler is safe from any thread, and a call is decided on
+// the gRPC thread that read it. The node's io_context is never run here.
+TEST_F(RlsServerTest, OnGrpcThreadsACallIsDecidedAndAnsweredWithoutTheNodesThread) {
+  start(16, true);
+  EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
+  EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
+  EXPECT_EQ(handler_.charged, 2);
+  EXPECT_NE(handler_.decided_on.load(), std::thread::id{});
+  EXPECT_NE(handler_.decided_on.load(), std::this_thread::get_id());
+  EXPECT_EQ(stat("rls_calls"), 2);
+  EXPECT_EQ(node_io_.poll(), 0u);  // nothing was posted to the node
+}
+
+TEST_F(RlsServerTest, OnGrpcThreadsCallsAfterStopAreUnavailableUncharged) {
+  start(16, true);
+  EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
+  server_->stop();  // the node is leaving: it seals what was charged, so nothing may be charged after
+  EXPECT_EQ(call_async(std::chrono::seconds(20)).get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(handler_.charged, 1);
   EXPECT_EQ(stat("rls_unavailable"), 1);
 }
 

@@ -9,6 +9,7 @@ section 4), with tollgate's semantics where they differ on purpose (all or nothi
 Usage (ctest runs it): rls_test.py TOLLGATED TOLLGATE_CLI PROTO_DIR [unittest args]
 Nothing here sleeps for synchronisation: every wait polls observable state with a deadline.
 """
+import concurrent.futures
 import json
 import os
 import shutil
@@ -158,6 +159,8 @@ class Daemon:
 
 
 class SingleDaemon(unittest.TestCase):
+    EXTRA = ()
+
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="tollgate-rls-")
@@ -165,7 +168,7 @@ class SingleDaemon(unittest.TestCase):
         os.mkdir(cls.config_dir)
         with open(os.path.join(cls.config_dir, "basic.yaml"), "w") as f:
             f.write(BASIC)
-        cls.d = Daemon(cls.dir, "solo", cls.config_dir)
+        cls.d = Daemon(cls.dir, "solo", cls.config_dir, extra=cls.EXTRA)
 
     @classmethod
     def tearDownClass(cls):
@@ -201,6 +204,14 @@ class SingleDaemon(unittest.TestCase):
             remaining.append(r.statuses[0].limit_remaining)
         self.assertEqual(codes, [OK] * 20 + [OVER] * 5)
         self.assertEqual(remaining, list(range(19, -1, -1)) + [0] * 5)
+
+    def test_calls_at_once_admit_exactly_the_limit(self):
+        def call(_):
+            return self.d.one("basic", [("key2", "at-once")]).overall_code
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            codes = list(pool.map(call, range(40)))
+        self.assertEqual(codes.count(OK), 20)
+        self.assertEqual(codes.count(OVER), 20)
 
     def test_two_descriptors_are_all_or_nothing(self):
         # key3 (10/h) denies from call 11 on; key2 (20/min) is then not charged, unlike the
@@ -323,6 +334,12 @@ class SingleDaemon(unittest.TestCase):
     def test_health_is_serving(self):
         r = self.d.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
         self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+
+
+class SingleDaemonOnTwoThreads(SingleDaemon):
+    """The same cases with --threads 2: the key table concurrent, each call decided on the gRPC
+    thread that read it instead of the node's."""
+    EXTRA = ("--threads", "2")
 
 
 class ResponseHeaders(unittest.TestCase):
