@@ -774,6 +774,30 @@ uint64_t counted(const std::vector<std::pair<std::string, RuleCounters>>& all, c
   return 0;
 }
 
+// A node whose checks only ask for early sealing (a concurrent table: a member, tollgated
+// --threads) keeps evicted keys' consumption until well past the point where it asks, however
+// small max_keys is: a flood is sealed long before any consumption would be dropped.
+TEST(Node, AConcurrentNodeAsksForSealingLongBeforeItWouldDropConsumption) {
+  DropEverything out;
+  SplitMix64 random(1);
+  NodeOptions o;
+  o.id = "n";
+  o.address = "127.0.0.1:1";
+  o.keys.max_keys = 10'000;  // 8 shards of 1,250: 4,096 kept per shard would drop at 32,768
+  o.keys.concurrent = true;
+  o.early_seal_keys = 65'536;
+  int asked = 0;
+  o.seal_wanted = [&asked] { ++asked; };
+  auto rules = std::make_shared<const RuleSet>(std::vector<Rule>{{"k*", Limit{Rate{10, kNanosPerSecond}, 10, 10}, 0}},
+                                               std::nullopt);
+  Node node(o, rules, out, random);
+  ASSERT_EQ(node.table().shards(), 8u);
+  for (int i = 0; i < 100'000; ++i) ASSERT_TRUE(node.check("k" + std::to_string(i), 1, 0).allowed);
+  EXPECT_EQ(asked, 1);  // at 65,536 pending keys, and not again until the owner seals
+  EXPECT_EQ(node.table().stats().evictions, 90'000u);
+  EXPECT_EQ(node.table().pending_dropped(), 0u);
+}
+
 // Per-rule counters for /metrics: by the rule that decided, near-limit once 80% of the burst is
 // used, all or nothing counted per item, kept across a reload under the rule's label.
 TEST(Node, CountsChecksPerRuleAndKeepsThemAcrossAReload) {

@@ -10,9 +10,9 @@
 //
 // The table also records the cost it admitted per key since the last take_pending(): that is
 // this node's consumption, which the Ledger seals into batches for the other nodes. Evicted
-// keys' consumption waits for it too, up to max(max_keys, 4,096) keys (a concurrent table: per
-// shard, of its share of max_keys); beyond that (nothing took it during a key flood) it is
-// dropped and counted: KeyTableStats::pending_dropped.
+// keys' consumption waits for it too, up to a bound (KeyTableOptions::min_pending_evicted); beyond
+// that (nothing took it during a key flood) it is dropped and counted:
+// KeyTableStats::pending_dropped.
 //
 // By default single-owner: one thread (the daemon's node loop, or the simulator) and no locks.
 // With KeyTableOptions::concurrent, checks (allow, allow_all), remote charges, sweep_idle,
@@ -52,6 +52,12 @@ struct KeyTableOptions {
   size_t max_key_bytes = 256;   // longer keys are denied with DenyReason::kKeyTooLong
   // Evicted, not yet refilled balances remembered (about 100 bytes each). 0 disables it.
   size_t max_remembered = 65'536;
+  // Evicted keys whose consumption take_pending has not taken yet are kept up to the largest of
+  // max_keys, 4,096 per shard and this many (in all, split over the shards like max_keys);
+  // beyond, their consumption is dropped and counted (KeyTableStats::pending_dropped). A Node
+  // that seals early sets it to twice its early_seal_keys, so that only a sealer stuck or far
+  // behind loses any.
+  size_t min_pending_evicted = 0;
   // Safe for concurrent use (see above); costs an uncontended lock per check.
   bool concurrent = false;
   // Concurrent: shards (a power of two up to 64; rounded down). 0: 64, fewer for a table too
@@ -140,6 +146,8 @@ class KeyTable {
   void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys = SIZE_MAX);
   // Keys (evicted ones included) with consumption take_pending() has not taken yet, at most.
   size_t pending_keys() const;
+  // KeyTableStats::pending_dropped alone, without stats()' walk over every key.
+  uint64_t pending_dropped() const;
 
   // Examines up to `max_scan` keys, round-robin from where the previous call stopped, and removes
   // those whose bucket has refilled to burst (their pending consumption is kept and still

@@ -80,8 +80,9 @@ struct MemberStats {
   size_t members_alive = 0;  // other members this one sees alive (as of its last round)
   uint64_t messages_sent = 0, messages_received = 0;
   uint64_t early_seals = 0;  // times a flood of keys was sealed between rounds
-  // Evicted keys whose consumption was dropped before the background thread sealed it (it fell
-  // behind a key flood by more than max-keys keys): the cluster never counts it. Worth an alert.
+  // Evicted keys whose consumption was dropped before the background thread sealed it (stuck,
+  // or behind a key flood by more than max(max-keys, 2 x early_seal_keys, 4,096 per shard)
+  // keys): the cluster never counts it. Worth an alert.
   uint64_t pending_dropped = 0;
   // Empty while the background thread runs; what stopped it otherwise (an exception: checks
   // still answer, from local state only). Worth an alert in the service.

@@ -379,6 +379,8 @@ class Shard {
     return e.bucket.balance_microtokens(limit_of(e.rule), now);
   }
 
+  uint64_t pending_dropped() const { return stats_.pending_dropped; }
+
   KeyTableStats stats() const {
     KeyTableStats s = stats_;
     s.keys = index_.size();
@@ -677,11 +679,11 @@ class Shard {
   }
 
   // Consumption of a key that left the table, kept until take_pending reports it. At most
-  // max(max_keys, kMinOrphans) such keys wait: a key flood while nothing takes (a member whose
+  // max(max_keys, kMinOrphans, min_pending_evicted) such keys wait: a key flood while nothing takes (a member whose
   // thread is stuck) must not grow memory without bound. Beyond that the consumption is dropped
   // and counted (KeyTableStats::pending_dropped): peers never hear of it.
   void orphan(std::string_view key, int64_t tokens) {
-    if (orphan_pending_.size() >= std::max(options_.max_keys, kMinOrphans)) {
+    if (orphan_pending_.size() >= std::max({options_.max_keys, kMinOrphans, options_.min_pending_evicted})) {
       ++stats_.pending_dropped;
       return;
     }
@@ -856,6 +858,7 @@ class KeyTable::Impl {
       KeyTableOptions each = options;
       each.max_keys = std::max<size_t>(1, share(options.max_keys, i));
       each.max_remembered = options.max_remembered == 0 ? 0 : std::max<size_t>(1, share(options.max_remembered, i));
+      each.min_pending_evicted = (options.min_pending_evicted + n - 1) / n;
       shards_.push_back(std::make_unique<LockedShard>(rules, each));
     }
   }
@@ -1070,6 +1073,15 @@ class KeyTable::Impl {
     return s.shard.balance(key, now);
   }
 
+  uint64_t pending_dropped() const {
+    uint64_t n = 0;
+    for (const auto& s : shards_) {
+      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      n += s->shard.pending_dropped();
+    }
+    return n;
+  }
+
   KeyTableStats stats() const {
     KeyTableStats sum;
     for (const auto& s : shards_) {
@@ -1235,6 +1247,7 @@ bool KeyTable::charge_remote(std::string_view key, int64_t tokens, MonoNanos now
 }
 void KeyTable::take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) { impl_->take_pending(out, max_keys); }
 size_t KeyTable::pending_keys() const { return impl_->pending_keys(); }
+uint64_t KeyTable::pending_dropped() const { return impl_->pending_dropped(); }
 size_t KeyTable::sweep_idle(MonoNanos now_ns, size_t max_scan) { return impl_->sweep_idle(now_ns, max_scan); }
 void KeyTable::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns) {
   impl_->replace_rules(std::move(rules), now_ns);

@@ -58,11 +58,20 @@ const char* partition_policy_name(PartitionPolicy p) {
   return p == PartitionPolicy::kOpen ? "open" : "proportional";
 }
 
+// The key table's options as the node runs it: a table whose checks only ask for early sealing
+// (concurrent) keeps evicted keys' consumption for twice the early sealing threshold at least,
+// so that a flood is sealed long before any would be dropped (KeyTableStats::pending_dropped).
+KeyTableOptions Node::table_options(const NodeOptions& o) {
+  KeyTableOptions keys = o.keys;
+  if (keys.concurrent) keys.min_pending_evicted = std::max(keys.min_pending_evicted, 2 * o.early_seal_keys);
+  return keys;
+}
+
 Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random)
     : options_(std::move(options)),
       outbox_(outbox),
       random_(random),
-      table_(std::move(rules), options_.keys),
+      table_(std::move(rules), table_options(options_)),
       ledger_(options_.id, options_.incarnation, options_.ledger),
       membership_(options_.id, options_.address, options_.incarnation, options_.membership),
       plan_(std::make_unique<RelayPlan>()),

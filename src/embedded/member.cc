@@ -273,7 +273,7 @@ class Member::Impl {
     s.messages_sent = sent_.load(std::memory_order_relaxed);
     s.messages_received = received_.load(std::memory_order_relaxed);
     s.early_seals = early_seals_.load(std::memory_order_relaxed);
-    s.pending_dropped = node_->table().stats().pending_dropped;
+    s.pending_dropped = node_->table().pending_dropped();
     std::lock_guard<std::mutex> hold(error_lock_);
     s.stopped_by = error_;
     return s;

@@ -8,7 +8,9 @@
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -201,14 +203,24 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   // sequentially consistent: either stop() sees this call deciding and waits for it, or the
   // call sees the gate closed and is not charged.
   void decide_here(Job* job) {
-    deciding_.fetch_add(1);
-    if (gate_closed_.load()) {
-      deciding_.fetch_sub(1);
-      ++unavailable_;
-      return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
+    struct Deciding {
+      std::atomic<int>& n;
+      explicit Deciding(std::atomic<int>& count) : n(count) { n.fetch_add(1); }
+      ~Deciding() { n.fetch_sub(1); }  // however decide() ends: stop() must not wait forever
+    };
+    {
+      Deciding deciding(deciding_);
+      if (gate_closed_.load()) {
+        job->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down");
+      } else {
+        try {
+          job->overall = decide(handler_, job->plan, job->results);
+        } catch (const std::exception& e) {  // (an allocation failing in the table, say)
+          job->status = grpc::Status(grpc::StatusCode::INTERNAL, std::string("the check failed: ") + e.what());
+        }
+      }
     }
-    job->overall = decide(handler_, job->plan, job->results);
-    deciding_.fetch_sub(1);
+    if (job->status.error_code() == grpc::StatusCode::UNAVAILABLE) ++unavailable_;
     answer(job);
   }
 

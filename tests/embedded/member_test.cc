@@ -236,7 +236,7 @@ TEST(Member, ChecksGoOnAnsweringWhileTheBackgroundThreadIsStuck) {
   unstick.now();
   // Free: rounds again, and early sealing (a round may have sealed the stalled flood first, so
   // fresh floods keep asking until one is sealed early: thousands of keys between two rounds,
-  // for the count of pending keys is published by each of the 64 shards 16 keys at a time).
+  // for the count of pending keys is published 16 keys at a time).
   EXPECT_TRUE(eventually([&] { return member->stats().rounds > rounds; }));
   const uint64_t early_seals = member->stats().early_seals;
   int fresh = 0;
