@@ -679,9 +679,9 @@ class Shard {
   }
 
   // Consumption of a key that left the table, kept until take_pending reports it. At most
-  // max(max_keys, kMinOrphans, min_pending_evicted) such keys wait: a key flood while nothing takes (a member whose
-  // thread is stuck) must not grow memory without bound. Beyond that the consumption is dropped
-  // and counted (KeyTableStats::pending_dropped): peers never hear of it.
+  // max(max_keys, kMinOrphans, min_pending_evicted) such keys wait: a key flood while nothing
+  // takes (a member whose thread is stuck) must not grow memory without bound. Beyond that the
+  // consumption is dropped and counted (KeyTableStats::pending_dropped): peers never hear of it.
   void orphan(std::string_view key, int64_t tokens) {
     if (orphan_pending_.size() >= std::max({options_.max_keys, kMinOrphans, options_.min_pending_evicted})) {
       ++stats_.pending_dropped;
@@ -1074,12 +1074,7 @@ class KeyTable::Impl {
   }
 
   uint64_t pending_dropped() const {
-    uint64_t n = 0;
-    for (const auto& s : shards_) {
-      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
-      n += s->shard.pending_dropped();
-    }
-    return n;
+    return sum_over_shards([](const Shard& s) { return s.pending_dropped(); });
   }
 
   KeyTableStats stats() const {
@@ -1103,16 +1098,22 @@ class KeyTable::Impl {
 
   const RuleSet& rules() const { return *rules_; }
   size_t size() const {
-    size_t n = 0;
-    for (const auto& s : shards_) {
-      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
-      n += s->shard.size();
-    }
-    return n;
+    return sum_over_shards([](const Shard& s) { return s.size(); });
   }
   size_t shards() const { return shards_.size(); }
 
  private:
+  // f(shard) summed over the shards, each read under its lock.
+  template <class F>
+  uint64_t sum_over_shards(F f) const {
+    uint64_t n = 0;
+    for (const auto& s : shards_) {
+      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      n += f(s->shard);
+    }
+    return n;
+  }
+
   // See KeyTable::allow_all. `shard_for(key)` is the (locked) shard that holds `key`.
   template <class ShardFor>
   static bool allow_all_in(ShardFor shard_for, std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now,

@@ -211,6 +211,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     {
       Deciding deciding(deciding_);
       if (gate_closed_.load()) {
+        ++unavailable_;
         job->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down");
       } else {
         try {
@@ -220,7 +221,6 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
         }
       }
     }
-    if (job->status.error_code() == grpc::StatusCode::UNAVAILABLE) ++unavailable_;
     answer(job);
   }
 
