@@ -2,7 +2,8 @@
 // routes (src/http/routes.h), and writes the answers. Checks run on the node's thread, queued
 // (bounded) through its io_context; nothing else of HTTP ever runs there.
 //
-// Limits: connections (beyond: closed at once, counted), header and body bytes (431 and 413),
+// Limits: connections (beyond: closed at once, counted), header and body bytes (431 and 413), a
+// connection's read buffer (a chunk line or trailer that outgrows it: 400),
 // a deadline for reading each request and writing its answer (a slow or idle client is closed,
 // counted), jobs waiting for the node (beyond: 503), and how long a job may wait for the node
 // before it is answered 503 uncharged.

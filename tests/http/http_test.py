@@ -198,6 +198,93 @@ class TwoNodes(unittest.TestCase):
         self.assertGreaterEqual(after["http.connections_timed_out"] - before["http.connections_timed_out"], 5)
 
 
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+class EndlessLines(unittest.TestCase):
+    """Lines the parser must see whole and that never end (issue 34, finding 1): a chunk-size
+    line, a chunk extension, a trailer. Each is refused with 400 after a bounded read, and the
+    daemon's memory does not follow what the client sends. Before the fix the read buffer grew
+    with every byte until the 10 s timeout: 64 MiB sent, 64+ MiB more RSS, no answer."""
+
+    SEND_CAP = 64 << 20  # bytes the attacker is allowed to push before the test gives up
+    HEAD = b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-http-lines-")
+        with open(os.path.join(cls.dir, "rules.yaml"), "w") as f:
+            f.write(RULES)
+        with open(os.path.join(cls.dir, "rls.yaml"), "w") as f:
+            f.write(RLS)
+        port = free_port()
+        cls.d = Daemon(cls.dir, "solo", port, [("solo", port)])  # default limits: a 10 s timeout
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        if code != 0:
+            raise AssertionError("tollgated exited with %s" % code)
+
+    def flood(self, prefix, filler):
+        """Sends prefix, then filler until the server answers or SEND_CAP bytes have gone: the
+        bytes sent and the first bytes of the answer (b"" if the server closed without one)."""
+        import select
+        block = filler * ((64 << 10) // len(filler))
+        sent = 0
+        answer = b""
+        with socket.create_connection(("127.0.0.1", self.d.http_port), timeout=20) as s:
+            s.sendall(self.HEAD + prefix)
+            try:
+                while sent < self.SEND_CAP:
+                    readable, _, _ = select.select([s], [], [], 0)
+                    if readable:
+                        answer = s.recv(200)
+                        break
+                    s.sendall(block)
+                    sent += len(block)
+                else:
+                    return sent, answer
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            if not answer:
+                try:
+                    answer = s.recv(200)
+                except (ConnectionResetError, socket.timeout):
+                    pass
+        return sent, answer
+
+    def check_refused(self, prefix, filler):
+        before = rss_kib(self.d.proc.pid)
+        sent, answer = self.flood(prefix, filler)
+        grown = rss_kib(self.d.proc.pid) - before
+        self.assertTrue(answer.startswith(b"HTTP/1.1 400"), "after %d bytes: %r" % (sent, answer))
+        self.assertLess(sent, 8 << 20, "the server read on long after the line passed its buffer")
+        self.assertLess(grown, 16 << 10, "RSS grew by %d KiB while %d bytes were sent" % (grown, sent))
+        # The daemon still answers, and it counted the refusal.
+        self.assertEqual(self.d.request("GET", "/healthz")[0], 200)
+
+    def test_an_endless_chunk_size_line_is_refused(self):
+        self.check_refused(b"", b"1")
+
+    def test_an_endless_chunk_extension_is_refused(self):
+        self.check_refused(b"5;ext=", b"a")
+
+    def test_endless_trailers_are_refused(self):
+        self.check_refused(b"0\r\nX-Trailer: ", b"v")
+
+    def test_the_refusals_are_counted(self):
+        before = self.d.stats()["http.requests_too_large"]
+        self.check_refused(b"", b"f")
+        self.assertEqual(self.d.stats()["http.requests_too_large"], before + 1)
+
+
 class RulesFileReload(unittest.TestCase):
     """An edited rules file applies within seconds without SIGHUP; a broken edit leaves the rules
     in force and is counted; rules_version is the documented hash of the file in force."""
