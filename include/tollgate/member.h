@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,8 @@
 #include "tollgate/rls_config.h"
 
 namespace tollgate {
+
+enum class MemberLogLevel : uint8_t { kInfo, kWarn, kError };
 
 // The settings a daemon takes, under tollgated's names (docs/operations.md, section 2).
 struct MemberOptions {
@@ -48,14 +51,15 @@ struct MemberOptions {
   // seeds to join through.
   std::string peers_file;
   std::vector<std::string> seeds;
-  // The rules: a rules file (as --rules), or the same YAML as text; at most one of the two, and
-  // one of them or rls_config.
+  // The rules: a rules file (as --rules, re-read within two seconds of an edit; a broken edit
+  // leaves the rules in force), or the same YAML as text; at most one of the two, and one of
+  // them or rls_config.
   std::string rules_file;
   std::string rules_yaml;
   // Envoy's rate limit config (as --rls-config: an envoyproxy/ratelimit YAML file, or a
   // directory of them): its limits join the rules, under the bucket keys tollgated's rate limit
   // service uses, so a member and the daemons share them; should_rate_limit() answers
-  // descriptors against it.
+  // descriptors against it. Re-read when its files change.
   std::string rls_config;
   // Any node setting by tollgated's flag name, without the dashes: {"interval", "50ms"},
   // {"mode", "gossip"}, {"fail-after", "3s"}, {"max-keys", "200000"}, ... A cluster's members
@@ -71,6 +75,9 @@ struct MemberOptions {
   // 16,384, 1.23x at 65,536 and 1.19x with no early sealing (docs/results.md).
   size_t early_seal_keys = 65'536;
   uint64_t incarnation = 0;    // 0: from the wall clock, as tollgated
+  // Where the member's log lines go (reloads, refused files, misbehaving peers); none if empty.
+  // Called on the member's background thread.
+  std::function<void(MemberLogLevel level, const std::string& line)> log;
 };
 
 // What a member has done, for the service's own metrics. Safe to read from any thread.
@@ -84,6 +91,13 @@ struct MemberStats {
   // or behind a key flood by more than max(max-keys, 2 x early_seal_keys, 4,096 per shard)
   // keys): the cluster never counts it. Worth an alert.
   uint64_t pending_dropped = 0;
+  // Files read again (rules, RLS config, cluster key, peers; on an edit or on reload()), and
+  // those refused (the previous one stays in force), as of the last round or reload().
+  uint64_t reloads = 0, reload_failures = 0;
+  int64_t rules_version = 0;  // the rules in force: as tollgated's rules_version (0: none)
+  // Gossip dropped before the node saw it: not authenticated by the cluster key (another key,
+  // a key rotation not yet done everywhere), malformed, stale or over a sender's byte budget.
+  uint64_t gossip_rejected = 0;
   // Empty while the background thread runs; what stopped it otherwise (an exception: checks
   // still answer, from local state only). Worth an alert in the service.
   std::string stopped_by;
@@ -137,6 +151,12 @@ class Member {
   // and when the member has no rls_config.
   bool should_rate_limit(std::string_view domain, std::span<const RateLimitDescriptor> descriptors,
                          std::vector<RateLimitStatus>& out, uint32_t hits_addend = 1);
+
+  // What SIGHUP does to tollgated: the rules file, the RLS config and the cluster key file are
+  // read again (a step of a key rotation is a reload() on every member and a SIGHUP on every
+  // daemon). A broken file is logged and counted (stats().reload_failures), and the one in force
+  // stays. Waits for the background thread to do it. Thread-safe.
+  void reload();
 
   uint16_t gossip_port() const;  // the bound port (with port 0 in `bind`)
   MemberStats stats() const;

@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "config/node_settings.h"
+#include "host/transport_kind.h"
 #include "tollgate/node.h"
 
 namespace tollgate {
-
-enum class TransportKind : uint8_t { kUdp, kTcp };
 
 struct DaemonOptions {
   std::string node_id;                  // default: the bind address

@@ -1,5 +1,6 @@
-// The embedded member: tollgated's node, transport and files, minus its front ends, on a thread
-// of its own. The node's round, gossip and file watching run on that thread (the node's owner);
+// The embedded member: the node's host (src/host/node_host.h), as tollgated runs it, minus the
+// daemon's front ends, on a thread of its own. The node's round, gossip and file watching run on
+// that thread (the node's owner);
 // checks run on the callers' threads against the node's concurrent key table (Node::check), and
 // ask the owner to seal early when a flood of keys piles up (NodeOptions::seal_wanted).
 #include "tollgate/member.h"
@@ -9,24 +10,17 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <future>
 #include <mutex>
-#include <random>
 #include <stdexcept>
 #include <time.h>
 #include <thread>
 
-#include "codec/cluster_key.h"
-#include "codec/codec.h"
 #include "config/node_settings.h"
-#include "config/read_file.h"
+#include "fault_injection.h"
+#include "host/node_host.h"
 #include "rls/decide.h"
-#include "tcp_transport.h"
 #include "tollgate/node.h"
-#include "tollgate/peers_file.h"
-#include "tollgate/random.h"
-#include "tollgate/rls_config_file.h"
-#include "tollgate/rules_file.h"
-#include "udp_transport.h"
 
 namespace tollgate {
 namespace {
@@ -122,12 +116,41 @@ class NodeChecks final : public RequestHandler {
   Node& node_;
 };
 
+NodeHostOptions host_options(const MemberOptions& o, const NodeSettings& settings) {
+  NodeHostOptions h;
+  h.node_id = o.node_id;
+  h.bind = o.bind;
+  h.transport = o.transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
+  h.max_datagram = o.max_datagram;
+  h.cluster_key_file = o.cluster_key_file;
+  h.peers_file = o.peers_file;
+  h.seeds = o.seeds;
+  h.rules_file = o.rules_file;
+  h.rules_text = o.rules_yaml;
+  h.rules_origin = "rules_yaml";
+  h.rls_config = o.rls_config;
+  h.node = settings;
+  h.incarnation = o.incarnation;
+  h.concurrent_checks = true;  // checks come from the service's threads
+  h.early_seal_keys = o.early_seal_keys;
+  h.precise_clock = &precise_clock();  // checks read check_now()
+  h.coarse_lag_ns = check_now_lag();
+  if (o.log) {
+    h.log = [log = o.log](LogLevel level, const std::string& line) {
+      log(level == LogLevel::kError ? MemberLogLevel::kError
+          : level == LogLevel::kWarn ? MemberLogLevel::kWarn
+                                     : MemberLogLevel::kInfo,
+          line);
+    };
+  }
+  return h;
+}
+
 }  // namespace
 
 class Member::Impl {
  public:
-  explicit Impl(MemberOptions o)
-      : options_(std::move(o)), random_(std::random_device{}() ^ uint64_t(steady_now())), tick_(io_), watch_(io_) {
+  explicit Impl(MemberOptions o) : options_(std::move(o)) {
     if (options_.transport != "udp" && options_.transport != "tcp") {
       throw std::invalid_argument("tollgate::Member: transport must be udp or tcp, got \"" + options_.transport + "\"");
     }
@@ -150,64 +173,20 @@ class Member::Impl {
     if (settings.membership == MembershipKind::kHeartbeat && options_.seeds.empty()) {
       throw std::invalid_argument("tollgate::Member: heartbeat membership needs seeds");
     }
-    std::shared_ptr<const RuleSet> rules =
-        !options_.rules_file.empty()   ? load_rules_file(options_.rules_file)
-        : !options_.rules_yaml.empty() ? parse_rules(options_.rules_yaml, "rules_yaml")
-                                       : std::make_shared<const RuleSet>();
-    if (!options_.rls_config.empty()) {
-      // As the daemon: the RLS config's limits beside the rules (Daemon::combined_rules).
-      rls_config_ = load_rls_config(options_.rls_config);
-      rules = std::make_shared<const RuleSet>(rules->rules(), rules->default_limit(), rls_config_);
-    }
-    ClusterKeys keys;
-    if (!options_.cluster_key_file.empty()) keys = load_cluster_keys(options_.cluster_key_file);
-
-    if (options_.transport == "udp") {
-      auto udp = std::make_unique<UdpTransport>(io_, options_.bind, keys, options_.max_datagram);
-      port_ = udp->port();
-      transport_ = std::move(udp);
-    } else {
-      auto tcp = std::make_unique<TcpTransport>(io_, options_.bind, keys, TcpTransportOptions{});
-      port_ = tcp->port();
-      transport_ = std::move(tcp);
-    }
-    // Port 0 chose a free port: the others must be told the real one.
-    if (options_.bind.ends_with(":0")) options_.bind.replace(options_.bind.size() - 1, 1, std::to_string(port_));
-    if (options_.node_id.empty()) options_.node_id = options_.bind;
-
-    NodeOptions n;
-    n.id = options_.node_id;
-    n.address = options_.bind;
-    n.incarnation = options_.incarnation
-                        ? options_.incarnation
-                        : uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count());
-    n.seeds = options_.seeds;
-    settings.apply_to(n);
-    n.keys.concurrent = true;  // checks come from the service's threads
-    n.keys.precise_clock = &precise_clock();  // checks read check_now()
-    n.keys.coarse_lag_ns = check_now_lag();
-    n.early_seal_keys = options_.early_seal_keys;
-    const size_t max_batch_bytes = max_batch_bytes_for(options_.max_datagram);
-    n.split_for_sealing = [id = n.id, max_batch_bytes](std::vector<ConsumptionEntry> entries) {
-      return split_for_sealing(std::move(entries), id, max_batch_bytes);
+    NodeHostOptions h = host_options(options_, settings);
+    // What other threads may read (Node's stats are the owner's), published after each round.
+    h.on_round = [this](int64_t) {
+      const NodeStats n = host_->node().stats();
+      rounds_.store(n.rounds, std::memory_order_relaxed);
+      sent_.store(n.messages_sent, std::memory_order_relaxed);
+      received_.store(n.messages_received, std::memory_order_relaxed);
+      early_seals_.store(n.early_seals, std::memory_order_relaxed);
+      alive_.store(host_->node().membership().live().size(), std::memory_order_relaxed);
+      publish_host_counters();
     };
-    n.seal_wanted = [this] {
-      boost::asio::post(io_, [this] { node_->seal_early(steady_now()); });
-    };
-    node_ = std::make_unique<Node>(n, rules, *transport_, random_);
-    checks_ = std::make_unique<NodeChecks>(*node_);
-    max_key_bytes_ = n.keys.max_key_bytes;
-    if (settings.membership == MembershipKind::kStatic) {
-      node_->set_peers(load_peers_file(options_.peers_file), steady_now());
-      peers_stamp_ = file_fingerprint(options_.peers_file);
-    }
-    transport_->set_receiver([this](GossipMessage&& m) { node_->receive(m, steady_now()); });
-    interval_ = std::chrono::nanoseconds(n.interval_ns);
-    tick_.expires_after(std::chrono::nanoseconds(0));
-    schedule_tick();
-    schedule_watch();
+    host_ = std::make_unique<NodeHost>(io_, std::move(h));
+    checks_ = std::make_unique<NodeChecks>(host_->node());
+    host_->start();
     thread_ = std::thread([this] {
       // Nothing the node does should throw; if something does, the service must not die of it
       // (std::terminate): the thread stops, and checks go on from local state, as in a partition.
@@ -221,35 +200,38 @@ class Member::Impl {
   }
 
   ~Impl() {
-    boost::asio::post(io_, [this] {
-      stopping_ = true;
-      tick_.cancel();
-      watch_.cancel();
-      node_->leave(steady_now());
-      // Give the departure a moment to leave the socket, then stop.
-      tick_.expires_after(std::chrono::milliseconds(100));
-      tick_.async_wait([this](const boost::system::error_code&) {
-        transport_->stop();
-        io_.stop();
-      });
-    });
+    boost::asio::post(io_, [this] { host_->leave([this] { io_.stop(); }); });
     thread_.join();
   }
 
-  Decision check(std::string_view key, int64_t cost) { return node_->check(key, cost, check_now()); }
+  Decision check(std::string_view key, int64_t cost) { return host_->node().check(key, cost, check_now()); }
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) {
-    return node_->check_all(items, out, check_now());
+    return host_->node().check_all(items, out, check_now());
   }
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return host_->gossip_port(); }
+
+  // Runs reload() on the member's thread and waits for it (a stuck thread: returns at once).
+  void reload() {
+    std::promise<void> done;
+    std::future<void> finished = done.get_future();
+    boost::asio::post(io_, [this, &done] {
+      host_->reload();
+      publish_host_counters();
+      done.set_value();
+    });
+    if (io_.stopped()) return;
+    finished.wait();
+  }
 
   bool should_rate_limit(std::string_view domain, std::span<const RateLimitDescriptor> descriptors,
                          std::vector<RateLimitStatus>& out, uint32_t hits_addend) {
-    if (!rls_config_) throw std::invalid_argument("tollgate::Member::should_rate_limit: the member has no rls_config");
+    const std::shared_ptr<const RlsConfig> config = host_->rls_config();
+    if (!config) throw std::invalid_argument("tollgate::Member::should_rate_limit: the member has no rls_config");
     std::vector<rls::DescriptorInput> inputs;
     inputs.reserve(descriptors.size());
     for (const RateLimitDescriptor& d : descriptors) inputs.push_back({d.entries, d.has_hits, d.hits});
     rls::Plan plan;
-    if (std::string why = rls::plan_request(rls_config_, domain, hits_addend, inputs, max_key_bytes_, plan);
+    if (std::string why = rls::plan_request(config, domain, hits_addend, inputs, host_->max_key_bytes(), plan);
         !why.empty()) {
       throw std::invalid_argument("tollgate::Member::should_rate_limit: " + why);
     }
@@ -264,7 +246,7 @@ class Member::Impl {
 
   MemberStats stats() const {
     MemberStats s;
-    const CheckCounts c = node_->table().check_counts();
+    const CheckCounts c = host_->node().table().check_counts();
     s.checks = c.checks;
     s.allowed = c.allowed;
     s.denied = c.denied;
@@ -273,68 +255,35 @@ class Member::Impl {
     s.messages_sent = sent_.load(std::memory_order_relaxed);
     s.messages_received = received_.load(std::memory_order_relaxed);
     s.early_seals = early_seals_.load(std::memory_order_relaxed);
-    s.pending_dropped = node_->table().pending_dropped();
+    s.pending_dropped = host_->node().table().pending_dropped();
+    s.reloads = reloads_.load(std::memory_order_relaxed);
+    s.reload_failures = reload_failures_.load(std::memory_order_relaxed);
+    s.rules_version = rules_version_.load(std::memory_order_relaxed);
+    s.gossip_rejected = gossip_rejected_.load(std::memory_order_relaxed);
     std::lock_guard<std::mutex> hold(error_lock_);
     s.stopped_by = error_;
     return s;
   }
 
  private:
-  void schedule_tick() {
-    // As the daemon: rounds keep their cadence, and after a stall skip to now.
-    auto next = tick_.expiry() + interval_;
-    if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + interval_;
-    tick_.expires_at(next);
-    tick_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || stopping_) return;
-      node_->tick(steady_now());
-      // What other threads may read (Node's stats are the owner's).
-      const NodeStats n = node_->stats();
-      rounds_.store(n.rounds, std::memory_order_relaxed);
-      sent_.store(n.messages_sent, std::memory_order_relaxed);
-      received_.store(n.messages_received, std::memory_order_relaxed);
-      early_seals_.store(n.early_seals, std::memory_order_relaxed);
-      alive_.store(node_->membership().live().size(), std::memory_order_relaxed);
-      schedule_tick();
-    });
-  }
-
-  // Static membership: the peers file again when it changed (a broken one keeps the peers in
-  // force: the service must not lose its cluster to a bad edit).
-  void schedule_watch() {
-    watch_.expires_after(std::chrono::seconds(1));
-    watch_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || stopping_) return;
-      if (!options_.peers_file.empty() && node_->membership().kind() == MembershipKind::kStatic) {
-        const auto stamp = file_fingerprint(options_.peers_file);
-        if (stamp != peers_stamp_) {
-          peers_stamp_ = stamp;
-          try {
-            node_->set_peers(load_peers_file(options_.peers_file), steady_now());
-          } catch (const std::exception&) {
-            ++peers_reload_failures_;
-          }
-        }
-      }
-      schedule_watch();
-    });
+  // The host's reload and drop counters, for other threads (on the member's thread).
+  void publish_host_counters() {
+    const HostReloads& r = host_->reloads();
+    reloads_.store(r.rules + r.keys + r.rls + r.peers, std::memory_order_relaxed);
+    reload_failures_.store(r.rules_failed + r.keys_failed + r.rls_failed + r.peers_failed, std::memory_order_relaxed);
+    rules_version_.store(host_->rules_version(), std::memory_order_relaxed);
+    uint64_t rejected = 0;
+    for (const auto& [reason, count] : host_->faults().stats().dropped) rejected += count;
+    gossip_rejected_.store(rejected, std::memory_order_relaxed);
   }
 
   MemberOptions options_;
   boost::asio::io_context io_;
-  SplitMix64 random_;
-  std::unique_ptr<Transport> transport_;
-  std::unique_ptr<Node> node_;
-  std::shared_ptr<const RlsConfig> rls_config_;  // with rls_config; never reloaded
+  std::unique_ptr<NodeHost> host_;
   std::unique_ptr<NodeChecks> checks_;
-  size_t max_key_bytes_ = 0;  // the key table's: longer RLS bucket keys are digested
-  boost::asio::steady_timer tick_, watch_;
-  std::chrono::nanoseconds interval_{0};
-  std::string peers_stamp_;  // file_fingerprint of the peers file when last read
-  uint64_t peers_reload_failures_ = 0;
-  uint16_t port_ = 0;
-  bool stopping_ = false;  // the owner's
-  std::atomic<uint64_t> rounds_{0}, sent_{0}, received_{0}, early_seals_{0};
+  std::atomic<uint64_t> rounds_{0}, sent_{0}, received_{0}, early_seals_{0}, reloads_{0}, reload_failures_{0},
+      gossip_rejected_{0};
+  std::atomic<int64_t> rules_version_{0};
   mutable std::mutex error_lock_;
   std::string error_;  // what stopped the background thread, if anything did
   std::atomic<size_t> alive_{0};
@@ -353,5 +302,6 @@ bool Member::should_rate_limit(std::string_view domain, std::span<const RateLimi
 }
 uint16_t Member::gossip_port() const { return impl_->port(); }
 MemberStats Member::stats() const { return impl_->stats(); }
+void Member::reload() { impl_->reload(); }
 
 }  // namespace tollgate

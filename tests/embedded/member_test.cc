@@ -253,6 +253,65 @@ TEST(Member, ChecksGoOnAnsweringWhileTheBackgroundThreadIsStuck) {
 // Envoy's rate limit service in process: a member given an RLS config (and no rules) decides
 // ShouldRateLimit's descriptors as tollgated does, all or nothing, and two members share the
 // buckets (the daemon's keys, so daemons would share them too).
+// Writes `text` to `path` as a deploy tool does: a new file renamed over the old one.
+void replace_file(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".new";
+  std::ofstream(tmp) << text;
+  fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write);
+  fs::rename(tmp, path);
+}
+
+// The member is the node's host as tollgated runs it (src/host/node_host.h), so it reloads what
+// the daemon reloads: an edited rules file applies by itself, a broken edit leaves the rules in
+// force, and reload() (the daemon's SIGHUP) reads a rotated cluster key.
+TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
+  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-reload-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string key1 = std::string(64, 'a'), key2 = std::string(64, 'b');
+  replace_file(dir / "a.key", key1 + "\n");
+  replace_file(dir / "b.key", key2 + "\n");  // not a's: b cannot join yet
+  replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burst: 5}\n");
+
+  MemberOptions oa = options("a", "127.0.0.1:9");
+  oa.insecure_gossip = false;
+  oa.cluster_key_file = (dir / "a.key").string();
+  oa.rules_yaml.clear();
+  oa.rules_file = (dir / "rules.yaml").string();
+  Member a(oa);
+  MemberOptions ob = oa;
+  ob.node_id = "b";
+  ob.cluster_key_file = (dir / "b.key").string();
+  ob.seeds = {"127.0.0.1:" + std::to_string(a.gossip_port())};
+  Member b(ob);
+
+  // b's joins, signed with another key, are dropped at a before the node sees them.
+  ASSERT_TRUE(eventually([&] { return a.stats().gossip_rejected > 0; }));
+  EXPECT_EQ(a.stats().members_alive, 0u);
+  EXPECT_EQ(b.stats().members_alive, 0u);
+
+  // The rotation reaches b: one reload, and the two hear each other and share the limit.
+  replace_file(dir / "b.key", key1 + "\n");
+  b.reload();
+  EXPECT_EQ(b.stats().reloads, 2u);  // the rules file and the key file, as SIGHUP reads them
+  ASSERT_TRUE(eventually([&] { return a.stats().members_alive == 1 && b.stats().members_alive == 1; }));
+  EXPECT_EQ(a.check("k1", 3).remaining, 2);
+  EXPECT_TRUE(eventually([&] { return b.check("k1", 0).remaining == 2; })) << b.check("k1", 0).remaining;
+
+  // An edit of the rules file applies with no reload() and no restart, at both (they share it).
+  const int64_t first_version = a.stats().rules_version;
+  EXPECT_NE(first_version, 0);
+  replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burst: 7}\n");
+  EXPECT_TRUE(eventually([&] { return a.check("k9", 0).limit.burst == 7 && b.check("k9", 0).limit.burst == 7; }));
+  EXPECT_TRUE(eventually([&] { return a.stats().rules_version != first_version; }));
+  // A broken edit is refused and counted; the rules in force stay.
+  const uint64_t failures = a.stats().reload_failures;
+  replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burts: 9}\n");
+  EXPECT_TRUE(eventually([&] { return a.stats().reload_failures == failures + 1; }));
+  EXPECT_EQ(a.check("k9", 0).limit.burst, 7);
+  EXPECT_EQ(a.stats().stopped_by, "");
+  fs::remove_all(dir);
+}
+
 TEST(Member, ShouldRateLimitDecidesEnvoysDescriptorsAndMembersShareTheirBuckets) {
   const fs::path dir = fs::temp_directory_path() / ("tollgate-member-rls-" + std::to_string(getpid()));
   fs::create_directories(dir);

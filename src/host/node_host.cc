@@ -1,0 +1,401 @@
+#include "host/node_host.h"
+
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <random>
+
+#include "codec/cluster_key.h"
+#include "codec/codec.h"
+#include "config/content_version.h"
+#include "config/read_file.h"
+#include "fault_injection.h"
+#include "tcp_transport.h"
+#include "tollgate/peers_file.h"
+#include "tollgate/rls_config_file.h"
+#include "tollgate/rules_file.h"
+#include "udp_transport.h"
+
+namespace tollgate {
+namespace {
+
+uint64_t seed_from_os() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+// A restarted node must come back with a higher incarnation than its last life. Wall time is
+// used for that one number only (never for buckets or failure detection); microseconds keep
+// two restarts within a second distinct.
+uint64_t incarnation_from_wall_clock() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+MonoNanos steady_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
+    : io_(io),
+      options_(std::move(options)),
+      incarnation_(options_.incarnation ? options_.incarnation : incarnation_from_wall_clock()),
+      random_(seed_from_os()),
+      tick_timer_(io),
+      watch_timer_(io),
+      leave_timer_(io) {
+  // The files first: a broken one stops the start before any socket is bound.
+  file_rules_ = std::make_shared<const RuleSet>();
+  if (!options_.rules_file.empty()) {
+    rules_fingerprint_ = file_fingerprint(options_.rules_file);  // first: an edit while reading is seen again
+    set_rules_text(read_config_file(options_.rules_file, "rules file"), options_.rules_file);
+  } else if (!options_.rules_text.empty()) {
+    set_rules_text(options_.rules_text, options_.rules_origin);
+  }
+  if (!options_.rls_config.empty()) {
+    rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
+    rls_config_.store(load_rls_config(options_.rls_config));
+  }
+  ClusterKeys keys;
+  if (!options_.cluster_key_file.empty()) {
+    keys = load_cluster_keys(options_.cluster_key_file);
+    if (auto w = cluster_key_file_warning(options_.cluster_key_file)) log(LogLevel::kWarn, *w);
+  }
+  std::vector<PeerSpec> peers;
+  if (options_.node.membership == MembershipKind::kStatic) {
+    peers_fingerprint_ = file_fingerprint(options_.peers_file);
+    peers = load_peers_file(options_.peers_file);
+  }
+
+  if (options_.transport == TransportKind::kUdp) {
+    auto udp = std::make_unique<UdpTransport>(io_, options_.bind, keys, options_.max_datagram);
+    port_ = udp->port();
+    transport_ = std::move(udp);
+  } else {
+    auto tcp = std::make_unique<TcpTransport>(io_, options_.bind, keys, TcpTransportOptions{});
+    port_ = tcp->port();
+    transport_ = std::move(tcp);
+  }
+  // Port 0 chose a free port: the others must be told the real one.
+  if (options_.bind.ends_with(":0")) options_.bind.replace(options_.bind.size() - 1, 1, std::to_string(port_));
+  if (options_.node_id.empty()) options_.node_id = options_.bind;
+  transport_->set_source_limits({options_.gossip_peer_bytes_per_second, options_.gossip_peer_bytes_per_second});
+  transport_->set_max_message_age(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::nanoseconds(options_.max_message_age_ns)));
+  transport_->set_offense_reporter([this](std::string_view who, std::string_view what) { report_offense(who, what); });
+  faults_ = std::make_unique<FaultInjectingTransport>(io_, *transport_, random_);
+
+  NodeOptions n;
+  n.id = options_.node_id;
+  n.address = options_.bind;
+  n.incarnation = incarnation_;
+  n.seeds = options_.seeds;
+  options_.node.apply_to(n);
+  n.early_seal_keys = options_.early_seal_keys;
+  n.keys.precise_clock = options_.precise_clock;
+  n.keys.coarse_lag_ns = options_.coarse_lag_ns;
+  if (options_.concurrent_checks) {
+    // Checks from other threads at once; the owner seals what they leave pending when a flood
+    // of keys asks for it.
+    n.keys.concurrent = true;
+    n.seal_wanted = [this] { boost::asio::post(io_, [this] { node_->seal_early(now_ns()); }); };
+  }
+  // Every batch, sealed here or relayed by anyone, must fit one datagram.
+  const size_t max_batch_bytes = max_batch_bytes_for(options_.max_datagram);
+  n.split_for_sealing = [id = n.id, max_batch_bytes](std::vector<ConsumptionEntry> entries) {
+    return split_for_sealing(std::move(entries), id, max_batch_bytes);
+  };
+  max_key_bytes_ = n.keys.max_key_bytes;
+  node_ = std::make_unique<Node>(n, combined_rules(), *faults_, random_);
+  if (options_.node.membership == MembershipKind::kStatic) node_->set_peers(peers, now_ns());
+  faults_->set_receiver([this](GossipMessage&& m) { node_->receive(m, now_ns()); });
+}
+
+NodeHost::~NodeHost() = default;
+
+MonoNanos NodeHost::now_ns() const { return steady_now(); }
+
+
+void NodeHost::log(LogLevel level, const std::string& line) const {
+  if (options_.log) options_.log(level, line);
+}
+
+void NodeHost::start() {
+  tick_timer_.expires_after(std::chrono::nanoseconds(0));
+  schedule_tick();
+  schedule_watch();
+}
+
+void NodeHost::schedule_tick() {
+  // Rounds keep their cadence: the next deadline follows the previous one, not the end of the
+  // work; after a stall the node skips to now rather than running rounds back to back.
+  const auto interval = std::chrono::nanoseconds(options_.node.interval_ns);
+  auto next = tick_timer_.expiry() + interval;
+  if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + interval;
+  tick_timer_.expires_at(next);
+  tick_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    const MonoNanos start = now_ns();
+    node_->tick(start);
+    if (options_.on_round) options_.on_round(now_ns() - start);
+    schedule_tick();
+  });
+}
+
+void NodeHost::schedule_watch() {
+  watch_timer_.expires_after(std::chrono::seconds(1));
+  watch_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    watch_files();
+    schedule_watch();
+  });
+}
+
+void NodeHost::watch_files() {
+  reload_peers_if_changed();
+  // An edited rules file applies within two seconds: once its fingerprint has held for a whole
+  // watch, so that a file written in place (truncated, then filled) is not read half-written,
+  // which could parse as fewer rules and drop buckets. A broken one is reported once (its
+  // fingerprint is taken) and the rules in force stay.
+  bool changed = false;
+  if (!options_.rules_file.empty()) {
+    const std::string now = file_fingerprint(options_.rules_file);
+    if (now == rules_fingerprint_) {
+      rules_changing_.clear();
+    } else if (now != rules_changing_) {
+      rules_changing_ = now;
+    } else {
+      rules_changing_.clear();
+      changed = reload_rules_file();
+    }
+  }
+  if (!options_.rls_config.empty() && rls_config_fingerprint(options_.rls_config) != rls_fingerprint_) {
+    changed = reload_rls_config() || changed;
+  }
+  if (changed) put_rules_in_force();
+}
+
+void NodeHost::reload() {
+  bool changed = reload_rls_config();
+  changed = reload_rules_file() || changed;
+  if (changed) put_rules_in_force();
+  // The cluster key file too: each step of a key rotation is a reload on every node.
+  reload_cluster_keys();
+}
+
+void NodeHost::set_rules_text(std::string text, const std::string& origin) {
+  file_rules_ = parse_rules(text, origin);  // first: a throw leaves the rules in force as they were
+  rules_version_ = content_version(text);
+  rules_text_ = std::move(text);
+}
+
+std::shared_ptr<const RuleSet> NodeHost::combined_rules() const {
+  auto rls = rls_config_.load();
+  if (!rls) return file_rules_;
+  return std::make_shared<const RuleSet>(file_rules_->rules(), file_rules_->default_limit(), std::move(rls));
+}
+
+void NodeHost::put_rules_in_force() { node_->replace_rules(combined_rules(), now_ns()); }
+
+std::string NodeHost::offer_rules(std::string text, const std::string& origin) {
+  const int64_t version = content_version(text);
+  if (version == rules_version_) return {};  // back to what is in force (after a refused version)
+  const int64_t previous = rules_version_;
+  try {
+    set_rules_text(std::move(text), origin);
+  } catch (const std::exception& e) {
+    ++reloads_.rules_failed;
+    log(LogLevel::kError, "rules version " + std::to_string(version) + " refused, the previous rules (version " +
+                              std::to_string(previous) + ") stay in force: " + e.what());
+    return e.what();
+  }
+  ++reloads_.rules;
+  log(LogLevel::kInfo, "rules reloaded from " + origin + ": " + std::to_string(file_rules_->rules().size()) +
+                           " rules, version " + std::to_string(rules_version_));
+  put_rules_in_force();
+  return {};
+}
+
+bool NodeHost::reload_rules_file() {
+  if (options_.rules_file.empty()) return false;
+  try {
+    rules_fingerprint_ = file_fingerprint(options_.rules_file);
+    set_rules_text(read_config_file(options_.rules_file, "rules file"), options_.rules_file);
+    ++reloads_.rules;
+    log(LogLevel::kInfo, "rules reloaded from " + options_.rules_file + ": " +
+                             std::to_string(file_rules_->rules().size()) + " rules, version " +
+                             std::to_string(rules_version_));
+    return true;
+  } catch (const std::exception& e) {
+    ++reloads_.rules_failed;
+    log(LogLevel::kError, "rules not reloaded, the previous rules (version " + std::to_string(rules_version_) +
+                              ") stay in force: " + e.what());
+    return false;
+  }
+}
+
+bool NodeHost::reload_rls_config() {
+  if (options_.rls_config.empty()) return false;
+  rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
+  try {
+    auto config = load_rls_config(options_.rls_config);
+    rls_config_.store(config);
+    for (const auto& listener : rls_listeners_) listener(config);
+    ++reloads_.rls;
+    log(LogLevel::kInfo, "RLS config reloaded from " + options_.rls_config + ": " +
+                             std::to_string(config->domains().size()) + " domains");
+    return true;
+  } catch (const std::exception& e) {
+    ++reloads_.rls_failed;
+    log(LogLevel::kError, std::string("RLS config not reloaded, the previous config stays in force: ") + e.what());
+    return false;
+  }
+}
+
+void NodeHost::on_rls_config(std::function<void(std::shared_ptr<const RlsConfig>)> listener) {
+  rls_listeners_.push_back(std::move(listener));
+}
+
+void NodeHost::reload_cluster_keys() {
+  if (options_.cluster_key_file.empty()) return;
+  try {
+    faults_->set_cluster_keys(load_cluster_keys(options_.cluster_key_file));
+    ++reloads_.keys;
+    log(LogLevel::kInfo, "cluster keys reloaded from " + options_.cluster_key_file);
+  } catch (const std::exception& e) {
+    ++reloads_.keys_failed;
+    log(LogLevel::kError, std::string("cluster keys not reloaded, the previous keys stay in force: ") + e.what());
+  }
+}
+
+void NodeHost::reload_peers_if_changed() {
+  if (options_.node.membership != MembershipKind::kStatic) return;
+  const std::string now = file_fingerprint(options_.peers_file);
+  if (now == peers_fingerprint_ || now == "missing") return;  // missing: being replaced; next second
+  peers_fingerprint_ = now;  // a broken file is reported once, not every second
+  try {
+    const auto peers = load_peers_file(options_.peers_file);
+    node_->set_peers(peers, now_ns());
+    ++reloads_.peers;
+    log(LogLevel::kInfo, "peers reloaded from " + options_.peers_file + ": " + std::to_string(peers.size()) + " peers");
+  } catch (const std::exception& e) {
+    ++reloads_.peers_failed;
+    log(LogLevel::kError, std::string("peers not reloaded, the previous list stays in force: ") + e.what());
+  }
+}
+
+void NodeHost::stop_rounds() {
+  stopped_ = true;
+  tick_timer_.cancel();
+  watch_timer_.cancel();
+}
+
+void NodeHost::leave(std::function<void()> done) {
+  stop_rounds();
+  node_->leave(now_ns());
+  // Give the departure datagrams a moment to leave the socket, then stop.
+  leave_timer_.expires_after(std::chrono::milliseconds(100));
+  leave_timer_.async_wait([this, done = std::move(done)](const boost::system::error_code&) {
+    transport_->stop();
+    if (done) done();
+  });
+}
+
+void NodeHost::report_offense(std::string_view offender, std::string_view what) {
+  const std::lock_guard lock(offenses_mu_);
+  const auto verdict = offenses_.admit(offender, now_ns());
+  if (!verdict) return;
+  const int64_t interval_s = OffenseLimiterOptions{}.interval_ns / kNanosPerSecond;
+  std::string line = std::string(verdict->offender) + ": " + std::string(what);
+  if (verdict->suppressed > 0) {
+    line += " (" + std::to_string(verdict->suppressed) + " more reports from it suppressed in the last " +
+            std::to_string(interval_s) + " s)";
+  } else {
+    line += " (further reports from it are limited to one every " + std::to_string(interval_s) + " s)";
+  }
+  log(LogLevel::kWarn, line);
+}
+
+StatsList NodeHost::stats() const {
+  StatsList s;
+  auto add = [&](const std::string& name, uint64_t v) { s.emplace_back(name, int64_t(v)); };
+  const NodeStats& n = node_->stats();
+  add("checks", n.checks);
+  add("checks_allowed", n.allowed);
+  add("checks_denied", n.denied);
+  add("rounds", n.rounds);
+  add("rules_version", uint64_t(rules_version_));
+  add("rules_reloads", reloads_.rules);
+  add("rules_reload_failures", reloads_.rules_failed);
+  add("cluster_key_reloads", reloads_.keys);
+  add("cluster_key_reload_failures", reloads_.keys_failed);
+  add("rls_config_reloads", reloads_.rls);
+  add("rls_config_reload_failures", reloads_.rls_failed);
+  add("peers_reloads", reloads_.peers);
+  add("peers_reload_failures", reloads_.peers_failed);
+  const KeyTableStats k = node_->table().stats();
+  add("keys", k.keys);
+  add("key_bytes", k.bytes);
+  add("key_evictions", k.evictions);
+  add("keys_idle_removed", k.idle_removed);
+  add("keys_rejected_too_long", k.rejected_keys);
+  add("keys_restored_from_eviction", k.restored);
+  add("keys_pending_dropped", k.pending_dropped);
+  const LedgerStats l = node_->ledger().stats();
+  add("batches_sealed", l.sealed);
+  add("batches_applied", l.applied);
+  add("batches_duplicate", l.duplicates);
+  add("batches_stale_incarnation", l.stale);
+  add("batches_origin_overflow", l.origin_overflow);
+  add("batches_claiming_our_id", l.self_conflicts);
+  add("seqs_abandoned", l.abandoned);
+  add("ledger_origins", l.origins);
+  add("ledger_bytes", l.bytes);
+  const MembershipStats& m = node_->membership().stats();
+  add("members_joined", m.joined);
+  add("members_failed", m.failed);
+  add("members_recovered", m.recovered);
+  add("members_restarted", m.restarted);
+  add("members_forgotten", m.forgotten);
+  add("members_unknown_rows", m.unknown_rows);
+  add("members_refuted", m.refuted);
+  add("members_implausible_incarnation", m.implausible);
+  add("gossip_messages_sent", n.messages_sent);
+  add("gossip_messages_received", n.messages_received);
+  add("gossip_dropped_unknown_sender", n.dropped_unknown_sender);
+  add("gossip_dropped_own_id", n.dropped_self);
+  add("gossip_queue_overflow", n.queue_overflow);
+  add("push_pulls", n.push_pulls);
+  add("repairs_sent", n.repairs_sent);
+  add("early_seals", n.early_seals);
+  add("gossip_queue_expired", n.queue_expired);
+  add("gossip_dropped_wrong_source", n.dropped_wrong_source);
+  add("digests_ignored", n.digests_ignored);
+  add("repairs_capped", n.repairs_capped);
+  add("relayed", n.relayed);
+  add("relay_mismatch", n.relay_mismatch);
+  add("relay_regroupings", n.regroupings);
+  add("relay_groups", node_->relay_groups());  // 0: not relaying (auto below 256 members)
+  const TransportStats t = faults_->stats();
+  add("transport_sent", t.messages_sent);
+  add("transport_bytes_sent", t.bytes_sent);
+  add("transport_received", t.messages_received);
+  add("transport_bytes_received", t.bytes_received);
+  add("transport_send_errors", t.send_errors);
+  add("transport_send_dropped", t.send_dropped);
+  add("transport_unresolved", t.unresolved);
+  add("transport_encode_dropped", t.encode_dropped);
+  for (const auto& [reason, count] : t.dropped) add("transport_dropped_" + reason, count);
+  const FaultStats& f = faults_->fault_stats();
+  add("faults_dropped_to", f.dropped_to);
+  add("faults_dropped_from", f.dropped_from);
+  add("faults_lost", f.lost);
+  add("faults_duplicated", f.duplicated);
+  add("faults_delayed", f.delayed);
+  return s;
+}
+
+}  // namespace tollgate
