@@ -84,9 +84,47 @@ TEST(RulesFile, ShadowIsReadAndCannotBeChargedWhenOver) {
   EXPECT_NE(msg.find("shadow and charge_when_over exclude each other"), std::string::npos) << msg;
 }
 
-TEST(RulesFile, EmptyFileOrNoDefaultLimitsNothing) {
-  EXPECT_EQ(parse_rules("", "r.yaml")->match("k"), RuleSet::kUnlimited);
+// `rules: []` (or a default alone) is how a file says "no rules". What a truncated, half-written
+// or wrong file looks like is refused, so a reload keeps the rules in force and a start fails
+// (issue 34, finding 12): an empty or comment-only file, `rules:` with no list, neither key.
+TEST(RulesFile, NoRulesMustBeSaidAndAnEmptyOrCutFileIsRefused) {
   EXPECT_EQ(parse_rules("rules: []\n", "r.yaml")->match("k"), RuleSet::kUnlimited);
+  EXPECT_EQ(parse_rules("default: {rate: 1/s, burst: 1}\n", "r.yaml")->match("k"), 0u);
+  const std::pair<const char*, const char*> refused[] = {
+      {"", "holds no rules (empty, or comments only)"},
+      {"# every rule moved to another file\n\n", "holds no rules (empty, or comments only)"},
+      {"rules:\n", "`rules:` has no list; write `rules: []` to mean none"},
+      {"{}\n", "has neither `rules:` nor `default:`"},
+  };
+  for (const auto& [text, why] : refused) {
+    try {
+      parse_rules(text, "r.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      EXPECT_EQ(e.file(), "r.yaml");
+    }
+  }
+}
+
+// A rules path that is not a regular file would read as empty (/dev/null) or never end
+// (/dev/zero); a directory (an RLS config directory given as --rules) too. Each is refused,
+// naming the path.
+TEST(RulesFile, ADirectoryOrADeviceIsNotARulesFile) {
+  const std::pair<std::string, const char*> refused[] = {
+      {std::filesystem::temp_directory_path().string(), "is a directory, not a rules file"},
+      {"/dev/null", "is not a regular file"},
+      {"/dev/zero", "is not a regular file"},
+  };
+  for (const auto& [path, why] : refused) {
+    try {
+      load_rules_file(path);
+      ADD_FAILURE() << "loaded " << path;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.file(), path);
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(RulesFile, ErrorsNameFileLineAndProblem) {

@@ -3,6 +3,7 @@
 #ifndef TOLLGATE_API_H_
 #define TOLLGATE_API_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,6 +19,19 @@ struct CheckItem {
   std::string_view key;
   int64_t cost = 1;
 };
+
+// An all-or-nothing request (check_all) is decided in one go, holding every shard it touches,
+// so every door caps it at this many checks.
+inline constexpr size_t kMaxAllOrNothingChecks = 64;
+
+// Keys whose first byte is 0x1E name the buckets of Envoy's rate limit service (RLS bucket keys,
+// tollgate/rls_config.h): only that front end (and Member::should_rate_limit) may charge them.
+// Every other door refuses such a key (DenyReason::kReservedKey, HTTP 400), so that a caller of
+// /v1/check or the client API cannot spend Envoy's limits.
+inline constexpr char kReservedKeyByte = '\x1e';
+inline bool is_reserved_key(std::string_view key) { return !key.empty() && key.front() == kReservedKeyByte; }
+// What a door answers for such a key: denied, never retried, no bucket touched.
+Decision reserved_key_denial();
 
 // How a member is seen by the node that reports it.
 enum class MemberState : uint8_t {

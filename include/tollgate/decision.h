@@ -20,6 +20,7 @@ enum class DenyReason : uint8_t {
   kKeyTooLong,         // key longer than the key table accepts
   kOtherCheckDenied,   // all or nothing (KeyTable::allow_all): this check would have passed, but
                        // another of the same request did not, so nothing was charged
+  kReservedKey,        // a key only Envoy's rate limit service may charge (is_reserved_key, api.h)
 };
 
 // Human-readable reason, e.g. "cost exceeds burst". Never null.

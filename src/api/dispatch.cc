@@ -23,6 +23,7 @@ pb::DenyReason to_proto(DenyReason reason) {
     case DenyReason::kCostExceedsBurst: return pb::DENY_REASON_COST_EXCEEDS_BURST;
     case DenyReason::kInvalidCost: return pb::DENY_REASON_INVALID_COST;
     case DenyReason::kKeyTooLong: return pb::DENY_REASON_KEY_TOO_LONG;
+    case DenyReason::kReservedKey: return pb::DENY_REASON_RESERVED_KEY;
     case DenyReason::kOtherCheckDenied: return pb::DENY_REASON_OTHER_CHECK_DENIED;
   }
   return pb::DENY_REASON_NONE;
@@ -92,11 +93,22 @@ void Dispatch::check_range(const pb::Request& request, int begin, int end, pb::R
   const auto& checks = request.check().checks();
   auto& results = *response.mutable_check()->mutable_results();
   std::array<CheckItem, kChecksPerSlice> items;
-  std::array<Decision, kChecksPerSlice> decisions;
+  std::array<int, kChecksPerSlice> slot;  // where items[k]'s decision goes
+  std::array<Decision, kChecksPerSlice> decided, decisions;
   for (int i = begin; i < end; i += kChecksPerSlice) {
     const int n = std::min(kChecksPerSlice, end - i);
-    for (int j = 0; j < n; ++j) items[size_t(j)] = {checks[i + j].key(), checks[i + j].cost()};
-    handler_.check(std::span(items.data(), size_t(n)), std::span(decisions.data(), size_t(n)));
+    size_t m = 0;
+    for (int j = 0; j < n; ++j) {
+      const std::string& key = checks[i + j].key();
+      if (is_reserved_key(key)) {
+        decisions[size_t(j)] = reserved_key_denial();
+      } else {
+        items[m] = {key, checks[i + j].cost()};
+        slot[m++] = j;
+      }
+    }
+    handler_.check(std::span(items.data(), m), std::span(decided.data(), m));
+    for (size_t k = 0; k < m; ++k) decisions[size_t(slot[k])] = decided[k];
     for (int j = 0; j < n; ++j) fill_result(decisions[size_t(j)], *results.Add());
     counters_.checks += uint64_t(n);
   }
@@ -107,8 +119,19 @@ void Dispatch::check_all(const pb::Request& request, pb::Response& response) {
   const size_t n = size_t(checks.size());
   std::array<CheckItem, kMaxAllOrNothingChecks> items;
   std::array<Decision, kMaxAllOrNothingChecks> decisions;
-  for (size_t j = 0; j < n; ++j) items[j] = {checks[int(j)].key(), checks[int(j)].cost()};
-  handler_.check_all(std::span(items.data(), n), std::span(decisions.data(), n));
+  bool reserved = false;
+  for (size_t j = 0; j < n; ++j) {
+    items[j] = {checks[int(j)].key(), checks[int(j)].cost()};
+    reserved = reserved || is_reserved_key(items[j].key);
+  }
+  if (reserved) {  // all or nothing: nothing is charged, and the node is not asked
+    for (size_t j = 0; j < n; ++j) {
+      decisions[j] = reserved_key_denial();
+      if (!is_reserved_key(items[j].key)) decisions[j].reason = DenyReason::kOtherCheckDenied;
+    }
+  } else {
+    handler_.check_all(std::span(items.data(), n), std::span(decisions.data(), n));
+  }
   auto& results = *response.mutable_check()->mutable_results();
   for (size_t j = 0; j < n; ++j) fill_result(decisions[j], *results.Add());
   counters_.checks += n;

@@ -28,8 +28,7 @@ class Response;
 namespace tollgate::api {
 
 inline constexpr int kChecksPerSlice = 16;
-// An all-or-nothing batch (CheckBatch.all_or_nothing) is decided in one go, so it is smaller.
-inline constexpr size_t kMaxAllOrNothingChecks = 64;
+// (An all-or-nothing batch is capped at tollgate::kMaxAllOrNothingChecks, tollgate/api.h.)
 
 // Monotonic counts of what the dispatch answered, written on the server's thread, readable from any.
 struct DispatchCounters {

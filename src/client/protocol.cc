@@ -12,6 +12,7 @@ DenyReason deny_reason(pb::DenyReason reason, bool allowed) {
     case pb::DENY_REASON_COST_EXCEEDS_BURST: return DenyReason::kCostExceedsBurst;
     case pb::DENY_REASON_INVALID_COST: return DenyReason::kInvalidCost;
     case pb::DENY_REASON_KEY_TOO_LONG: return DenyReason::kKeyTooLong;
+    case pb::DENY_REASON_RESERVED_KEY: return DenyReason::kReservedKey;
     case pb::DENY_REASON_OTHER_CHECK_DENIED: return DenyReason::kOtherCheckDenied;
     default: break;
   }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tollgate/config_error.h"
@@ -14,17 +15,53 @@
 namespace tollgate {
 
 std::string read_config_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path, 0, 0, std::string("cannot read ") + what + ": " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer (and hold the node's thread).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw ConfigError(path, 0, 0, std::string("cannot read ") + what + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string problem;
+  if (::fstat(fd, &st) != 0) {
+    problem = std::string("cannot read ") + what + ": " + std::strerror(errno);
+  } else if (S_ISDIR(st.st_mode)) {
+    problem = std::string("is a directory, not a ") + what;
+  } else if (!S_ISREG(st.st_mode)) {
+    // /dev/null would read as an empty file (no rules: every limit lifted), /dev/zero forever.
+    problem = std::string("is not a regular file; a ") + what + " must be one";
+  } else if (uint64_t(st.st_size) > kMaxConfigFileBytes) {
+    problem = std::string("the ") + what + " is " + std::to_string(st.st_size) + " bytes; at most " +
+              std::to_string(kMaxConfigFileBytes);
+  }
+  std::string text;
+  if (problem.empty()) {
+    // Read to the end, never past the cap: a file may grow while it is read.
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        problem = std::string("cannot read ") + what + ": " + std::strerror(errno);
+        break;
+      }
+      if (n == 0) break;
+      text.append(buf, size_t(n));
+      if (text.size() > kMaxConfigFileBytes) {
+        problem = std::string("the ") + what + " is over " + std::to_string(kMaxConfigFileBytes) + " bytes";
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (!problem.empty()) throw ConfigError(path, 0, 0, problem);
+  return text;
 }
 
 std::string write_file_atomically(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  // A new temporary beside the file, created exclusively (mkostemp: O_CREAT | O_EXCL), so a
+  // symlink planted at a predictable name cannot redirect the write.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) return "cannot create a temporary file beside " + path + ": " + std::strerror(errno);
+  ::fchmod(fd, 0640);
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);

@@ -24,7 +24,11 @@ class RulesParser {
 
   std::shared_ptr<const RuleSet> parse(std::string_view text) {
     const YAML::Node root = yaml::load(text, source_);
-    if (root.IsNull()) return std::make_shared<RuleSet>();  // empty file: nothing is limited
+    // Nothing but blanks and comments: a file being rewritten, truncated, or the wrong path. Taken
+    // as rules it would lift every limit; `rules: []` is how a file says "no rules".
+    if (root.IsNull()) {
+      throw ConfigError(source_, 0, 0, "holds no rules (empty, or comments only): refused; write `rules: []` to mean none");
+    }
     if (!root.IsMap()) fail(root, "expected a mapping with `rules:` and optionally `default:`");
 
     std::vector<Rule> rules;
@@ -37,6 +41,7 @@ class RulesParser {
         default_limit = parse_limit(value, /*with_match=*/false, nullptr).limit;
       }
     });
+    if (!root["rules"] && !root["default"]) fail(root, "has neither `rules:` nor `default:` (write `rules: []` to mean none)");
     return std::make_shared<RuleSet>(std::move(rules), std::move(default_limit));
   }
 
@@ -49,7 +54,8 @@ class RulesParser {
   }
 
   std::vector<Rule> parse_rule_list(const YAML::Node& list) const {
-    if (list.IsNull()) return {};
+    // `rules:` with nothing after it is what a file cut short after its first line looks like.
+    if (list.IsNull()) fail(list, "`rules:` has no list; write `rules: []` to mean none");
     if (!list.IsSequence()) fail(list, "`rules` must be a list of rules (each starting with \"- match:\")");
     std::vector<Rule> rules;
     std::unordered_map<std::string, int> first_line;

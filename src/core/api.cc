@@ -10,9 +10,18 @@ const char* deny_reason_name(DenyReason reason) {
     case DenyReason::kCostExceedsBurst: return "cost exceeds burst";
     case DenyReason::kInvalidCost: return "invalid cost (negative)";
     case DenyReason::kKeyTooLong: return "key too long";
+    case DenyReason::kReservedKey: return "key reserved for Envoy's rate limit service (first byte 0x1E)";
     case DenyReason::kOtherCheckDenied: return "another check of the request was denied";
   }
   return "unknown";
+}
+
+Decision reserved_key_denial() {
+  Decision d;
+  d.reason = DenyReason::kReservedKey;
+  d.retry_after_ns = kRetryNever;
+  d.limited = false;
+  return d;
 }
 
 const char* member_state_name(MemberState s) {

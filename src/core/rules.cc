@@ -1,5 +1,7 @@
 #include "tollgate/rules.h"
 
+#include "tollgate/api.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <unordered_set>
@@ -78,6 +80,8 @@ std::string RuleSet::label(uint32_t index) const {
 }
 
 uint32_t RuleSet::size() const { return uint32_t(rules_.size() + 1 + (rls_ ? rls_->limit_count() : 0)); }
+
+static_assert(kRlsKeyPrefix == kReservedKeyByte, "the doors refuse exactly the keys RLS buckets are named by");
 
 uint32_t RuleSet::match(std::string_view key) const {
   if (rls_ && !key.empty() && key[0] == kRlsKeyPrefix) {

@@ -200,6 +200,7 @@ Daemon::Daemon(DaemonOptions options)
     http::HttpServerOptions http_options;
     http_options.listen = options_.http_listen;
     http_options.max_connections = options_.http_max_connections;
+    http_options.max_connections_per_client = options_.http_max_connections_per_client;
     http_options.io_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.http_timeout_ns));
     // Ready alone once a member would have been declared failed: a node with no peer to hear
     // from (or whose peers are all down) serves from its own buckets.

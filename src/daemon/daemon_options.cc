@@ -131,7 +131,13 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "/metrics (Prometheus), /healthz, /readyz, /v1/members, /v1/stats. Loopback advised: it has no "
                  "authentication, and the daemon warns otherwise. Off unless given");
   app.add_option("--http-max-connections", o->http_max_connections,
-                 "HTTP connections open at once; beyond, a new one is closed at accept (counted)")
+                 "HTTP connections open at once. At the limit a newcomer takes the place of the least recently "
+                 "active connection waiting for a request (of the client holding most); it is closed at accept only "
+                 "when every connection is busy with a request (both counted)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 16));
+  app.add_option("--http-max-connections-per-client", o->http_max_connections_per_client,
+                 "HTTP connections open at once from one IP address (all local processes are 127.0.0.1); at the "
+                 "limit a newcomer takes the place of that client's least recently active waiting connection")
       ->check(CLI::Range(size_t{1}, size_t{1} << 16));
   std::string http_timeout = format_duration(o->http_timeout_ns);
   app.add_option("--http-timeout", http_timeout,

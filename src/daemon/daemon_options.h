@@ -53,7 +53,8 @@ struct DaemonOptions {
   size_t rls_max_pending = 4096;        // calls waiting for the node at most
   // The HTTP front end: off unless http_listen is given.
   std::string http_listen;              // "HOST:PORT"
-  size_t http_max_connections = 512;    // open at once; beyond, closed at accept
+  size_t http_max_connections = 512;    // open at once (HttpServerOptions)
+  size_t http_max_connections_per_client = 256;  // from one IP address
   int64_t http_timeout_ns = 10 * kNanosPerSecond;  // to read a request (or wait for the next), or write an answer
   // Gossip further than this from our wall clock is dropped as stale (replays; Transport).
   int64_t max_message_age_ns = 30'000'000'000;

@@ -204,8 +204,21 @@ class Member::Impl {
     thread_.join();
   }
 
-  Decision check(std::string_view key, int64_t cost) { return host_->node().check(key, cost, check_now()); }
+  // Keys only should_rate_limit may charge (is_reserved_key) are denied, as at every door.
+  Decision check(std::string_view key, int64_t cost) {
+    if (is_reserved_key(key)) [[unlikely]] return reserved_key_denial();
+    return host_->node().check(key, cost, check_now());
+  }
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) {
+    for (const CheckItem& item : items) {
+      if (is_reserved_key(item.key)) [[unlikely]] {
+        for (size_t i = 0; i < items.size(); ++i) {
+          out[i] = reserved_key_denial();
+          if (!is_reserved_key(items[i].key)) out[i].reason = DenyReason::kOtherCheckDenied;
+        }
+        return false;
+      }
+    }
     return host_->node().check_all(items, out, check_now());
   }
   uint16_t port() const { return host_->gossip_port(); }

@@ -9,6 +9,8 @@
 
 #include <array>
 #include <atomic>
+#include <list>
+#include <unordered_map>
 #include <optional>
 #include <thread>
 
@@ -78,6 +80,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
                        {"http.connections_rejected", rejected_.load()},
                        {"http.connections_timed_out", timed_out_.load()},
                        {"http.connections_open", open_.load()},
+                       {"http.connections_evicted", evicted_.load()},
                        {"http.requests_too_large", too_large_.load()},
                        {"http.requests_malformed", malformed_.load()},
                        {"http.node_busy", busy_.load()},
@@ -89,6 +92,8 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   class Session;
 
   void accept();
+  // At a connection limit: frees a place for a newcomer from `client` (see the header), or false.
+  bool make_room_for(const std::string& client);
 
   // Routes' NodeRunner (HTTP thread): queue `job` for the node, or refuse.
   bool run_on_node(NodeJob job, const Reply& reply) {
@@ -134,7 +139,12 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<int64_t> pending_{0};
   // Before io_: sessions still in its handlers count themselves out when it is destroyed.
   std::atomic<int64_t> accepted_{0}, rejected_{0}, timed_out_{0}, open_{0}, too_large_{0}, malformed_{0}, busy_{0},
-      wait_expired_{0};
+      wait_expired_{0}, evicted_{0};
+  // The HTTP thread's: connections waiting for (or reading) a request, least recently active
+  // first (the ones a newcomer may take the place of), and connections per client.
+  std::list<Session*> waiting_;
+  std::unordered_map<std::string, size_t> per_client_;
+  size_t live_ = 0;  // connections neither closed nor evicted
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
@@ -151,16 +161,55 @@ size_t read_buffer_bytes(const HttpServerOptions& options) { return options.max_
 // One connection: a request at a time (HTTP/1.1 keep-alive; no pipelining in flight).
 class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Impl& server, tcp::socket socket)
-      : server_(server), stream_(std::move(socket)), buffer_(read_buffer_bytes(server.options_)) {
+  Session(Impl& server, tcp::socket socket, std::string client)
+      : server_(server), stream_(std::move(socket)), buffer_(read_buffer_bytes(server.options_)), client_(std::move(client)) {
     ++server_.open_;
+    ++server_.live_;
+    ++server_.per_client_[client_];
   }
-  ~Session() { --server_.open_; }
+  ~Session() {
+    leave_counts();
+    --server_.open_;
+  }
 
   void start() { read(); }
 
+  const std::string& client() const { return client_; }
+  // Closed to make room for a newcomer: no longer counted; its handlers end with an error.
+  void evict() {
+    leave_counts();
+    ++server_.evicted_;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+  }
+
  private:
+  // Out of the waiting list and the counts, once (closed, evicted or destroyed).
+  void leave_counts() {
+    if (counted_out_) return;
+    counted_out_ = true;
+    stop_waiting();
+    --server_.live_;
+    if (auto it = server_.per_client_.find(client_); it != server_.per_client_.end() && --it->second == 0) {
+      server_.per_client_.erase(it);
+    }
+  }
+  // Waiting for (or reading) a request: at the back of the list, the most recently active.
+  void start_waiting() {
+    if (counted_out_) return;
+    stop_waiting();
+    waiting_at_ = server_.waiting_.insert(server_.waiting_.end(), this);
+    waiting_now_ = true;
+  }
+  void stop_waiting() {
+    if (!waiting_now_) return;
+    server_.waiting_.erase(waiting_at_);
+    waiting_now_ = false;
+  }
+
   void read() {
+    start_waiting();
     parser_.emplace();
     parser_->header_limit(uint32_t(server_.options_.max_header_bytes));
     parser_->body_limit(server_.options_.max_body_bytes);
@@ -199,6 +248,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
       ++server_.malformed_;
       return answer_and_close(error_response(400, "malformed HTTP request: " + ec.message()));
     }
+    stop_waiting();  // busy with a request until it is answered
     bhttp::request<bhttp::string_body> request = parser_->release();
     keep_alive_ = request.keep_alive();
     version_ = request.version();
@@ -268,6 +318,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   bool refused_ = false;  // the parser refused the request: linger, then close
   unsigned version_ = 11;
   std::array<char, 4096> scratch_{};
+  std::string client_;  // the peer's IP address
+  std::list<Session*>::iterator waiting_at_;
+  bool waiting_now_ = false;
+  bool counted_out_ = false;
 };
 
 void HttpServer::Impl::accept() {
@@ -280,16 +334,42 @@ void HttpServer::Impl::accept() {
       });
       return;
     }
-    if (size_t(open_.load()) >= options_.max_connections) {
+    boost::system::error_code peer_error;
+    const auto peer = socket.remote_endpoint(peer_error);
+    std::string client = peer_error ? std::string("?") : peer.address().to_string();
+    if (!make_room_for(client)) {
       ++rejected_;
       boost::system::error_code ignored;
       socket.close(ignored);
     } else {
       ++accepted_;
-      std::make_shared<Session>(*this, std::move(socket))->start();
+      std::make_shared<Session>(*this, std::move(socket), std::move(client))->start();
     }
     accept();
   });
+}
+
+bool HttpServer::Impl::make_room_for(const std::string& client) {
+  const auto mine = per_client_.find(client);
+  const size_t held = mine == per_client_.end() ? 0 : mine->second;
+  const bool client_full = held >= options_.max_connections_per_client;
+  if (!client_full && live_ < options_.max_connections) return true;
+  // The victim: at the client's own limit, its least recently active waiting connection; else
+  // that of the client holding the most connections, the newcomer's own client on a tie.
+  std::string victim_client = client;
+  if (!client_full) {
+    size_t most = held;
+    for (const auto& [who, count] : per_client_) {
+      if (count > most) most = count, victim_client = who;
+    }
+  }
+  for (Session* s : waiting_) {
+    if (s->client() == victim_client) {
+      s->evict();
+      return true;
+    }
+  }
+  return false;
 }
 
 HttpServer::HttpServer(asio::io_context& node_io, RequestHandler& handler, HttpServerOptions options)

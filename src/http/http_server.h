@@ -2,7 +2,10 @@
 // routes (src/http/routes.h), and writes the answers. Checks run on the node's thread, queued
 // (bounded) through its io_context; nothing else of HTTP ever runs there.
 //
-// Limits: connections (beyond: closed at once, counted), header and body bytes (431 and 413), a
+// Limits: connections, in all and per client (IP address): at a limit, a newcomer takes the place
+// of the least recently active connection that is waiting for a request (the client's own at its
+// limit, else of the client holding most), and is closed at once only when every connection is
+// busy with a request (counted); header and body bytes (431 and 413), a
 // connection's read buffer (a chunk line or trailer that outgrows it: 400),
 // a deadline for reading each request and writing its answer (a slow or idle client is closed,
 // counted), jobs waiting for the node (beyond: 503), and how long a job may wait for the node
@@ -27,6 +30,8 @@ namespace tollgate::http {
 struct HttpServerOptions {
   std::string listen;                           // "HOST:PORT" (or "tcp:HOST:PORT"); port 0: any
   size_t max_connections = 512;                 // open at once
+  // Open at once from one client (one IP address; every local process is 127.0.0.1).
+  size_t max_connections_per_client = 256;
   size_t max_header_bytes = 8 * 1024;           // request line and headers
   size_t max_body_bytes = 64 * 1024;            // a POST body
   std::chrono::milliseconds io_timeout{10'000}; // to read a request (or wait for the next one), or write an answer

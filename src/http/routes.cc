@@ -24,6 +24,9 @@ namespace hv1 = tollgate::http::v1;
 namespace rpb = envoy::service::ratelimit::v3;
 
 constexpr unsigned kTooManyRequests = 429;
+constexpr const char* kReservedKeyError =
+    "keys that start with byte 0x1E (%1E) name the buckets of Envoy's rate limit service; they are charged "
+    "through it (gRPC or POST /json), never through /v1/check";
 
 // `snake_case`: /v1/check's shape, every field printed; else the reference server's /json shape
 // (Go's protojson defaults: lowerCamelCase, fields at their default left out).
@@ -209,7 +212,14 @@ void Routes::check_get(const std::string& query, Reply reply) {
   std::optional<std::string> key;
   int64_t cost = 1;
   unsigned deny_status = kTooManyRequests;
+  std::vector<std::string_view> seen;
   for (const auto& [name, value] : *params) {
+    // A parameter given twice is refused, never "the last one wins": with nginx keyed by a
+    // client's header, `key=a&key=victim` would charge someone else, and `&cost=0` check for free.
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      return reply(error_response(400, "parameter \"" + name + "\" is given twice"));
+    }
+    seen.push_back(name);
     if (name == "key") {
       key = value;
     } else if (name == "cost") {
@@ -231,6 +241,7 @@ void Routes::check_get(const std::string& query, Reply reply) {
     return reply(error_response(400, "the key is " + std::to_string(key->size()) + " bytes; at most " +
                                          std::to_string(options_.max_key_bytes)));
   }
+  if (is_reserved_key(*key)) return reply(error_response(400, kReservedKeyError));
   ++checks_;
   on_node(
       [key = std::move(*key), cost, deny_status, reply](RequestHandler& handler) -> std::function<void()> {
@@ -258,6 +269,12 @@ void Routes::check_post(const std::string& body, Reply reply) {
     return reply(error_response(413, std::to_string(request->checks_size()) + " checks in one request; at most " +
                                          std::to_string(options_.max_batch)));
   }
+  // Decided in one go, holding every shard it touches: capped as the native API caps it.
+  if (request->all_or_nothing() && size_t(request->checks_size()) > kMaxAllOrNothingChecks) {
+    return reply(error_response(413, std::to_string(request->checks_size()) +
+                                         " checks in one all-or-nothing request; at most " +
+                                         std::to_string(kMaxAllOrNothingChecks)));
+  }
   for (int i = 0; i < request->checks_size(); ++i) {
     hv1::CheckItem& c = *request->mutable_checks(i);
     const std::string at = "checks[" + std::to_string(i) + "]: ";
@@ -266,6 +283,7 @@ void Routes::check_post(const std::string& body, Reply reply) {
       return reply(error_response(400, at + "the key is " + std::to_string(c.key().size()) + " bytes; at most " +
                                            std::to_string(options_.max_key_bytes)));
     }
+    if (is_reserved_key(c.key())) return reply(error_response(400, at + kReservedKeyError));
     if (!c.has_cost()) c.set_cost(1);
     if (c.cost() < 0 || c.cost() > kMaxTokens) {
       return reply(error_response(400, at + "cost must be a whole number from 0 to " + std::to_string(kMaxTokens)));

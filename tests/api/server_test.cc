@@ -131,6 +131,32 @@ TEST_F(ApiServerTest, AnAllOrNothingBatchIsDecidedTogether) {
   expect_served(*c, 9);  // the connection stays open
 }
 
+// A key whose first byte is 0x1E names an Envoy rate limit service bucket: the client API
+// denies it without asking the node (issue 34, finding 10), alone and in an all-or-nothing batch
+// (where nothing is charged).
+TEST_F(ApiServerTest, EnvoyBucketKeysAreDeniedWithoutReachingTheNode) {
+  auto c = connect();
+  const std::string rls_key = "\x1e" "web\x1fpath\x1d/a";
+  ASSERT_TRUE(c->send_request(check_request(7, {{"a", 1}, {rls_key, 1}, {"b", 1}})));
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  ASSERT_EQ(r.check().results_size(), 3);
+  EXPECT_TRUE(r.check().results(0).allowed());
+  EXPECT_FALSE(r.check().results(1).allowed());
+  EXPECT_EQ(r.check().results(1).reason_code(), pb::DENY_REASON_RESERVED_KEY);
+  EXPECT_EQ(r.check().results(1).retry_after_ns(), kRetryNever);
+  EXPECT_TRUE(r.check().results(2).allowed());
+  pb::Request all = check_request(8, {{"a", 1}, {rls_key, 1}});
+  all.mutable_check()->set_all_or_nothing(true);
+  ASSERT_TRUE(c->send_request(all));
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  ASSERT_EQ(r.check().results_size(), 2);
+  EXPECT_EQ(r.check().results(0).reason_code(), pb::DENY_REASON_OTHER_CHECK_DENIED);
+  EXPECT_EQ(r.check().results(1).reason_code(), pb::DENY_REASON_RESERVED_KEY);
+  // The node saw the two ordinary keys of the first batch and nothing else.
+  EXPECT_EQ(handler_.seen(), (std::vector<std::pair<std::string, int64_t>>{{"a", 1}, {"b", 1}}));
+}
+
 TEST_F(ApiServerTest, RequestLevelErrorsAreAnsweredAndTheConnectionStaysOpen) {
   ApiServerOptions options;
   options.max_checks_per_batch = 3;

@@ -12,9 +12,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -184,43 +186,44 @@ TEST(Member, ChecksGoOnAnsweringWhileTheBackgroundThreadIsStuck) {
   fs::create_directories(dir);
   const std::string peers = "other 127.0.0.1:9\n";
   std::ofstream(dir / "peers.txt") << peers;
+  // The background thread is held where a slow log sink would hold it: in the member's log
+  // callback, from the line about a broken peers file until the test lets it go.
+  struct Stall {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool stuck = false, released = false;
+  } stall;
   MemberOptions o = options("m", "127.0.0.1:9");
   o.seeds.clear();
   o.peers_file = (dir / "peers.txt").string();
+  o.log = [&stall](MemberLogLevel, const std::string& line) {
+    if (line.find("peers not reloaded") == std::string::npos) return;
+    std::unique_lock lock(stall.mutex);
+    stall.stuck = true;
+    stall.cv.notify_all();
+    stall.cv.wait(lock, [&] { return stall.released; });
+  };
   // Static membership; 1,000 keys at most, so that the flood below evicts.
   o.settings = {{"interval", "20ms"}, {"fail-after", "1s"}, {"max-keys", "1000"}};
   o.early_seal_keys = 256;
   auto member = std::make_unique<Member>(o);
   ASSERT_TRUE(eventually([&] { return member->stats().rounds > 2; }));
-  // The edit: the peers file becomes a FIFO (a second name for it is kept, to write to later).
-  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
-  ASSERT_EQ(::link((dir / "fifo").c_str(), (dir / "fifo-writer").c_str()), 0);
-  // On any way out of this test, before the member's destructor waits for its thread: a
-  // regular file back in place, then the FIFO's reader gets its bytes and the end of the file.
+  // On any way out of this test, before the member's destructor waits for its thread.
   struct Unstick {
-    fs::path dir;
-    std::string peers;
-    int fd = -1;  // the FIFO, open for writing once its reader is in it
+    Stall& stall;
     void now() {
-      std::ofstream(dir / "peers.new") << peers;
-      std::error_code ec;
-      fs::rename(dir / "peers.new", dir / "peers.txt", ec);
-      if (fd < 0) fd = ::open((dir / "fifo-writer").c_str(), O_RDWR | O_NONBLOCK);  // a reader or not
-      if (fd >= 0) {
-        EXPECT_EQ(::write(fd, peers.data(), peers.size()), ssize_t(peers.size()));
-        ::close(fd);
-        fd = -1;
-      }
+      std::lock_guard lock(stall.mutex);
+      stall.released = true;
+      stall.cv.notify_all();
     }
     ~Unstick() { now(); }
-  } unstick{dir, peers};
-  fs::rename(dir / "fifo", dir / "peers.txt");
-  // Stuck once it reads the FIFO (the file is looked at once a second): a writer can open it
-  // only while a reader has it open, and then the reader waits for bytes.
-  ASSERT_TRUE(eventually([&] {
-    unstick.fd = ::open((dir / "fifo-writer").c_str(), O_WRONLY | O_NONBLOCK);
-    return unstick.fd >= 0;
-  }));
+  } unstick{stall};
+  std::ofstream(dir / "peers.new") << "other 127.0.0.1\n";  // no port: refused, and logged
+  fs::rename(dir / "peers.new", dir / "peers.txt");
+  {
+    std::unique_lock lock(stall.mutex);  // the file is looked at once a second
+    ASSERT_TRUE(stall.cv.wait_for(lock, 20s, [&] { return stall.stuck; }));
+  }
   const uint64_t rounds = member->stats().rounds;  // no round runs while its thread waits
   int allowed = 0;
   for (int n = 0; n < 10'000; ++n) {  // a flood of new keys: early sealing is asked for, and waits
@@ -308,6 +311,10 @@ TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
   replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burts: 9}\n");
   EXPECT_TRUE(eventually([&] { return a.stats().reload_failures == failures + 1; }));
   EXPECT_EQ(a.check("k9", 0).limit.burst, 7);
+  // An Envoy bucket's key is should_rate_limit's alone: check() denies it, as every door does.
+  const Decision reserved = a.check("\x1e" "web\x1fpath\x1d/a", 1);
+  EXPECT_FALSE(reserved.allowed);
+  EXPECT_EQ(reserved.reason, DenyReason::kReservedKey);
   EXPECT_EQ(a.stats().stopped_by, "");
   fs::remove_all(dir);
 }

@@ -102,7 +102,7 @@ bool expect(std::string_view payload, std::vector<Answer>& answers) {
     if (checks.empty()) {
       a.error = pb::Error::EMPTY_REQUEST;
     } else if (static_cast<size_t>(checks.size()) > kMaxChecksPerBatch ||
-               (request.check().all_or_nothing() && static_cast<size_t>(checks.size()) > api::kMaxAllOrNothingChecks)) {
+               (request.check().all_or_nothing() && static_cast<size_t>(checks.size()) > tollgate::kMaxAllOrNothingChecks)) {
       a.error = pb::Error::BATCH_TOO_LARGE;
     } else {
       a.results = static_cast<size_t>(checks.size());

@@ -82,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Written back (patterns of printable ASCII only: anything else would need YAML escapes
   // whose round trip is yaml-cpp's business), it parses to the same rules.
   if (!writable) return 0;
-  std::string yaml = "rules:\n";
+  std::string yaml = rules->rules().empty() ? "rules: []\n" : "rules:\n";
   for (const tollgate::Rule& r : rules->rules()) yaml += "  - match: " + quoted(r.match) + "\n" + limit_fields(r.limit, "    ");
   if (rules->default_limit()) yaml += "default:\n" + limit_fields(*rules->default_limit(), "  ");
   const auto again = parse(yaml);

@@ -178,24 +178,29 @@ class TwoNodes(unittest.TestCase):
             s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
             self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 400"))
 
-    def test_connections_beyond_the_cap_are_closed_and_idle_ones_time_out(self):
+    def test_at_the_cap_a_newcomer_takes_the_place_of_the_longest_waiting_and_idle_ones_time_out(self):
+        # Issue 34, finding 3: five connections holding half a request used to lock every later
+        # client out until --http-timeout (nginx's auth_request then fails open). Now each
+        # newcomer takes the place of the connection that has waited longest for its request.
         before = self.b.stats()
-        # Five connections, each with half a request: they hold every place until --http-timeout.
-        # Connections are accepted in order, so the sixth finds all five places taken.
         held = [socket.create_connection(("127.0.0.1", self.b.http_port), timeout=10) for _ in range(5)]
         try:
             for s in held:
                 s.sendall(b"GET /healthz HTTP/1.1\r\n")
-            with socket.create_connection(("127.0.0.1", self.b.http_port), timeout=10) as extra:
-                self.assertEqual(extra.recv(100), b"", "a sixth connection is closed at once")
-            for s in held:  # each is closed without an answer once the timeout passes
+            # Connections are accepted in order, so the sixth finds the five before it, the first
+            # of them waiting longest. (No stats call in between: it would be a sixth itself.)
+            status, _, _ = self.b.request("GET", "/healthz")
+            self.assertEqual(status, 200, "the sixth client is served")
+            self.assertEqual(held[0].recv(100), b"", "the longest-waiting connection made room")
+            for s in held[1:]:  # the others are closed without an answer once the timeout passes
                 self.assertEqual(s.recv(100), b"")
         finally:
             for s in held:
                 s.close()
         after = wait_until("the server to serve again", self.b.try_stats)
-        self.assertGreaterEqual(after["http.connections_rejected"] - before["http.connections_rejected"], 1)
-        self.assertGreaterEqual(after["http.connections_timed_out"] - before["http.connections_timed_out"], 5)
+        self.assertEqual(after["http.connections_evicted"] - before["http.connections_evicted"], 1)
+        self.assertEqual(after["http.connections_rejected"], before["http.connections_rejected"])
+        self.assertGreaterEqual(after["http.connections_timed_out"] - before["http.connections_timed_out"], 4)
 
 
 def rss_kib(pid):
@@ -283,6 +288,62 @@ class EndlessLines(unittest.TestCase):
         before = self.d.stats()["http.requests_too_large"]
         self.check_refused(b"", b"f")
         self.assertEqual(self.d.stats()["http.requests_too_large"], before + 1)
+
+
+class ConnectionLimits(unittest.TestCase):
+    """At the connection limit, the client holding the most connections gives up its longest-
+    waiting one: a flood from one address cannot push out another client's kept-alive
+    connection (issue 34, finding 3)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-http-limits-")
+        with open(os.path.join(cls.dir, "rules.yaml"), "w") as f:
+            f.write(RULES)
+        with open(os.path.join(cls.dir, "rls.yaml"), "w") as f:
+            f.write(RLS)
+        port = free_port()
+        cls.d = Daemon(cls.dir, "solo", port, [("solo", port)], ["--http-max-connections", "4"])
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        if code != 0:
+            raise AssertionError("tollgated exited with %s" % code)
+
+    def test_the_client_holding_most_makes_room_not_another(self):
+        # Every request before the newcomer goes over `kept`: a connection of our own that the
+        # server has not yet seen close would count towards the limit.
+        kept = http.client.HTTPConnection("127.0.0.1", self.d.http_port, timeout=10)  # from 127.0.0.1
+        held = []
+        try:
+            kept.request("GET", "/v1/stats")
+            r = kept.getresponse()
+            self.assertEqual(r.status, 200)
+            before = json.loads(r.read())["stats"]
+            # Three half-open requests from another address: the limit of four is reached, and the
+            # kept-alive connection is now the least recently active of all.
+            for _ in range(3):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.settimeout(10)
+                s.bind(("127.0.0.2", 0))
+                s.connect(("127.0.0.1", self.d.http_port))
+                s.sendall(b"GET /healthz HTTP/1.1\r\n")
+                held.append(s)
+            status, _, _ = self.d.request("GET", "/healthz")  # a newcomer from 127.0.0.1
+            self.assertEqual(status, 200)
+            self.assertEqual(held[0].recv(100), b"", "127.0.0.2 holds most: its longest-waiting one went")
+            kept.request("GET", "/v1/check?key=k1")
+            r = kept.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200, "the other client's connection stayed")
+        finally:
+            kept.close()
+            for s in held:
+                s.close()
+        after = wait_until("the server to serve again", self.d.try_stats)
+        self.assertEqual(after["http.connections_evicted"] - before["http.connections_evicted"], 1)
 
 
 class RulesFileReload(unittest.TestCase):

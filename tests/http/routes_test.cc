@@ -171,6 +171,12 @@ TEST_F(RoutesTest, BadChecksAre400WithAReason) {
       {"/v1/check?key=k%001", "encoded NUL"},
       {"/v1/check?key=k%FF", "not UTF-8"},
       {"/v1/check?key=" + std::string(257, 'k'), "the key is 257 bytes; at most 256"},
+      // A parameter given twice (issue 34, finding 7): never "the last one wins".
+      {"/v1/check?key=a&key=victim", "parameter \\\"key\\\" is given twice"},
+      {"/v1/check?key=k1&cost=2&cost=0", "parameter \\\"cost\\\" is given twice"},
+      {"/v1/check?key=k1&deny_status=403&deny_status=429", "parameter \\\"deny_status\\\" is given twice"},
+      // An Envoy bucket's key (finding 10): only the rate limit service charges it.
+      {"/v1/check?key=%1Eweb%1Fpath%1D%2Fa", "name the buckets of Envoy's rate limit service"},
   };
   for (const Case& c : cases) {
     const HttpResponse r = request("GET", c.target);
@@ -221,12 +227,29 @@ TEST_F(RoutesTest, BadBatchesAreRefusedBeforeTheNode) {
       {R"({"checks": [{"key": "a"}, {"key": "b", "cost": -3}]})", 400, "checks[1]: cost must be"},
       {R"({"checks": [{"key": ")" + std::string(300, 'x') + R"("}]})", 400, "checks[0]: the key is 300 bytes"},
       {R"({"checks": [{"key": "a"}, {"key": "b"}, {"key": "c"}]})", 413, "3 checks in one request; at most 2"},
+      {R"({"checks": [{"key": "a"}, {"key": "\u001eweb\u001fpath\u001d/a"}]})", 400,
+       "checks[1]: keys that start with byte 0x1E"},
   };
   for (const Case& c : cases) {
     const HttpResponse r = request("POST", "/v1/check", c.body);
     EXPECT_EQ(r.status, c.status) << c.body;
     EXPECT_NE(r.body.find(c.reason), std::string::npos) << c.body << " -> " << r.body;
   }
+}
+
+// An all-or-nothing batch holds every shard it touches until it is decided: capped at 64 as on
+// the native API (issue 34, finding 4), while a batch decided check by check may hold 1,000.
+TEST_F(RoutesTest, AnAllOrNothingBatchIsCappedAt64Checks) {
+  auto batch = [](size_t n, bool all) {
+    std::string body = R"({"checks": [)";
+    for (size_t i = 0; i < n; ++i) body += (i ? "," : "") + std::string(R"({"key": "k)") + std::to_string(i) + R"("})";
+    return body + "], \"all_or_nothing\": " + (all ? "true" : "false") + "}";
+  };
+  EXPECT_EQ(request("POST", "/v1/check", batch(kMaxAllOrNothingChecks, true)).status, 200u);
+  const HttpResponse r = request("POST", "/v1/check", batch(kMaxAllOrNothingChecks + 1, true));
+  EXPECT_EQ(r.status, 413u);
+  EXPECT_NE(r.body.find("65 checks in one all-or-nothing request; at most 64"), std::string::npos) << r.body;
+  EXPECT_EQ(request("POST", "/v1/check", batch(kMaxAllOrNothingChecks + 1, false)).status, 200u);
 }
 
 TEST_F(RoutesTest, JsonIsEnvoysRateLimitRequestAnswered200Or429) {
