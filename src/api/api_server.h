@@ -107,7 +107,7 @@ class ApiServer {
 
   // Binds and listens on every endpoint of the options, then accepts in the background (on the
   // io_context). Returns "" on success; otherwise an error naming the endpoint and the cause
-  // (e.g. `unix:/run/tollgate/tollgated.sock: another daemon is listening on this socket`), and
+  // (e.g. `unix:/run/tollgate/tollgated.sock: another process is listening on this socket`), and
   // nothing is left listening. Call once.
   std::string start();
 

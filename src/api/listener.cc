@@ -37,7 +37,7 @@ uint16_t port_of(const asio::generic::stream_protocol::endpoint& ep) {
 Listener::Listener(asio::io_context& io, Endpoint endpoint)
     : io_(io), requested_(std::move(endpoint)), bound_(requested_), acceptor_(io), retry_timer_(io) {}
 
-std::string Listener::prepare_unix_path(const std::string& path) {
+std::string prepare_unix_socket_path(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return {};
@@ -46,10 +46,11 @@ std::string Listener::prepare_unix_path(const std::string& path) {
   if (!S_ISSOCK(st.st_mode)) return "the path exists and is not a socket; not replacing it";
   // A socket file outlives the process that made it. If connecting is refused, nobody accepts on
   // it any more (a crashed daemon): replace it. If it is accepted, another daemon is live.
-  asio::local::stream_protocol::socket probe(io_);
+  asio::io_context io;
+  asio::local::stream_protocol::socket probe(io);
   boost::system::error_code ec;
   probe.connect(asio::local::stream_protocol::endpoint(path), ec);
-  if (!ec) return "another daemon is listening on this socket";
+  if (!ec) return "another process is listening on this socket";
   if (ec != asio::error::connection_refused) {
     return "cannot tell whether the existing socket is in use: " + ec.message();
   }
@@ -63,7 +64,7 @@ std::string Listener::listen(uint32_t unix_socket_mode) {
   const Endpoint& ep = requested_;
   boost::system::error_code ec;
   if (ep.kind == Endpoint::Kind::kUnix) {
-    if (std::string error = prepare_unix_path(ep.path); !error.empty()) return error;
+    if (std::string error = prepare_unix_socket_path(ep.path); !error.empty()) return error;
   }
   std::string bad_address;
   const auto target = socket_address(ep, &bad_address);

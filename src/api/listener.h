@@ -19,6 +19,11 @@
 
 namespace tollgate::api {
 
+// Before binding a Unix socket at `path`: "" when the path is free or holds a stale socket (one
+// nobody accepts on any more, left by a crash: removed), else why not to bind there (a live
+// socket, which another process serves, or a file that is not a socket).
+std::string prepare_unix_socket_path(const std::string& path);
+
 // Held by shared_ptr: its pending accept and retry handlers keep it alive until they run.
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
@@ -43,7 +48,6 @@ class Listener : public std::enable_shared_from_this<Listener> {
   const Endpoint& bound() const { return bound_; }
 
  private:
-  std::string prepare_unix_path(const std::string& path);
 
   boost::asio::io_context& io_;
   Endpoint requested_;

@@ -14,6 +14,7 @@
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 #include "udp_transport.h"
+#include "util/host_port.h"
 
 namespace tollgate {
 namespace {
@@ -110,7 +111,10 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   };
   max_key_bytes_ = n.keys.max_key_bytes;
   node_ = std::make_unique<Node>(n, combined_rules(), *faults_, random_);
-  if (options_.node.membership == MembershipKind::kStatic) node_->set_peers(peers, now_ns());
+  if (options_.node.membership == MembershipKind::kStatic) {
+    check_own_peers_line(peers);
+    node_->set_peers(peers, now_ns());
+  }
   faults_->set_receiver([this](GossipMessage&& m) { node_->receive(m, now_ns()); });
 }
 
@@ -278,6 +282,7 @@ void NodeHost::reload_peers_if_changed() {
   peers_fingerprint_ = now;  // a broken file is reported once, not every second
   try {
     const auto peers = load_peers_file(options_.peers_file);
+    check_own_peers_line(peers);
     node_->set_peers(peers, now_ns());
     ++reloads_.peers;
     log(LogLevel::kInfo, "peers reloaded from " + options_.peers_file + ": " + std::to_string(peers.size()) + " peers");
@@ -285,6 +290,39 @@ void NodeHost::reload_peers_if_changed() {
     ++reloads_.peers_failed;
     log(LogLevel::kError, std::string("peers not reloaded, the previous list stays in force: ") + e.what());
   }
+}
+
+void NodeHost::check_own_peers_line(const std::vector<PeerSpec>& peers) {
+  // A node the peers file does not list as it binds is heard by nobody (its gossip is dropped as
+  // from an unknown sender or from the wrong address) and enforces alone, over-admitting.
+  const PeerSpec* own = nullptr;
+  for (const PeerSpec& p : peers) {
+    if (p.id == options_.node_id) own = &p;
+  }
+  peers_problem_ = false;
+  if (!own) {
+    peers_problem_ = true;
+    log(LogLevel::kError, options_.peers_file + ": no line for this node, \"" + options_.node_id +
+                              "\": the other nodes drop its gossip, and it enforces its limits alone. Add `" +
+                              options_.node_id + " " + options_.bind + "` to the peers file on every node");
+    return;
+  }
+  if (own->address == options_.bind) return;
+  std::string bind_host, own_host;
+  uint16_t bind_port = 0, own_port = 0;
+  std::string ignored;
+  const bool parsed = split_host_port(options_.bind, &bind_host, &bind_port, &ignored) &&
+                      split_host_port(own->address, &own_host, &own_port, &ignored);
+  const bool any_interface = bind_host == "0.0.0.0" || bind_host == "::";
+  if (parsed && any_interface && bind_port == own_port) {
+    log(LogLevel::kWarn, "--bind " + options_.bind + " listens on every interface; the peers file gives this node " +
+                             own->address + ", where the others send to it (a private address is safer)");
+    return;
+  }
+  peers_problem_ = true;
+  log(LogLevel::kError, options_.peers_file + ": this node, \"" + options_.node_id + "\", is listed at " +
+                            own->address + " but binds " + options_.bind +
+                            ": the others send to the listed address and drop what comes from another");
 }
 
 void NodeHost::stop_rounds() {
@@ -336,6 +374,7 @@ StatsList NodeHost::stats() const {
   add("rls_config_reload_failures", reloads_.rls_failed);
   add("peers_reloads", reloads_.peers);
   add("peers_reload_failures", reloads_.peers_failed);
+  add("peers_self_mismatch", peers_problem_ ? 1 : 0);  // 1: the peers file lacks this node as it binds
   const KeyTableStats k = node_->table().stats();
   add("keys", k.keys);
   add("key_bytes", k.bytes);

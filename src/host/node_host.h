@@ -136,6 +136,9 @@ class NodeHost {
   bool reload_rls_config();
   void reload_cluster_keys();
   void reload_peers_if_changed();
+  // Static membership: logs (and flags, peers_self_mismatch) a peers file that does not list
+  // this node at the address it binds.
+  void check_own_peers_line(const std::vector<PeerSpec>& peers);
   // Parses `text` (a ConfigError names `origin`) and makes it the rules file's part.
   void set_rules_text(std::string text, const std::string& origin);
   std::shared_ptr<const RuleSet> combined_rules() const;
@@ -160,6 +163,7 @@ class NodeHost {
   std::string rules_changing_;     // a new fingerprint seen once: read when it holds a second
   std::string peers_fingerprint_;
   HostReloads reloads_;
+  bool peers_problem_ = false;
   OffenseLimiter offenses_;
   std::mutex offenses_mu_;
   boost::asio::steady_timer tick_timer_, watch_timer_, leave_timer_;

@@ -3,7 +3,11 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <sys/stat.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "api/endpoint.h"
+#include "api/listener.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
@@ -61,7 +66,13 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (!endpoint) return why;
     loopback_ = endpoint->is_loopback();
     std::string grpc_address;
-    if (endpoint->kind == api::Endpoint::Kind::kUnix) {
+    const bool unix_socket = endpoint->kind == api::Endpoint::Kind::kUnix;
+    if (unix_socket) {
+      // gRPC would replace a live socket at the path (and remove it when it stops): refuse one
+      // another process serves, as the client API does; a stale one is removed here.
+      if (std::string error = api::prepare_unix_socket_path(endpoint->path); !error.empty()) {
+        return endpoint->path + ": " + error;
+      }
       grpc_address = "unix:" + endpoint->path;
     } else {
       const bool v6 = endpoint->host.find(':') != std::string::npos;
@@ -73,11 +84,26 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     int port = 0;
     builder.AddListeningPort(grpc_address, grpc::InsecureServerCredentials(), &port);
     builder.SetMaxReceiveMessageSize(int(options_.max_request_bytes));
+    // No SO_REUSEPORT (gRPC's default on Linux): a second process, in the cluster or not, could
+    // bind the same port and answer part of Envoy's calls from buckets of its own.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.RegisterService(this);
+    // The socket file gets its mode below; until then the umask keeps it closed to all but us
+    // (a umask of 0 would otherwise leave it open to everyone for a moment).
+    const mode_t umask_before = unix_socket ? ::umask(0177) : 0;
     server_ = builder.BuildAndStart();
+    if (unix_socket) ::umask(umask_before);
     if (!server_ || (endpoint->kind == api::Endpoint::Kind::kTcp && port == 0)) {
       server_.reset();
       return "cannot serve gRPC on " + options_.listen + " (address in use, or not an address of this host?)";
+    }
+    // The documented mode, whatever the umask (0027 under the unit would give 0750: Envoy in the
+    // daemon's group could not connect, and would let every request through).
+    if (unix_socket && ::chmod(endpoint->path.c_str(), mode_t(options_.unix_socket_mode)) != 0) {
+      const std::string error = "cannot set the socket file mode: " + std::string(std::strerror(errno));
+      server_->Shutdown();
+      server_.reset();
+      return error;
     }
     address_ = endpoint->kind == api::Endpoint::Kind::kUnix
                    ? grpc_address

@@ -772,7 +772,7 @@ TEST(ApiServerSocketFile, AStaleSocketIsReplacedButALiveOneIsRefused) {
 
   ServerHarness second(handler);
   const std::string error = second.start_unix(path);
-  EXPECT_EQ(error, "unix:" + path + ": another daemon is listening on this socket");
+  EXPECT_EQ(error, "unix:" + path + ": another process is listening on this socket");
   // The refused server did not take the file away from the live one.
   ASSERT_TRUE(c->send_request(check_request(1, {{"k", 1}})));
   pb::Response r;

@@ -319,6 +319,46 @@ TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
   fs::remove_all(dir);
 }
 
+// A node its own peers file does not list as it binds is heard by nobody and enforces alone
+// (issue 34, finding 12): said at error level at start and at each reload until the file is right.
+TEST(Member, APeersFileThatDoesNotListThisNodeAsItBindsIsReported) {
+  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-self-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  replace_file(dir / "peers.txt", "other 127.0.0.1:9\n");
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  MemberOptions o = options("m", "127.0.0.1:9");
+  o.seeds.clear();
+  o.settings = {{"interval", "20ms"}, {"fail-after", "1s"}};
+  o.peers_file = (dir / "peers.txt").string();
+  o.log = [&](MemberLogLevel level, const std::string& line) {
+    std::lock_guard lock(mutex);
+    if (level == MemberLogLevel::kError) errors.push_back(line);
+  };
+  auto error_count = [&] {
+    std::lock_guard lock(mutex);
+    return errors.size();
+  };
+  auto last_error = [&] {
+    std::lock_guard lock(mutex);
+    return errors.empty() ? std::string() : errors.back();
+  };
+  Member m(o);
+  ASSERT_EQ(error_count(), 1u);
+  EXPECT_NE(last_error().find("no line for this node, \"m\""), std::string::npos) << last_error();
+  const std::string bound = "127.0.0.1:" + std::to_string(m.gossip_port());
+  EXPECT_NE(last_error().find("Add `m " + bound + "`"), std::string::npos) << last_error();
+
+  replace_file(dir / "peers.txt", "other 127.0.0.1:9\nm 127.0.0.1:1\n");
+  ASSERT_TRUE(eventually([&] { return error_count() == 2; }));
+  EXPECT_NE(last_error().find("is listed at 127.0.0.1:1 but binds " + bound), std::string::npos) << last_error();
+
+  replace_file(dir / "peers.txt", "other 127.0.0.1:9\nm " + bound + "\n");
+  ASSERT_TRUE(eventually([&] { return m.stats().reloads == 2; }));
+  EXPECT_EQ(error_count(), 2u);  // right at last: nothing more said
+  fs::remove_all(dir);
+}
+
 TEST(Member, ShouldRateLimitDecidesEnvoysDescriptorsAndMembersShareTheirBuckets) {
   const fs::path dir = fs::temp_directory_path() / ("tollgate-member-rls-" + std::to_string(getpid()));
   fs::create_directories(dir);

@@ -163,7 +163,9 @@ def check_installed():
         unit = f.read()
     for line in ("ExecStart=/usr/bin/tollgated --config /etc/tollgate/tollgate.yaml ",
                  "User=tollgate", "RuntimeDirectory=tollgate", "StateDirectory=tollgate",
-                 "ProtectSystem=strict", "NoNewPrivileges=true", "LimitNOFILE=65536"):
+                 "ProtectSystem=strict", "NoNewPrivileges=true", "LimitNOFILE=65536",
+                 # never stop restarting (systemd's default start limit would switch limiting off)
+                 "StartLimitIntervalSec=0"):
         expect(line in unit, "%s lacks %r" % (UNIT, line))
     p = run("systemd-analyze", "verify", UNIT, check=False)
     print("systemd-analyze verify %s: exit %d %s%s" % (UNIT, p.returncode, p.stdout, p.stderr))

@@ -5,6 +5,8 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -180,6 +182,53 @@ TEST_F(RlsServerTest, OnGrpcThreadsCallsAfterStopAreUnavailableUncharged) {
   EXPECT_EQ(call_async(std::chrono::seconds(20)).get().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(handler_.charged, 1);
   EXPECT_EQ(stat("rls_unavailable"), 1);
+}
+
+// The listener cannot be shared or stolen (issue 34, finding 9). A unix: socket gets mode 0660
+// whatever the umask (0027 under the unit gave 0750: Envoy in the daemon's group could not
+// connect, and let every request through); a second server refuses a socket another process
+// serves instead of replacing it, and a TCP port already bound (gRPC sets SO_REUSEPORT by
+// default, so a second process could answer part of Envoy's calls).
+TEST(RlsListener, AUnixSocketHasMode0660WhateverTheUmaskAndALiveOneIsNotTakenOver) {
+  boost::asio::io_context io;
+  CountingHandler handler;
+  const std::string dir = ::testing::TempDir() + "tollgate-rls-sock-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const std::string path = dir + "/rls.sock";
+  const auto config = parse_rls_config({{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
+  RlsServerOptions options;
+  options.listen = "unix:" + path;
+  const mode_t before = ::umask(0027);
+  RlsServer first(io, handler, options);
+  const std::string started = first.start(config);
+  ::umask(before);
+  ASSERT_EQ(started, "");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+
+  RlsServer second(io, handler, options);
+  EXPECT_EQ(second.start(config), path + ": another process is listening on this socket");
+  second.shutdown();
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << "the second server removed the first one's socket";
+  first.shutdown();
+  ::unlink(path.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(RlsListener, ATcpPortAnotherServerHoldsIsRefused) {
+  boost::asio::io_context io;
+  CountingHandler handler;
+  const auto config = parse_rls_config({{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
+  RlsServerOptions options;
+  options.listen = "127.0.0.1:0";
+  RlsServer first(io, handler, options);
+  ASSERT_EQ(first.start(config), "");
+  options.listen = first.address();
+  RlsServer second(io, handler, options);
+  EXPECT_NE(second.start(config).find("cannot serve gRPC on " + first.address()), std::string::npos);
+  second.shutdown();
+  first.shutdown();
 }
 
 }  // namespace
