@@ -58,7 +58,7 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   }
   if (!options_.rls_config.empty()) {
     rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
-    rls_config_.store(load_rls_config(options_.rls_config));
+    set_rls_config(load_rls_config(options_.rls_config));
   }
   ClusterKeys keys;
   if (!options_.cluster_key_file.empty()) {
@@ -197,7 +197,7 @@ void NodeHost::set_rules_text(std::string text, const std::string& origin) {
 }
 
 std::shared_ptr<const RuleSet> NodeHost::combined_rules() const {
-  auto rls = rls_config_.load();
+  auto rls = rls_config();
   if (!rls) return file_rules_;
   return std::make_shared<const RuleSet>(file_rules_->rules(), file_rules_->default_limit(), std::move(rls));
 }
@@ -246,7 +246,7 @@ bool NodeHost::reload_rls_config() {
   rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
   try {
     auto config = load_rls_config(options_.rls_config);
-    rls_config_.store(config);
+    set_rls_config(config);
     for (const auto& listener : rls_listeners_) listener(config);
     ++reloads_.rls;
     log(LogLevel::kInfo, "RLS config reloaded from " + options_.rls_config + ": " +
@@ -257,6 +257,16 @@ bool NodeHost::reload_rls_config() {
     log(LogLevel::kError, std::string("RLS config not reloaded, the previous config stays in force: ") + e.what());
     return false;
   }
+}
+
+std::shared_ptr<const RlsConfig> NodeHost::rls_config() const {
+  const std::lock_guard lock(rls_config_mu_);
+  return rls_config_;
+}
+
+void NodeHost::set_rls_config(std::shared_ptr<const RlsConfig> config) {
+  const std::lock_guard lock(rls_config_mu_);
+  rls_config_ = std::move(config);
 }
 
 void NodeHost::on_rls_config(std::function<void(std::shared_ptr<const RlsConfig>)> listener) {

@@ -13,7 +13,6 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -113,7 +112,7 @@ class NodeHost {
   size_t max_key_bytes() const { return max_key_bytes_; }  // the key table's; longer RLS keys are digested
 
   // The RLS config in force (null without one); any thread.
-  std::shared_ptr<const RlsConfig> rls_config() const { return rls_config_.load(); }
+  std::shared_ptr<const RlsConfig> rls_config() const;
   // Called with every RLS config put in force after this call, on the owner's thread.
   void on_rls_config(std::function<void(std::shared_ptr<const RlsConfig>)> listener);
   int64_t rules_version() const { return rules_version_; }
@@ -142,6 +141,7 @@ class NodeHost {
   // Parses `text` (a ConfigError names `origin`) and makes it the rules file's part.
   void set_rules_text(std::string text, const std::string& origin);
   std::shared_ptr<const RuleSet> combined_rules() const;
+  void set_rls_config(std::shared_ptr<const RlsConfig> config);
   void put_rules_in_force();
 
   boost::asio::io_context& io_;
@@ -154,7 +154,8 @@ class NodeHost {
   std::unique_ptr<FaultInjectingTransport> faults_;
   std::unique_ptr<Node> node_;
   std::shared_ptr<const RuleSet> file_rules_;
-  std::atomic<std::shared_ptr<const RlsConfig>> rls_config_;
+  mutable std::mutex rls_config_mu_;  // rls_config_ is read from any thread
+  std::shared_ptr<const RlsConfig> rls_config_;
   std::vector<std::function<void(std::shared_ptr<const RlsConfig>)>> rls_listeners_;
   std::string rls_fingerprint_;    // of the RLS config's files when last read
   int64_t rules_version_ = 0;      // content_version of the rules in force (0: none)

@@ -1120,8 +1120,8 @@ TEST(ClusterHardening, WallClockJumpsMoveNoBucketAndFailNoPeer) {
   // 1000/h: an hour of wall time would refill a whole bucket.
   const std::string hourly = "rules:\n  - match: \"k*\"\n    rate: 1000/h\n    burst: 1000\n";
   Cluster c(3, Combo{"gossip", "udp", "static"}, hourly, {}, SIZE_MAX,
-            {std::string("LD_PRELOAD=") + lib, "FAKETIME_TIMESTAMP_FILE=" + clock_file.string(), "FAKETIME_NO_CACHE=1",
-             "DONT_FAKE_MONOTONIC=1", "ASAN_OPTIONS=verify_asan_link_order=0"});
+            {std::string("LD_PRELOAD=") + REAL_TIMERFD_PATH + ":" + lib, "FAKETIME_TIMESTAMP_FILE=" + clock_file.string(),
+             "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1", "ASAN_OPTIONS=verify_asan_link_order=0"});
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); })) << c.log(0);
   ASSERT_TRUE(c.client(0).check("k", 500).allowed);
   for (size_t n = 0; n < 3; ++n) ASSERT_TRUE(eventually([&] { return c.remaining(n, "k") == 500; })) << n;
