@@ -76,7 +76,7 @@ struct MemberOptions {
   size_t early_seal_keys = 65'536;
   uint64_t incarnation = 0;    // 0: from the wall clock, as tollgated
   // Where the member's log lines go (reloads, refused files, misbehaving peers); none if empty.
-  // Called on the member's background thread.
+  // Called on the member's background thread, and during construction on the constructing one.
   std::function<void(MemberLogLevel level, const std::string& line)> log;
 };
 
@@ -155,8 +155,10 @@ class Member {
   // What SIGHUP does to tollgated: the rules file, the RLS config and the cluster key file are
   // read again (a step of a key rotation is a reload() on every member and a SIGHUP on every
   // daemon). A broken file is logged and counted (stats().reload_failures), and the one in force
-  // stays. Waits for the background thread to do it. Thread-safe.
-  void reload();
+  // stays. Done on the background thread, waiting up to 10 s for it (at once when called from
+  // it, e.g. from the log callback): false when that thread has stopped (stats().stopped_by) or
+  // did not get to it in time, true once done. Thread-safe.
+  bool reload();
 
   uint16_t gossip_port() const;  // the bound port (with port 0 in `bind`)
   MemberStats stats() const;

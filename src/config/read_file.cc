@@ -61,7 +61,12 @@ std::string write_file_atomically(const std::string& path, std::string_view byte
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) return "cannot create a temporary file beside " + path + ": " + std::strerror(errno);
-  ::fchmod(fd, 0640);
+  if (::fchmod(fd, 0640) != 0) {
+    const std::string why = "cannot set the mode of " + tmp + ": " + std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return why;
+  }
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);

@@ -82,28 +82,6 @@ void log_to_spdlog(LogLevel level, const std::string& line) {
   }
 }
 
-NodeHostOptions host_options(const DaemonOptions& d) {
-  NodeHostOptions h;
-  h.node_id = d.node_id;
-  h.bind = d.bind;
-  h.transport = d.transport;
-  h.max_datagram = d.max_datagram;
-  h.gossip_peer_bytes_per_second = d.gossip_peer_bytes_per_second;
-  h.max_message_age_ns = d.max_message_age_ns;
-  h.cluster_key_file = d.cluster_key_file;
-  h.peers_file = d.peers_file;
-  h.seeds = d.seeds;
-  h.rules_file = d.rules_file;
-  h.rls_config = d.rls_config;
-  h.node = d.node;
-  h.incarnation = d.incarnation;
-  // Checks from every client API thread at once (the node's thread seals what they leave
-  // pending when a flood of keys asks for it).
-  h.concurrent_checks = d.threads > 1;
-  h.log = log_to_spdlog;
-  return h;
-}
-
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options)
@@ -113,7 +91,8 @@ Daemon::Daemon(DaemonOptions options)
       shutdown_timer_(io_),
       signals_(io_, SIGTERM, SIGINT) {
   signals_.add(SIGHUP);
-  NodeHostOptions host = host_options(options_);
+  NodeHostOptions host = node_host_options(options_);
+  host.log = log_to_spdlog;
   host.on_round = [h = histograms_.get()](int64_t round_ns) { h->round.Observe(seconds(round_ns)); };
   std::string rules_etag;
   if (!options_.rules_url.empty()) {

@@ -322,14 +322,25 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   return std::nullopt;
 }
 
-NodeOptions node_options(const DaemonOptions& d, uint64_t incarnation) {
-  NodeOptions n;
-  n.id = d.node_id;
-  n.address = d.bind;
-  n.incarnation = incarnation;
-  n.seeds = d.seeds;
-  d.node.apply_to(n);
-  return n;
+NodeHostOptions node_host_options(const DaemonOptions& d) {
+  NodeHostOptions h;
+  h.node_id = d.node_id;
+  h.bind = d.bind;
+  h.transport = d.transport;
+  h.max_datagram = d.max_datagram;
+  h.gossip_peer_bytes_per_second = d.gossip_peer_bytes_per_second;
+  h.max_message_age_ns = d.max_message_age_ns;
+  h.cluster_key_file = d.cluster_key_file;
+  h.peers_file = d.peers_file;
+  h.seeds = d.seeds;
+  h.rules_file = d.rules_file;
+  h.rls_config = d.rls_config;
+  h.node = d.node;
+  h.incarnation = d.incarnation;
+  // Checks from every client API thread at once (the node's thread seals what they leave
+  // pending when a flood of keys asks for it).
+  h.concurrent_checks = d.threads > 1;
+  return h;
 }
 
 }  // namespace tollgate

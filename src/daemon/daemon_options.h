@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/node_settings.h"
-#include "host/transport_kind.h"
+#include "host/node_host_options.h"
 #include "tollgate/node.h"
 
 namespace tollgate {
@@ -64,8 +64,8 @@ struct DaemonOptions {
 // Returns nullopt to run, or the code to exit with after printing the help or the error.
 std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* options);
 
-// The NodeOptions these settings imply (peers and seeds are set separately).
-NodeOptions node_options(const DaemonOptions& options, uint64_t incarnation);
+// What these settings give the node's host (its log and round hooks are the daemon's to set).
+NodeHostOptions node_host_options(const DaemonOptions& options);
 
 }  // namespace tollgate
 

@@ -196,6 +196,7 @@ class Member::Impl {
         std::lock_guard<std::mutex> hold(error_lock_);
         error_ = e.what();
       }
+      running_.store(false);
     });
   }
 
@@ -223,17 +224,24 @@ class Member::Impl {
   }
   uint16_t port() const { return host_->gossip_port(); }
 
-  // Runs reload() on the member's thread and waits for it (a stuck thread: returns at once).
-  void reload() {
-    std::promise<void> done;
-    std::future<void> finished = done.get_future();
-    boost::asio::post(io_, [this, &done] {
+  // Runs the host's reload() on the member's thread (at once when called there, e.g. from the log
+  // callback) and waits up to kReloadWait for it. False when the thread has stopped or did not
+  // get to it in time (stuck): it then reloads when it gets to it, if it ever does.
+  bool reload() {
+    if (std::this_thread::get_id() == thread_.get_id()) {
       host_->reload();
       publish_host_counters();
-      done.set_value();
+      return true;
+    }
+    if (!running_.load()) return false;
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    boost::asio::post(io_, [this, done] {
+      host_->reload();
+      publish_host_counters();
+      done->set_value();
     });
-    if (io_.stopped()) return;
-    finished.wait();
+    return finished.wait_for(kReloadWait) == std::future_status::ready;
   }
 
   bool should_rate_limit(std::string_view domain, std::span<const RateLimitDescriptor> descriptors,
@@ -297,6 +305,8 @@ class Member::Impl {
   std::atomic<uint64_t> rounds_{0}, sent_{0}, received_{0}, early_seals_{0}, reloads_{0}, reload_failures_{0},
       gossip_rejected_{0};
   std::atomic<int64_t> rules_version_{0};
+  std::atomic<bool> running_{true};  // false once the background thread has returned
+  static constexpr std::chrono::seconds kReloadWait{10};
   mutable std::mutex error_lock_;
   std::string error_;  // what stopped the background thread, if anything did
   std::atomic<size_t> alive_{0};
@@ -315,6 +325,6 @@ bool Member::should_rate_limit(std::string_view domain, std::span<const RateLimi
 }
 uint16_t Member::gossip_port() const { return impl_->port(); }
 MemberStats Member::stats() const { return impl_->stats(); }
-void Member::reload() { impl_->reload(); }
+bool Member::reload() { return impl_->reload(); }
 
 }  // namespace tollgate

@@ -89,19 +89,9 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   transport_->set_offense_reporter([this](std::string_view who, std::string_view what) { report_offense(who, what); });
   faults_ = std::make_unique<FaultInjectingTransport>(io_, *transport_, random_);
 
-  NodeOptions n;
-  n.id = options_.node_id;
-  n.address = options_.bind;
-  n.incarnation = incarnation_;
-  n.seeds = options_.seeds;
-  options_.node.apply_to(n);
-  n.early_seal_keys = options_.early_seal_keys;
-  n.keys.precise_clock = options_.precise_clock;
-  n.keys.coarse_lag_ns = options_.coarse_lag_ns;
+  NodeOptions n = node_options(options_, incarnation_);
   if (options_.concurrent_checks) {
-    // Checks from other threads at once; the owner seals what they leave pending when a flood
-    // of keys asks for it.
-    n.keys.concurrent = true;
+    // The owner seals what the checking threads leave pending when a flood of keys asks for it.
     n.seal_wanted = [this] { boost::asio::post(io_, [this] { node_->seal_early(now_ns()); }); };
   }
   // Every batch, sealed here or relayed by anyone, must fit one datagram.
@@ -119,6 +109,20 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
 }
 
 NodeHost::~NodeHost() = default;
+
+NodeOptions NodeHost::node_options(const NodeHostOptions& options, uint64_t incarnation) {
+  NodeOptions n;
+  n.id = options.node_id;
+  n.address = options.bind;
+  n.incarnation = incarnation;
+  n.seeds = options.seeds;
+  options.node.apply_to(n);
+  n.early_seal_keys = options.early_seal_keys;
+  n.keys.precise_clock = options.precise_clock;
+  n.keys.coarse_lag_ns = options.coarse_lag_ns;
+  n.keys.concurrent = options.concurrent_checks;  // checks from other threads than the owner's
+  return n;
+}
 
 MonoNanos NodeHost::now_ns() const { return steady_now(); }
 
@@ -197,12 +201,21 @@ void NodeHost::set_rules_text(std::string text, const std::string& origin) {
 }
 
 std::shared_ptr<const RuleSet> NodeHost::combined_rules() const {
-  auto rls = rls_config();
+  auto rls = staged_rls_ ? staged_rls_ : rls_config();
   if (!rls) return file_rules_;
   return std::make_shared<const RuleSet>(file_rules_->rules(), file_rules_->default_limit(), std::move(rls));
 }
 
-void NodeHost::put_rules_in_force() { node_->replace_rules(combined_rules(), now_ns()); }
+void NodeHost::put_rules_in_force() {
+  node_->replace_rules(combined_rules(), now_ns());
+  // A new RLS config reaches the front ends (and Member::should_rate_limit) only once the node's
+  // rules hold its limits: a bucket key planned from it is then always known to the node.
+  if (staged_rls_) {
+    set_rls_config(staged_rls_);
+    for (const auto& listener : rls_listeners_) listener(staged_rls_);
+    staged_rls_.reset();
+  }
+}
 
 std::string NodeHost::offer_rules(std::string text, const std::string& origin) {
   const int64_t version = content_version(text);
@@ -246,8 +259,7 @@ bool NodeHost::reload_rls_config() {
   rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
   try {
     auto config = load_rls_config(options_.rls_config);
-    set_rls_config(config);
-    for (const auto& listener : rls_listeners_) listener(config);
+    staged_rls_ = config;  // in force with the rules that hold it (put_rules_in_force)
     ++reloads_.rls;
     log(LogLevel::kInfo, "RLS config reloaded from " + options_.rls_config + ": " +
                              std::to_string(config->domains().size()) + " domains");

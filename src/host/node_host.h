@@ -21,11 +21,9 @@
 #include <string_view>
 #include <vector>
 
-#include "tollgate/api.h"
-#include "config/node_settings.h"
 #include "core/offense_limiter.h"
-#include "host/transport_kind.h"
-#include "tollgate/clock.h"
+#include "host/node_host_options.h"
+#include "tollgate/api.h"
 #include "tollgate/node.h"
 #include "tollgate/random.h"
 
@@ -36,41 +34,6 @@ class RlsConfig;
 class RuleSet;
 class Transport;
 
-enum class LogLevel : uint8_t { kInfo, kWarn, kError };
-// Where the host's log lines go (tollgated: spdlog; a member: the service's, or nowhere).
-using HostLog = std::function<void(LogLevel, const std::string&)>;
-
-struct NodeHostOptions {
-  std::string node_id;  // default: `bind`, with the port the transport chose for port 0
-  std::string bind = "127.0.0.1:7946";
-  TransportKind transport = TransportKind::kUdp;
-  size_t max_datagram = 1400;                      // bytes per UDP datagram, MAC included
-  int64_t gossip_peer_bytes_per_second = 4 << 20;  // per source address, before decoding
-  int64_t max_message_age_ns = 30 * kNanosPerSecond;
-  // Empty: gossip is not authenticated (the caller decides whether that is allowed).
-  std::string cluster_key_file;
-  std::string peers_file;          // static membership; watched
-  std::vector<std::string> seeds;  // heartbeat membership
-  // The rules: a file (watched, reloaded), or text fixed at start (named `rules_origin` in
-  // errors), or neither (no rules of its own; the RLS config's limits still apply).
-  std::string rules_file;
-  std::string rules_text;
-  std::string rules_origin = "rules";
-  std::string rls_config;  // envoyproxy/ratelimit YAML, a file or a directory; watched
-  NodeSettings node;
-  uint64_t incarnation = 0;  // 0: the wall clock's microseconds, higher at every restart
-  // Checks come from other threads than the owner's (the key table is concurrent); the owner
-  // seals early when they pile up (NodeOptions::seal_wanted).
-  bool concurrent_checks = false;
-  size_t early_seal_keys = 256;  // NodeOptions::early_seal_keys
-  // Checks are decided at a time up to coarse_lag_ns behind this clock (KeyTableOptions).
-  const Clock* precise_clock = nullptr;
-  int64_t coarse_lag_ns = 0;
-  HostLog log;
-  // After each round, on the owner's thread, with the time the round took.
-  std::function<void(int64_t round_ns)> on_round;
-};
-
 // Reloads done and refused (the previous file stays in force).
 struct HostReloads {
   uint64_t rules = 0, rules_failed = 0, keys = 0, keys_failed = 0, rls = 0, rls_failed = 0, peers = 0,
@@ -79,6 +42,9 @@ struct HostReloads {
 
 class NodeHost {
  public:
+  // The NodeOptions `options` imply for a node of incarnation `incarnation` (no file is read).
+  static NodeOptions node_options(const NodeHostOptions& options, uint64_t incarnation);
+
   // Reads the files, binds the gossip socket on `io` and builds the node. Throws ConfigError for
   // a bad file and std::runtime_error for a socket that cannot be bound. Nothing runs until
   // start().
@@ -156,6 +122,7 @@ class NodeHost {
   std::shared_ptr<const RuleSet> file_rules_;
   mutable std::mutex rls_config_mu_;  // rls_config_ is read from any thread
   std::shared_ptr<const RlsConfig> rls_config_;
+  std::shared_ptr<const RlsConfig> staged_rls_;  // reloaded, not yet in the node's rules (owner's)
   std::vector<std::function<void(std::shared_ptr<const RlsConfig>)>> rls_listeners_;
   std::string rls_fingerprint_;    // of the RLS config's files when last read
   int64_t rules_version_ = 0;      // content_version of the rules in force (0: none)

@@ -111,7 +111,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
       std::chrono::steady_clock::time_point queued;
     };
     auto ticket = std::make_shared<Ticket>(Ticket{shared_from_this(), std::move(job), reply, std::chrono::steady_clock::now()});
-    asio::post(node_io_, [ticket] {
+    asio::post(node_io_, [ticket]() mutable {
       Impl& self = *ticket->server;
       --self.pending_;
       std::function<void()> finish;
@@ -123,7 +123,9 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
       } else {
         finish = ticket->job(self.handler_);
       }
-      asio::post(self.io_, std::move(finish));
+      // The ticket goes with the continuation: every copy of `reply` (each holds the connection)
+      // is then dropped on the HTTP thread, where a connection's counts live, never here.
+      asio::post(self.io_, [ticket = std::move(ticket), finish = std::move(finish)] { finish(); });
     });
     return true;
   }
@@ -178,6 +180,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   // Closed to make room for a newcomer: no longer counted; its handlers end with an error.
   void evict() {
     leave_counts();
+    evicted_ = true;
     ++server_.evicted_;
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -218,6 +221,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read(beast::error_code ec) {
+    // Evicted to make room for a newcomer (its read may have completed just before): nothing
+    // more is read, decided or counted for it.
+    if (evicted_ || ec == asio::error::operation_aborted) return close();
     if (ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::eof) return close();
     if (ec == beast::error::timeout) {
       ++server_.timed_out_;
@@ -302,6 +308,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
   void close() {
+    leave_counts();  // at once: a closed connection holds no place a newcomer could take
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.close();
@@ -322,6 +329,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   std::list<Session*>::iterator waiting_at_;
   bool waiting_now_ = false;
   bool counted_out_ = false;
+  bool evicted_ = false;
 };
 
 void HttpServer::Impl::accept() {

@@ -89,7 +89,8 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.RegisterService(this);
     // The socket file gets its mode below; until then the umask keeps it closed to all but us
-    // (a umask of 0 would otherwise leave it open to everyone for a moment).
+    // (a umask of 0 would otherwise leave it open to everyone for a moment). The umask is the
+    // process's: a file another thread creates meanwhile is only made stricter.
     const mode_t umask_before = unix_socket ? ::umask(0177) : 0;
     server_ = builder.BuildAndStart();
     if (unix_socket) ::umask(umask_before);

@@ -1,4 +1,5 @@
 #include "daemon/daemon_options.h"
+#include "host/node_host.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -83,7 +84,7 @@ TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
   EXPECT_EQ(p.options.node.interval_ns, 20 * kNanosPerMilli);
   EXPECT_EQ(p.options.node.fail_after_ns, 3 * kNanosPerSecond);
   EXPECT_EQ(p.options.node.member_rows, 128u);
-  EXPECT_EQ(node_options(p.options, 1).membership.member_rows, 128u);
+  EXPECT_EQ(NodeHost::node_options(node_host_options(p.options), 1).membership.member_rows, 128u);
 }
 
 TEST_F(DaemonOptionsTest, ConfigErrorsNameFileLineAndSetting) {
@@ -208,7 +209,7 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   ASSERT_FALSE(by_file.exit_code.has_value()) << by_file.stderr_text;
   EXPECT_TRUE(by_file.options.node == changed);
 
-  const NodeOptions n = node_options(by_flags.options, 1);
+  const NodeOptions n = NodeHost::node_options(node_host_options(by_flags.options), 1);
   EXPECT_EQ(n.mode, DisseminationMode::kRelay);
   EXPECT_EQ(n.relay_groups, 16u);
   EXPECT_EQ(n.membership.dead_after_ns, 6 * kNanosPerSecond);  // twice fail_after

@@ -294,7 +294,7 @@ TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
 
   // The rotation reaches b: one reload, and the two hear each other and share the limit.
   replace_file(dir / "b.key", key1 + "\n");
-  b.reload();
+  ASSERT_TRUE(b.reload());
   EXPECT_EQ(b.stats().reloads, 2u);  // the rules file and the key file, as SIGHUP reads them
   ASSERT_TRUE(eventually([&] { return a.stats().members_alive == 1 && b.stats().members_alive == 1; }));
   EXPECT_EQ(a.check("k1", 3).remaining, 2);

@@ -6,7 +6,7 @@
 // throws: tollgated's main() calls it outside any try block, so an exception would abort the
 // daemon instead of naming the bad line. When it says "run", the options are the validated
 // ones: a rules file, a node id of 1..256 bytes, a bind address that splits, a peers file or
-// valid seeds for the membership, ranges and durations within their bounds; node_options()
+// valid seeds for the membership, ranges and durations within their bounds; NodeHost::node_options()
 // accepts them; and parsing the same file again gives the same options.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,6 +21,7 @@
 
 #include "daemon/daemon_options.h"
 #include "fuzz_util.h"
+#include "host/node_host.h"
 #include "util/host_port.h"
 
 namespace {
@@ -101,7 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(options.max_datagram >= 1232 && options.max_datagram <= 65000, "max-datagram out of range");
     FUZZ_CHECK(options.node.max_keys >= 1 && options.node.max_keys <= 100'000'000, "max-keys out of range");
     FUZZ_CHECK(options.gossip_peer_bytes_per_second >= 64 * 1024, "gossip-peer-rate out of range");
-    (void)tollgate::node_options(options, 1);
+    (void)tollgate::NodeHost::node_options(tollgate::node_host_options(options), 1);
 
     tollgate::DaemonOptions again;
     FUZZ_CHECK(!parse(path, &again) && same(options, again), "the same file parses differently");
