@@ -15,6 +15,7 @@
 #include "tollgate/rules_file.h"
 #include "udp_transport.h"
 #include "util/host_port.h"
+#include "util/printable.h"
 
 namespace tollgate {
 namespace {
@@ -128,7 +129,8 @@ MonoNanos NodeHost::now_ns() const { return steady_now(); }
 
 
 void NodeHost::log(LogLevel level, const std::string& line) const {
-  if (options_.log) options_.log(level, line);
+  // Lines carry text from files and fetched documents (a field name, a peer's address): escaped.
+  if (options_.log) options_.log(level, printable(line));
 }
 
 void NodeHost::start() {

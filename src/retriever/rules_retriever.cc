@@ -17,6 +17,7 @@
 #include "config/content_version.h"
 #include "tollgate/clock.h"
 #include "tollgate/duration.h"
+#include "util/printable.h"
 
 namespace tollgate {
 namespace {
@@ -341,7 +342,7 @@ void RulesRetriever::on_result(FetchResult r) {
     // Logged once per change: a rules service down for an hour is one line, not 360.
     if (r.error != last_problem_) {
       spdlog::error("rules service {}: {}; the rules in force stay, and it is polled every {}", options_.url_text,
-                    r.error, format_duration(int64_t(options_.poll.count()) * kNanosPerMilli));
+                    printable(r.error), format_duration(int64_t(options_.poll.count()) * kNanosPerMilli));
       last_problem_ = r.error;
     }
     return schedule();

@@ -275,14 +275,24 @@ TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
   replace_file(dir / "b.key", key2 + "\n");  // not a's: b cannot join yet
   replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burst: 5}\n");
 
+  struct Log {
+    std::mutex mutex;
+    std::vector<std::string> errors;
+  };
+  auto a_log = std::make_shared<Log>();
   MemberOptions oa = options("a", "127.0.0.1:9");
   oa.insecure_gossip = false;
   oa.cluster_key_file = (dir / "a.key").string();
+  oa.log = [a_log](MemberLogLevel level, const std::string& line) {
+    std::lock_guard lock(a_log->mutex);
+    if (level == MemberLogLevel::kError) a_log->errors.push_back(line);
+  };
   oa.rules_yaml.clear();
   oa.rules_file = (dir / "rules.yaml").string();
   Member a(oa);
   MemberOptions ob = oa;
   ob.node_id = "b";
+  ob.log = nullptr;
   ob.cluster_key_file = (dir / "b.key").string();
   ob.seeds = {"127.0.0.1:" + std::to_string(a.gossip_port())};
   Member b(ob);
@@ -306,11 +316,20 @@ TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
   replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burst: 7}\n");
   EXPECT_TRUE(eventually([&] { return a.check("k9", 0).limit.burst == 7 && b.check("k9", 0).limit.burst == 7; }));
   EXPECT_TRUE(eventually([&] { return a.stats().rules_version != first_version; }));
-  // A broken edit is refused and counted; the rules in force stay.
+  // A broken edit is refused and counted; the rules in force stay. The field name it reports is
+  // the file's text: escaped in the log line, so it cannot carry a terminal escape sequence.
   const uint64_t failures = a.stats().reload_failures;
-  replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burts: 9}\n");
+  replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, \"bu\\e[31mrts\": 9}\n");
   EXPECT_TRUE(eventually([&] { return a.stats().reload_failures == failures + 1; }));
   EXPECT_EQ(a.check("k9", 0).limit.burst, 7);
+  {
+    std::lock_guard lock(a_log->mutex);
+    ASSERT_FALSE(a_log->errors.empty());
+    const std::string& refused = a_log->errors.back();
+    EXPECT_NE(refused.find("rules not reloaded"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("bu\\x1b[31mrts"), std::string::npos) << refused;
+    EXPECT_EQ(refused.find('\x1b'), std::string::npos) << refused;
+  }
   // An Envoy bucket's key is should_rate_limit's alone: check() denies it, as every door does.
   const Decision reserved = a.check("\x1e" "web\x1fpath\x1d/a", 1);
   EXPECT_FALSE(reserved.allowed);
