@@ -35,7 +35,7 @@ uint16_t port_of(const asio::generic::stream_protocol::endpoint& ep) {
 }  // namespace
 
 Listener::Listener(asio::io_context& io, Endpoint endpoint)
-    : io_(io), requested_(std::move(endpoint)), bound_(requested_), acceptor_(io), retry_timer_(io) {}
+    : requested_(std::move(endpoint)), bound_(requested_), acceptor_(io), retry_timer_(io) {}
 
 std::string prepare_unix_socket_path(const std::string& path) {
   struct stat st {};

@@ -48,8 +48,6 @@ class Listener : public std::enable_shared_from_this<Listener> {
   const Endpoint& bound() const { return bound_; }
 
  private:
-
-  boost::asio::io_context& io_;
   Endpoint requested_;
   Endpoint bound_;
   boost::asio::basic_socket_acceptor<boost::asio::generic::stream_protocol> acceptor_;
