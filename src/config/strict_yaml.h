@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <set>
 #include <span>
 #include <string>
@@ -15,7 +16,12 @@
 
 namespace tollgate::yaml {
 
-// Parses `text`; a syntax error is a ConfigError at its line and column of `source`.
+// At most this many nodes (scalars, nulls, aliases, lists and mappings) in a document: about 90
+// MB in yaml-cpp, and room for some 20,000 rules or descriptors.
+inline constexpr size_t kMaxNodes = 200'000;
+
+// Parses `text`; a syntax error is a ConfigError at its line and column of `source`, and so is a
+// document of more than kMaxNodes nodes, refused before it is loaded.
 YAML::Node load(std::string_view text, const std::string& source);
 
 // Throws ConfigError(source, line, column of `at`, problem).
