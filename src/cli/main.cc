@@ -11,6 +11,7 @@
 // Unlike a service, the CLI fails closed: a daemon that cannot be reached is an error (exit 2),
 // never a made-up decision.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
@@ -28,6 +29,7 @@
 #include "tollgate/rules_file.h"
 #include "tollgate/client.h"
 #include "tollgate/duration.h"
+#include "util/closest.h"
 
 namespace {
 
@@ -71,7 +73,9 @@ int main(int argc, char** argv) {
   std::string key;
   int64_t cost = 1;
   check->add_option("KEY", key, "The key to check")->required();
-  check->add_option("--cost", cost, "Tokens to take (0 asks without taking)")->capture_default_str();
+  check->add_option("--cost", cost, "Tokens to take (0 asks without taking)")
+      ->check(CLI::Range(int64_t{0}, tollgate::kMaxTokens))  // a usage error (exit 2), as HTTP's 400: not a denial
+      ->capture_default_str();
   check->add_flag("--json", json, "Print one line of JSON");
 
   CLI::App* members = app.add_subcommand("members", "List every member the daemon knows, itself included");
@@ -139,7 +143,19 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help or the error
-    return rc == 0 ? 0 : kExitError;
+    if (rc == 0) return 0;
+    // A mistyped command: CLI11 only says that one is required.
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+    for (int i = 1; i < argc; ++i) {
+      const std::string word = argv[i];
+      if (word.starts_with("-") || std::find(commands.begin(), commands.end(), word) != commands.end()) continue;
+      if (std::string near = tollgate::closest_name(word, commands); !near.empty()) {
+        std::cerr << "tollgate: unknown command \"" << word << "\"; did you mean \"" << near << "\"?\n";
+        break;
+      }
+    }
+    return kExitError;
   }
 
   if (*keygen) {

@@ -1,6 +1,7 @@
 #include "client/direct_connection.h"
 
 #include "api/socket_address.h"
+#include "client/protocol.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -108,7 +109,7 @@ DirectConnection::Outcome DirectConnection::exchange(std::string_view frame, Tim
     switch (decoder_.next(payload)) {
       case FrameReader::Status::kFrame: return Outcome::kAnswered;
       case FrameReader::Status::kTooLarge:
-        *error = "the daemon sent a frame of " + std::to_string(decoder_.rejected_length()) + " bytes";
+        *error = oversized_frame_error(decoder_.rejected_length());
         return Outcome::kFailed;
       case FrameReader::Status::kNeedMore: break;
     }

@@ -281,7 +281,7 @@ class IoConnection::Impl {
       const auto status = decoder_.next(&payload);
       if (status == FrameReader::Status::kNeedMore) break;
       if (status == FrameReader::Status::kTooLarge) {
-        connection_failed("the daemon sent a frame of " + std::to_string(decoder_.rejected_length()) + " bytes");
+        connection_failed(oversized_frame_error(decoder_.rejected_length()));
         return;
       }
       pb::Response response;

@@ -65,4 +65,13 @@ std::string unexpected_body(const pb::Response& response, const char* expected) 
   return std::string("daemon sent an unexpected answer (expected ") + expected + ")";
 }
 
+std::string oversized_frame_error(uint64_t length) {
+  std::string error = "the daemon sent a frame of " + std::to_string(length) + " bytes";
+  if (length == 0x48545450) {  // "HTTP", read as a big-endian length prefix
+    error += " (\"HTTP\": this endpoint is an HTTP server, tollgated's --http-listen perhaps; the client API "
+             "is what --listen serves)";
+  }
+  return error;
+}
+
 }  // namespace tollgate::client

@@ -46,6 +46,10 @@ CheckReply check_reply(const pb::Result& result);
 // The error text of a response that is not the expected kind.
 std::string unexpected_body(const pb::Response& response, const char* expected);
 
+// What to say of a frame whose length prefix is `length` and too large: when its four bytes spell
+// "HTTP", the endpoint is an HTTP server (--http-listen), not the client API (--listen).
+std::string oversized_frame_error(uint64_t length);
+
 }  // namespace tollgate::client
 
 #endif  // TOLLGATE_SRC_CLIENT_PROTOCOL_H_

@@ -13,6 +13,7 @@
 #include "tollgate/duration.h"
 #include "retriever/rules_retriever.h"
 #include "util/host_port.h"
+#include "util/closest.h"
 
 namespace tollgate {
 namespace {
@@ -203,7 +204,23 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every error exits 2, as docs/operations.md section 2 says
+    // (CLI11's own codes run from 100 to 120).
+    if (app.exit(e) == 0) return 0;
+    std::vector<std::string> flags;
+    for (const CLI::Option* opt : app.get_options()) {
+      for (const std::string& name : opt->get_lnames()) flags.push_back("--" + name);
+    }
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view word = argv[i];
+      if (!word.starts_with("--")) continue;
+      const std::string flag(word.substr(0, word.find('=')));
+      if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
+      if (std::string near = closest_name(flag, flags); !near.empty()) {
+        std::cerr << "tollgated: unknown flag " << flag << "; did you mean " << near << "?\n";
+      }
+    }
+    return 2;
   } catch (const ConfigError& e) {
     std::cerr << "tollgated: " << e.what() << "\n";
     return 2;

@@ -123,6 +123,14 @@ TEST(CliErrors, AreExitTwo) {
   EXPECT_EQ(run("").exit_code, 2);               // no subcommand
   EXPECT_EQ(run("check").exit_code, 2);          // no key
   EXPECT_EQ(run("frobnicate").exit_code, 2);
+  // A mistyped command names the one it was probably meant to be (issue 37, item 13).
+  CliRun typo = run("chek k");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.out.find("unknown command \"chek\"; did you mean \"check\"?"), std::string::npos) << typo.out;
+  // A negative cost is a usage error, as HTTP answers 400: not a denial (exit 1).
+  CliRun negative = run("--endpoint unix:" + dir.file("nobody.sock") + " check --cost -1 k");
+  EXPECT_EQ(negative.exit_code, 2) << negative.out;
+  EXPECT_NE(negative.out.find("--cost: Value -1 not in range"), std::string::npos) << negative.out;
   CliRun help = run("--help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("TOLLGATE_ENDPOINT"), std::string::npos) << help.out;

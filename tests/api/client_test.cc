@@ -10,6 +10,7 @@
 #include <chrono>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "test_support.h"
 
@@ -48,6 +49,16 @@ class SilentListener {
   ~SilentListener() { ::close(fd_); }
   SilentListener(const SilentListener&) = delete;
   SilentListener& operator=(const SilentListener&) = delete;
+
+  // Accepts one connection and writes `bytes` to it (as a server of another protocol would).
+  void answer_once(const std::string& bytes) {
+    const int conn = ::accept(fd_, nullptr, nullptr);
+    ASSERT_GE(conn, 0);
+    EXPECT_EQ(::write(conn, bytes.data(), bytes.size()), ssize_t(bytes.size()));
+    ::shutdown(conn, SHUT_WR);
+    conns_.push_back(conn);
+  }
+  std::vector<int> conns_;  // closed by the test when it is done
 
  private:
   int fd_ = -1;
@@ -318,6 +329,27 @@ TEST(ClientWithoutDaemon, FailClosedDenies) {
   EXPECT_FALSE(client.members(&error));
   EXPECT_NE(error, "");
   EXPECT_NE(client.set_faults({}), "");
+}
+
+// --endpoint at tollgated's HTTP port instead of its client API: the answer's first four bytes,
+// "HTTP", read as a length prefix of 1,213,486,160 bytes. The error says what it is (issue 37,
+// item 13).
+TEST(ClientWithoutDaemon, AnHttpServerAtTheEndpointIsNamedInTheError) {
+  TempDir dir;
+  const std::string path = dir.file("http.sock");
+  SilentListener http(path);
+  std::thread server([&] { http.answer_once("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"); });
+  ClientOptions options;
+  options.endpoint = "unix:" + path;
+  options.deadline = 5s;
+  options.fail_open = false;
+  Client client(options);
+  const CheckReply reply = client.check("k");
+  server.join();
+  for (int fd : http.conns_) ::close(fd);
+  EXPECT_EQ(reply.source, ReplySource::kFailClosed);
+  EXPECT_NE(reply.error.find("a frame of 1213486160 bytes"), std::string::npos) << reply.error;
+  EXPECT_NE(reply.error.find("this endpoint is an HTTP server"), std::string::npos) << reply.error;
 }
 
 TEST(ClientWithoutDaemon, ADaemonThatNeverAnswersCostsOnlyTheDeadline) {

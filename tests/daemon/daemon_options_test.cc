@@ -99,6 +99,20 @@ TEST_F(DaemonOptionsTest, ConfigErrorsNameFileLineAndSetting) {
   EXPECT_NE(q.stderr_text.find(nested + ":3:"), std::string::npos) << q.stderr_text;
 }
 
+// operations.md section 2 promises exit 2 for any bad flag (CLI11's own codes run from 100 to
+// 120), and a mistyped flag gets the one it was probably meant to be (issue 37, item 13).
+TEST_F(DaemonOptionsTest, AnUnknownFlagExitsTwoAndSuggestsTheNearestOne) {
+  Parsed p = parse({"--rules", "r", "--peers-file", "p", "--htp-listen", "127.0.0.1:8080"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.stderr_text.find("unknown flag --htp-listen; did you mean --http-listen?"), std::string::npos)
+      << p.stderr_text;
+  p = parse({"--rules", "r", "--peers-file", "p", "--frobnicate"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.stderr_text.find("did you mean"), std::string::npos) << p.stderr_text;  // nothing near
+  p = parse({"--rules", "r", "--peers-file", "p", "--fanout", "x"});  // a bad value: 2 as well
+  EXPECT_EQ(p.exit_code, 2);
+}
+
 TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
   struct Case {
     std::vector<std::string> args;
