@@ -22,7 +22,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import free_port, stop_and_remove, terminate, wait_until as poll_until  # noqa: E402
 
 TOLLGATED = sys.argv[1]
 del sys.argv[1]
@@ -99,14 +99,20 @@ class Daemon:
         return self.proc.returncode
 
 
+def workdir(prefix):
+    """A new directory holding RULES as rules.yaml and RLS as rls.yaml."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(path, "rules.yaml"), "w") as f:
+        f.write(RULES)
+    with open(os.path.join(path, "rls.yaml"), "w") as f:
+        f.write(RLS)
+    return path
+
+
 class TwoNodes(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tollgate-http-")
-        with open(os.path.join(cls.dir, "rules.yaml"), "w") as f:
-            f.write(RULES)
-        with open(os.path.join(cls.dir, "rls.yaml"), "w") as f:
-            f.write(RLS)
+        cls.dir = workdir("tollgate-http-")
         ports = {"a": free_port(), "b": free_port()}
         peers = sorted(ports.items())
         limits = ["--http-max-connections", "5", "--http-timeout", "1s"]
@@ -212,20 +218,13 @@ class SoloDaemon(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tollgate-http-solo-")
-        with open(os.path.join(cls.dir, "rules.yaml"), "w") as f:
-            f.write(RULES)
-        with open(os.path.join(cls.dir, "rls.yaml"), "w") as f:
-            f.write(RLS)
+        cls.dir = workdir("tollgate-http-solo-")
         port = free_port()
         cls.d = Daemon(cls.dir, "solo", port, [("solo", port)], cls.EXTRA)
 
     @classmethod
     def tearDownClass(cls):
-        code = cls.d.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        if code != 0:
-            raise AssertionError("tollgated exited with %s" % code)
+        stop_and_remove(cls.d, cls.dir)
 
 
 def rss_kib(pid):

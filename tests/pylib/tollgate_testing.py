@@ -40,6 +40,16 @@ def wait_until(what, predicate, timeout=WAIT_S, context=lambda: ""):
         time.sleep(0.01)  # polling interval, not synchronisation: the predicate decides
 
 
+def stop_and_remove(daemon, workdir):
+    """Stops `daemon` (its stop() returns the exit status), removes `workdir`, and fails unless the
+    daemon exited 0 (a sanitizer's report at exit, or a crash while leaving, is a failure)."""
+    import shutil
+    code = daemon.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+    if code != 0:
+        raise AssertionError("tollgated exited with %s" % code)
+
+
 def terminate(proc, timeout=WAIT_S):
     """SIGTERM, then SIGKILL if `proc` has not exited within `timeout`; its exit status."""
     import signal

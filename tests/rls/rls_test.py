@@ -20,7 +20,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import free_port, stop_and_remove, terminate, wait_until as poll_until  # noqa: E402
 
 TOLLGATED, TOLLGATE_CLI, PROTO_DIR = sys.argv[1:4]
 del sys.argv[1:4]
@@ -172,10 +172,7 @@ class SingleDaemon(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        code = cls.d.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        if code != 0:
-            raise AssertionError("tollgated exited with %s" % code)
+        stop_and_remove(cls.d, cls.dir)
 
     def test_unknown_domain_is_ok_without_a_limit(self):
         r = self.d.one("foo", [("hello", "world")])
