@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/ip/address.hpp>
-#include <boost/asio/post.hpp>
 #include <chrono>
 #include <prometheus/histogram.h>
 

@@ -232,10 +232,14 @@ std::string NodeHost::offer_rules(std::string text, const std::string& origin) {
     return e.what();
   }
   ++reloads_.rules;
-  log(LogLevel::kInfo, "rules reloaded from " + origin + ": " + std::to_string(file_rules_->rules().size()) +
-                           " rules, version " + std::to_string(rules_version_));
+  log_rules_reloaded(origin);
   put_rules_in_force();
   return {};
+}
+
+void NodeHost::log_rules_reloaded(const std::string& origin) const {
+  log(LogLevel::kInfo, "rules reloaded from " + origin + ": " + std::to_string(file_rules_->rules().size()) +
+                           " rules, version " + std::to_string(rules_version_));
 }
 
 bool NodeHost::reload_rules_file() {
@@ -244,9 +248,7 @@ bool NodeHost::reload_rules_file() {
     rules_fingerprint_ = file_fingerprint(options_.rules_file);
     set_rules_text(read_config_file(options_.rules_file, "rules file"), options_.rules_file);
     ++reloads_.rules;
-    log(LogLevel::kInfo, "rules reloaded from " + options_.rules_file + ": " +
-                             std::to_string(file_rules_->rules().size()) + " rules, version " +
-                             std::to_string(rules_version_));
+    log_rules_reloaded(options_.rules_file);
     return true;
   } catch (const std::exception& e) {
     ++reloads_.rules_failed;

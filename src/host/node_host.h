@@ -98,6 +98,7 @@ class NodeHost {
   void schedule_watch();
   void watch_files();
   bool reload_rules_file();
+  void log_rules_reloaded(const std::string& origin) const;
   bool reload_rls_config();
   void reload_cluster_keys();
   void reload_peers_if_changed();
