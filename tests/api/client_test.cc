@@ -50,18 +50,36 @@ class SilentListener {
   SilentListener(const SilentListener&) = delete;
   SilentListener& operator=(const SilentListener&) = delete;
 
-  // Accepts one connection and writes `bytes` to it (as a server of another protocol would).
-  void answer_once(const std::string& bytes) {
-    const int conn = ::accept(fd_, nullptr, nullptr);
-    ASSERT_GE(conn, 0);
-    EXPECT_EQ(::write(conn, bytes.data(), bytes.size()), ssize_t(bytes.size()));
-    ::shutdown(conn, SHUT_WR);
-    conns_.push_back(conn);
+  // Writes `bytes` to every connection it accepts (as a server of another protocol would), the
+  // client's background connection and its direct ones alike, until stop_answering().
+  void answer_each(const std::string& bytes) {
+    for (;;) {
+      const int conn = ::accept(fd_, nullptr, nullptr);
+      ASSERT_GE(conn, 0);
+      if (stop_.load()) {
+        ::close(conn);
+        return;
+      }
+      EXPECT_EQ(::write(conn, bytes.data(), bytes.size()), ssize_t(bytes.size()));
+      ::shutdown(conn, SHUT_WR);
+      conns_.push_back(conn);
+    }
+  }
+  // Ends answer_each(): the flag, then one connection of our own to wake its accept().
+  void stop_answering(const std::string& path) {
+    stop_.store(true);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ::close(fd);
   }
   std::vector<int> conns_;  // closed by the test when it is done
 
  private:
   int fd_ = -1;
+  std::atomic<bool> stop_{false};
 };
 
 class ClientTest : public ::testing::Test {
@@ -338,13 +356,16 @@ TEST(ClientWithoutDaemon, AnHttpServerAtTheEndpointIsNamedInTheError) {
   TempDir dir;
   const std::string path = dir.file("http.sock");
   SilentListener http(path);
-  std::thread server([&] { http.answer_once("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"); });
+  // Every connection gets the answer: which one the check travels on (the client's background
+  // connection or a direct one opened beside it) depends on timing.
+  std::thread server([&] { http.answer_each("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"); });
   ClientOptions options;
   options.endpoint = "unix:" + path;
   options.deadline = 5s;
   options.fail_open = false;
   Client client(options);
   const CheckReply reply = client.check("k");
+  http.stop_answering(path);
   server.join();
   for (int fd : http.conns_) ::close(fd);
   EXPECT_EQ(reply.source, ReplySource::kFailClosed);
