@@ -214,6 +214,10 @@ class Simulation {
     o.address = n.address;
     o.incarnation = incarnation;
     s_.node.apply_to(o);  // as tollgated applies its flags
+    // The key table's hash secret from a stream of its own (3), so that the node's stream (1)
+    // is what it was before keys were hashed with a secret: a seed prints what it printed.
+    SplitMix64 secret(node_seed(s_.seed, 3, i));
+    o.keys.hash_key = std::array<uint64_t, 2>{secret.next_u64(), secret.next_u64()};
     if (s_.node.membership == MembershipKind::kHeartbeat) o.seeds = {nodes_[0].address};
     o.on_applied = [this, i](const Batch& b) {
       SimNode& at = nodes_[i];

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <random>
+#include <vector>
 
 namespace tollgate {
 namespace {
@@ -76,6 +77,55 @@ TEST(FlatTable, AnEmptyTableFindsNothingAndCopiesAndMovesKeepTheirEntries) {
       EXPECT_EQ(const_cast<Table*>(t)->value(at), int(k) * 10);
     }
   }
+}
+
+// Slots whose hash is the key itself, so a test places entries exactly.
+struct IdentityPolicy {
+  static bool empty(const Slot& s) { return s.key == 0; }
+  static size_t hash(const Slot& s) { return s.key; }
+};
+using IdentityTable = FlatTable<Slot, IdentityPolicy>;
+
+// Keys 1..n each at its own home: one cluster of n slots, every entry at distance 0. A lookup
+// of an absent hash inside the cluster reads one slot, not the rest of the cluster (issue 34,
+// finding 2: before, it walked to the cluster's end, and a flood of such keys made checks walk
+// thousands of slots).
+TEST(FlatTable, AnAbsentKeysLookupStopsWhereNoEntryOfItsHomeCanBe) {
+  IdentityTable t;
+  for (uint64_t k = 1; k <= 1000; ++k) t.slot(t.claim(k)).key = k;
+  EXPECT_EQ(t.longest_probe(), 1u);
+  const uint64_t absent = 5 + t.slot_count();  // home 5, inside the cluster
+  size_t read = 0;
+  EXPECT_EQ(t.find(absent, [&](const Slot& s) { return ++read, s.key == absent; }), IdentityTable::kNone);
+  EXPECT_EQ(read, 1u);
+  // Present keys are all found.
+  for (uint64_t k = 1; k <= 1000; ++k) ASSERT_NE(t.find(k, [k](const Slot& s) { return s.key == k; }), IdentityTable::kNone);
+}
+
+// Hashes that agree in their low bits make long runs; a run of kLongRun makes the table double
+// early, only while it is at least 1/4 full (so never beyond 8 slots per entry, twice its usual
+// most), which splits hashes that differ above.
+TEST(FlatTable, ALongRunMakesTheTableGrowEarlyWithinEightSlotsPerEntry) {
+  IdentityTable t;
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < 2000; ++i) keys.push_back(((rng() >> 20) << 8) | 1);  // low 8 bits agree
+  for (uint64_t k : keys) t.slot(t.claim(k)).key = k;
+  EXPECT_GT(t.slot_count(), 4096u);  // 2,000 entries: it did grow early
+  EXPECT_LE(t.slot_count(), 8 * t.size());
+  for (uint64_t k : keys) {
+    size_t read = 0;
+    ASSERT_NE(t.find(k, [&](const Slot& s) { return ++read, s.key == k; }), IdentityTable::kNone);
+    ASSERT_LE(read, t.longest_probe());
+  }
+  // With random hashes no run gets long: the bound holds with room to spare.
+  IdentityTable random;
+  for (int i = 0; i < 200'000; ++i) {
+    const uint64_t k = rng() | 1;
+    random.slot(random.claim(k)).key = k;
+  }
+  EXPECT_LE(random.longest_probe(), IdentityTable::kLongRun);
+  EXPECT_LE(random.slot_count(), 2 * 262'144u);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "test_rules.h"
 #include "tollgate/rules.h"
+#include "util/keyed_hash.h"
 
 namespace tollgate {
 namespace {
@@ -32,6 +33,38 @@ TEST(KeyTable, KeysGetIndependentBuckets) {
   EXPECT_FALSE(t.allow("user:a", 1, 0).allowed);
   EXPECT_TRUE(t.allow("user:b", 2, 0).allowed);
   EXPECT_EQ(t.size(), 2u);
+}
+
+// --- hash flooding (issue 34, finding 2) --------------------------------------------------------
+
+// Keys crafted offline to share their hash's low 12 bits under one secret: what an attacker who
+// knew the secret (or faced an unkeyed hash, as std::hash was) would send. Under that secret
+// they pile into one home and every lookup walks the pile; under any other, they spread.
+TEST(KeyTableHashFlooding, KeysCraftedAgainstOneSecretDoNotClusterUnderAnother) {
+  const KeyedHash::Key known{0x1234, 0x5678}, secret{0x9abc'def0'1234'5678, 0x0fed'cba9'8765'4321};
+  const KeyedHash attackers(known);
+  std::vector<std::string> crafted;
+  for (uint64_t i = 0; crafted.size() < 400; ++i) {
+    std::string key = "user:" + std::to_string(i);
+    if ((attackers(key) & 0xfff) == 0x5a5) crafted.push_back(std::move(key));
+  }
+  auto longest_probe_after_flood = [&](const KeyedHash::Key& k) {
+    KeyTableOptions options;
+    options.hash_key = k;
+    KeyTable t(one_rule("user:*", per_second(1, 5, 5)), options);
+    for (const std::string& key : crafted) EXPECT_TRUE(t.allow(key, 1, 0).allowed);
+    EXPECT_EQ(t.size(), crafted.size());
+    return t.stats().longest_probe;
+  };
+  EXPECT_GT(longest_probe_after_flood(known), 300u);  // the attack, when the secret is known
+  EXPECT_LE(longest_probe_after_flood(secret), 16u);  // and when it is not
+}
+
+TEST(KeyTableHashFlooding, TheHashDependsOnTheSecret) {
+  const KeyedHash a({1, 2}), a_again({1, 2}), b({1, 3});
+  EXPECT_EQ(a("user:alice"), a_again("user:alice"));
+  EXPECT_NE(a("user:alice"), b("user:alice"));
+  EXPECT_NE(a("user:alice"), a("user:alicf"));
 }
 
 // --- all or nothing (allow_all) ----------------------------------------------------------------

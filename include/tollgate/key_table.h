@@ -28,6 +28,7 @@
 #ifndef TOLLGATE_KEY_TABLE_H_
 #define TOLLGATE_KEY_TABLE_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -82,6 +83,11 @@ struct KeyTableOptions {
   // every thread that checks.
   const Clock* precise_clock = nullptr;
   int64_t coarse_lag_ns = 0;
+  // The secret keys are hashed with, so that nobody who does not know it can choose keys that
+  // collide in the table (hash flooding). Unset: a fixed, public key, for tests and benches
+  // only; a Node sets it from its Random unless given one, and tollgated and the embedded
+  // member from the operating system's randomness, per process.
+  std::optional<std::array<uint64_t, 2>> hash_key = std::nullopt;
 };
 
 struct KeyTableStats {
@@ -97,6 +103,9 @@ struct KeyTableStats {
   // Evicted keys whose consumption was dropped unreported: too many evicted keys were waiting
   // for take_pending (see above; a member's thread stuck under a key flood).
   uint64_t pending_dropped = 0;
+  // The most index slots a lookup of a key reads now (a shard's, the largest): a few unless keys
+  // collide in their keyed hash, which nobody without the process's secret can make them do.
+  size_t longest_probe = 0;
 };
 
 // One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).

@@ -204,7 +204,7 @@ class Node {
   const Membership& membership() const { return membership_; }
 
  private:
-  static KeyTableOptions table_options(const NodeOptions& o);
+  static KeyTableOptions table_options(const NodeOptions& o, Random& random);
   void after_check(MonoNanos now);  // early sealing (early_seal_keys)
   struct Queued {
     BatchPtr batch;

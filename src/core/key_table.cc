@@ -19,6 +19,7 @@
 
 #include "tollgate/rules.h"
 #include "util/flat_table.h"
+#include "util/keyed_hash.h"
 
 namespace tollgate {
 namespace {
@@ -27,7 +28,6 @@ constexpr uint32_t kNil = UINT32_MAX;
 // __extension__ keeps -Wpedantic quiet about the GCC/Clang builtin type.
 __extension__ typedef __int128 Wide;
 
-size_t hash_key(std::string_view key) { return std::hash<std::string_view>{}(key); }
 
 void add_to(RuleCounters& into, const RuleCounters& c) {
   into.checks += c.checks;
@@ -80,14 +80,17 @@ size_t string_heap_bytes(const std::string& s) {
 // locks). Lookups take the key's hash, computed once by the caller.
 class Shard {
  public:
-  Shard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
+  Shard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options, const KeyedHash& hash)
       : index_(std::clamp<size_t>(options.max_keys, 1, 512) * 2),
         rules_(std::move(rules)),
         refine_{options.precise_clock, options.coarse_lag_ns},
-        options_(options) {
+        options_(options),
+        hash_(hash) {
     if (options_.max_keys == 0) options_.max_keys = 1;
     options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
   }
+
+  size_t hash_key(std::string_view key) const { return hash_(key); }
 
   // A check, counted (see count()).
   Decision allow(std::string_view key, size_t hash, int64_t cost, MonoNanos now) {
@@ -388,6 +391,7 @@ class Shard {
   KeyTableStats stats() const {
     KeyTableStats s = stats_;
     s.keys = index_.size();
+    s.longest_probe = index_.longest_probe();
     s.remembered = remembered_.size();
     const size_t chunks = (slots_.size() + EntryStore::kChunk - 1) / EntryStore::kChunk;
     size_t bytes = chunks * EntryStore::kChunk * sizeof(Entry) + (free_.capacity() + dirty_.capacity()) * sizeof(uint32_t);
@@ -720,7 +724,7 @@ class Shard {
   //
   // The index starts small (8 KiB) and doubles as keys arrive: a node with few keys (or one of
   // the simulator's thousand) stays small. It never holds more than max_keys, so it stops growing
-  // at 2 * max_keys slots.
+  // at 2 * max_keys slots (4 * if a long probe run made it double early: util/flat_table.h).
   Index index_;
   EntryStore slots_;
   std::shared_ptr<const RuleSet> rules_;
@@ -736,6 +740,7 @@ class Shard {
   std::vector<uint32_t> free_;
   size_t clock_hand_ = 0;  // next slot evict_lru() examines
   size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
+  const KeyedHash& hash_;  // the table's (KeyTable::Impl::hash_)
   RememberedMap remembered_;                                      // by key hash
   // (hash, generation), oldest first: balances with more than half the burst left, and the rest.
   std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
@@ -824,7 +829,8 @@ class ShardMutex {
 // One shard and the lock that guards it (taken only in a concurrent table), a cache line of
 // its own so that checks on neighbouring shards do not share one.
 struct alignas(64) LockedShard {
-  LockedShard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options) : shard(std::move(rules), options) {}
+  LockedShard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options, const KeyedHash& hash)
+      : shard(std::move(rules), options, hash) {}
   ShardMutex mutex;
   // Under the lock: the shard's pending keys as last added to the table's count
   // (Impl::note_pending).
@@ -863,7 +869,10 @@ constexpr size_t kTakePerLock = 32;
 class KeyTable::Impl {
  public:
   Impl(std::shared_ptr<const RuleSet> rules, KeyTableOptions options)
-      : rules_(rules), concurrent_(options.concurrent), refine_{options.precise_clock, options.coarse_lag_ns} {
+      : rules_(rules),
+        concurrent_(options.concurrent),
+        refine_{options.precise_clock, options.coarse_lag_ns},
+        hash_(options.hash_key.value_or(KeyedHash::Key{})) {
     size_t n = 1;
     if (concurrent_ && options.shards > 0) {
       n = std::bit_floor(std::min(options.shards, kMaxShards));
@@ -880,10 +889,11 @@ class KeyTable::Impl {
       each.max_keys = std::max<size_t>(1, share(options.max_keys, i));
       each.max_remembered = options.max_remembered == 0 ? 0 : std::max<size_t>(1, share(options.max_remembered, i));
       each.min_pending_evicted = (options.min_pending_evicted + n - 1) / n;
-      shards_.push_back(std::make_unique<LockedShard>(rules, each));
+      shards_.push_back(std::make_unique<LockedShard>(rules, each, hash_));
     }
   }
 
+  size_t hash_key(std::string_view key) const { return hash_(key); }
   size_t shard_index(size_t hash) const { return (hash >> 32) & (shards_.size() - 1); }
   LockedShard& shard_of(size_t hash) { return *shards_[shard_index(hash)]; }
   const LockedShard& shard_of(size_t hash) const { return *shards_[shard_index(hash)]; }
@@ -1113,6 +1123,7 @@ class KeyTable::Impl {
       sum.forgotten_debts += x.forgotten_debts;
       sum.remote_ignored += x.remote_ignored;
       sum.pending_dropped += x.pending_dropped;
+      sum.longest_probe = std::max(sum.longest_probe, x.longest_probe);
     }
     return sum;
   }
@@ -1191,7 +1202,9 @@ class KeyTable::Impl {
       // Phase 2: charge for real. Each decision is the one phase 1 made (same state, same time;
       // an eviction in between remembers a balance, or forgets one that was barely spent).
       for (size_t i = 0; i < items.size(); ++i) {
-        if (out[i].limited) out[i] = shard_for(items[i].key).decide(items[i].key, hash_key(items[i].key), items[i].cost, now);
+        if (!out[i].limited) continue;
+        Shard& shard = shard_for(items[i].key);
+        out[i] = shard.decide(items[i].key, shard.hash_key(items[i].key), items[i].cost, now);
       }
       for (size_t i = 0; i < items.size(); ++i) shard_for(items[i].key).count(out[i], true);
       return true;
@@ -1249,6 +1262,7 @@ class KeyTable::Impl {
   std::vector<std::pair<std::string, RuleCounters>> retired_;  // counts of labels not in force (owner's)
   const bool concurrent_;
   const Refine refine_;  // KeyTableOptions::precise_clock
+  const KeyedHash hash_;  // KeyTableOptions::hash_key's; before the shards, which keep a reference
   std::vector<std::unique_ptr<LockedShard>> shards_;
   size_t take_cursor_ = 0;  // the shard take_pending starts with
   alignas(64) std::atomic<int64_t> pending_{0};  // its own line (alignas rounds Impl up, too)

@@ -61,8 +61,11 @@ const char* partition_policy_name(PartitionPolicy p) {
 // The key table's options as the node runs it: a table whose checks only ask for early sealing
 // (concurrent) keeps evicted keys' consumption for twice the early sealing threshold at least,
 // so that a flood is sealed long before any would be dropped (KeyTableStats::pending_dropped).
-KeyTableOptions Node::table_options(const NodeOptions& o) {
+// Keys are hashed with the options' secret or, without one, a secret drawn from `random` (the
+// simulator's seed reproduces it; a host passes the operating system's randomness in).
+KeyTableOptions Node::table_options(const NodeOptions& o, Random& random) {
   KeyTableOptions keys = o.keys;
+  if (!keys.hash_key) keys.hash_key = std::array<uint64_t, 2>{random.next_u64(), random.next_u64()};
   if (keys.concurrent) keys.min_pending_evicted = std::max(keys.min_pending_evicted, 2 * o.early_seal_keys);
   return keys;
 }
@@ -71,7 +74,7 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
     : options_(std::move(options)),
       outbox_(outbox),
       random_(random),
-      table_(std::move(rules), table_options(options_)),
+      table_(std::move(rules), table_options(options_, random)),
       ledger_(options_.id, options_.incarnation, options_.ledger),
       membership_(options_.id, options_.address, options_.incarnation, options_.membership),
       plan_(std::make_unique<RelayPlan>()),

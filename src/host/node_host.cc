@@ -100,6 +100,9 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   n.split_for_sealing = [id = n.id, max_batch_bytes](std::vector<ConsumptionEntry> entries) {
     return split_for_sealing(std::move(entries), id, max_batch_bytes);
   };
+  // Keys are hashed with a secret of this process, 128 bits straight from the operating system
+  // (not from random_, whose 64-bit state its outputs would give away).
+  n.keys.hash_key = std::array<uint64_t, 2>{seed_from_os(), seed_from_os()};
   max_key_bytes_ = n.keys.max_key_bytes;
   node_ = std::make_unique<Node>(n, combined_rules(), *faults_, random_);
   if (options_.node.membership == MembershipKind::kStatic) {
@@ -409,6 +412,7 @@ StatsList NodeHost::stats() const {
   add("keys_rejected_too_long", k.rejected_keys);
   add("keys_restored_from_eviction", k.restored);
   add("keys_pending_dropped", k.pending_dropped);
+  add("keys_longest_probe", k.longest_probe);
   const LedgerStats l = node_->ledger().stats();
   add("batches_sealed", l.sealed);
   add("batches_applied", l.applied);

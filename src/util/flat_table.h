@@ -12,12 +12,18 @@
 //     static bool empty(const Slot& s);
 //     static size_t hash(const Slot& s);  // its home is hash & (slot_count() - 1)
 //   };
+// A lookup reads at most longest_probe() slots: one more than the farthest any entry sits from
+// its home, which claim() keeps below kLongRun by growing the table early when a run gets that
+// long, unless the table is below 1/4 full (then only hashes that collide in most of their bits
+// make such runs: the key table's hash is keyed, util/keyed_hash.h, so nobody can choose them).
+// And no sequence of keys makes a lookup walk a long cluster to find that a key is absent.
 // Value, unless void, is kept per slot and moves with it. Iteration order is slot order, which
 // depends only on the sequence of inserts and erases: deterministic for a deterministic hash.
 // Indices and references are invalidated by claim() and erase(). Not thread-safe.
 #ifndef TOLLGATE_SRC_UTIL_FLAT_TABLE_H_
 #define TOLLGATE_SRC_UTIL_FLAT_TABLE_H_
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <type_traits>
@@ -38,10 +44,18 @@ class FlatTable {
     if (initial_slots > 0) resize(std::bit_ceil(initial_slots));
   }
 
+  static constexpr size_t kLongRun = 64;
+
   FlatTable(const FlatTable& o)
-      : slots_(o.slots_), values_(o.values_), size_(o.size_), first_slots_(o.first_slots_) { repoint(); }
+      : slots_(o.slots_), values_(o.values_), size_(o.size_), first_slots_(o.first_slots_), longest_(o.longest_) {
+    repoint();
+  }
   FlatTable(FlatTable&& o) noexcept
-      : slots_(std::move(o.slots_)), values_(std::move(o.values_)), size_(o.size_), first_slots_(o.first_slots_) {
+      : slots_(std::move(o.slots_)),
+        values_(std::move(o.values_)),
+        size_(o.size_),
+        first_slots_(o.first_slots_),
+        longest_(o.longest_) {
     repoint();
     o.clear();
   }
@@ -50,6 +64,7 @@ class FlatTable {
     values_.swap(o.values_);
     std::swap(size_, o.size_);
     std::swap(first_slots_, o.first_slots_);
+    std::swap(longest_, o.longest_);
     repoint();
     return *this;
   }
@@ -57,16 +72,20 @@ class FlatTable {
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   size_t slot_count() const { return slots_.size(); }
+  // The most slots a lookup reads (see above).
+  size_t longest_probe() const { return longest_ + 1; }
 
   // The first slot of hash `h`'s probe run for which match(slot) holds, or kNone: the run ends
-  // at an empty slot.
+  // at an empty slot, or where no entry of home h & mask can be.
   template <typename Match>
   size_t find(size_t h, Match&& match) const {
     // probe_ and mask_ are kept beside the vector so that a lookup loads two words and tests no
     // size: an empty table probes one static empty slot.
-    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+    size_t i = h & mask_;
+    for (size_t left = longest_;; i = (i + 1) & mask_, --left) {
       if (Policy::empty(probe_[i])) return kNone;
       if (match(probe_[i])) return i;
+      if (left == 0) return kNone;
     }
   }
 
@@ -74,11 +93,22 @@ class FlatTable {
   // than half full), counted as used: the caller fills it with a slot of hash `h`.
   size_t claim(size_t h) {
     if ((size_ + 1) * 2 > slots_.size()) grow();
-    const size_t mask = slots_.size() - 1;
-    size_t i = h & mask;
-    while (!Policy::empty(slots_[i])) i = (i + 1) & mask;
-    ++size_;
-    return i;
+    for (;;) {
+      const size_t mask = slots_.size() - 1;
+      size_t i = h & mask, distance = 0;
+      while (!Policy::empty(slots_[i])) i = (i + 1) & mask, ++distance;
+      // A run this long is a sign of hashes that agree in their low bits (with a random hash,
+      // one insert in about 250,000 at the most load, 1/2): one more bit tells them apart.
+      // Only while the table is at least 1/4 full, so it never holds more than 8 slots per
+      // entry (twice its usual most).
+      if (distance >= kLongRun && slots_.size() < 4 * (size_ + 1)) {
+        grow();
+        continue;
+      }
+      longest_ = std::max(longest_, distance);
+      ++size_;
+      return i;
+    }
   }
 
   // Removes the entry at `i`: later entries of its probe run move back into the hole when their
@@ -102,6 +132,7 @@ class FlatTable {
     slots_.clear();
     if constexpr (kHasValues) values_.clear();
     size_ = 0;
+    longest_ = 0;
     repoint();
   }
 
@@ -150,10 +181,12 @@ class FlatTable {
     [[maybe_unused]] auto old_values = std::move(values_);
     resize(old_slots.empty() ? first_slots_ : old_slots.size() * 2);
     const size_t mask = slots_.size() - 1;
+    longest_ = 0;
     for (size_t k = 0; k < old_slots.size(); ++k) {
       if (Policy::empty(old_slots[k])) continue;
-      size_t i = Policy::hash(old_slots[k]) & mask;
-      while (!Policy::empty(slots_[i])) i = (i + 1) & mask;
+      size_t i = Policy::hash(old_slots[k]) & mask, distance = 0;
+      while (!Policy::empty(slots_[i])) i = (i + 1) & mask, ++distance;
+      longest_ = std::max(longest_, distance);
       slots_[i] = std::move(old_slots[k]);
       if constexpr (kHasValues) values_[i] = std::move(old_values[k]);
     }
@@ -166,6 +199,7 @@ class FlatTable {
   std::vector<std::conditional_t<kHasValues, Value, char>> values_;  // values_[i] belongs to slots_[i]
   size_t size_ = 0;
   size_t first_slots_;
+  size_t longest_ = 0;  // the farthest any entry is from its home (an upper bound after erases)
 };
 
 }  // namespace tollgate
