@@ -13,6 +13,7 @@
 #include "fault_injection.h"
 #include "host/node_host.h"
 #include "http/http_server.h"
+#include "http/token_file.h"
 #include "retriever/rules_feed.h"
 #include "rls/rls_server.h"
 #include "tcp_transport.h"
@@ -123,7 +124,8 @@ Daemon::Daemon(DaemonOptions options)
   // Descriptors for every connection the limits allow, plus outbound connections to peers (a
   // thousand counted) and files.
   const TcpTransportOptions tcp_options;
-  uint64_t descriptors = options_.api_max_connections + 64 + (options_.http_listen.empty() ? 0 : options_.http_max_connections);
+  uint64_t descriptors = options_.api_max_connections + 64 + (options_.http_listen.empty() ? 0 : options_.http_max_connections) +
+                         (options_.metrics_listen.empty() ? 0 : options_.http_max_connections);
   if (options_.transport == TransportKind::kTcp) descriptors += tcp_options.max_inbound_connections + 1024;
   if (std::string warning = ensure_descriptor_limit(descriptors); !warning.empty()) spdlog::warn("{}", warning);
 
@@ -173,24 +175,42 @@ Daemon::Daemon(DaemonOptions options)
     host_->on_rls_config([rls = rls_.get()](std::shared_ptr<const RlsConfig> c) { rls->set_config(std::move(c)); });
   }
 
+  http::HttpServerOptions http_options;
+  http_options.max_connections = options_.http_max_connections;
+  http_options.max_connections_per_client = options_.http_max_connections_per_client;
+  http_options.io_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.http_timeout_ns));
+  // Ready alone once a member would have been declared failed: a node with no peer to hear
+  // from (or whose peers are all down) serves from its own buckets.
+  const auto ready_alone_at = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.node.fail_after_ns);
+  http_options.routes.alone_long_enough = [ready_alone_at] { return std::chrono::steady_clock::now() >= ready_alone_at; };
+  http_options.routes.extra_metrics = [h = histograms_.get()] { return h->collect(); };
   if (!options_.http_listen.empty()) {
-    http::HttpServerOptions http_options;
-    http_options.listen = options_.http_listen;
-    http_options.max_connections = options_.http_max_connections;
-    http_options.max_connections_per_client = options_.http_max_connections_per_client;
-    http_options.io_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(options_.http_timeout_ns));
-    // Ready alone once a member would have been declared failed: a node with no peer to hear
-    // from (or whose peers are all down) serves from its own buckets.
-    const auto ready_alone_at = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.node.fail_after_ns);
-    http_options.routes.alone_long_enough = [ready_alone_at] { return std::chrono::steady_clock::now() >= ready_alone_at; };
-    http_options.routes.extra_metrics = [h = histograms_.get()] { return h->collect(); };
-    http_ = std::make_unique<http::HttpServer>(io_, *this, http_options);
-    if (std::string why = http_->start(rls_config); !why.empty()) throw std::runtime_error("--http-listen " + why);
-    if (!http_->is_loopback()) {
-      spdlog::warn("HTTP front end listens on {}, which is not loopback: it has no authentication", http_->address());
+    std::string token;
+    if (!options_.http_token_file.empty()) {
+      token = http::read_token_file(options_.http_token_file);  // a ConfigError stops the start
+      if (auto warning = http::token_file_warning(options_.http_token_file)) spdlog::warn("{}", *warning);
     }
-    spdlog::info("HTTP on {}", http_->address());
+    http_options.listen = options_.http_listen;
+    http_ = std::make_unique<http::HttpServer>(io_, *this, http_options);
+    http_->set_token(token);
+    if (std::string why = http_->start(rls_config); !why.empty()) throw std::runtime_error("--http-listen " + why);
+    if (!http_->is_loopback() && token.empty() && !options_.http_insecure) {
+      throw std::runtime_error("--http-listen " + http_->address() +
+                               " is not loopback, and HTTP without a credential lets anyone who reaches it spend any "
+                               "key: give --http-token-file FILE (or --http-insecure to serve it without one)");
+    }
+    if (!http_->is_loopback() && token.empty()) {
+      spdlog::warn("HTTP front end listens on {}, which is not loopback, without a token (--http-insecure)", http_->address());
+    }
+    spdlog::info("HTTP on {}{}", http_->address(), token.empty() ? "" : " (bearer token required)");
     host_->on_rls_config([http = http_.get()](std::shared_ptr<const RlsConfig> c) { http->set_rls_config(std::move(c)); });
+  }
+  if (!options_.metrics_listen.empty()) {
+    http_options.listen = options_.metrics_listen;
+    http_options.routes.metrics_only = true;
+    metrics_http_ = std::make_unique<http::HttpServer>(io_, *this, http_options);
+    if (std::string why = metrics_http_->start(rls_config); !why.empty()) throw std::runtime_error("--metrics-listen " + why);
+    spdlog::info("metrics and health on {}", metrics_http_->address());
   }
 
   spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {} ({} thread{})",
@@ -214,7 +234,7 @@ int Daemon::run() {
   if (rules_feed_) rules_feed_->start();
   io_.run();
   if (workers_) workers_->node_loop_ended();
-  if (http_) http_->shutdown();  // open connections close; checks still queued are not decided
+  for (auto* h : http_servers()) h->shutdown();  // open connections close; checks still queued are not decided
   if (rls_) rls_->shutdown();  // the node no longer runs: what is still queued answers UNAVAILABLE
   return 0;
 }
@@ -225,8 +245,29 @@ void Daemon::wait_for_signal() {
     if (signo != SIGHUP) return shutdown();
     if (rules_feed_) rules_feed_->poll_now();  // the rules service's answer applies when it comes
     host_->reload();
+    reload_http_token();
     wait_for_signal();
   });
+}
+
+std::vector<http::HttpServer*> Daemon::http_servers() const {
+  std::vector<http::HttpServer*> all;
+  for (const auto& h : {http_.get(), metrics_http_.get()}) {
+    if (h) all.push_back(h);
+  }
+  return all;
+}
+
+// SIGHUP: the token file again. A bad one is logged and the token in force stays (an operator
+// rotating it must not open the door, nor lock every client out).
+void Daemon::reload_http_token() {
+  if (!http_ || options_.http_token_file.empty()) return;
+  try {
+    http_->set_token(http::read_token_file(options_.http_token_file));
+    spdlog::info("HTTP token reloaded from {}", options_.http_token_file);
+  } catch (const std::exception& e) {
+    spdlog::error("HTTP token not reloaded, the one in force stays: {}", e.what());
+  }
 }
 
 void Daemon::schedule_watch() {
@@ -244,7 +285,7 @@ void Daemon::shutdown() {
   stopping_ = true;
   spdlog::info("leaving the cluster");
   if (rls_) rls_->drain();  // health NOT_SERVING; calls are still answered for now
-  if (http_) http_->drain();  // /readyz 503; requests are still answered for now
+  for (auto* h : http_servers()) h->drain();  // /readyz 503; requests are still answered for now
   api_->drain();  // answers to requests already read still go out; the socket file goes now
   if (workers_) workers_->drain();
   host_->stop_rounds();
@@ -258,7 +299,7 @@ void Daemon::shutdown() {
   shutdown_timer_.async_wait([this](const boost::system::error_code&) {
     api_->stop();  // a client that has not taken its answers in 100 ms is cut off
     if (rls_) rls_->stop();  // later rate limit calls answer UNAVAILABLE, uncharged
-    if (http_) http_->stop();  // later HTTP checks answer 503, uncharged
+    for (auto* h : http_servers()) h->stop();  // later HTTP checks answer 503, uncharged
     auto leave = [this] { host_->leave([this] { io_.stop(); }); };
     // With client API threads, leave once none of them can check any more.
     if (workers_) {
@@ -302,6 +343,9 @@ StatsList Daemon::stats() {
   }
   if (http_) {
     for (const auto& [name, value] : http_->stats()) s.emplace_back(name, value);
+  }
+  if (metrics_http_) {  // the same counters, of the metrics listener: metrics_http.*
+    for (const auto& [name, value] : metrics_http_->stats()) s.emplace_back("metrics_" + name, value);
   }
   return s;
 }

@@ -73,6 +73,10 @@ class Daemon final : public RequestHandler {
   std::unique_ptr<api::ApiServer> api_;
   std::unique_ptr<rls::RlsServer> rls_;
   std::unique_ptr<http::HttpServer> http_;
+  std::unique_ptr<http::HttpServer> metrics_http_;  // --metrics-listen: /metrics and health only
+  // The HTTP servers there are (http_, metrics_http_).
+  std::vector<http::HttpServer*> http_servers() const;
+  void reload_http_token();
   boost::asio::steady_timer watch_timer_, shutdown_timer_;
   boost::asio::signal_set signals_;
   bool stopping_ = false;

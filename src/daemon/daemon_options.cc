@@ -140,6 +140,18 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "HTTP connections open at once from one IP address (all local processes are 127.0.0.1); at the "
                  "limit a newcomer takes the place of that client's least recently active waiting connection")
       ->check(CLI::Range(size_t{1}, size_t{1} << 16));
+  app.add_option("--http-token-file", o->http_token_file,
+                 "A file holding one bearer token (16 to 512 characters of A-Z a-z 0-9 - . _ ~ + /, then = "
+                 "padding; read at start and on SIGHUP): every HTTP endpoint but /healthz and /readyz then answers "
+                 "401 unless the request carries `Authorization: Bearer TOKEN`. Required for a --http-listen that "
+                 "is not loopback, unless --http-insecure")
+      ->type_name("FILE");
+  app.add_flag("--http-insecure", o->http_insecure,
+               "Serve a --http-listen that is not loopback without --http-token-file: anyone who reaches it can "
+               "spend any key and read every balance and rule");
+  app.add_option("--metrics-listen", o->metrics_listen,
+                 "Serve /metrics, /healthz and /readyz (nothing else, no token) on HOST:PORT, so scraping and probes "
+                 "need no access to checks. Off unless given");
   std::string http_timeout = format_duration(o->http_timeout_ns);
   app.add_option("--http-timeout", http_timeout,
                  "How long an HTTP client has to send a request (or keep an idle connection), and to take its "
@@ -293,6 +305,12 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                        "service only)");
   }
   if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
+  if (o->http_listen.empty() && (!o->http_token_file.empty() || o->http_insecure)) {
+    return usage_error(std::string(o->http_insecure ? "--http-insecure" : "--http-token-file") + " is for --http-listen");
+  }
+  if (o->http_insecure && !o->http_token_file.empty()) {
+    return usage_error("--http-insecure and --http-token-file contradict each other: HTTP needs a token or does not");
+  }
   if (o->rls_listen.empty() && o->http_listen.empty() && !o->rls_config.empty()) {
     return usage_error("--rls-config is used by the rate limit service: give --rls-listen HOST:PORT (gRPC) or "
                        "--http-listen HOST:PORT (POST /json) too");

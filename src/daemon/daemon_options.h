@@ -56,6 +56,9 @@ struct DaemonOptions {
   size_t http_max_connections = 512;    // open at once (HttpServerOptions)
   size_t http_max_connections_per_client = 256;  // from one IP address
   int64_t http_timeout_ns = 10 * kNanosPerSecond;  // to read a request (or wait for the next), or write an answer
+  std::string http_token_file;          // a bearer token every HTTP endpoint but health needs; "" none
+  bool http_insecure = false;           // allow a non-loopback --http-listen without a token
+  std::string metrics_listen;           // "HOST:PORT": /metrics, /healthz, /readyz only; "" none
   // Gossip further than this from our wall clock is dropped as stale (replays; Transport).
   int64_t max_message_age_ns = 30'000'000'000;
 };

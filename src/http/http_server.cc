@@ -71,6 +71,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   void drain() { routes_.drain(); }
   void stop() { node_stopped_ = true; }
   void set_rls_config(std::shared_ptr<const RlsConfig> config) { routes_.set_rls_config(std::move(config)); }
+  void set_token(std::string token) { routes_.set_token(std::move(token)); }
   const std::string& address() const { return address_; }
   bool is_loopback() const { return loopback_; }
 
@@ -258,7 +259,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     bhttp::request<bhttp::string_body> request = parser_->release();
     keep_alive_ = request.keep_alive();
     version_ = request.version();
-    HttpRequest r{std::string(request.method_string()), std::string(request.target()), std::move(request.body())};
+    HttpRequest r{std::string(request.method_string()), std::string(request.target()), std::move(request.body()),
+                  std::string(request[boost::beast::http::field::authorization])};
     server_.routes_.handle(r, [self = shared_from_this()](HttpResponse response) { self->write(std::move(response)); });
   }
 
@@ -387,6 +389,7 @@ std::string HttpServer::start(std::shared_ptr<const RlsConfig> config) { return 
 const std::string& HttpServer::address() const { return impl_->address(); }
 bool HttpServer::is_loopback() const { return impl_->is_loopback(); }
 void HttpServer::set_rls_config(std::shared_ptr<const RlsConfig> config) { impl_->set_rls_config(std::move(config)); }
+void HttpServer::set_token(std::string token) { impl_->set_token(std::move(token)); }
 void HttpServer::drain() { impl_->drain(); }
 void HttpServer::stop() { impl_->stop(); }
 void HttpServer::shutdown() { impl_->shutdown(); }

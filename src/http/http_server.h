@@ -55,6 +55,8 @@ class HttpServer {
   bool is_loopback() const;
 
   void set_rls_config(std::shared_ptr<const RlsConfig> config);  // any thread
+  // The bearer token requests need (Routes::set_token); "" for none. Any thread.
+  void set_token(std::string token);
   void drain();  // /readyz answers 503 from now on; requests are still answered
   // On the node's thread: queued and later checks answer 503, uncharged (the node is leaving).
   void stop();

@@ -2,9 +2,11 @@
 
 #include <google/protobuf/stubs/common.h>  // internal::IsStructurallyValidUTF8 (Debian 12's 3.21)
 #include <google/protobuf/util/json_util.h>
+#include <openssl/crypto.h>  // CRYPTO_memcmp
 #include <uriparser/Uri.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <optional>
 
@@ -162,7 +164,8 @@ StatsList Routes::stats() const {
           {"http.responses_2xx", responses_2xx_.load()},
           {"http.responses_4xx", responses_4xx_.load()},
           {"http.responses_5xx", responses_5xx_.load()},
-          {"http.checks", checks_.load()}};
+          {"http.checks", checks_.load()},
+          {"http.unauthorized", unauthorized_.load()}};
 }
 
 void Routes::handle(const HttpRequest& request, Reply reply) {
@@ -176,6 +179,19 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
   const std::string path = request.target.substr(0, q);
   const std::string query = q == std::string::npos ? "" : request.target.substr(q + 1);
   const bool get = request.method == "GET";
+  const bool health = path == "/healthz" || path == "/readyz";
+  if (options_.metrics_only && !health && path != "/metrics") {
+    return counted(error_response(404, "no such endpoint here: " + path +
+                                           " (this listener, --metrics-listen, serves /metrics, /healthz and /readyz)"));
+  }
+  // Health answers are for load balancers and probes, which carry no credential; they say
+  // nothing about keys.
+  if (!health && !authorized(request.authorization)) {
+    ++unauthorized_;
+    HttpResponse r = error_response(401, "this endpoint needs Authorization: Bearer TOKEN (tollgated's --http-token-file)");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tollgate\"");
+    return counted(std::move(r));
+  }
   if (path == "/v1/check") {
     if (get) return check_get(query, std::move(counted));
     if (request.method == "POST") return check_post(request.body, std::move(counted));
@@ -199,6 +215,28 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
   HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
   r.headers.emplace_back("Allow", path == "/v1/check" ? "GET, POST" : path == "/json" ? "POST" : "GET");
   counted(std::move(r));
+}
+
+void Routes::set_token(std::string token) {
+  auto t = token.empty() ? nullptr : std::make_shared<const std::string>(std::move(token));
+  std::lock_guard lock(config_mu_);
+  token_ = std::move(t);
+}
+
+bool Routes::authorized(const std::string& authorization) const {
+  std::shared_ptr<const std::string> token;
+  {
+    std::lock_guard lock(config_mu_);
+    token = token_;
+  }
+  if (!token) return true;
+  // "Bearer" is case-insensitive (RFC 9110 11.1); the token is compared in constant time.
+  constexpr std::string_view kScheme = "bearer ";
+  if (authorization.size() != kScheme.size() + token->size()) return false;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return false;
+  }
+  return CRYPTO_memcmp(authorization.data() + kScheme.size(), token->data(), token->size()) == 0;
 }
 
 void Routes::on_node(NodeJob job, const Reply& reply) {

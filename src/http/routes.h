@@ -11,6 +11,10 @@
 //                    (rules are loaded before the server starts); 503 before that and while draining
 //   GET  /v1/members, GET /v1/stats   the CLI's --json shapes
 //
+// With a token (set_token: tollgated's --http-token-file), every endpoint but /healthz and
+// /readyz answers 401 unless the request carries `Authorization: Bearer TOKEN`. A metrics-only
+// listener (tollgated's --metrics-listen) serves /metrics, /healthz and /readyz, nothing else.
+//
 // Threading: handle() is called on one thread (the HTTP server's); `run_on_node` runs a job on
 // the node's thread, and the job's continuation, which calls `reply`, back on the caller's.
 #ifndef TOLLGATE_SRC_HTTP_ROUTES_H_
@@ -37,6 +41,7 @@ struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // "/v1/check?key=a"
   std::string body;
+  std::string authorization;  // the Authorization header's value, or ""
 };
 
 struct HttpResponse {
@@ -60,6 +65,7 @@ struct RoutesOptions {
   size_t max_batch = 1000;       // checks per POST /v1/check
   size_t max_key_bytes = 256;    // the key table's: longer /v1/check keys are 400; RLS keys beyond are digested
   bool rls_headers = true;       // RateLimit fields in /json's response_headers_to_add
+  bool metrics_only = false;     // serve /metrics, /healthz and /readyz only (404 for the rest)
   // True once the node has been up for fail_after (then it is ready even alone).
   std::function<bool()> alone_long_enough = [] { return true; };
   // More /metrics families, collected on the HTTP thread (thread-safe: prometheus-cpp's
@@ -74,6 +80,9 @@ class Routes {
   // Any thread.
   void set_rls_config(std::shared_ptr<const RlsConfig> config);
   void drain() { draining_ = true; }  // /readyz answers 503 from now on
+  // The bearer token every endpoint but /healthz and /readyz requires; "" requires none. Any
+  // thread (a reload replaces it).
+  void set_token(std::string token);
 
   void handle(const HttpRequest& request, Reply reply);
 
@@ -98,7 +107,9 @@ class Routes {
   std::atomic<bool> draining_{false};
   mutable std::mutex config_mu_;
   std::shared_ptr<const RlsConfig> rls_config_;
-  std::atomic<int64_t> requests_{0}, responses_2xx_{0}, responses_4xx_{0}, responses_5xx_{0}, checks_{0};
+  std::shared_ptr<const std::string> token_;  // under config_mu_; null: none required
+  bool authorized(const std::string& authorization) const;
+  std::atomic<int64_t> requests_{0}, responses_2xx_{0}, responses_4xx_{0}, responses_5xx_{0}, checks_{0}, unauthorized_{0};
 };
 
 // A JSON error body: {"error": "..."} (protobuf's JSON writer does the escaping).

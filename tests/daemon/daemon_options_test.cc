@@ -113,6 +113,30 @@ TEST_F(DaemonOptionsTest, AnUnknownFlagExitsTwoAndSuggestsTheNearestOne) {
   EXPECT_EQ(p.exit_code, 2);
 }
 
+// The HTTP credential flags (issue 34, finding 10) make sense with --http-listen only, and not
+// together.
+TEST_F(DaemonOptionsTest, HttpCredentialFlagsNeedTheListenerAndDoNotContradictEachOther) {
+  const std::vector<std::string> base = {"--rules", "r", "--peers-file", "p", "--insecure-gossip"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return parse(args);
+  };
+  Parsed p = with({"--http-token-file", "t"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.stderr_text.find("--http-token-file is for --http-listen"), std::string::npos) << p.stderr_text;
+  p = with({"--http-insecure"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.stderr_text.find("--http-insecure is for --http-listen"), std::string::npos) << p.stderr_text;
+  p = with({"--http-listen", "0.0.0.0:8080", "--http-insecure", "--http-token-file", "t"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.stderr_text.find("contradict"), std::string::npos) << p.stderr_text;
+  p = with({"--http-listen", "0.0.0.0:8080", "--http-token-file", "t", "--metrics-listen", "0.0.0.0:9100"});
+  EXPECT_EQ(p.exit_code, std::nullopt) << p.stderr_text;
+  EXPECT_EQ(p.options.http_token_file, "t");
+  EXPECT_EQ(p.options.metrics_listen, "0.0.0.0:9100");
+}
+
 TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
   struct Case {
     std::vector<std::string> args;

@@ -90,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t second = first < text.size() ? std::min(text.find('\n', first + 1), text.size()) : text.size();
   http::HttpRequest request{std::string(text.substr(0, first)),
                             first < text.size() ? std::string(text.substr(first + 1, second - first - 1)) : "",
-                            second < text.size() ? std::string(text.substr(second + 1)) : ""};
+                            second < text.size() ? std::string(text.substr(second + 1)) : "", ""};
 
   const int calls_before = handler.calls;
   int answers = 0;

@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -391,6 +392,81 @@ class RulesFileReload(unittest.TestCase):
         wait_until("the broken file to be refused", lambda: self.d.stats()["rules_reload_failures"] == 1)
         self.assertEqual(self.burst(), "7")
         self.assertEqual(self.d.stats()["rules_version"], good)
+
+
+class Credentials(unittest.TestCase):
+    """--http-token-file, --metrics-listen and the refusal of an open non-loopback listener
+    (issue 34, finding 10), on a real daemon."""
+
+    TOKEN = "first-token-0123456789abcdef"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = workdir("tollgate-http-auth-")
+        cls.token_file = os.path.join(cls.dir, "token")
+        cls.write_token(cls.TOKEN)
+        cls.metrics_port = free_port()
+        port = free_port()
+        cls.d = Daemon(cls.dir, "solo", port, [("solo", port)],
+                       ["--http-token-file", cls.token_file, "--metrics-listen", "127.0.0.1:%d" % cls.metrics_port])
+
+    @classmethod
+    def tearDownClass(cls):
+        stop_and_remove(cls.d, cls.dir)
+
+    @classmethod
+    def write_token(cls, token):
+        tmp = cls.token_file + ".new"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(token + "\n")
+        os.replace(tmp, cls.token_file)
+
+    def status(self, path, token=None, port=None):
+        headers = {"Authorization": "Bearer " + token} if token else {}
+        conn = http.client.HTTPConnection("127.0.0.1", port or self.d.http_port, timeout=10)
+        try:
+            conn.request("GET", path, headers=headers)
+            r = conn.getresponse()
+            r.read()
+            return r.status
+        finally:
+            conn.close()
+
+    def test_a_token_guards_all_but_health_and_a_reload_rotates_it(self):
+        self.assertEqual(self.status("/v1/check?key=k1"), 401)
+        self.assertEqual(self.status("/v1/check?key=k1", "wrong-token-0123456789abcdef"), 401)
+        self.assertEqual(self.status("/v1/stats"), 401)
+        self.assertEqual(self.status("/metrics"), 401)
+        self.assertEqual(self.status("/healthz"), 200)
+        self.assertEqual(self.status("/v1/check?key=k1", self.TOKEN), 200)
+        # The metrics listener: metrics and health without a token, nothing else.
+        self.assertEqual(self.status("/metrics", port=self.metrics_port), 200)
+        self.assertEqual(self.status("/healthz", port=self.metrics_port), 200)
+        self.assertEqual(self.status("/v1/check?key=k1", self.TOKEN, port=self.metrics_port), 404)
+        # SIGHUP rotates the token; a bad file then keeps the one in force.
+        self.write_token("second-token-0123456789abcdef")
+        self.d.proc.send_signal(signal.SIGHUP)
+        wait_until("the new token", lambda: self.status("/v1/stats", "second-token-0123456789abcdef") == 200)
+        self.assertEqual(self.status("/v1/stats", self.TOKEN), 401)
+        self.write_token("short")
+        self.d.proc.send_signal(signal.SIGHUP)
+        log = os.path.join(self.dir, "solo.log")
+        def refused():
+            with open(log) as f:
+                return "HTTP token not reloaded" in f.read()
+        wait_until("the bad token file to be refused", refused)
+        self.assertEqual(self.status("/v1/stats", "second-token-0123456789abcdef"), 200)
+
+    def test_a_listener_beyond_loopback_needs_a_token_or_says_insecure(self):
+        port = free_port()
+        args = [TOLLGATED, "--node-id", "open", "--bind", "127.0.0.1:%d" % port, "--listen",
+                "unix:" + os.path.join(self.dir, "open.sock"), "--rules", os.path.join(self.dir, "rules.yaml"),
+                "--membership", "heartbeat", "--seeds", "127.0.0.1:%d" % port, "--insecure-gossip",
+                "--http-listen", "0.0.0.0:%d" % free_port()]
+        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"is not loopback", r.stdout)
+        self.assertIn(b"--http-token-file", r.stdout)
 
 
 if __name__ == "__main__":

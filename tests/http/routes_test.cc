@@ -7,11 +7,17 @@
 #include <gtest/gtest.h>
 #include <prometheus/histogram.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "http/token_file.h"
+#include "tollgate/config_error.h"
 #include "tollgate/http/v1/http.pb.h"
 #include "tollgate/key_table.h"
 #include "tollgate/rls_config_file.h"
@@ -41,9 +47,14 @@ class TableHandler : public RequestHandler {
   explicit TableHandler(std::shared_ptr<const RlsConfig> rls)
       : table_(std::make_shared<const RuleSet>(parse_rules(kRules, "rules.yaml")->rules(), std::nullopt, std::move(rls))) {}
   void check(std::span<const CheckItem> items, std::span<Decision> out) override {
+    checks_ += items.size();
     for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
   }
-  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override { return table_.allow_all(items, out, now); }
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
+    checks_ += items.size();
+    return table_.allow_all(items, out, now);
+  }
+  size_t checks_seen() const { return checks_; }
   std::vector<MemberInfo> members() override { return members_list; }
   StatsList stats() override {
     return {{"checks", 3},         {"checks_allowed", 2},   {"checks_denied", 1},
@@ -61,6 +72,7 @@ class TableHandler : public RequestHandler {
 
  private:
   KeyTable table_;
+  size_t checks_ = 0;
 };
 
 class RoutesTest : public ::testing::Test {
@@ -81,7 +93,7 @@ class RoutesTest : public ::testing::Test {
 
   HttpResponse request(const std::string& method, const std::string& target, const std::string& body = "") {
     std::optional<HttpResponse> out;
-    routes_->handle({method, target, body}, [&](HttpResponse r) { out = std::move(r); });
+    routes_->handle({method, target, body, authorization_}, [&](HttpResponse r) { out = std::move(r); });
     EXPECT_TRUE(out.has_value()) << method << " " << target << ": no answer";
     return out.value_or(HttpResponse{});
   }
@@ -105,6 +117,7 @@ class RoutesTest : public ::testing::Test {
   std::unique_ptr<Routes> routes_;
   bool refuse_ = false;
   bool alone_ = false;
+  std::string authorization_;  // the requests' Authorization header
 };
 
 TEST_F(RoutesTest, AGetCheckAnswers200ThenDenies429WithTheDraftFieldsAndRetryAfter) {
@@ -286,6 +299,91 @@ TEST_F(RoutesTest, ReadyOnceAMemberIsHeardOrAloneLongEnoughAndNotWhileDraining) 
   routes_->drain();
   EXPECT_EQ(request("GET", "/readyz").status, 503u);
   EXPECT_EQ(request("GET", "/healthz").status, 200u);
+}
+
+// --http-token-file (issue 34, finding 10): every endpoint but health needs the bearer token.
+TEST_F(RoutesTest, WithATokenEveryEndpointButHealthNeedsIt) {
+  alone_ = true;
+  routes_->set_token("s3cret-token-0123456789");
+  const std::vector<std::string> guarded = {"/v1/check?key=a", "/metrics", "/v1/members", "/v1/stats"};
+  for (const std::string& auth : {std::string(), std::string("Bearer wrong-token-0123456789"),
+                                  std::string("Bearer s3cret-token-012345678"), std::string("Basic s3cret-token-0123456789"),
+                                  std::string("Bearer s3cret-token-0123456789 ")}) {
+    authorization_ = auth;
+    for (const std::string& target : guarded) {
+      const HttpResponse r = request("GET", target);
+      EXPECT_EQ(r.status, 401u) << target << " with \"" << auth << "\"";
+      EXPECT_EQ(header(r, "WWW-Authenticate"), "Bearer realm=\"tollgate\"");
+    }
+    EXPECT_EQ(request("POST", "/json", "{}").status, 401u);
+    EXPECT_EQ(request("GET", "/healthz").status, 200u);
+    EXPECT_EQ(request("GET", "/readyz").status, 200u);
+  }
+  EXPECT_EQ(handler_.checks_seen(), 0u);  // nothing reached the node
+  for (const std::string& auth : {std::string("Bearer s3cret-token-0123456789"), std::string("bearer s3cret-token-0123456789")}) {
+    authorization_ = auth;
+    for (const std::string& target : guarded) EXPECT_EQ(request("GET", target).status, 200u) << target << " with " << auth;
+  }
+  // A reload without a token opens the endpoints again; one with another token closes them to the old.
+  routes_->set_token("another-token-0123456789");
+  EXPECT_EQ(request("GET", "/v1/stats").status, 401u);
+  routes_->set_token("");
+  authorization_.clear();
+  EXPECT_EQ(request("GET", "/v1/stats").status, 200u);
+  const StatsList s = routes_->stats();
+  EXPECT_NE(std::find(s.begin(), s.end(), std::pair<std::string, int64_t>{"http.unauthorized", 5 * 5 + 1}), s.end());
+}
+
+// The token file: one line of RFC 6750 characters, or an error naming the file and column.
+TEST(TokenFile, OneLineOfTokenCharactersOrAnErrorThatSaysWhere) {
+  char dir[] = "/tmp/tollgate-token-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/token";
+  auto write = [&](const std::string& text, mode_t mode = 0640) {
+    std::ofstream(path, std::ios::trunc) << text;
+    ::chmod(path.c_str(), mode);
+  };
+  auto error_of = [&](const std::string& text) {
+    write(text);
+    try {
+      (void)read_token_file(path);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(read)");
+  };
+  write("abcDEF0123456789-._~+/==\n");
+  EXPECT_EQ(read_token_file(path), "abcDEF0123456789-._~+/==");
+  write("abcDEF0123456789\r\n");
+  EXPECT_EQ(read_token_file(path), "abcDEF0123456789");
+  EXPECT_EQ(token_file_warning(path), std::nullopt);  // 0640
+  write("abcDEF0123456789", 0644);
+  EXPECT_NE(token_file_warning(path).value_or(""), "") << "readable by others";
+  EXPECT_NE(error_of("short\n").find(path + ":1: the token has 5 characters; it must have 16 to 512"), std::string::npos)
+      << error_of("short\n");
+  EXPECT_NE(error_of("").find("has 0 characters"), std::string::npos);
+  EXPECT_NE(error_of("abcdefgh ijklmnopq\n").find(path + ":1:9: the token may hold"), std::string::npos)
+      << error_of("abcdefgh ijklmnopq\n");
+  EXPECT_NE(error_of("abcdefgh=ijklmnopq").find("found 'i'"), std::string::npos);  // '=' at the end only
+  EXPECT_NE(error_of("abcdefghijklmnopq\nsecond line").find("found 0x0A"), std::string::npos);
+  EXPECT_NE(error_of(std::string(513, 'a')).find("has 513 characters"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// --metrics-listen: what a scraper and a probe need, and nothing that checks or reads keys.
+TEST_F(RoutesTest, AMetricsOnlyListenerServesMetricsAndHealthOnly) {
+  RoutesOptions o;
+  o.metrics_only = true;
+  make_routes(o);
+  alone_ = true;
+  EXPECT_EQ(request("GET", "/metrics").status, 200u);
+  EXPECT_EQ(request("GET", "/healthz").status, 200u);
+  EXPECT_EQ(request("GET", "/readyz").status, 200u);
+  for (const char* target : {"/v1/check?key=a", "/v1/members", "/v1/stats", "/json"}) {
+    EXPECT_EQ(request("GET", target).status, 404u) << target;
+  }
+  EXPECT_EQ(request("POST", "/v1/check", R"({"checks":[{"key":"a"}]})").status, 404u);
+  EXPECT_EQ(handler_.checks_seen(), 0u);
 }
 
 TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
