@@ -1,0 +1,87 @@
+// Envoy's rate limit service as gRPC hands it over: any bytes as a RateLimitRequest message,
+// resolved against an RLS config (rls::plan_from_message, on a gRPC thread in the daemon) and
+// decided on a real key table (rls::decide) into a RateLimitResponse (rls::fill_response).
+//
+// Contract: bytes that do not parse, or a request plan_from_message calls invalid, reach no
+// bucket; a valid one gets one status per descriptor, at most kMaxDescriptors, and the overall
+// code is OVER_LIMIT exactly when some status is; the key table stays within its cap.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "fuzz_util.h"
+#include "rls/decide.h"
+#include "rls/messages.h"
+#include "tollgate/key_table.h"
+#include "tollgate/rls_config_file.h"
+#include "tollgate/rules.h"
+
+namespace {
+
+using namespace tollgate;
+namespace rpb = envoy::service::ratelimit::v3;
+
+std::shared_ptr<const RlsConfig> config() {
+  static const auto c = parse_rls_config(
+      {{"rls.yaml",
+        "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 2}\n"
+        "    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 1}\n"
+        "  - key: tenant\n    value: \"t*\"\n    rate_limit: {unit: hour, requests_per_unit: 5}\n    shadow_mode: true\n"
+        "  - key: open\n    rate_limit: {unlimited: true}\n"}});
+  return c;
+}
+
+class TableHandler : public RequestHandler {
+ public:
+  TableHandler()
+      : table_(std::make_shared<const RuleSet>(std::vector<Rule>{}, std::nullopt, config()), KeyTableOptions{.max_keys = 64}) {}
+  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
+    ++calls;
+    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
+  }
+  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
+    ++calls;
+    return table_.allow_all(items, out, now);
+  }
+  std::vector<MemberInfo> members() override { return {}; }
+  StatsList stats() override { return {}; }
+  std::string set_faults(const FaultSettings&) override { return "no"; }
+  size_t keys() const { return table_.stats().keys; }
+
+  MonoNanos now = 0;
+  int calls = 0;
+
+ private:
+  KeyTable table_;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static TableHandler handler;  // state carries over: buckets drain, keys get evicted
+  handler.now += 10'000'000;
+  rpb::RateLimitRequest request;
+  if (!request.ParseFromArray(data, int(size))) return 0;
+  const int calls_before = handler.calls;
+  rls::Plan plan;
+  if (const std::string why = rls::plan_from_message(request, config(), 256, plan); !why.empty()) {
+    FUZZ_CHECK(handler.calls == calls_before, "an invalid request reached the node");
+    return 0;
+  }
+  FUZZ_CHECK(!plan.descriptors.empty() && plan.descriptors.size() <= rls::kMaxDescriptors, "a plan of no or too many descriptors");
+  std::vector<rls::DescriptorResult> results;
+  const rls::Code overall = rls::decide(handler, plan, results);
+  FUZZ_CHECK(results.size() == plan.descriptors.size(), "not one result per descriptor");
+  rpb::RateLimitResponse response;
+  rls::fill_response(overall, results, true, response);
+  FUZZ_CHECK(response.statuses_size() == int(results.size()), "not one status per descriptor");
+  bool any_over = false;
+  for (const auto& s : response.statuses()) any_over = any_over || s.code() == rpb::RateLimitResponse::OVER_LIMIT;
+  FUZZ_CHECK(any_over == (response.overall_code() == rpb::RateLimitResponse::OVER_LIMIT),
+             "the overall code disagrees with the statuses");
+  FUZZ_CHECK(handler.keys() <= 64, "the key table outgrew its cap");
+  return 0;
+}
