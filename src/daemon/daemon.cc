@@ -165,13 +165,24 @@ Daemon::Daemon(DaemonOptions options)
     // With client API threads the node's checks are safe from any thread (the table is
     // concurrent): Envoy's calls are decided on gRPC's threads, not queued for the node's.
     rls_options.decide_on_grpc_threads = options_.threads > 1;
+    rls_options.tls_cert = options_.rls_tls_cert;
+    rls_options.tls_key = options_.rls_tls_key;
+    rls_options.tls_client_ca = options_.rls_tls_client_ca;
     rls_ = std::make_unique<rls::RlsServer>(io_, *this, rls_options);
     if (std::string why = rls_->start(rls_config); !why.empty()) throw std::runtime_error("--rls-listen " + why);
-    if (!rls_->is_loopback()) {
-      spdlog::warn("rate limit service listens on {}, which is not loopback: it has no authentication", rls_->address());
+    if (!rls_->is_loopback() && !rls_->is_mutual_tls() && !options_.rls_insecure) {
+      throw std::runtime_error("--rls-listen " + rls_->address() +
+                               " is not loopback, and without mutual TLS anyone who reaches it can spend any "
+                               "descriptor's limit: give --rls-tls-cert, --rls-tls-key and --rls-tls-client-ca (or "
+                               "--rls-insecure to serve it without)");
     }
-    spdlog::info("rate limit service (gRPC) on {}, {} domains from {}", rls_->address(), rls_config->domains().size(),
-                 options_.rls_config);
+    if (!rls_->is_loopback() && !rls_->is_mutual_tls()) {
+      spdlog::warn("rate limit service listens on {}, which is not loopback, without mutual TLS (--rls-insecure)",
+                   rls_->address());
+    }
+    spdlog::info("rate limit service (gRPC{}) on {}, {} domains from {}",
+                 rls_->is_mutual_tls() ? ", mutual TLS" : rls_->is_tls() ? ", TLS" : "", rls_->address(),
+                 rls_config->domains().size(), options_.rls_config);
     host_->on_rls_config([rls = rls_.get()](std::shared_ptr<const RlsConfig> c) { rls->set_config(std::move(c)); });
   }
 

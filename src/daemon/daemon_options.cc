@@ -127,6 +127,19 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                  "Rate limit calls waiting for the node at most; beyond, a call fails at once with "
                  "RESOURCE_EXHAUSTED (Envoy then applies its failure_mode_deny)")
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--rls-tls-cert", o->rls_tls_cert,
+                 "Serve the rate limit service over TLS with this PEM certificate chain (with --rls-tls-key); "
+                 "reread every 5 s, so a renewed certificate applies without a restart")
+      ->type_name("FILE");
+  app.add_option("--rls-tls-key", o->rls_tls_key, "The PEM private key of --rls-tls-cert (not encrypted)")
+      ->type_name("FILE");
+  app.add_option("--rls-tls-client-ca", o->rls_tls_client_ca,
+                 "Mutual TLS: require every client (Envoy) to present a certificate signed by one of these PEM CA "
+                 "certificates. Required for a --rls-listen that is not loopback, unless --rls-insecure")
+      ->type_name("FILE");
+  app.add_flag("--rls-insecure", o->rls_insecure,
+               "Serve a non-loopback --rls-listen without mutual TLS: anyone who reaches it can spend any "
+               "descriptor's limit");
   app.add_option("--http-listen", o->http_listen,
                  "Serve HTTP on HOST:PORT: GET/POST /v1/check, POST /json (Envoy's RLS as JSON, with --rls-config), "
                  "/metrics (Prometheus), /healthz, /readyz, /v1/members, /v1/stats. Loopback advised: it has no "
@@ -305,6 +318,19 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                        "service only)");
   }
   if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
+  const bool rls_tls = !o->rls_tls_cert.empty() || !o->rls_tls_key.empty() || !o->rls_tls_client_ca.empty();
+  if (o->rls_listen.empty() && (rls_tls || o->rls_insecure)) {
+    return usage_error(std::string(o->rls_insecure ? "--rls-insecure" : "--rls-tls-*") + " is for --rls-listen");
+  }
+  if (o->rls_tls_cert.empty() != o->rls_tls_key.empty()) {
+    return usage_error("--rls-tls-cert and --rls-tls-key go together: a certificate and its private key");
+  }
+  if (!o->rls_tls_client_ca.empty() && o->rls_tls_cert.empty()) {
+    return usage_error("--rls-tls-client-ca (mutual TLS) needs the server's own --rls-tls-cert and --rls-tls-key");
+  }
+  if (o->rls_insecure && !o->rls_tls_client_ca.empty()) {
+    return usage_error("--rls-insecure and --rls-tls-client-ca contradict each other: clients need a certificate or do not");
+  }
   if (o->http_listen.empty() && (!o->http_token_file.empty() || o->http_insecure)) {
     return usage_error(std::string(o->http_insecure ? "--http-insecure" : "--http-token-file") + " is for --http-listen");
   }

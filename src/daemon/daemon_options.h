@@ -51,6 +51,9 @@ struct DaemonOptions {
   std::string rls_config;               // envoyproxy/ratelimit YAML: a file or a directory
   bool rls_response_headers = false;    // RateLimit-Policy, RateLimit, Retry-After in responses
   size_t rls_max_pending = 4096;        // calls waiting for the node at most
+  std::string rls_tls_cert, rls_tls_key;  // PEM: serve TLS
+  std::string rls_tls_client_ca;        // PEM: and require client certificates it signed (mTLS)
+  bool rls_insecure = false;            // allow a non-loopback --rls-listen without mutual TLS
   // The HTTP front end: off unless http_listen is given.
   std::string http_listen;              // "HOST:PORT"
   size_t http_max_connections = 512;    // open at once (HttpServerOptions)

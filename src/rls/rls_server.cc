@@ -2,6 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include <sys/stat.h>
 
@@ -20,6 +27,7 @@
 
 #include "api/endpoint.h"
 #include "api/listener.h"
+#include "config/read_file.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
@@ -30,6 +38,54 @@ namespace {
 
 namespace pb = envoy::service::ratelimit::v3;
 using SteadyTime = std::chrono::steady_clock::time_point;
+
+// The PEM blocks of `path` as OpenSSL reads them, through `read` (PEM_read_bio_X509, ...):
+// how many there are, or an error naming the file.
+template <typename Read, typename Free>
+std::string read_pem(const std::string& path, const char* what, Read read, Free free_one, int* count,
+                     std::vector<void*>* keep = nullptr) {
+  std::string text;
+  try {
+    text = read_config_file(path, what);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  BIO* bio = BIO_new_mem_buf(text.data(), int(text.size()));
+  if (bio == nullptr) return path + ": out of memory";
+  *count = 0;
+  // Never a passphrase prompt (OpenSSL's default callback reads the terminal): an encrypted key
+  // is refused like a missing one.
+  pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
+  while (auto* item = read(bio, nullptr, no_passphrase, nullptr)) {
+    ++*count;
+    if (keep) {
+      keep->push_back(item);
+    } else {
+      free_one(item);
+    }
+  }
+  ERR_clear_error();  // the read that ended the loop
+  BIO_free(bio);
+  return *count > 0 ? "" : path + ": no PEM " + what + " in it";
+}
+
+// The TLS files checked as the server will load them: a certificate chain, its private key
+// (matching its first certificate), and the client CAs if any.
+std::string check_pem_files(const std::string& cert, const std::string& key, const std::string& client_ca) {
+  int n = 0;
+  std::vector<void*> certs;
+  if (std::string e = read_pem(cert, "certificate", PEM_read_bio_X509, X509_free, &n, &certs); !e.empty()) return e;
+  std::vector<void*> keys;
+  std::string error = read_pem(key, "private key", PEM_read_bio_PrivateKey, EVP_PKEY_free, &n, &keys);
+  if (error.empty() && X509_check_private_key(static_cast<X509*>(certs.front()), static_cast<EVP_PKEY*>(keys.front())) != 1) {
+    ERR_clear_error();
+    error = key + ": this private key is not the key of " + cert + "'s certificate";
+  }
+  for (void* c : certs) X509_free(static_cast<X509*>(c));
+  for (void* k : keys) EVP_PKEY_free(static_cast<EVP_PKEY*>(k));
+  if (!error.empty() || client_ca.empty()) return error;
+  return read_pem(client_ca, "CA certificate", PEM_read_bio_X509, X509_free, &n);
+}
 
 // Calls decided per handler on the node's thread (each up to kMaxDescriptors checks).
 constexpr size_t kJobsPerTurn = 16;
@@ -78,12 +134,15 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
       const bool v6 = endpoint->host.find(':') != std::string::npos;
       grpc_address = (v6 ? "[" + endpoint->host + "]" : endpoint->host) + ":" + std::to_string(endpoint->port);
     }
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    if (std::string error = make_credentials(credentials); !error.empty()) return error;
     // The standard health service; global, so set before the builder.
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(grpc_address, grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(grpc_address, credentials, &port);
     builder.SetMaxReceiveMessageSize(int(options_.max_request_bytes));
+    set_limits(builder);
     // No SO_REUSEPORT (gRPC's default on Linux): a second process, in the cluster or not, could
     // bind the same port and answer part of Envoy's calls from buckets of its own.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -112,6 +171,9 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     server_->GetHealthCheckService()->SetServingStatus(true);
     return {};
   }
+
+  bool is_tls() const { return !options_.tls_cert.empty(); }
+  bool is_mutual_tls() const { return !options_.tls_client_ca.empty(); }
 
   void set_config(std::shared_ptr<const RlsConfig> config) {
     std::lock_guard lock(config_mu_);
@@ -189,6 +251,48 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   }
 
  private:
+  // Plaintext, TLS or mutual TLS, as the options say. The files are checked here, so that a
+  // wrong path, a file that is not PEM or a key of another certificate stops the start with
+  // their name (gRPC would only log it and serve nothing).
+  std::string make_credentials(std::shared_ptr<grpc::ServerCredentials>& out) const {
+    const RlsServerOptions& o = options_;
+    if (o.tls_cert.empty() != o.tls_key.empty()) return "TLS needs both a certificate and its private key";
+    if (o.tls_cert.empty()) {
+      if (!o.tls_client_ca.empty()) return "a client CA (mutual TLS) needs a certificate and key of the server's own";
+      out = grpc::InsecureServerCredentials();
+      return {};
+    }
+    if (std::string error = check_pem_files(o.tls_cert, o.tls_key, o.tls_client_ca); !error.empty()) return error;
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        o.tls_key, o.tls_cert, o.tls_client_ca, o.tls_reload_seconds);
+    grpc::experimental::TlsServerCredentialsOptions tls(provider);
+    tls.watch_identity_key_cert_pairs();
+    if (!o.tls_client_ca.empty()) {
+      tls.watch_root_certs();
+      tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    }
+    out = grpc::experimental::TlsServerCredentials(tls);
+    return out ? "" : "gRPC refused the TLS settings";
+  }
+
+  // Per-connection and overall bounds (RlsServerOptions).
+  void set_limits(grpc::ServerBuilder& builder) const {
+    const RlsServerOptions& o = options_;
+    auto ms = [](std::chrono::milliseconds d) { return int(std::min<int64_t>(d.count(), INT32_MAX)); };
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, int(o.max_streams_per_connection));
+    builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, int(o.max_metadata_bytes));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(o.max_connection_idle));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, ms(o.max_connection_age));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, ms(o.max_connection_age_grace));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(o.keepalive_time));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(o.keepalive_timeout));
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+    grpc::ResourceQuota quota("tollgate-rls");
+    quota.Resize(o.memory_quota_bytes);
+    builder.SetResourceQuota(quota);
+  }
+
   std::string plan(const pb::RateLimitRequest& request, Plan& plan) {
     std::shared_ptr<const RlsConfig> config;
     {
@@ -345,6 +449,8 @@ RlsServer::~RlsServer() = default;
 std::string RlsServer::start(std::shared_ptr<const RlsConfig> config) { return impl_->start(std::move(config)); }
 const std::string& RlsServer::address() const { return impl_->address(); }
 bool RlsServer::is_loopback() const { return impl_->is_loopback(); }
+bool RlsServer::is_tls() const { return impl_->is_tls(); }
+bool RlsServer::is_mutual_tls() const { return impl_->is_mutual_tls(); }
 void RlsServer::set_config(std::shared_ptr<const RlsConfig> config) { impl_->set_config(std::move(config)); }
 void RlsServer::drain() { impl_->drain(); }
 void RlsServer::stop() { impl_->stop(); }

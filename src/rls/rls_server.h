@@ -17,6 +17,7 @@
 #define TOLLGATE_SRC_RLS_RLS_SERVER_H_
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -36,6 +37,28 @@ struct RlsServerOptions {
   uint32_t unix_socket_mode = 0660;      // a unix: listener's file, whatever the umask (as the client API's)
   // The handler's check and check_all are safe from any thread: decide on gRPC's threads.
   bool decide_on_grpc_threads = false;
+
+  // TLS: a PEM certificate chain and its private key (both, or neither: plaintext). With a
+  // client CA bundle too, mutual TLS: a client must present a certificate it signed. The files
+  // are read again every tls_reload_seconds, and a renewed certificate serves new connections
+  // (gRPC's FileWatcherCertificateProvider; a broken file keeps the last good one).
+  std::string tls_cert, tls_key, tls_client_ca;
+  unsigned tls_reload_seconds = 5;
+
+  // What one client can hold (Debian's gRPC 1.51 has the HTTP/2 rapid-reset and HPACK issues;
+  // these bound them): streams open at once on one connection, the request headers' size, and
+  // all of gRPC's buffers together (a call beyond them fails RESOURCE_EXHAUSTED).
+  uint32_t max_streams_per_connection = 100;
+  size_t max_metadata_bytes = 16 * 1024;
+  size_t memory_quota_bytes = 64u << 20;
+  // A connection without calls for this long is closed (GOAWAY); one older than max_connection_age
+  // is asked to reconnect, its calls given max_connection_age_grace to finish. Keepalive pings
+  // find dead peers; a client pinging more often than every 10 s without calls is cut off.
+  std::chrono::milliseconds max_connection_idle{std::chrono::minutes(5)};
+  std::chrono::milliseconds max_connection_age{std::chrono::hours(1)};
+  std::chrono::milliseconds max_connection_age_grace{std::chrono::seconds(30)};
+  std::chrono::milliseconds keepalive_time{std::chrono::minutes(1)};
+  std::chrono::milliseconds keepalive_timeout{std::chrono::seconds(20)};
 };
 
 class RlsServer {
@@ -52,6 +75,8 @@ class RlsServer {
   // "127.0.0.1:8081" or "unix:/run/x.sock", the port chosen if 0 was asked; valid after start().
   const std::string& address() const;
   bool is_loopback() const;
+  bool is_tls() const;       // serves TLS (tls_cert given)
+  bool is_mutual_tls() const;  // and requires a client certificate (tls_client_ca given)
 
   // The config later calls resolve against (any thread).
   void set_config(std::shared_ptr<const RlsConfig> config);

@@ -137,6 +137,26 @@ TEST_F(DaemonOptionsTest, HttpCredentialFlagsNeedTheListenerAndDoNotContradictEa
   EXPECT_EQ(p.options.metrics_listen, "0.0.0.0:9100");
 }
 
+// The rate limit service's TLS flags (issue 34, finding 5) go with --rls-listen, and together.
+TEST_F(DaemonOptionsTest, RlsTlsFlagsNeedTheListenerAndEachOther) {
+  const std::vector<std::string> base = {"--rules", "r", "--peers-file", "p", "--insecure-gossip", "--rls-config", "c"};
+  auto error = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    const Parsed p = parse(args);
+    EXPECT_EQ(p.exit_code, 2) << p.stderr_text;
+    return p.stderr_text;
+  };
+  EXPECT_NE(error({"--http-listen", "127.0.0.1:1", "--rls-tls-cert", "c.pem", "--rls-tls-key", "k.pem"})
+                .find("--rls-tls-* is for --rls-listen"), std::string::npos);
+  EXPECT_NE(error({"--rls-listen", "127.0.0.1:1", "--rls-tls-cert", "c.pem"}).find("go together"), std::string::npos);
+  EXPECT_NE(error({"--rls-listen", "127.0.0.1:1", "--rls-tls-client-ca", "ca.pem"}).find("needs the server's own"),
+            std::string::npos);
+  EXPECT_NE(error({"--rls-listen", "0.0.0.0:1", "--rls-insecure", "--rls-tls-cert", "c", "--rls-tls-key", "k",
+                   "--rls-tls-client-ca", "ca"})
+                .find("contradict"), std::string::npos);
+}
+
 TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
   struct Case {
     std::vector<std::string> args;

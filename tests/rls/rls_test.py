@@ -472,6 +472,127 @@ class Cluster(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+def openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(d, name):
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+            "-subj", "/CN=" + name, "-keyout", name + ".key", "-out", name + ".pem", cwd=d)
+
+
+def make_cert(d, name, ca, san=None):
+    """name.key and name.pem, signed by CA ca (a leaf: a server's with SAN, or a client's)."""
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=" + name,
+            "-keyout", name + ".key", "-out", name + ".csr", cwd=d)
+    ext = os.path.join(d, name + ".ext")
+    with open(ext, "w") as f:
+        f.write("basicConstraints=CA:FALSE\n" + ("subjectAltName=" + san + "\n" if san else ""))
+    openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key", "-CAcreateserial",
+            "-days", "2", "-extfile", ext, "-out", name + ".pem", cwd=d)
+
+
+class MutualTls(unittest.TestCase):
+    """--rls-tls-cert/-key/-client-ca (issue 34, finding 5): Envoy's rate limit service over mutual
+    TLS, a renewed certificate served without a restart, and the refusals at start."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-rls-tls-")
+        d = cls.dir
+        make_ca(d, "ca")
+        make_ca(d, "ca2")
+        make_cert(d, "server", "ca", "IP:127.0.0.1")
+        make_cert(d, "server2", "ca2", "IP:127.0.0.1")
+        make_cert(d, "envoy", "ca")
+        make_cert(d, "stranger", "ca2")
+        cls.config = os.path.join(d, "rls.yaml")
+        with open(cls.config, "w") as f:
+            f.write(BASIC)
+        # The daemon reads these paths; the test renews them in place.
+        shutil.copy(os.path.join(d, "server.pem"), os.path.join(d, "live.pem"))
+        shutil.copy(os.path.join(d, "server.key"), os.path.join(d, "live.key"))
+        cls.port = free_port()
+        cls.args = [TOLLGATED, "--node-id", "tls", "--bind", "127.0.0.1:%d" % free_port(),
+                    "--listen", "unix:" + os.path.join(d, "tls.sock"), "--membership", "heartbeat",
+                    "--insecure-gossip", "--rls-config", cls.config]
+        cls.log = open(os.path.join(d, "tls.log"), "w")
+        cls.proc = subprocess.Popen(
+            cls.args + ["--seeds", "127.0.0.1:1", "--rls-listen", "127.0.0.1:%d" % cls.port,
+                        "--rls-tls-cert", os.path.join(d, "live.pem"), "--rls-tls-key", os.path.join(d, "live.key"),
+                        "--rls-tls-client-ca", os.path.join(d, "ca.pem")],
+            stdout=cls.log, stderr=subprocess.STDOUT)
+
+    @classmethod
+    def tearDownClass(cls):
+        terminate(cls.proc)
+        cls.log.close()
+        code = cls.proc.returncode
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert code == 0, "tollgated exited with %s" % code
+
+    def read(self, name):
+        with open(os.path.join(self.dir, name), "rb") as f:
+            return f.read()
+
+    def call(self, trust="ca", client="envoy", timeout=3):
+        """A ShouldRateLimit over TLS trusting CA `trust`, with client certificate `client` (None:
+        none); the response, or the grpc.RpcError."""
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.read(trust + ".pem"),
+            private_key=self.read(client + ".key") if client else None,
+            certificate_chain=self.read(client + ".pem") if client else None)
+        with grpc.secure_channel("127.0.0.1:%d" % self.port, creds) as channel:
+            stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+            request = rls_pb2.RateLimitRequest(domain=b"basic")
+            e = request.descriptors.add().entries.add()
+            e.key, e.value = b"key1", b"tls"
+            try:
+                return stub.ShouldRateLimit(request, timeout=timeout)
+            except grpc.RpcError as error:
+                return error
+
+    def test_1_only_a_client_with_a_certificate_of_the_ca_is_served(self):
+        wait_until("the TLS service", lambda: not isinstance(self.call(), grpc.RpcError))
+        self.assertEqual(self.call().overall_code, OK)
+        self.assertIsInstance(self.call(client=None), grpc.RpcError)  # no client certificate
+        self.assertIsInstance(self.call(client="stranger"), grpc.RpcError)  # signed by another CA
+        with grpc.insecure_channel("127.0.0.1:%d" % self.port) as plain:  # no TLS at all
+            stub = rls_pb2_grpc.RateLimitServiceStub(plain)
+            with self.assertRaises(grpc.RpcError):
+                stub.ShouldRateLimit(rls_pb2.RateLimitRequest(domain=b"basic"), timeout=3)
+
+    def test_2_a_renewed_certificate_is_served_without_a_restart(self):
+        wait_until("the TLS service", lambda: not isinstance(self.call(), grpc.RpcError))
+        self.assertIsInstance(self.call(trust="ca2"), grpc.RpcError)  # the server's cert is ca's
+        for ext in ("pem", "key"):  # renewed as a deploy tool does: a new file renamed over the old
+            shutil.copy(os.path.join(self.dir, "server2." + ext), os.path.join(self.dir, "live.new"))
+            os.replace(os.path.join(self.dir, "live.new"), os.path.join(self.dir, "live." + ext))
+        wait_until("the renewed certificate", lambda: not isinstance(self.call(trust="ca2"), grpc.RpcError))
+        self.assertEqual(self.call(trust="ca2").overall_code, OK)
+        self.assertEqual(self.proc.poll(), None)
+
+    def start_fails(self, extra):
+        args = [TOLLGATED, "--node-id", "other", "--bind", "127.0.0.1:%d" % free_port(),
+                "--listen", "unix:" + os.path.join(self.dir, "other.sock"), "--membership", "heartbeat",
+                "--seeds", "127.0.0.1:1", "--insecure-gossip", "--rls-config", self.config]
+        r = subprocess.run(args + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        return r.stdout.decode()
+
+    def test_3_refusals_at_start_name_the_problem(self):
+        d = self.dir
+        out = self.start_fails(["--rls-listen", "0.0.0.0:%d" % free_port()])
+        self.assertIn("is not loopback", out)
+        self.assertIn("--rls-tls-client-ca", out)
+        out = self.start_fails(["--rls-listen", "127.0.0.1:%d" % free_port(), "--rls-tls-cert",
+                                os.path.join(d, "server.pem"), "--rls-tls-key", os.path.join(d, "envoy.key")])
+        self.assertIn("envoy.key: this private key is not the key of", out)
+        out = self.start_fails(["--rls-listen", "127.0.0.1:%d" % free_port(), "--rls-tls-cert",
+                                os.path.join(d, "rls.yaml"), "--rls-tls-key", os.path.join(d, "server.key")])
+        self.assertIn("rls.yaml: no PEM certificate", out)
+
+
 if __name__ == "__main__":
     try:
         unittest.main(verbosity=2)
