@@ -27,7 +27,7 @@ class Response;
 
 namespace tollgate::api {
 
-inline constexpr int kChecksPerSlice = 16;
+using tollgate::kChecksPerSlice;  // src/api/request_handler.h
 // (An all-or-nothing batch is capped at tollgate::kMaxAllOrNothingChecks, tollgate/api.h.)
 
 // Monotonic counts of what the dispatch answered, written on the server's thread, readable from any.

@@ -16,6 +16,11 @@
 
 namespace tollgate {
 
+// Checks a front end hands the node in one go, at most, when a request holds more and they need
+// not be decided together (not all or nothing): the rest wait for the next turn, so one client's
+// large batch never holds the node's thread, and the other clients' checks, for long.
+inline constexpr int kChecksPerSlice = 16;
+
 class RequestHandler {
  public:
   virtual ~RequestHandler() = default;

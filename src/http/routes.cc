@@ -299,6 +299,11 @@ void Routes::check_get(const std::string& query, Reply reply) {
       reply);
 }
 
+struct Routes::Batch {
+  std::shared_ptr<hv1::CheckBatchRequest> request;
+  std::vector<Decision> decisions;  // one per check, filled a slice at a time
+};
+
 void Routes::check_post(const std::string& body, Reply reply) {
   auto request = std::make_shared<hv1::CheckBatchRequest>();
   if (std::string why = from_json(body, *request); !why.empty()) return reply(error_response(400, why));
@@ -328,23 +333,42 @@ void Routes::check_post(const std::string& body, Reply reply) {
     }
   }
   checks_ += request->checks_size();
+  auto batch = std::make_shared<Batch>();
+  batch->request = std::move(request);
+  batch->decisions.resize(size_t(batch->request->checks_size()));
+  check_slice(std::move(batch), 0, std::move(reply));
+}
+
+// Checks [from, from + kChecksPerSlice) of `batch` on the node's thread (all of them if the
+// batch is all or nothing: it is decided together), then the next slice from the HTTP thread,
+// queued behind whatever came meanwhile; the answer once the last slice is decided. A slice that
+// cannot be queued (the node is busy or stopping) answers 503; the slices decided before it
+// stay charged, as checks whose answers were lost would.
+void Routes::check_slice(std::shared_ptr<Batch> batch, size_t from, Reply reply) {
+  const size_t n = batch->decisions.size();
+  const bool together = batch->request->all_or_nothing();
+  const size_t to = together ? n : std::min(n, from + size_t(kChecksPerSlice));
   on_node(
-      [request, reply](RequestHandler& handler) -> std::function<void()> {
+      [this, batch, from, to, together, reply](RequestHandler& handler) -> std::function<void()> {
         std::vector<CheckItem> items;
-        items.reserve(size_t(request->checks_size()));
-        for (const hv1::CheckItem& c : request->checks()) items.push_back({c.key(), c.cost()});
-        auto decisions = std::make_shared<std::vector<Decision>>(items.size());
-        if (request->all_or_nothing()) {
-          handler.check_all(items, *decisions);
-        } else {
-          handler.check(items, *decisions);
+        items.reserve(to - from);
+        for (size_t i = from; i < to; ++i) {
+          const hv1::CheckItem& c = batch->request->checks(int(i));
+          items.push_back({c.key(), c.cost()});
         }
-        return [request, reply, decisions] {
+        std::span<Decision> out(batch->decisions.data() + from, to - from);
+        if (together) {
+          handler.check_all(items, out);
+        } else {
+          handler.check(items, out);
+        }
+        return [this, batch, to, reply] {
+          if (to < batch->decisions.size()) return check_slice(batch, to, reply);
           hv1::CheckBatchResponse response;
           bool all = true;
-          for (int i = 0; i < request->checks_size(); ++i) {
-            const hv1::CheckItem& c = request->checks(i);
-            const Decision& d = (*decisions)[size_t(i)];
+          for (int i = 0; i < batch->request->checks_size(); ++i) {
+            const hv1::CheckItem& c = batch->request->checks(i);
+            const Decision& d = batch->decisions[size_t(i)];
             fill_result({c.key(), c.cost()}, d, *response.add_results());
             all = all && d.allowed;
           }

@@ -94,6 +94,8 @@ class Routes {
  private:
   void check_get(const std::string& query, Reply reply);
   void check_post(const std::string& body, Reply reply);
+  struct Batch;  // a POST /v1/check on its way through the node, a slice at a time
+  void check_slice(std::shared_ptr<Batch> batch, size_t from, Reply reply);
   void rls_json(const std::string& body, Reply reply);
   void metrics(Reply reply);
   void readyz(Reply reply);
