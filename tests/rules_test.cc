@@ -12,14 +12,17 @@ namespace {
 
 using testing::per_second;
 
-TEST(ParseRate, AcceptsPerSecondMinuteAndHour) {
+TEST(ParseRate, AcceptsPerSecondMinuteHourDayWeekAndMonth) {
   EXPECT_EQ(parse_rate("100/s"), (Rate{100, kNanosPerSecond}));
   EXPECT_EQ(parse_rate("6000/min"), (Rate{6000, 60 * kNanosPerSecond}));
   EXPECT_EQ(parse_rate("1/h"), (Rate{1, 3600 * kNanosPerSecond}));
+  EXPECT_EQ(parse_rate("100/d"), (Rate{100, 86400 * kNanosPerSecond}));
+  EXPECT_EQ(parse_rate("5/w"), (Rate{5, 7 * 86400 * kNanosPerSecond}));
+  EXPECT_EQ(parse_rate("1000/month"), (Rate{1000, 30 * 86400 * kNanosPerSecond}));
 }
 
 TEST(ParseRate, RejectsMalformedRatesWithAReason) {
-  for (const char* bad : {"", "100", "/s", "10/", "10/day", "-1/s", "0/s", "1.5/s", "10 /s", "abc/s",
+  for (const char* bad : {"", "100", "/s", "10/", "10/day", "10/m", "10/months", "10/D", "-1/s", "0/s", "1.5/s", "10 /s", "abc/s",
                           "1000000000001/s", "99999999999999999999/s"}) {
     std::string why;
     EXPECT_FALSE(parse_rate(bad, &why).has_value()) << bad;
@@ -28,7 +31,7 @@ TEST(ParseRate, RejectsMalformedRatesWithAReason) {
 }
 
 TEST(ParseRate, FormatIsTheInverseOfParse) {
-  for (const char* text : {"5/s", "6000/min", "1/h"}) {
+  for (const char* text : {"5/s", "6000/min", "1/h", "100/d", "5/w", "1000/month"}) {
     auto rate = parse_rate(text);
     ASSERT_TRUE(rate.has_value());
     EXPECT_EQ(format_rate(*rate), text);

@@ -35,11 +35,12 @@ struct Limit {
   friend bool operator==(const Limit&, const Limit&) = default;
 };
 
-// Parses "N/s", "N/min" or "N/h" (N a positive integer up to kMaxTokens, no spaces).
+// Parses "N/s", "N/min", "N/h", "N/d", "N/w" or "N/month" (30 days), N a positive integer up to
+// kMaxTokens, no spaces.
 // On failure returns nullopt and, if `error` is given, says what was expected.
 std::optional<Rate> parse_rate(std::string_view text, std::string* error = nullptr);
 
-// "5/s", "6000/min", "1/h": the inverse of parse_rate for the units it accepts.
+// "5/s", "6000/min", "1/h", "100/d": the inverse of parse_rate for the units it accepts.
 std::string format_rate(const Rate& rate);
 
 // Empty when `limit` is usable; otherwise what is wrong with it ("burst must be >= 1", ...).

@@ -2,7 +2,7 @@
 //
 //   rules:
 //     - match: "api:login:*"   # an exact key, or a glob where * matches any run of characters
-//       rate: 5/s              # N/s, N/min or N/h
+//       rate: 5/s              # N/s, N/min, N/h, N/d, N/w or N/month (30 days)
 //       burst: 10
 //       max_debt: 10           # optional; default = burst
 //       charge_when_over: false # optional: true charges a denied cost all the same, into debt

@@ -15,6 +15,11 @@ constexpr Unit kUnits[] = {
     {"s", kNanosPerSecond},
     {"min", 60 * kNanosPerSecond},
     {"h", 3600 * kNanosPerSecond},
+    // Long windows (issue 35): a day, a week, and a month of 30 days, as Envoy's rate limit
+    // service configuration (and envoyproxy/ratelimit) counts them.
+    {"d", 86400 * kNanosPerSecond},
+    {"w", 7 * 86400 * kNanosPerSecond},
+    {"month", 30 * 86400 * kNanosPerSecond},
 };
 
 }  // namespace
@@ -27,7 +32,7 @@ std::optional<Rate> parse_rate(std::string_view text, std::string* error) {
   const std::string shown = "\"" + std::string(text) + "\"";
   const auto slash = text.find('/');
   if (slash == std::string_view::npos) {
-    return fail("rate " + shown + ": expected N/s, N/min or N/h (e.g. 100/s)");
+    return fail("rate " + shown + ": expected N/s, N/min, N/h, N/d, N/w or N/month (e.g. 100/s)");
   }
   const std::string_view number = text.substr(0, slash);
   const std::string_view unit = text.substr(slash + 1);
@@ -44,7 +49,7 @@ std::optional<Rate> parse_rate(std::string_view text, std::string* error) {
     if (unit == u.suffix) return Rate{tokens, u.period_ns};
   }
   return fail("rate " + shown + ": unknown unit \"" + std::string(unit) +
-              "\", expected s, min or h");
+              "\", expected s, min, h, d (day), w (week) or month (30 days)");
 }
 
 std::string format_rate(const Rate& rate) {
