@@ -31,6 +31,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -163,6 +164,19 @@ class KeyTable {
   // reported by take_pending); also drops remembered balances that have refilled. Returns the
   // number of keys removed. Call it a few hundred keys at a time so no call is long.
   size_t sweep_idle(MonoNanos now_ns, size_t max_scan);
+
+  // Calls f(key, balance in microtokens) for every bucket that is not full at `now_ns`, among
+  // up to `max_entries` entries from `*cursor` on (0: the first), and moves the cursor on;
+  // returns true once every entry has been visited. The owner's; each shard locked for its part
+  // only, so a large table can be walked a slice at a time with checks in between (a key
+  // inserted meanwhile may be missed, one that moved visited twice). Evicted balances,
+  // remembered by hash only, are not visited.
+  bool for_each_unfull(MonoNanos now_ns, uint64_t* cursor, size_t max_entries,
+                       const std::function<void(std::string_view, int64_t)>& f);
+  // Creates `key`'s bucket at `balance_microtokens` as of `at_ns` (refill from then on is
+  // counted at its next use), clamped to its limit. False, and nothing done, when no rule
+  // governs the key, it is too long, or it is in the table already.
+  bool restore(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns);
 
   // Installs new rules. A key whose governing limit is unchanged keeps its bucket untouched; a
   // key whose limit changed keeps its balance clamped into the new [-max_debt, burst]; a key no

@@ -118,6 +118,14 @@ class Ledger {
   // would otherwise send it again and it would be applied twice.
   void forget_origin(const NodeId& origin);
 
+  // For a restart (NodeState): what this life has sealed, as the positions of its own two origins
+  // (its id and its relay id) ...
+  Digest own_positions() const;
+  // ... and, in the next life, every position of a previous one taken back: batches at or below
+  // them count as already applied. Our current life's positions are never overwritten; beyond
+  // max_origins the rest is left out.
+  void restore(const Digest& positions);
+
   LedgerStats stats() const;
 
   // Starts a new life of this node without restarting it (membership outbid a remembered

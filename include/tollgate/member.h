@@ -75,6 +75,11 @@ struct MemberOptions {
   // 16,384, 1.23x at 65,536 and 1.19x with no early sealing (docs/results.md).
   size_t early_seal_keys = 65'536;
   uint64_t incarnation = 0;    // 0: from the wall clock, as tollgated
+  // As tollgated's --state-dir: balances that are not full are kept in STATE_DIR/state (every 10 s
+  // and when the member is destroyed) and read back when a member of the same node_id starts, so a
+  // spent daily limit stays spent across the service's restarts. A state file that cannot be
+  // used makes create() fail, naming it. Empty: none.
+  std::string state_dir;
   // Where the member's log lines go (reloads, refused files, misbehaving peers); none if empty.
   // Called on the member's background thread, and during construction on the constructing one.
   std::function<void(MemberLogLevel level, const std::string& line)> log;

@@ -159,6 +159,16 @@ struct NodeStats {
                                         // changed (what we held stops being repaired)
 };
 
+// What a node carries across a restart (issue 35; tollgated's --state-dir): the balances of its
+// buckets that are not full, and the ledger positions they include, so that after the restart
+// batches already counted in them are not applied again (its own previous life's included).
+struct NodeState {
+  NodeId node_id;
+  uint64_t incarnation = 0;  // the life that exported it
+  std::vector<std::pair<std::string, int64_t>> balances;  // key, balance in microtokens
+  Digest positions;
+};
+
 class Node {
  public:
   Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random);
@@ -188,6 +198,22 @@ class Node {
   void leave(MonoNanos now_ns);
   // New rules: unchanged limits keep their buckets (see KeyTable::replace_rules).
   void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns);
+
+  // This node's state to carry across a restart (the owner's thread; visits every key).
+  NodeState export_state(MonoNanos now_ns);
+  // The same a slice at a time, so that a large table does not hold checks up: begin_export()
+  // takes the ledger positions, then each continue_export() adds the unfull balances of up to
+  // `max_entries` keys and returns true once all are in. Positions are taken first: a batch
+  // applied during the walk may be counted in some balances but not in the positions, and is
+  // then applied again to those after the restart (too much debt, never a fresh burst).
+  NodeState begin_export() const;
+  bool continue_export(NodeState& state, uint64_t* cursor, size_t max_entries, MonoNanos now_ns);
+  // A previous life's state, `down_ns` after it was exported (wall time; refill is counted from
+  // it): each balance of a key a rule still governs comes back, refilled by down_ns under the
+  // rule in force now, and the ledger takes its positions. Call before the first check and the
+  // first message. Returns the balances restored (keys no rule governs, or beyond max_keys, are
+  // not).
+  size_t import_state(const NodeState& state, MonoNanos now_ns, int64_t down_ns);
 
   const NodeOptions& options() const { return options_; }
   // The mode in use: options().mode, or for kAuto the one it chose (kGossip or kRelay).

@@ -228,6 +228,33 @@ class Shard {
     charge_anyway(slot, limit_of(slots_[slot].rule), cost, now, d);
   }
 
+  // KeyTable::restore.
+  bool restore(std::string_view key, size_t hash, int64_t balance, MonoNanos at) {
+    if (find(key, hash) != kNil || key.size() > options_.max_key_bytes) return false;
+    const uint32_t rule = rules_->match(key);
+    if (rule == RuleSet::kUnlimited) return false;
+    const uint32_t slot = insert(key, hash, rule, at);
+    Entry& e = slots_[slot];
+    e.bucket = TokenBucket::with_balance(limit_of(rule), balance, at);
+    return true;
+  }
+
+  // KeyTable::for_each_unfull over entries [from, from + max): the next entry to visit, or
+  // the entry count once all are. Entries keep their place until evicted, so a walk in
+  // slices sees each key that stays.
+  size_t for_each_unfull(MonoNanos now, size_t from, size_t max, const std::function<void(std::string_view, int64_t)>& f) {
+    const size_t to = std::min(slots_.size(), from + max);
+    for (size_t i = from; i < to; ++i) {
+      Entry& e = slots_[i];
+      if (!e.live) continue;
+      const Limit limit = limit_of(e.rule);
+      const int64_t balance = e.bucket.balance_microtokens(limit, now);
+      if (balance < limit.burst * kMicrotokensPerToken) f(e.key(), balance);
+    }
+    return to;
+  }
+  size_t entry_count() const { return slots_.size(); }
+
   bool charge_remote(std::string_view key, size_t hash, int64_t tokens, MonoNanos now) {
     uint32_t slot = find(key, hash);
     if (slot == kNil) {
@@ -1010,6 +1037,35 @@ class KeyTable::Impl {
     return removed;
   }
 
+  bool restore(std::string_view key, int64_t balance, MonoNanos at) {
+    const size_t hash = hash_key(key);
+    LockedShard& s = shard_of(hash);
+    ShardLock lock(s, concurrent_);
+    const bool restored = s.shard.restore(key, hash, balance, at);
+    note_pending(s);  // (an insert may have evicted a key with pending consumption)
+    return restored;
+  }
+
+  // The cursor: the shard in the high 16 bits, the entry in the rest.
+  bool for_each_unfull(MonoNanos now, uint64_t* cursor, size_t max,
+                       const std::function<void(std::string_view, int64_t)>& f) {
+    size_t shard = size_t(*cursor >> 48), entry = size_t(*cursor & ((uint64_t(1) << 48) - 1));
+    while (shard < shards_.size() && max > 0) {
+      LockedShard& s = *shards_[shard];
+      ShardLock lock(s, concurrent_);
+      const size_t next = s.shard.for_each_unfull(now, entry, max, f);
+      max -= std::min(max, next - entry);
+      if (next >= s.shard.entry_count()) {
+        ++shard;
+        entry = 0;
+      } else {
+        entry = next;
+      }
+    }
+    *cursor = (uint64_t(shard) << 48) | entry;
+    return shard >= shards_.size();
+  }
+
   void replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
     std::unordered_map<std::string, uint32_t> index;
     for (uint32_t i = 0; i < rules->size(); ++i) index.emplace(rules->label(i), i);
@@ -1285,6 +1341,13 @@ void KeyTable::take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys)
 size_t KeyTable::pending_keys() const { return impl_->pending_keys(); }
 uint64_t KeyTable::pending_dropped() const { return impl_->pending_dropped(); }
 size_t KeyTable::sweep_idle(MonoNanos now_ns, size_t max_scan) { return impl_->sweep_idle(now_ns, max_scan); }
+bool KeyTable::restore(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns) {
+  return impl_->restore(key, balance_microtokens, at_ns);
+}
+bool KeyTable::for_each_unfull(MonoNanos now_ns, uint64_t* cursor, size_t max_entries,
+                               const std::function<void(std::string_view, int64_t)>& f) {
+  return impl_->for_each_unfull(now_ns, cursor, max_entries, f);
+}
 void KeyTable::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now_ns) {
   impl_->replace_rules(std::move(rules), now_ns);
 }

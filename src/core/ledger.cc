@@ -260,6 +260,42 @@ class Ledger::Impl {
     while (!retained_.empty() && now - retained_.front().at_ns > options_.retention_ns) drop_oldest();
   }
 
+  Digest own_positions() const {
+    Digest d;
+    for (const auto& [origin, last] : {std::pair{self_, last_seq_}, std::pair{relay_id_, last_relay_seq_}}) {
+      OriginDigest o;
+      o.origin = origin;
+      o.current.incarnation = incarnation_;
+      o.current.watermark = last;  // every seq of this life up to it was sealed here
+      d.origins.push_back(std::move(o));
+    }
+    return d;
+  }
+
+  void restore(const Digest& positions) {
+    for (const OriginDigest& o : positions.origins) {
+      const bool ours = o.origin == self_ || o.origin == relay_id_;
+      if (ours && o.current.incarnation >= incarnation_) continue;  // only a previous life's
+      OriginState* st = origins_.find(o.origin);
+      if (!st) {
+        if (origins_.size() >= options_.max_origins) continue;
+        st = origins_.try_emplace(o.origin).first;
+      }
+      // Merged with what this life may already know: the newer of each window.
+      for (const SeenWindow& w : {o.previous, o.current}) {
+        if (w.incarnation == 0) continue;
+        if (w.incarnation > st->current.incarnation) {
+          st->previous = st->current;
+          st->current = w;
+        } else if (w.incarnation == st->current.incarnation) {
+          if (w.highest() > st->current.highest()) st->current = w;
+        } else if (w.incarnation >= st->previous.incarnation) {
+          st->previous = w;
+        }
+      }
+    }
+  }
+
   void forget_origin(const NodeId& origin) {
     if (origin == self_) return;
     origins_.erase(origin);
@@ -404,6 +440,8 @@ MergeResult Ledger::merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_
   return impl_->merge(batch, table, now_ns);
 }
 Digest Ledger::digest() const { return impl_->digest({}); }
+Digest Ledger::own_positions() const { return impl_->own_positions(); }
+void Ledger::restore(const Digest& positions) { impl_->restore(positions); }
 Digest Ledger::digest(const OriginFilter& include) const { return impl_->digest(include); }
 std::vector<BatchPtr> Ledger::missing_for(const Digest& peer, const NodeId& from,
                                           const std::optional<NodeId>& until, const OriginFilter& include) const {

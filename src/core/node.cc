@@ -710,4 +710,47 @@ void Node::leave(MonoNanos now) {
 
 void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) { table_.replace_rules(std::move(rules), now); }
 
+NodeState Node::export_state(MonoNanos now) {
+  NodeState s = begin_export();
+  uint64_t cursor = 0;
+  while (!continue_export(s, &cursor, SIZE_MAX, now)) {
+  }
+  return s;
+}
+
+bool Node::continue_export(NodeState& s, uint64_t* cursor, size_t max_entries, MonoNanos now) {
+  return table_.for_each_unfull(now, cursor, max_entries,
+                                [&](std::string_view key, int64_t balance) { s.balances.emplace_back(key, balance); });
+}
+
+NodeState Node::begin_export() const {
+  NodeState s;
+  s.node_id = options_.id;
+  s.incarnation = options_.incarnation;
+  s.positions = ledger_.digest();
+  s.balances.reserve(table_.size());  // at most: a walk in slices then never moves them
+  for (OriginDigest& o : ledger_.own_positions().origins) {
+    // (The relay id's entry is in the digest already when this life relayed: the larger wins.)
+    auto same = std::find_if(s.positions.origins.begin(), s.positions.origins.end(),
+                             [&](const OriginDigest& d) { return d.origin == o.origin; });
+    if (same == s.positions.origins.end()) {
+      s.positions.origins.push_back(std::move(o));
+    } else if (o.current.highest() > same->current.highest()) {
+      same->current = o.current;
+    }
+  }
+  return s;
+}
+
+size_t Node::import_state(const NodeState& state, MonoNanos now, int64_t down_ns) {
+  // Refill is counted from the export: a bucket spent a day before comes back full for a limit
+  // of N per day. Beyond ten years the gap is capped (it refills any limit the parser accepts).
+  constexpr int64_t kTenYears = int64_t(3650) * 86400 * kNanosPerSecond;
+  const MonoNanos at = now - std::clamp<int64_t>(down_ns, 0, kTenYears);
+  size_t restored = 0;
+  for (const auto& [key, balance] : state.balances) restored += table_.restore(key, balance, at) ? 1 : 0;
+  ledger_.restore(state.positions);
+  return restored;
+}
+
 }  // namespace tollgate

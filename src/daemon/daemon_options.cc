@@ -111,6 +111,19 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   app.add_option("--rules-cache", o->rules_cache,
                  "With --rules-url: where the last good rules are kept, so that a restart while the rules service is "
                  "down starts with them (written atomically; its directory must be writable, e.g. /var/lib/tollgate)");
+  app.add_option("--state-dir", o->state_dir,
+                 "Keep the node's balances across restarts: its buckets that are not full, and the ledger positions "
+                 "they include, are written to DIR/state every --state-interval and at SIGTERM (atomically, "
+                 "authenticated with the cluster key), and read at start with the refill of the time it was down. "
+                 "A state file that cannot be used stops the start, naming it. Without it a restarted node starts "
+                 "every bucket full: a spent daily limit would pass again (e.g. /var/lib/tollgate, the unit's "
+                 "StateDirectory)")
+      ->type_name("DIR");
+  std::string state_interval = format_duration(o->state_interval_ns);
+  app.add_option("--state-interval", state_interval,
+                 "How often the state is written with --state-dir (1s to 1h): what a kill -9 (or a power loss) of every "
+                 "node at once can lose")
+      ->type_name("DURATION");
   app.add_option("--rules-ca", o->rules_ca,
                  "With an https:// --rules-url: a PEM file of the CA certificates to trust for the rules service "
                  "(default: the system's). The certificate must also name the URL's host");
@@ -282,6 +295,14 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
       return 2;
     }
     o->rules_poll_ns = *poll;
+    why.clear();
+    const auto state = parse_duration_ns(state_interval, &why);
+    if (state && (*state < kNanosPerSecond || *state > 3600 * kNanosPerSecond)) why = "must be from 1s to 1h";
+    if (!state || !why.empty()) {
+      std::cerr << "tollgated: --state-interval " << why << "\nRun with --help for the flags.\n";
+      return 2;
+    }
+    o->state_interval_ns = *state;
   }
   o->transport = transport == "tcp" ? TransportKind::kTcp : TransportKind::kUdp;
   // The clients share the host (one daemon per service host): a core is left to them. On two
@@ -398,6 +419,8 @@ NodeHostOptions node_host_options(const DaemonOptions& d) {
   h.rls_config = d.rls_config;
   h.node = d.node;
   h.incarnation = d.incarnation;
+  h.state_dir = d.state_dir;
+  h.state_interval_ns = d.state_interval_ns;
   // Checks from every client API thread at once (the node's thread seals what they leave
   // pending when a flood of keys asks for it).
   h.concurrent_checks = d.threads > 1;

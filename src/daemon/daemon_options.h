@@ -26,6 +26,8 @@ struct DaemonOptions {
   std::string rules_url;                // http://HOST[:PORT]/PATH
   int64_t rules_poll_ns = 10 * kNanosPerSecond;
   std::string rules_cache;
+  std::string state_dir;                // balances across restarts: DIR/state; "" none
+  int64_t state_interval_ns = 10 * kNanosPerSecond;  // how often the state is written
   std::string rules_ca;                 // https: the CAs to trust (PEM); empty: the system's
   std::string config_file;
   NodeSettings node;                    // mode, membership, interval, ... (config/node_settings.h)

@@ -131,6 +131,7 @@ NodeHostOptions host_options(const MemberOptions& o, const NodeSettings& setting
   h.rls_config = o.rls_config;
   h.node = settings;
   h.incarnation = o.incarnation;
+  h.state_dir = o.state_dir;
   h.concurrent_checks = true;  // checks come from the service's threads
   h.early_seal_keys = o.early_seal_keys;
   h.precise_clock = &precise_clock();  // checks read check_now()

@@ -1,5 +1,8 @@
 #include "host/node_host.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <random>
@@ -9,6 +12,8 @@
 #include "config/content_version.h"
 #include "config/read_file.h"
 #include "fault_injection.h"
+#include "state/snapshot.h"
+#include "tollgate/config_error.h"
 #include "tcp_transport.h"
 #include "tollgate/peers_file.h"
 #include "tollgate/rls_config_file.h"
@@ -34,6 +39,11 @@ uint64_t incarnation_from_wall_clock() {
           .count());
 }
 
+// The wall clock, for the one thing that must span a restart: how long the node was down.
+int64_t wall_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 MonoNanos steady_now() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -48,7 +58,8 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
       random_(seed_from_os()),
       tick_timer_(io),
       watch_timer_(io),
-      leave_timer_(io) {
+      leave_timer_(io),
+      state_timer_(io) {
   // The files first: a broken one stops the start before any socket is bound.
   file_rules_ = std::make_shared<const RuleSet>();
   if (!options_.rules_file.empty()) {
@@ -66,6 +77,7 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
     keys = load_cluster_keys(options_.cluster_key_file);
     if (auto w = cluster_key_file_warning(options_.cluster_key_file)) log(LogLevel::kWarn, *w);
   }
+  keys_ = std::make_unique<ClusterKeys>(keys);
   std::vector<PeerSpec> peers;
   if (options_.node.membership == MembershipKind::kStatic) {
     peers_fingerprint_ = file_fingerprint(options_.peers_file);
@@ -110,6 +122,126 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
     node_->set_peers(peers, now_ns());
   }
   faults_->set_receiver([this](GossipMessage&& m) { node_->receive(m, now_ns()); });
+  load_state();  // before any check or message: they would count on top of it
+}
+
+// --state-dir: the previous life's balances and ledger positions, refilled by the time it was
+// down. A file that cannot be used stops the start (ConfigError naming it): starting without it
+// would hand out a fresh burst of every spent long-window key, silently.
+void NodeHost::load_state() {
+  if (options_.state_dir.empty()) return;
+  struct stat st {};
+  if (::stat(options_.state_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      ::access(options_.state_dir.c_str(), W_OK | X_OK) != 0) {
+    throw ConfigError(options_.state_dir, 0, 0, "the state directory must be a directory this process can write");
+  }
+  const std::string path = options_.state_dir + "/state";
+  const std::string bytes = state::read_file(path);
+  if (bytes.empty()) {
+    log(LogLevel::kInfo, "no state in " + options_.state_dir + " (a first start): every bucket starts full");
+    return;
+  }
+  const state::Loaded loaded = state::decode(bytes, *keys_, path);
+  if (loaded.state.node_id != options_.node_id) {
+    throw ConfigError(path, 0, 0, "written by node " + printable(loaded.state.node_id) + ", this is node " +
+                                      printable(options_.node_id) + ": each node needs its own --state-dir");
+  }
+  const int64_t down_ns = std::max<int64_t>(0, wall_now_ns() - loaded.written_unix_ns);
+  state_.restored = node_->import_state(loaded.state, now_ns(), down_ns);
+  log(LogLevel::kInfo, "state from " + path + ": " + std::to_string(state_.restored) + " of " +
+                           std::to_string(loaded.state.balances.size()) + " balances restored, " +
+                           std::to_string(down_ns / kNanosPerMilli) + " ms of refill since it was written");
+}
+
+namespace {
+
+// Encodes and writes a state file, off the node's thread: what the writer reports back.
+NodeHost::StateWrite encode_and_write(const NodeState& s, const ClusterKeys& keys, const std::string& path) {
+  const auto start = std::chrono::steady_clock::now();
+  NodeHost::StateWrite w;
+  const std::string bytes = state::encode(s, wall_now_ns(), keys);
+  w.error = write_file_atomically(path, bytes);
+  w.bytes = bytes.size();
+  w.ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  return w;
+}
+
+}  // namespace
+
+// The node's state is exported on its thread (a copy of every unfull balance: the only part
+// that holds checks up, state_export_ms), then encoded, authenticated and written to disk on a
+// thread of its own (state_write_ms). A write still under way when the next is due makes that one
+// wait for the next interval (state_writes_skipped).
+void NodeHost::collect_state_write() {
+  if (!state_writer_.valid()) return;
+  const StateWrite w = state_writer_.get();
+  const std::string path = options_.state_dir + "/state";
+  if (!w.error.empty()) {
+    ++state_.write_failures;
+    if (!state_.failing) log(LogLevel::kError, "state not written to " + path + ": " + w.error + " (logged once until it works)");
+    state_.failing = true;
+    return;
+  }
+  if (state_.failing) log(LogLevel::kInfo, "state written to " + path + " again");
+  state_.failing = false;
+  ++state_.writes;
+  state_.bytes = w.bytes;
+  state_.write_ns = w.ns;
+}
+
+void NodeHost::start_state_write() {
+  if (exporting_ || (state_writer_.valid() && state_writer_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
+    ++state_.skipped;
+    return;
+  }
+  collect_state_write();
+  exporting_ = std::make_shared<NodeState>(node_->begin_export());
+  export_cursor_ = 0;
+  state_.export_slice_ns = 0;
+  boost::asio::post(io_, [this, generation = ++export_generation_] { export_slice(generation); });
+}
+
+// One slice of the export on the node's thread; checks and rounds run between slices.
+void NodeHost::export_slice(uint64_t generation) {
+  if (generation != export_generation_ || !exporting_) return;  // write_state() took over
+  constexpr size_t kEntriesPerSlice = 4'096;
+  const auto start = std::chrono::steady_clock::now();
+  const bool done = node_->continue_export(*exporting_, &export_cursor_, kEntriesPerSlice, now_ns());
+  state_.export_slice_ns = std::max<uint64_t>(
+      state_.export_slice_ns,
+      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+  if (!done) {
+    boost::asio::post(io_, [this, generation] { export_slice(generation); });
+    return;
+  }
+  std::shared_ptr<NodeState> s = std::move(exporting_);
+  state_writer_ = std::async(std::launch::async, [s, keys = *keys_, path = options_.state_dir + "/state"] {
+    return encode_and_write(*s, keys, path);
+  });
+}
+
+std::string NodeHost::write_state() {
+  if (options_.state_dir.empty()) return "no state directory";
+  ++export_generation_;  // an export in slices stops here: this one is whole
+  exporting_.reset();
+  collect_state_write();  // a write in flight goes first (waits for it)
+  auto s = std::make_shared<NodeState>(node_->export_state(now_ns()));
+  state_writer_ = std::async(std::launch::async, [s, keys = *keys_, path = options_.state_dir + "/state"] {
+    return encode_and_write(*s, keys, path);
+  });
+  const uint64_t failures = state_.write_failures;
+  collect_state_write();
+  return state_.write_failures > failures ? "the state was not written (see the log)" : "";
+}
+
+void NodeHost::schedule_state() {
+  if (options_.state_dir.empty()) return;
+  state_timer_.expires_after(std::chrono::nanoseconds(options_.state_interval_ns));
+  state_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    start_state_write();
+    schedule_state();
+  });
 }
 
 NodeHost::~NodeHost() = default;
@@ -140,6 +272,7 @@ void NodeHost::start() {
   tick_timer_.expires_after(std::chrono::nanoseconds(0));
   schedule_tick();
   schedule_watch();
+  schedule_state();
 }
 
 void NodeHost::schedule_tick() {
@@ -295,7 +428,9 @@ void NodeHost::on_rls_config(std::function<void(std::shared_ptr<const RlsConfig>
 void NodeHost::reload_cluster_keys() {
   if (options_.cluster_key_file.empty()) return;
   try {
-    faults_->set_cluster_keys(load_cluster_keys(options_.cluster_key_file));
+    ClusterKeys keys = load_cluster_keys(options_.cluster_key_file);
+    faults_->set_cluster_keys(keys);
+    *keys_ = std::move(keys);
     ++reloads_.keys;
     log(LogLevel::kInfo, "cluster keys reloaded from " + options_.cluster_key_file);
   } catch (const std::exception& e) {
@@ -358,11 +493,14 @@ void NodeHost::stop_rounds() {
   stopped_ = true;
   tick_timer_.cancel();
   watch_timer_.cancel();
+  state_timer_.cancel();
 }
 
 void NodeHost::leave(std::function<void()> done) {
   stop_rounds();
   node_->leave(now_ns());
+  // The last state, after the departure sealed what this node admitted: a restart picks up here.
+  if (!options_.state_dir.empty()) write_state();
   // Give the departure datagrams a moment to leave the socket, then stop.
   leave_timer_.expires_after(std::chrono::milliseconds(100));
   leave_timer_.async_wait([this, done = std::move(done)](const boost::system::error_code&) {
@@ -413,6 +551,13 @@ StatsList NodeHost::stats() const {
   add("keys_restored_from_eviction", k.restored);
   add("keys_pending_dropped", k.pending_dropped);
   add("keys_longest_probe", k.longest_probe);
+  add("state_writes", state_.writes);
+  add("state_write_failures", state_.write_failures);
+  add("state_keys_restored", state_.restored);
+  add("state_bytes", state_.bytes);
+  add("state_write_ns", state_.write_ns);
+  add("state_export_slice_ns", state_.export_slice_ns);
+  add("state_writes_skipped", state_.skipped);
   const LedgerStats l = node_->ledger().stats();
   add("batches_sealed", l.sealed);
   add("batches_applied", l.applied);

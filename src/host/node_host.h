@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,7 @@
 
 namespace tollgate {
 
+class ClusterKeys;
 class FaultInjectingTransport;
 class RlsConfig;
 class RuleSet;
@@ -92,6 +94,15 @@ class NodeHost {
   // tollgate stats' names. On the owner's thread.
   StatsList stats() const;
 
+  // With a state_dir: writes the node's state now and waits for it (a timer does it every
+  // state_interval_ns, and leave() at the end). Returns "" or that it failed (logged and counted).
+  std::string write_state();
+  // What a state write off the node's thread reports back.
+  struct StateWrite {
+    std::string error;  // "" when written
+    uint64_t bytes = 0, ns = 0;
+  };
+
  private:
   void log(LogLevel level, const std::string& line) const;
   void schedule_tick();
@@ -110,6 +121,11 @@ class NodeHost {
   std::shared_ptr<const RuleSet> combined_rules() const;
   void set_rls_config(std::shared_ptr<const RlsConfig> config);
   void put_rules_in_force();
+  void load_state();
+  void schedule_state();
+  void start_state_write();    // exports in slices, then writes off the node's thread
+  void export_slice(uint64_t generation);
+  void collect_state_write();  // the last write's outcome, into state_ (waits for it)
 
   boost::asio::io_context& io_;
   NodeHostOptions options_;
@@ -135,7 +151,17 @@ class NodeHost {
   bool peers_problem_ = false;
   OffenseLimiter offenses_;
   std::mutex offenses_mu_;
-  boost::asio::steady_timer tick_timer_, watch_timer_, leave_timer_;
+  std::unique_ptr<ClusterKeys> keys_;  // the transport's, for the state file's MAC
+  std::future<StateWrite> state_writer_;  // the state write under way, if any
+  std::shared_ptr<NodeState> exporting_;  // the export under way, if any
+  uint64_t export_cursor_ = 0;
+  uint64_t export_generation_ = 0;
+  struct StateCounters {
+    uint64_t writes = 0, write_failures = 0, restored = 0, bytes = 0, write_ns = 0, skipped = 0;
+    uint64_t export_slice_ns = 0;  // the longest slice of the last export on the node's thread
+    bool failing = false;  // the last write failed (logged once per streak)
+  } state_;
+  boost::asio::steady_timer tick_timer_, watch_timer_, leave_timer_, state_timer_;
   bool stopped_ = false;
 };
 

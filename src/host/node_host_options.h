@@ -46,6 +46,10 @@ struct NodeHostOptions {
   // Checks are decided at a time up to coarse_lag_ns behind this clock (KeyTableOptions).
   const Clock* precise_clock = nullptr;
   int64_t coarse_lag_ns = 0;
+  // Balances across restarts (issue 35): the node's state is written to STATE_DIR/state every
+  // state_interval_ns and when it leaves, and read back at start. Empty: none.
+  std::string state_dir;
+  int64_t state_interval_ns = 10 * kNanosPerSecond;
   HostLog log;
   // After each round, on the owner's thread, with the time the round took.
   std::function<void(int64_t round_ns)> on_round;

@@ -14,8 +14,8 @@ namespace prom = prometheus;
 
 // Stats that go up and down (or are a high-water mark), not counters.
 bool is_gauge(std::string_view name) {
-  static constexpr std::array<std::string_view, 13> kGauges = {
-      "keys", "keys_longest_probe", "relay_groups", "key_bytes", "ledger_origins", "ledger_bytes", "api.connections_open", "api.pending_output_high_water_bytes",
+  static constexpr std::array<std::string_view, 14> kGauges = {
+      "keys", "keys_longest_probe", "state_bytes", "relay_groups", "key_bytes", "ledger_origins", "ledger_bytes", "api.connections_open", "api.pending_output_high_water_bytes",
       "http.connections_open", "metrics_http.connections_open", "rules_version", "api.threads", "api.thread.connections_open"};
   return std::find(kGauges.begin(), kGauges.end(), name) != kGauges.end();
 }
@@ -72,9 +72,13 @@ std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>
     const auto [family, thread] = split_thread(name);
     std::vector<prom::ClientMetric::Label> labels;
     if (!thread.empty()) labels.push_back({"thread", thread});
-    const bool is_g = is_gauge(family);
-    const std::string fname = metric_name(family) + (is_g ? "" : "_total");
-    prom::ClientMetric metric = is_g ? gauge(double(value), labels) : counter(double(value), labels);
+    // A duration in nanoseconds (a stat ending in _ns) is a gauge in Prometheus's base unit.
+    const bool nanos = family.size() > 3 && family.ends_with("_ns");
+    const bool is_g = nanos || is_gauge(family);
+    const std::string fname =
+        nanos ? metric_name(family.substr(0, family.size() - 3)) + "_seconds" : metric_name(family) + (is_g ? "" : "_total");
+    const double shown = nanos ? double(value) / 1e9 : double(value);
+    prom::ClientMetric metric = is_g ? gauge(shown, labels) : counter(shown, labels);
     // One family per name: a thread's share joins the family of the thread listed before it.
     if (!thread.empty() && !families.empty() && families.back().name == fname) {
       families.back().metric.push_back(std::move(metric));

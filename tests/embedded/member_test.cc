@@ -267,6 +267,28 @@ void replace_file(const fs::path& path, const std::string& text) {
 // The member is the node's host as tollgated runs it (src/host/node_host.h), so it reloads what
 // the daemon reloads: an edited rules file applies by itself, a broken edit leaves the rules in
 // force, and reload() (the daemon's SIGHUP) reads a rotated cluster key.
+// MemberOptions::state_dir (issue 35): a service that restarts its member does not hand out a
+// fresh burst of a spent daily limit.
+TEST(Member, ASpentDailyLimitStaysSpentWhenTheMemberIsCreatedAgain) {
+  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-state-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  MemberOptions o = options("a", "127.0.0.1:9");
+  o.rules_yaml = "rules:\n  - {match: \"day:*\", rate: 3/d, burst: 3}\n";
+  o.state_dir = dir.string();
+  {
+    Member m(o);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(m.check("day:alice").allowed);
+    EXPECT_FALSE(m.check("day:alice").allowed);
+  }  // destroyed: leaves, and writes its state
+  Member again(o);
+  EXPECT_FALSE(again.check("day:alice").allowed);
+  EXPECT_TRUE(again.check("day:bob").allowed);
+  o.node_id = "b";  // another node's state is not taken for its own
+  EXPECT_NE(error_of(o).find("written by node a, this is node b"), std::string::npos) << error_of(o);
+  fs::remove_all(dir);
+}
+
 TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
   const fs::path dir = fs::temp_directory_path() / ("tollgate-member-reload-" + std::to_string(getpid()));
   fs::create_directories(dir);

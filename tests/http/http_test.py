@@ -469,5 +469,59 @@ class Credentials(unittest.TestCase):
         self.assertIn(b"--http-token-file", r.stdout)
 
 
+class DurableBalances(unittest.TestCase):
+    """--state-dir (issue 35): a per-day limit spent to zero stays spent across a SIGTERM restart
+    and across a kill -9 after a state write; a state file of another node stops the start."""
+
+    def setUp(self):
+        self.dir = workdir("tollgate-http-state-")
+        with open(os.path.join(self.dir, "rules.yaml"), "w") as f:
+            f.write('rules:\n  - {match: "day:*", rate: 5/d, burst: 5}\n')
+        self.state = os.path.join(self.dir, "state")
+        os.mkdir(self.state)
+        self.port = free_port()
+        self.d = None
+
+    def tearDown(self):
+        if self.d:
+            stop_and_remove(self.d, self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self, name="solo"):
+        self.d = Daemon(self.dir, name, self.port, [(name, self.port)],
+                        ["--state-dir", self.state, "--state-interval", "1s"])
+
+    def check(self):
+        return self.d.request("GET", "/v1/check?key=day:alice")[0]
+
+    def test_a_spent_daily_limit_stays_spent_across_restarts(self):
+        self.start()
+        self.assertEqual([self.check() for _ in range(6)], [200] * 5 + [429])
+        self.assertEqual(self.d.stop(), 0)  # SIGTERM: the state is written as it leaves
+        self.start()
+        self.assertEqual(self.check(), 429)
+        self.assertEqual(self.d.stats()["state_keys_restored"], 1)
+        # kill -9 once a state write has followed the last check: nothing of it is lost.
+        writes = self.d.stats()["state_writes"]
+        wait_until("a state write", lambda: self.d.stats()["state_writes"] > writes)
+        self.d.proc.kill()
+        self.d.proc.wait()
+        self.d.log.close()
+        self.start()
+        self.assertEqual(self.check(), 429)
+
+    def test_another_nodes_state_stops_the_start(self):
+        self.start()
+        self.assertEqual(self.check(), 200)
+        self.assertEqual(self.d.stop(), 0)
+        self.d = None
+        with self.assertRaises(AssertionError):
+            self.start("impostor")
+        with open(os.path.join(self.dir, "impostor.log")) as f:
+            self.assertIn("written by node solo, this is node impostor", f.read())
+        self.d = None
+
+
 if __name__ == "__main__":
     unittest.main()

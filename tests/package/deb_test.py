@@ -232,6 +232,8 @@ def check_daemon_starts(user):
         log = daemon_log()
         print(log)
         expect(code == 0, "tollgated exited %d on SIGTERM" % code + log)
+        # state-dir: /var/lib/tollgate (the shipped tollgate.yaml): written as it left.
+        expect(os.path.exists("/var/lib/tollgate/state"), "no /var/lib/tollgate/state after SIGTERM" + log)
         expect("cluster key file is accessible" not in log, "the key postinst made draws a warning" + log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -286,9 +288,11 @@ def main():
         check_daemon_starts(user)
 
         # What purge must take away besides the package's own files: the key, and the state
-        # directory systemd would have made (StateDirectory=tollgate), here made by hand.
-        os.makedirs("/var/lib/tollgate", mode=0o750)
-        os.chown("/var/lib/tollgate", user.pw_uid, user.pw_gid)
+        # directory (postinst made it, as systemd's StateDirectory=tollgate would), with the
+        # daemon's state in it and a rules cache.
+        st = os.stat("/var/lib/tollgate")
+        expect(st.st_uid == user.pw_uid and (st.st_mode & 0o777) == 0o750,
+               "/var/lib/tollgate is not tollgate's with mode 0750 after postinst")
         with open("/var/lib/tollgate/rules.yaml", "w") as f:
             f.write("rules: []\n")
         listed = [line for line in run("dpkg", "-L", "tollgate").stdout.split("\n") if line.startswith("/")]
