@@ -31,6 +31,13 @@ struct MacContextFree {
 }  // namespace
 
 Mac envelope_mac(std::string_view key, uint32_t major, uint32_t minor, std::string_view payload) {
+  char version[8];
+  store_be32(major, version);
+  store_be32(minor, version + 4);
+  return hmac_sha256(key, {std::string_view(kContext, sizeof kContext), std::string_view(version, sizeof version), payload});
+}
+
+Mac hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {
   EVP_MAC* algorithm = hmac_algorithm();
   if (algorithm == nullptr) throw std::runtime_error("OpenSSL: HMAC is not available");
   std::unique_ptr<EVP_MAC_CTX, MacContextFree> ctx(EVP_MAC_CTX_new(algorithm));
@@ -39,18 +46,13 @@ Mac envelope_mac(std::string_view key, uint32_t major, uint32_t minor, std::stri
   char digest[] = "SHA256";
   const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
                                OSSL_PARAM_construct_end()};
-  unsigned char version[8];
-  store_be32(major, version);
-  store_be32(minor, version + 4);
-
   Mac out{};
   size_t out_len = 0;
-  const bool ok =
-      EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) == 1 &&
-      EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(kContext), sizeof kContext) == 1 &&
-      EVP_MAC_update(ctx.get(), version, sizeof version) == 1 &&
-      EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) == 1 &&
-      EVP_MAC_final(ctx.get(), out.data(), &out_len, out.size()) == 1 && out_len == out.size();
+  bool ok = EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) == 1;
+  for (const std::string_view part : parts) {
+    ok = ok && EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(part.data()), part.size()) == 1;
+  }
+  ok = ok && EVP_MAC_final(ctx.get(), out.data(), &out_len, out.size()) == 1 && out_len == out.size();
   if (!ok) throw std::runtime_error("OpenSSL: HMAC-SHA256 failed");
   return out;
 }

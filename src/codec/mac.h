@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
 
 #include "codec/cluster_key.h"
@@ -18,6 +19,10 @@ using Mac = std::array<unsigned char, kMacBytes>;
 // is covered so that an attacker cannot make a receiver read a payload under another version.
 // Throws std::runtime_error only if OpenSSL itself fails (no HMAC or SHA-256 available).
 Mac envelope_mac(std::string_view key, uint32_t major, uint32_t minor, std::string_view payload);
+
+// HMAC-SHA256(key, parts[0] || parts[1] || ...), OpenSSL's EVP_MAC, fed part by part (no copy of
+// a large payload). Throws std::runtime_error only if OpenSSL itself fails.
+Mac hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts);
 
 // True if `mac` is the envelope MAC under any of `keys`, compared in constant time.
 // Precondition: !keys.empty().

@@ -94,8 +94,12 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
     transport_ = std::move(tcp);
   }
   // Port 0 chose a free port: the others must be told the real one.
-  if (options_.bind.ends_with(":0")) options_.bind.replace(options_.bind.size() - 1, 1, std::to_string(port_));
-  if (options_.node_id.empty()) options_.node_id = options_.bind;
+  const bool bind_port_was_zero = options_.bind.ends_with(":0");
+  if (bind_port_was_zero) options_.bind.replace(options_.bind.size() - 1, 1, std::to_string(port_));
+  if (options_.node_id.empty()) {
+    node_id_from_port_zero_ = bind_port_was_zero;
+    options_.node_id = options_.bind;
+  }
   transport_->set_source_limits({options_.gossip_peer_bytes_per_second, options_.gossip_peer_bytes_per_second});
   transport_->set_max_message_age(
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::nanoseconds(options_.max_message_age_ns)));
@@ -130,23 +134,31 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
 // would hand out a fresh burst of every spent long-window key, silently.
 void NodeHost::load_state() {
   if (options_.state_dir.empty()) return;
+  if (node_id_from_port_zero_) {
+    throw ConfigError(options_.state_dir, 0, 0,
+                      "a state directory needs a node id that stays the same across restarts: give one (--node-id, "
+                      "MemberOptions::node_id) when the gossip port is 0");
+  }
   struct stat st {};
   if (::stat(options_.state_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
       ::access(options_.state_dir.c_str(), W_OK | X_OK) != 0) {
     throw ConfigError(options_.state_dir, 0, 0, "the state directory must be a directory this process can write");
   }
   const std::string path = options_.state_dir + "/state";
-  const std::string bytes = state::read_file(path);
-  if (bytes.empty()) {
+  const std::optional<std::string> bytes = state::read_file(path);
+  if (!bytes) {
     log(LogLevel::kInfo, "no state in " + options_.state_dir + " (a first start): every bucket starts full");
     return;
   }
-  const state::Loaded loaded = state::decode(bytes, *keys_, path);
+  const state::Loaded loaded = state::decode(*bytes, *keys_, path);
   if (loaded.state.node_id != options_.node_id) {
     throw ConfigError(path, 0, 0, "written by node " + printable(loaded.state.node_id) + ", this is node " +
                                       printable(options_.node_id) + ": each node needs its own --state-dir");
   }
-  const int64_t down_ns = std::max<int64_t>(0, wall_now_ns() - loaded.written_unix_ns);
+  // (A written time in the future, a clock set back, refills nothing; one absurdly far in the
+  // past, from a file forged with the empty key of --insecure-gossip, no more than ten years.)
+  const int64_t written = std::clamp<int64_t>(loaded.written_unix_ns, 0, wall_now_ns());
+  const int64_t down_ns = wall_now_ns() - written;
   state_.restored = node_->import_state(loaded.state, now_ns(), down_ns);
   log(LogLevel::kInfo, "state from " + path + ": " + std::to_string(state_.restored) + " of " +
                            std::to_string(loaded.state.balances.size()) + " balances restored, " +
@@ -156,10 +168,18 @@ void NodeHost::load_state() {
 namespace {
 
 // Encodes and writes a state file, off the node's thread: what the writer reports back.
+// Never throws: what goes wrong (memory, a state too large, OpenSSL) is the write's error, and
+// the node goes on.
 NodeHost::StateWrite encode_and_write(const NodeState& s, const ClusterKeys& keys, const std::string& path) {
   const auto start = std::chrono::steady_clock::now();
   NodeHost::StateWrite w;
-  const std::string bytes = state::encode(s, wall_now_ns(), keys);
+  std::string bytes;
+  try {
+    bytes = state::encode(s, wall_now_ns(), keys);
+  } catch (const std::exception& e) {
+    w.error = e.what();
+    return w;
+  }
   w.error = write_file_atomically(path, bytes);
   w.bytes = bytes.size();
   w.ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
@@ -214,10 +234,19 @@ void NodeHost::export_slice(uint64_t generation) {
     boost::asio::post(io_, [this, generation] { export_slice(generation); });
     return;
   }
-  std::shared_ptr<NodeState> s = std::move(exporting_);
-  state_writer_ = std::async(std::launch::async, [s, keys = *keys_, path = options_.state_dir + "/state"] {
-    return encode_and_write(*s, keys, path);
-  });
+  launch_state_writer(std::move(exporting_));
+}
+
+void NodeHost::launch_state_writer(std::shared_ptr<NodeState> s) {
+  try {
+    state_writer_ = std::async(std::launch::async, [s, keys = *keys_, path = options_.state_dir + "/state"] {
+      return encode_and_write(*s, keys, path);
+    });
+  } catch (const std::exception& e) {  // no thread to be had (a task limit): this write is lost
+    std::promise<StateWrite> failed;
+    failed.set_value(StateWrite{std::string("cannot start the writer thread: ") + e.what(), 0, 0});
+    state_writer_ = failed.get_future();
+  }
 }
 
 std::string NodeHost::write_state() {
@@ -225,10 +254,7 @@ std::string NodeHost::write_state() {
   ++export_generation_;  // an export in slices stops here: this one is whole
   exporting_.reset();
   collect_state_write();  // a write in flight goes first (waits for it)
-  auto s = std::make_shared<NodeState>(node_->export_state(now_ns()));
-  state_writer_ = std::async(std::launch::async, [s, keys = *keys_, path = options_.state_dir + "/state"] {
-    return encode_and_write(*s, keys, path);
-  });
+  launch_state_writer(std::make_shared<NodeState>(node_->export_state(now_ns())));
   const uint64_t failures = state_.write_failures;
   collect_state_write();
   return state_.write_failures > failures ? "the state was not written (see the log)" : "";
@@ -500,7 +526,12 @@ void NodeHost::leave(std::function<void()> done) {
   stop_rounds();
   node_->leave(now_ns());
   // The last state, after the departure sealed what this node admitted: a restart picks up here.
-  if (!options_.state_dir.empty()) write_state();
+  if (!options_.state_dir.empty()) {
+    if (const std::string error = write_state(); !error.empty()) {
+      log(LogLevel::kError, "the last state was not written to " + options_.state_dir +
+                                "/state: a restart takes the previous one, and what was admitted since is not in it");
+    }
+  }
   // Give the departure datagrams a moment to leave the socket, then stop.
   leave_timer_.expires_after(std::chrono::milliseconds(100));
   leave_timer_.async_wait([this, done = std::move(done)](const boost::system::error_code&) {

@@ -125,6 +125,7 @@ class NodeHost {
   void schedule_state();
   void start_state_write();    // exports in slices, then writes off the node's thread
   void export_slice(uint64_t generation);
+  void launch_state_writer(std::shared_ptr<NodeState> s);  // never throws
   void collect_state_write();  // the last write's outcome, into state_ (waits for it)
 
   boost::asio::io_context& io_;
@@ -156,6 +157,7 @@ class NodeHost {
   std::shared_ptr<NodeState> exporting_;  // the export under way, if any
   uint64_t export_cursor_ = 0;
   uint64_t export_generation_ = 0;
+  bool node_id_from_port_zero_ = false;  // the id is "host:port" of a port the kernel chose
   struct StateCounters {
     uint64_t writes = 0, write_failures = 0, restored = 0, bytes = 0, write_ns = 0, skipped = 0;
     uint64_t export_slice_ns = 0;  // the longest slice of the last export on the node's thread

@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "codec/mac.h"
 #include "tollgate/config_error.h"
 #include "tollgate/state/v1/state.pb.h"
 #include "util/big_endian.h"
@@ -21,26 +20,15 @@ namespace {
 namespace pb = ::tollgate::state::v1;
 
 constexpr std::string_view kMagic{"TGSTATE\0", 8};
-constexpr size_t kMacBytes = 32;
+constexpr size_t kMacBytes = codec_internal::kMacBytes;
 constexpr size_t kHeaderBytes = kMagic.size() + 4 + kMacBytes;
-using Mac = std::array<unsigned char, kMacBytes>;
 
-// HMAC-SHA256(key, "tollgate-state" 0x00 | be32 version | payload), OpenSSL's.
-Mac state_mac(std::string_view key, uint32_t version, std::string_view payload) {
-  std::string data("tollgate-state", 14);
-  data.push_back('\0');
+// HMAC-SHA256(key, "tollgate-state" 0x00 | be32 version | payload): another context than
+// gossip's, so a MAC made for one is never valid for the other.
+codec_internal::Mac state_mac(std::string_view key, uint32_t version, std::string_view payload) {
   char v[4];
   store_be32(version, v);
-  data.append(v, 4);
-  data.append(payload);
-  Mac mac{};
-  unsigned int length = 0;
-  if (HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(data.data()), data.size(),
-           mac.data(), &length) == nullptr ||
-      length != kMacBytes) {
-    throw std::runtime_error("OpenSSL's HMAC-SHA256 failed");
-  }
-  return mac;
+  return codec_internal::hmac_sha256(key, {std::string_view("tollgate-state\0", 15), std::string_view(v, 4), payload});
 }
 
 std::vector<std::string> keys_of(const ClusterKeys& keys) {
@@ -80,14 +68,19 @@ std::string encode(const NodeState& s, int64_t written_unix_ns, const ClusterKey
     to_proto(o.current, *p->mutable_current());
     to_proto(o.previous, *p->mutable_previous());
   }
-  const std::string payload = m.SerializeAsString();
-  const Mac mac = state_mac(keys_of(keys).front(), kFormatVersion, payload);
-  std::string out(kMagic);
-  char v[4];
-  store_be32(kFormatVersion, v);
-  out.append(v, 4);
-  out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
-  out.append(payload);
+  // Written as the reader will take it: never a file the next start refuses for its size.
+  const size_t payload_bytes = m.ByteSizeLong();
+  if (payload_bytes > kMaxStateFileBytes - kHeaderBytes) {
+    throw std::length_error("the state is " + std::to_string(payload_bytes) + " bytes, more than a state file holds (" +
+                            std::to_string(kMaxStateFileBytes) + "): lower --max-keys");
+  }
+  // The message serialized once, after the header's room; the MAC over it in place.
+  std::string out(kHeaderBytes, '\0');
+  out.replace(0, kMagic.size(), kMagic);
+  store_be32(kFormatVersion, out.data() + kMagic.size());
+  if (!m.AppendToString(&out)) throw std::runtime_error("the state cannot be serialized");
+  const codec_internal::Mac mac = state_mac(keys_of(keys).front(), kFormatVersion, std::string_view(out).substr(kHeaderBytes));
+  out.replace(kMagic.size() + 4, kMacBytes, reinterpret_cast<const char*>(mac.data()), kMacBytes);
   return out;
 }
 
@@ -105,7 +98,7 @@ Loaded decode(std::string_view bytes, const ClusterKeys& keys, const std::string
   const std::string_view payload = bytes.substr(kHeaderBytes);
   bool verified = false;
   for (const std::string& key : keys_of(keys)) {
-    const Mac expected = state_mac(key, version, payload);
+    const codec_internal::Mac expected = state_mac(key, version, payload);
     verified = verified || CRYPTO_memcmp(expected.data(), mac.data(), kMacBytes) == 0;
   }
   if (!verified) {
@@ -126,10 +119,10 @@ Loaded decode(std::string_view bytes, const ClusterKeys& keys, const std::string
   return out;
 }
 
-std::string read_file(const std::string& path) {
+std::optional<std::string> read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    if (errno == ENOENT) return {};
+    if (errno == ENOENT) return std::nullopt;
     throw ConfigError(path, 0, 0, std::string("cannot read the state file: ") + std::strerror(errno));
   }
   struct stat st {};

@@ -11,6 +11,7 @@
 #define TOLLGATE_SRC_STATE_SNAPSHOT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,7 +24,9 @@ inline constexpr uint32_t kFormatVersion = 1;
 // The most a state file may hold: about 20 million keys of 50 bytes.
 inline constexpr size_t kMaxStateFileBytes = size_t{1} << 30;
 
-// The file's bytes for `s`, written at wall time `written_unix_ns`.
+// The file's bytes for `s`, written at wall time `written_unix_ns`. Throws std::length_error when
+// they would be more than kMaxStateFileBytes (the reader's bound), std::runtime_error if
+// serializing or OpenSSL fails.
 std::string encode(const NodeState& s, int64_t written_unix_ns, const ClusterKeys& keys);
 
 struct Loaded {
@@ -36,9 +39,10 @@ struct Loaded {
 // another cluster key.
 Loaded decode(std::string_view bytes, const ClusterKeys& keys, const std::string& path);
 
-// The file at `path`, or "" if there is none (a first start). Throws ConfigError when it exists
-// but cannot be read, or is larger than kMaxStateFileBytes.
-std::string read_file(const std::string& path);
+// The file at `path`, or nullopt if there is none (a first start; an empty file is a file, which
+// decode() refuses). Throws ConfigError when it exists but cannot be read, or is larger than
+// kMaxStateFileBytes.
+std::optional<std::string> read_file(const std::string& path);
 
 }  // namespace tollgate::state
 

@@ -87,9 +87,10 @@ TEST(StateFile, AnUntrustworthyFileIsRefusedWholeNamingIt) {
   EXPECT_EQ(error_of(state::encode(sample(), 0, ClusterKeys()), ClusterKeys()), "(decoded)");
 }
 
-TEST(StateFile, AMissingFileIsAFirstStart) {
-  EXPECT_EQ(state::read_file("/nonexistent/tollgate-state"), "");
+TEST(StateFile, AMissingFileIsAFirstStartAnEmptyOneIsRefused) {
+  EXPECT_EQ(state::read_file("/nonexistent/tollgate-state"), std::nullopt);
   EXPECT_THROW(state::read_file("/"), ConfigError);  // a directory
+  EXPECT_NE(error_of("", key('k')).find("not a tollgate state file"), std::string::npos);
 }
 
 // The key table's half: what is not full goes out, and comes back refilled from when it was
