@@ -647,6 +647,7 @@ TEST_P(ClusterTest, PartitionedSidesEnforceAloneAndHealWithoutDoubleCharging) {
 TEST(ClusterSecurity, GossipSignedWithAnotherKeyIsDroppedAndCounted) {
   const std::string key_a(64, 'a'), key_b(64, 'b');
   std::filesystem::path dir;
+  const auto started = std::chrono::steady_clock::now();  // before node 2 sends anything
   Cluster c(3, Combo{"mesh", "udp", "static"}, kSlowRules, [&](size_t i) {
     const auto path = std::filesystem::temp_directory_path() /
                       ("tollgate-it-key-" + std::to_string(getpid()) + "-" + std::to_string(i));
@@ -665,14 +666,14 @@ TEST(ClusterSecurity, GossipSignedWithAnotherKeyIsDroppedAndCounted) {
   EXPECT_EQ(c.remaining(2, "k"), 500);  // nor node 0's there
   // Node 0 drops every datagram from node 2 but logs it once per 10 s, not once per datagram.
   ASSERT_TRUE(eventually([&] { return c.stat(0, "transport_dropped_bad_mac") >= 40; }, 10s));
-  const auto started = std::chrono::steady_clock::now();
   const std::string log = c.log(0);
   const int64_t dropped = c.stat(0, "transport_dropped_bad_mac");
   size_t lines = 0;
   for (size_t at = 0; (at = log.find(c.address(2) + ": gossip datagram dropped: bad_mac", at)) != std::string::npos; ++at) ++lines;
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started).count();
   EXPECT_GE(lines, 1u) << log;
-  EXPECT_LE(lines, size_t(2 + seconds / 10)) << dropped << " drops\n" << log;
+  // One line per 10 s of node 2's life (plus the first): a line per datagram would be 40 or more.
+  EXPECT_LE(lines, size_t(1 + (seconds + 9) / 10)) << dropped << " drops in " << seconds << " s\n" << log;
   EXPECT_GE(dropped, int64_t(20 * lines));
   for (size_t i = 0; i < 3; ++i) {
     std::filesystem::remove(std::filesystem::temp_directory_path() /
@@ -1136,7 +1137,13 @@ TEST(ClusterHardening, WallClockJumpsMoveNoBucketAndFailNoPeer) {
         EXPECT_TRUE(left >= 490 && left <= 501) << "node " << n << " shows " << left << " after " << offset;
       }
     }
-    EXPECT_TRUE(c.all_alive({0, 1, 2})) << "after " << offset;
+    // Members on wall time would time out within --fail-after (600 ms) of the step: all alive
+    // throughout twice that (checked at once, this could not fail: no round had run yet).
+    const auto until = std::chrono::steady_clock::now() + 1200ms;
+    while (std::chrono::steady_clock::now() < until) {
+      ASSERT_TRUE(c.all_alive({0, 1, 2})) << "after " << offset;
+      std::this_thread::sleep_for(100ms);  // sampling a state over a time span, not synchronizing
+    }
   }
 
   // Restarted with the wall clock 2 h back: its new incarnation is lower than its last life's.

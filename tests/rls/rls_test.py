@@ -528,8 +528,10 @@ class MutualTls(unittest.TestCase):
         terminate(cls.proc)
         cls.log.close()
         code = cls.proc.returncode
+        with open(cls.log.name, errors="replace") as f:
+            log = f.read()
         shutil.rmtree(cls.dir, ignore_errors=True)
-        assert code == 0, "tollgated exited with %s" % code
+        assert code == 0, "tollgated exited with %s; its log:\n%s" % (code, log)
 
     def read(self, name):
         with open(os.path.join(self.dir, name), "rb") as f:
