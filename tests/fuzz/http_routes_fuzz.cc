@@ -16,6 +16,7 @@
 #include <string>
 
 #include "fuzz_util.h"
+#include "table_handler.h"
 #include "http/routes.h"
 #include "tollgate/http/v1/http.pb.h"
 #include "tollgate/key_table.h"
@@ -26,51 +27,24 @@ namespace {
 
 using namespace tollgate;
 
-class TableHandler : public RequestHandler {
- public:
-  TableHandler()
-      : table_(std::make_shared<const RuleSet>(
-                   parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n  - {match: \"*\", rate: 1/s, burst: 1}\n",
-                               "rules.yaml")
-                       ->rules(),
-                   std::nullopt, config()),
-               KeyTableOptions{.max_keys = 64}) {}
-  static std::shared_ptr<const RlsConfig> config() {
-    static const auto c = parse_rls_config(
-        {{"rls.yaml", "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 2}\n"
-                      "    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 1}\n"}});
-    return c;
-  }
-  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
-    ++calls;
-    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
-  }
-  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
-    ++calls;
-    return table_.allow_all(items, out, now);
-  }
-  std::vector<MemberInfo> members() override {
-    ++calls;
-    return {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
-  }
-  StatsList stats() override {
-    ++calls;
-    return {{"checks", 1}, {"keys", int64_t(table_.stats().keys)}};
-  }
-  std::string set_faults(const FaultSettings&) override { return "no"; }
-  size_t keys() const { return table_.stats().keys; }
+std::shared_ptr<const RlsConfig> config() {
+  static const auto c = parse_rls_config(
+      {{"rls.yaml", "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 2}\n"
+                    "    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 1}\n"}});
+  return c;
+}
 
-  MonoNanos now = 0;
-  int calls = 0;
-
- private:
-  KeyTable table_;
-};
+std::shared_ptr<const RuleSet> rules() {
+  return std::make_shared<const RuleSet>(
+      parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n  - {match: \"*\", rate: 1/s, burst: 1}\n", "rules.yaml")
+          ->rules(),
+      std::nullopt, config());
+}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static TableHandler handler;  // state carries over: buckets empty, keys get evicted
+  static fuzz::TableHandler handler(rules());  // state carries over: buckets empty, keys get evicted
   static http::Routes routes(
       [](http::NodeJob job, const http::Reply&) {
         job(handler)();
@@ -81,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         o.max_batch = 8;
         return o;
       }());
-  static const bool configured = (routes.set_rls_config(TableHandler::config()), true);
+  static const bool configured = (routes.set_rls_config(config()), true);
   (void)configured;
   handler.now += 10'000'000;
 

@@ -13,6 +13,7 @@
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "fuzz_util.h"
+#include "table_handler.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
 #include "tollgate/key_table.h"
@@ -34,34 +35,12 @@ std::shared_ptr<const RlsConfig> config() {
   return c;
 }
 
-class TableHandler : public RequestHandler {
- public:
-  TableHandler()
-      : table_(std::make_shared<const RuleSet>(std::vector<Rule>{}, std::nullopt, config()), KeyTableOptions{.max_keys = 64}) {}
-  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
-    ++calls;
-    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
-  }
-  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
-    ++calls;
-    return table_.allow_all(items, out, now);
-  }
-  std::vector<MemberInfo> members() override { return {}; }
-  StatsList stats() override { return {}; }
-  std::string set_faults(const FaultSettings&) override { return "no"; }
-  size_t keys() const { return table_.stats().keys; }
-
-  MonoNanos now = 0;
-  int calls = 0;
-
- private:
-  KeyTable table_;
-};
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static TableHandler handler;  // state carries over: buckets drain, keys get evicted
+  // State carries over: buckets drain, keys get evicted.
+  static fuzz::TableHandler handler(std::make_shared<const RuleSet>(std::vector<Rule>{}, std::nullopt, config()));
   handler.now += 10'000'000;
   rpb::RateLimitRequest request;
   if (!request.ParseFromArray(data, int(size))) return 0;

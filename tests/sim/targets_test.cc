@@ -2,8 +2,10 @@
 // virtual back end (virtual time: not timing-sensitive, and the same every run).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "scenario.h"
 #include "tollgate/rules_file.h"
@@ -53,21 +55,32 @@ TEST(Targets, PartitionHalves) {
 
 // 20% loss for 25 s: push-pull repairs what gossip loses, so both phases stay within a few
 // percent of the ideal bucket either way, batches converge within a few hundred ms at p99, and
-// all but a handful reach every node. Measured (seed 1): loss phase 0.998, under 0.019, p99
-// 209 ms; total 1.002; 1 batch never reached every node.
+// all but a handful reach every node. The p99 depends on which datagrams the seed drops: over
+// seeds 1-8 it was 209, 421, 665, 487, 407, 543, 661, 477 ms, so it is held over five seeds
+// (median 421 ms <= 500, each <= 1 s), not over the one seed that happened to give 209 ms
+// (issue 37: a single seed passed where most did not). Measured (seed 1): loss phase 0.998,
+// under 0.019; total 1.002; 1 batch never reached every node.
 TEST(Targets, Loss20Gossip) {
-  const Scenario s = load_scenario_file(kScenarioDir + "/loss-20.yaml");
+  Scenario s = load_scenario_file(kScenarioDir + "/loss-20.yaml");
   ASSERT_EQ(s.node.mode, DisseminationMode::kGossip);
-  const SimResult r = run(s);
-  const PhaseStats& loss = phase(r, "loss");
-  EXPECT_GE(loss.over_admission(), 0.97);
-  EXPECT_LE(loss.over_admission(), 1.03);
-  EXPECT_LE(loss.under_admission(), 0.05);
-  EXPECT_LE(loss.convergence_ms(99), 500.0) << "repair did not happen in time";
-  EXPECT_GE(r.total.over_admission(), 0.98);
-  EXPECT_LE(r.total.over_admission(), 1.03);
-  EXPECT_LE(r.unconverged, 20u) << "batches lost for good: push-pull did not repair them";
-  EXPECT_GT(r.total.offered, 10000u);
+  std::vector<double> p99;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    s.seed = seed;
+    const SimResult r = run(s);
+    const PhaseStats& loss = phase(r, "loss");
+    EXPECT_GE(loss.over_admission(), 0.97) << "seed " << seed;
+    EXPECT_LE(loss.over_admission(), 1.03) << "seed " << seed;
+    EXPECT_LE(loss.under_admission(), 0.05) << "seed " << seed;
+    EXPECT_LE(loss.convergence_ms(99), 1000.0) << "seed " << seed << ": repair did not happen in time";
+    EXPECT_GE(r.total.over_admission(), 0.98) << "seed " << seed;
+    EXPECT_LE(r.total.over_admission(), 1.03) << "seed " << seed;
+    EXPECT_LE(r.unconverged, 20u) << "seed " << seed << ": batches lost for good: push-pull did not repair them";
+    EXPECT_GT(r.total.offered, 10000u) << "seed " << seed;
+    p99.push_back(loss.convergence_ms(99));
+  }
+  std::sort(p99.begin(), p99.end());
+  EXPECT_LE(p99[2], 500.0) << "median p99 convergence over seeds 1-5";
+  RecordProperty("median_p99_ms", std::to_string(p99[2]));
 }
 
 // p99 convergence within log2(N) + 2 rounds for N = 1,000 (gossip, fanout 3, no loss), over the
