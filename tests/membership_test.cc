@@ -45,6 +45,29 @@ TEST(Membership, HeartbeatMembersGoSuspectDeadAndForgottenAsTheirHeartbeatStalls
   EXPECT_EQ(m.stats().forgotten, 1u);
 }
 
+// A fresh static cluster: each peer's first row takes it from "not heard from yet" to alive,
+// which is neither a recovery nor a restart (issue 37, item 13: members_recovered 2 and
+// members_restarted 2 on every node of a healthy 3-node cluster). A later life, and a return
+// from suspect, still count.
+TEST(Membership, APeersFirstRowIsNeitherARecoveryNorARestart) {
+  MembershipOptions o = heartbeat_options();
+  o.kind = MembershipKind::kStatic;
+  Membership m("self", "self:1", 1, o);
+  m.set_peers({{"self", "self:1"}, {"b", "b:1"}, {"c", "c:1"}}, 0);
+  EXPECT_EQ(state(m, "b"), MemberState::kUnreachable);
+  m.merge({row("b", 7, 1), row("c", 9, 1)}, kSec / 10);
+  EXPECT_EQ(state(m, "b"), MemberState::kAlive);
+  EXPECT_EQ(m.stats().recovered, 0u);
+  EXPECT_EQ(m.stats().restarted, 0u);
+  m.merge({row("b", 8, 1)}, kSec / 5);  // b restarted
+  EXPECT_EQ(m.stats().restarted, 1u);
+  m.tick(3 * kSec);  // c silent past fail_after
+  EXPECT_NE(state(m, "c"), MemberState::kAlive);
+  m.merge({row("c", 9, 2)}, 3 * kSec + 1);
+  EXPECT_EQ(state(m, "c"), MemberState::kAlive);
+  EXPECT_EQ(m.stats().recovered, 1u);
+}
+
 // tick() skips its scan until the earliest deadline it knows of: a member that joins, or comes
 // back, after a scan that saw only far deadlines must still fail on time.
 TEST(Membership, DeadlinesSetBetweenScansAreKept) {

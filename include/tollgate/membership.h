@@ -149,6 +149,9 @@ class Membership {
   struct Member {
     MemberInfo view;             // last_heard_ns here holds the local time of the last advance
     bool left = false;
+    // A row of its own has been taken: a peers-file member starts unheard, and its first row is
+    // neither a recovery nor a restart (a fresh cluster would count one of each per peer).
+    bool heard = false;
     MonoNanos last_probe_ns = 0;
   };
   struct Tombstone {
@@ -156,7 +159,8 @@ class Membership {
     uint64_t heartbeat = 0;
     MonoNanos until_ns = 0;
   };
-  void set_state(Member& m, MemberState s);
+  // `first_heard`: the member's first row (not counted as a recovery).
+  void set_state(Member& m, MemberState s, bool first_heard = false);
   // When tick() must next look at `m`: its current state's deadline (or never).
   MonoNanos deadline(const Member& m) const;
   void sync_index(const Member& m);

@@ -92,11 +92,11 @@ void Membership::remove_at(size_t i) {
   members_.pop_back();
 }
 
-void Membership::set_state(Member& m, MemberState s) {
+void Membership::set_state(Member& m, MemberState s, bool first_heard) {
   if (m.view.state == s) return;
   const MemberState before = m.view.state;
   if (s == MemberState::kSuspect || s == MemberState::kUnreachable) ++stats_.failed;
-  if (s == MemberState::kAlive && before != MemberState::kLeft) ++stats_.recovered;
+  if (s == MemberState::kAlive && before != MemberState::kLeft && !first_heard) ++stats_.recovered;
   probe_targets_ = probe_targets_ - probed(before) + probed(s);
   m.view.state = s;
   live_dirty_ = true;
@@ -217,6 +217,7 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
       fresh.view.state = MemberState::kAlive;
       fresh.view.last_heard_ns = now;
       fresh.last_probe_ns = now;
+      fresh.heard = true;
       add_member(std::move(fresh));
       continue;
     }
@@ -224,8 +225,10 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
     const bool newer = std::tie(r.incarnation, r.heartbeat) > std::tie(v.incarnation, v.heartbeat);
     const bool departs = r.left && !m->left && r.incarnation == v.incarnation;
     if (!newer && !departs) continue;  // nothing we did not know
+    const bool first_heard = !m->heard;
+    m->heard = true;
     if (r.incarnation > v.incarnation) {
-      ++stats_.restarted;
+      if (!first_heard) ++stats_.restarted;
       m->left = false;
       v.heartbeat = 0;
     }
@@ -242,7 +245,7 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
       m->left = true;
       set_state(*m, MemberState::kLeft);
     } else if (!m->left) {
-      set_state(*m, MemberState::kAlive);
+      set_state(*m, MemberState::kAlive, first_heard);
     }
   }
 }
@@ -255,6 +258,7 @@ void Membership::mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now
   Member* m = find_member(id);
   if (!m || incarnation < m->view.incarnation) return;
   m->left = true;
+  m->heard = true;
   m->view.incarnation = incarnation;
   m->view.last_heard_ns = now;
   sync_index(*m);
