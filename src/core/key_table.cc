@@ -968,13 +968,20 @@ class KeyTable::Impl {
                         refine_, probes);
   }
 
-  bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now) {
+  // f(shard, hash) under the lock of `key`'s shard; then its pending count, which an insert may
+  // have changed (it can evict a key with pending consumption).
+  template <typename F>
+  auto on_key_shard(std::string_view key, F&& f) {
     const size_t hash = hash_key(key);
     LockedShard& s = shard_of(hash);
     ShardLock lock(s, concurrent_);
-    const bool charged = s.shard.charge_remote(key, hash, tokens, now);
-    note_pending(s);  // (an insert may have evicted a key with pending consumption)
-    return charged;
+    auto result = f(s.shard, hash);
+    note_pending(s);
+    return result;
+  }
+
+  bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now) {
+    return on_key_shard(key, [&](Shard& shard, size_t hash) { return shard.charge_remote(key, hash, tokens, now); });
   }
 
   void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
@@ -1038,12 +1045,7 @@ class KeyTable::Impl {
   }
 
   bool restore(std::string_view key, int64_t balance, MonoNanos at) {
-    const size_t hash = hash_key(key);
-    LockedShard& s = shard_of(hash);
-    ShardLock lock(s, concurrent_);
-    const bool restored = s.shard.restore(key, hash, balance, at);
-    note_pending(s);  // (an insert may have evicted a key with pending consumption)
-    return restored;
+    return on_key_shard(key, [&](Shard& shard, size_t hash) { return shard.restore(key, hash, balance, at); });
   }
 
   // The cursor: the shard in the high 16 bits, the entry in the rest.
