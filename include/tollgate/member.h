@@ -160,9 +160,10 @@ class Member {
   // What SIGHUP does to tollgated: the rules file, the RLS config and the cluster key file are
   // read again (a step of a key rotation is a reload() on every member and a SIGHUP on every
   // daemon). A broken file is logged and counted (stats().reload_failures), and the one in force
-  // stays. Done on the background thread, waiting up to 10 s for it (at once when called from
-  // it, e.g. from the log callback): false when that thread has stopped (stats().stopped_by) or
-  // did not get to it in time, true once done. Thread-safe.
+  // stays. Rules and RLS config are parsed on a thread of their own, so checks never wait for a
+  // large document. Waits up to 10 s for the outcome (called from the background thread, e.g.
+  // from the log callback, it only starts the reload): false when that thread has stopped
+  // (stats().stopped_by) or did not get to it in time, true once done. Thread-safe.
   bool reload();
 
   uint16_t gossip_port() const;  // the bound port (with port 0 in `bind`)

@@ -225,22 +225,24 @@ class Member::Impl {
   }
   uint16_t port() const { return host_->gossip_port(); }
 
-  // Runs the host's reload() on the member's thread (at once when called there, e.g. from the log
-  // callback) and waits up to kReloadWait for it. False when the thread has stopped or did not
-  // get to it in time (stuck): it then reloads when it gets to it, if it ever does.
+  // Runs the host's reload() on the member's thread and waits up to kReloadWait for the files
+  // to be read, parsed and put in force (or refused). Called on the member's thread (e.g. from
+  // the log callback), it starts the reload and returns true at once: the thread that would
+  // finish it is the caller's. False when the thread has stopped or did not get to it in time
+  // (stuck): it then reloads when it gets to it, if it ever does.
   bool reload() {
     if (std::this_thread::get_id() == thread_.get_id()) {
-      host_->reload();
-      publish_host_counters();
+      host_->reload([this] { publish_host_counters(); });
       return true;
     }
     if (!running_.load()) return false;
     auto done = std::make_shared<std::promise<void>>();
     std::future<void> finished = done->get_future();
     boost::asio::post(io_, [this, done] {
-      host_->reload();
-      publish_host_counters();
-      done->set_value();
+      host_->reload([this, done] {
+        publish_host_counters();
+        done->set_value();
+      });
     });
     return finished.wait_for(kReloadWait) == std::future_status::ready;
   }

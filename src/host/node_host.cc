@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <random>
 
@@ -50,6 +51,26 @@ MonoNanos steady_now() {
 }
 
 }  // namespace
+
+// A load asked for on the owner's thread.
+struct NodeHost::LoadRequest {
+  bool rules_file = false, rls = false;
+  bool offered = false;  // offered_text, from offered_origin
+  std::string offered_text, offered_origin;
+  std::vector<std::function<void(const std::string&)>> offer_done;
+  std::vector<std::function<void()>> done;
+};
+
+// What the loader thread brings back. Nothing in it touches the host.
+struct NodeHost::Loaded {
+  std::unique_ptr<LoadRequest> request;
+  std::shared_ptr<const RuleSet> rules;  // from the file
+  std::string rules_text, rules_error;
+  std::shared_ptr<const RlsConfig> rls;
+  std::string rls_error;
+  std::shared_ptr<const RuleSet> offered;
+  std::string offered_error;
+};
 
 NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
     : io_(io),
@@ -270,7 +291,13 @@ void NodeHost::schedule_state() {
   });
 }
 
-NodeHost::~NodeHost() = default;
+NodeHost::~NodeHost() {
+  alive_.reset();  // a load that finishes now is dropped on the owner's thread
+  if (loader_) {
+    loader_->stop();  // a load not started is abandoned; one under way is waited for
+    loader_->join();
+  }
+}
 
 NodeOptions NodeHost::node_options(const NodeHostOptions& options, uint64_t incarnation) {
   NodeOptions n;
@@ -332,7 +359,7 @@ void NodeHost::watch_files() {
   // watch, so that a file written in place (truncated, then filled) is not read half-written,
   // which could parse as fewer rules and drop buckets. A broken one is reported once (its
   // fingerprint is taken) and the rules in force stay.
-  bool changed = false;
+  LoadRequest r;
   if (!options_.rules_file.empty()) {
     const std::string now = file_fingerprint(options_.rules_file);
     if (now == rules_fingerprint_) {
@@ -341,20 +368,21 @@ void NodeHost::watch_files() {
       rules_changing_ = now;
     } else {
       rules_changing_.clear();
-      changed = reload_rules_file();
+      r.rules_file = true;
     }
   }
-  if (!options_.rls_config.empty() && rls_config_fingerprint(options_.rls_config) != rls_fingerprint_) {
-    changed = reload_rls_config() || changed;
-  }
-  if (changed) put_rules_in_force();
+  r.rls = !options_.rls_config.empty() && rls_config_fingerprint(options_.rls_config) != rls_fingerprint_;
+  if (r.rules_file || r.rls) request_load(std::move(r));
 }
 
-void NodeHost::reload() {
-  bool changed = reload_rls_config();
-  changed = reload_rules_file() || changed;
-  if (changed) put_rules_in_force();
-  // The cluster key file too: each step of a key rotation is a reload on every node.
+void NodeHost::reload(std::function<void()> done) {
+  LoadRequest r;
+  r.rules_file = !options_.rules_file.empty();
+  r.rls = !options_.rls_config.empty();
+  if (done) r.done.push_back(std::move(done));
+  request_load(std::move(r));
+  // The cluster key file too: each step of a key rotation is a reload on every node. (Small, and
+  // read here: the next round is signed with it.)
   reload_cluster_keys();
 }
 
@@ -381,60 +409,142 @@ void NodeHost::put_rules_in_force() {
   }
 }
 
-std::string NodeHost::offer_rules(std::string text, const std::string& origin) {
-  const int64_t version = content_version(text);
-  if (version == rules_version_) return {};  // back to what is in force (after a refused version)
-  const int64_t previous = rules_version_;
-  try {
-    set_rules_text(std::move(text), origin);
-  } catch (const std::exception& e) {
-    ++reloads_.rules_failed;
-    log(LogLevel::kError, "rules version " + std::to_string(version) + " refused, the previous rules (version " +
-                              std::to_string(previous) + ") stay in force: " + e.what());
-    return e.what();
+void NodeHost::offer_rules(std::string text, const std::string& origin,
+                           std::function<void(const std::string&)> done) {
+  LoadRequest r;
+  r.offered = true;
+  r.offered_text = std::move(text);
+  r.offered_origin = origin;
+  if (done) r.offer_done.push_back(std::move(done));
+  request_load(std::move(r));
+}
+
+void NodeHost::request_load(LoadRequest r) {
+  // The fingerprints now, before the read: an edit made while it runs is seen again.
+  if (r.rules_file) rules_fingerprint_ = file_fingerprint(options_.rules_file);
+  if (r.rls) rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
+  if (!loading_) {
+    loading_ = std::make_unique<LoadRequest>(std::move(r));
+    start_load();
+    return;
   }
-  ++reloads_.rules;
-  log_rules_reloaded(origin);
-  put_rules_in_force();
-  return {};
+  if (!next_load_) {
+    next_load_ = std::make_unique<LoadRequest>(std::move(r));
+    return;
+  }
+  LoadRequest& next = *next_load_;
+  next.rules_file = next.rules_file || r.rules_file;
+  next.rls = next.rls || r.rls;
+  if (r.offered) {  // a newer offer replaces one not started yet
+    for (auto& superseded : next.offer_done) superseded("superseded by a newer document before it was parsed");
+    next.offer_done.clear();
+    next.offered = true;
+    next.offered_text = std::move(r.offered_text);
+    next.offered_origin = std::move(r.offered_origin);
+  }
+  for (auto& d : r.offer_done) next.offer_done.push_back(std::move(d));
+  for (auto& d : r.done) next.done.push_back(std::move(d));
+}
+
+void NodeHost::start_load() {
+  if (!loader_) loader_ = std::make_unique<boost::asio::thread_pool>(1);
+  // The loader thread sees copies only: the paths, and the request it owns until it posts back.
+  auto loaded = std::make_shared<Loaded>();
+  loaded->request = std::make_unique<LoadRequest>(std::move(*loading_));
+  boost::asio::post(*loader_, [loaded, rules_file = options_.rules_file, rls_path = options_.rls_config,
+                               hook = options_.on_load_start, alive = std::weak_ptr<char>(alive_), &io = io_, this] {
+    if (hook) hook();
+    const LoadRequest& r = *loaded->request;
+    if (r.rules_file) {
+      try {
+        loaded->rules_text = read_config_file(rules_file, "rules file");
+        loaded->rules = parse_rules(loaded->rules_text, rules_file);
+      } catch (const std::exception& e) {
+        loaded->rules_error = e.what();
+      }
+    }
+    if (r.rls) {
+      try {
+        loaded->rls = load_rls_config(rls_path);
+      } catch (const std::exception& e) {
+        loaded->rls_error = e.what();
+      }
+    }
+    if (r.offered) {
+      try {
+        loaded->offered = parse_rules(r.offered_text, r.offered_origin);
+      } catch (const std::exception& e) {
+        loaded->offered_error = e.what();
+      }
+    }
+    boost::asio::post(io, [loaded, alive, this] {
+      if (alive.expired()) return;  // the host is gone (its destructor waits for this thread)
+      finish_load(*loaded);
+    });
+  });
+}
+
+void NodeHost::finish_load(Loaded& l) {
+  LoadRequest& r = *l.request;
+  bool changed = false;
+  if (r.rules_file) {
+    if (!l.rules_error.empty()) {
+      ++reloads_.rules_failed;
+      log(LogLevel::kError, "rules not reloaded, the previous rules (version " + std::to_string(rules_version_) +
+                                ") stay in force: " + l.rules_error);
+    } else {
+      file_rules_ = std::move(l.rules);
+      rules_version_ = content_version(l.rules_text);
+      rules_text_ = std::move(l.rules_text);
+      ++reloads_.rules;
+      log_rules_reloaded(options_.rules_file);
+      changed = true;
+    }
+  }
+  if (r.rls) {
+    if (!l.rls_error.empty()) {
+      ++reloads_.rls_failed;
+      log(LogLevel::kError, "RLS config not reloaded, the previous config stays in force: " + l.rls_error);
+    } else {
+      log(LogLevel::kInfo, "RLS config reloaded from " + options_.rls_config + ": " +
+                               std::to_string(l.rls->domains().size()) + " domains");
+      staged_rls_ = std::move(l.rls);  // in force with the rules that hold it (put_rules_in_force)
+      ++reloads_.rls;
+      changed = true;
+    }
+  }
+  std::string refused;
+  if (r.offered) {
+    const int64_t version = content_version(r.offered_text);
+    if (version == rules_version_) {
+      // Back to what is in force (after a refused version): nothing to do.
+    } else if (!l.offered_error.empty()) {
+      ++reloads_.rules_failed;
+      refused = l.offered_error;
+      log(LogLevel::kError, "rules version " + std::to_string(version) + " refused, the previous rules (version " +
+                                std::to_string(rules_version_) + ") stay in force: " + refused);
+    } else {
+      file_rules_ = std::move(l.offered);
+      rules_version_ = version;
+      rules_text_ = std::move(r.offered_text);
+      ++reloads_.rules;
+      log_rules_reloaded(r.offered_origin);
+      changed = true;
+    }
+  }
+  if (changed) put_rules_in_force();
+  loading_.reset();
+  if (next_load_) {
+    loading_ = std::move(next_load_);
+    start_load();
+  }
+  for (auto& d : r.offer_done) d(refused);
+  for (auto& d : r.done) d();
 }
 
 void NodeHost::log_rules_reloaded(const std::string& origin) const {
   log(LogLevel::kInfo, "rules reloaded from " + origin + ": " + std::to_string(file_rules_->rules().size()) +
                            " rules, version " + std::to_string(rules_version_));
-}
-
-bool NodeHost::reload_rules_file() {
-  if (options_.rules_file.empty()) return false;
-  try {
-    rules_fingerprint_ = file_fingerprint(options_.rules_file);
-    set_rules_text(read_config_file(options_.rules_file, "rules file"), options_.rules_file);
-    ++reloads_.rules;
-    log_rules_reloaded(options_.rules_file);
-    return true;
-  } catch (const std::exception& e) {
-    ++reloads_.rules_failed;
-    log(LogLevel::kError, "rules not reloaded, the previous rules (version " + std::to_string(rules_version_) +
-                              ") stay in force: " + e.what());
-    return false;
-  }
-}
-
-bool NodeHost::reload_rls_config() {
-  if (options_.rls_config.empty()) return false;
-  rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
-  try {
-    auto config = load_rls_config(options_.rls_config);
-    staged_rls_ = config;  // in force with the rules that hold it (put_rules_in_force)
-    ++reloads_.rls;
-    log(LogLevel::kInfo, "RLS config reloaded from " + options_.rls_config + ": " +
-                             std::to_string(config->domains().size()) + " domains");
-    return true;
-  } catch (const std::exception& e) {
-    ++reloads_.rls_failed;
-    log(LogLevel::kError, std::string("RLS config not reloaded, the previous config stays in force: ") + e.what());
-    return false;
-  }
 }
 
 std::shared_ptr<const RlsConfig> NodeHost::rls_config() const {

@@ -28,6 +28,10 @@
 #include "tollgate/node.h"
 #include "tollgate/random.h"
 
+namespace boost::asio {
+class thread_pool;
+}
+
 namespace tollgate {
 
 class ClusterKeys;
@@ -58,11 +62,14 @@ class NodeHost {
   // Schedules the rounds (the first at once) and the file watch (every second).
   void start();
   // What SIGHUP does: the RLS config, the rules file and the cluster key file read again. A
-  // broken file is logged and counted, and the one in force stays.
-  void reload();
-  // Rules from elsewhere (the rules retriever): put in force if they parse, else refused (logged,
-  // counted). Returns "" or why they were refused.
-  std::string offer_rules(std::string text, const std::string& origin);
+  // broken file is logged and counted, and the one in force stays. Rules and RLS config are read
+  // and parsed off the node's thread (a large document takes a second, and checks must not wait
+  // for it); `done`, if given, runs on the owner's thread once they are in force or refused.
+  void reload(std::function<void()> done = {});
+  // Rules from elsewhere (the rules retriever): parsed off the node's thread, then put in force,
+  // or refused (logged, counted). `done` gets "" or why they were refused, on the owner's thread
+  // (not at all if the host is destroyed first).
+  void offer_rules(std::string text, const std::string& origin, std::function<void(const std::string&)> done);
   // No more rounds or file watching (idempotent); the node still answers checks.
   void stop_rounds();
   // stop_rounds(), then the departure: what was admitted is sealed and sent with it; `done` runs
@@ -108,9 +115,14 @@ class NodeHost {
   void schedule_tick();
   void schedule_watch();
   void watch_files();
-  bool reload_rules_file();
   void log_rules_reloaded(const std::string& origin) const;
-  bool reload_rls_config();
+  // Loads of rules and RLS config, one at a time off the node's thread; a request made while
+  // one runs is merged into the next.
+  struct LoadRequest;
+  struct Loaded;
+  void request_load(LoadRequest request);
+  void start_load();
+  void finish_load(Loaded& loaded);
   void reload_cluster_keys();
   void reload_peers_if_changed();
   // Static membership: logs (and flags, peers_self_mismatch) a peers file that does not list
@@ -153,6 +165,9 @@ class NodeHost {
   OffenseLimiter offenses_;
   std::mutex offenses_mu_;
   std::unique_ptr<ClusterKeys> keys_;  // the transport's, for the state file's MAC
+  std::unique_ptr<boost::asio::thread_pool> loader_;  // one thread: parses rules and RLS configs
+  std::unique_ptr<LoadRequest> loading_, next_load_;   // the load under way, and the one after it
+  std::shared_ptr<char> alive_ = std::make_shared<char>();  // a load's answer finds the host gone without it
   std::future<StateWrite> state_writer_;  // the state write under way, if any
   std::shared_ptr<NodeState> exporting_;  // the export under way, if any
   uint64_t export_cursor_ = 0;

@@ -51,6 +51,9 @@ struct NodeHostOptions {
   std::string state_dir;
   int64_t state_interval_ns = 10 * kNanosPerSecond;
   HostLog log;
+  // Tests: runs on the loader's thread as each load of rules or RLS config starts (they are
+  // parsed there, never on the owner's).
+  std::function<void()> on_load_start;
   // After each round, on the owner's thread, with the time the round took.
   std::function<void(int64_t round_ns)> on_round;
 };

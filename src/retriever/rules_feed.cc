@@ -5,6 +5,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <filesystem>
 
+#include "config/content_version.h"
 #include "config/read_file.h"
 #include "host/node_host.h"
 #include "tollgate/config_error.h"
@@ -90,8 +91,12 @@ void RulesFeed::stop() { retriever_->stop(); }
 
 void RulesFeed::apply(const std::string& body) {
   const int64_t before = host_.rules_version();
-  if (!host_.offer_rules(body, options_.url).empty()) return;  // refused: logged and counted by the host
-  if (host_.rules_version() != before) write_cache(body);
+  const int64_t offered = content_version(body);
+  host_.offer_rules(body, options_.url, [this, before, offered, body, alive = std::weak_ptr<char>(alive_)](
+                                            const std::string& refused) {
+    if (alive.expired() || !refused.empty()) return;  // refused: logged and counted by the host
+    if (host_.rules_version() == offered && offered != before) write_cache(body);
+  });
 }
 
 void RulesFeed::retry_cache_write() {

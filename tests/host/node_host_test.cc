@@ -1,0 +1,121 @@
+// The node's host (src/host): rules and RLS configs are read and parsed off the node's thread,
+// which keeps serving meanwhile (issue 34, finding 6: a large document held the node, and every
+// client failing open with it, for as long as yaml-cpp took).
+#include "host/node_host.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+namespace tollgate {
+namespace {
+
+namespace fs = std::filesystem;
+
+class NodeHostLoads : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tollgate_node_host_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    write_rules(5);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write_rules(int burst) {
+    const fs::path tmp = dir_ / "rules.yaml.new";
+    std::ofstream(tmp) << "rules:\n  - {match: \"k*\", rate: 1/s, burst: " << burst << "}\n";
+    fs::rename(tmp, dir_ / "rules.yaml");
+  }
+  NodeHostOptions options() {
+    NodeHostOptions o;
+    o.bind = "127.0.0.1:0";
+    o.rules_file = (dir_ / "rules.yaml").string();
+    o.node.membership = MembershipKind::kHeartbeat;  // no peers file
+    o.on_load_start = [this] {
+      loader_thread_ = std::this_thread::get_id();
+      // Held until the test lets it go (bounded: a load run on the owner's thread, as before
+      // the fix, would otherwise hang the test instead of failing it).
+      (void)gate_.wait_for(std::chrono::seconds(10));
+    };
+    return o;
+  }
+  // Runs the owner's handlers until `done` or 10 s.
+  void run_until(boost::asio::io_context& io, const bool& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done && std::chrono::steady_clock::now() < deadline) io.run_one_for(std::chrono::milliseconds(100));
+  }
+  static int burst(NodeHost& host) { return int(host.node().table().limit_for("k1")->burst); }
+
+  fs::path dir_;
+  std::promise<void> release_;
+  std::shared_future<void> gate_ = release_.get_future().share();
+  std::atomic<std::thread::id> loader_thread_{};
+};
+
+TEST_F(NodeHostLoads, ReloadParsesOffTheOwnersThreadWhichKeepsServing) {
+  boost::asio::io_context io;
+  NodeHost host(io, options());
+  ASSERT_EQ(burst(host), 5);
+  write_rules(7);
+  bool reloaded = false;
+  host.reload([&] { reloaded = true; });
+  // The load is held on its thread; the owner's thread still runs what it is given.
+  bool served = false;
+  boost::asio::post(io, [&] { served = true; });
+  run_until(io, served);
+  EXPECT_TRUE(served);
+  EXPECT_FALSE(reloaded);
+  EXPECT_EQ(burst(host), 5);  // the rules in force until the new ones are parsed
+  release_.set_value();
+  run_until(io, reloaded);
+  ASSERT_TRUE(reloaded);
+  EXPECT_NE(loader_thread_.load(), std::this_thread::get_id());
+  EXPECT_EQ(burst(host), 7);
+  EXPECT_EQ(host.reloads().rules, 1u);
+}
+
+TEST_F(NodeHostLoads, ARefusedOfferKeepsTheRulesAndAnOfferMadeMeanwhileWaitsItsTurn) {
+  boost::asio::io_context io;
+  NodeHost host(io, options());
+  std::string first = "unset", second = "unset", third = "unset";
+  host.offer_rules("rules:\n  - {match: \"k*\", rate: 1/s, brust: 9}\n", "feed",
+                   [&](const std::string& why) { first = why; });
+  // Both made while the first is held: the second is superseded by the third before it starts.
+  host.offer_rules("rules:\n  - {match: \"k*\", rate: 1/s, burst: 8}\n", "feed",
+                   [&](const std::string& why) { second = why; });
+  host.offer_rules("rules:\n  - {match: \"k*\", rate: 1/s, burst: 9}\n", "feed",
+                   [&](const std::string& why) { third = why; });
+  EXPECT_NE(second.find("superseded"), std::string::npos) << second;
+  release_.set_value();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (third == "unset" && std::chrono::steady_clock::now() < deadline) io.run_one_for(std::chrono::milliseconds(100));
+  EXPECT_NE(first.find("brust"), std::string::npos) << first;  // refused, with the field it names
+  EXPECT_EQ(third, "");
+  EXPECT_EQ(burst(host), 9);
+  EXPECT_EQ(host.reloads().rules_failed, 1u);
+  EXPECT_EQ(host.reloads().rules, 1u);
+}
+
+TEST_F(NodeHostLoads, ALoadUnderWayWhenTheHostGoesIsDroppedNotRunOnAGoneHost) {
+  boost::asio::io_context io;
+  bool reloaded = false;
+  {
+    NodeHost host(io, options());
+    write_rules(7);
+    host.reload([&] { reloaded = true; });
+    release_.set_value();
+  }  // the destructor waits for the loader thread; its answer finds the host gone
+  io.poll();  // whatever the loader posted before the join is ready now
+  EXPECT_FALSE(reloaded);
+}
+
+}  // namespace
+}  // namespace tollgate
