@@ -172,8 +172,27 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
     ::sched_yield();
   }
   void answered() override { answered_since_slice_ = true; }
-  void output_pending(size_t bytes) override {
-    counters_.pending_output_high_water = std::max<uint64_t>(counters_.pending_output_high_water, bytes);
+  void output_changed(size_t before, size_t after) override {
+    counters_.pending_output_high_water = std::max<uint64_t>(counters_.pending_output_high_water, after);
+    output_bytes_ += after;
+    output_bytes_ -= before;
+    counters_.output_bytes = output_bytes_;
+    counters_.output_high_water = std::max<uint64_t>(counters_.output_high_water, output_bytes_);
+    if (output_bytes_ < options_.max_output_bytes && !waiting_for_room_.empty()) {
+      // Each goes on in a handler of its own, in the order they waited; one that fills the
+      // budget again waits again.
+      for (auto& weak : waiting_for_room_) {
+        asio::post(io_, [weak = std::move(weak)] {
+          if (auto c = weak.lock()) c->resume();
+        });
+      }
+      waiting_for_room_.clear();
+    }
+  }
+  bool output_room() const override { return output_bytes_ < options_.max_output_bytes; }
+  void wait_for_output_room(std::shared_ptr<Connection> connection) override {
+    ++counters_.output_budget_waits;
+    waiting_for_room_.push_back(connection);
   }
   void frame_timed_out() override { ++counters_.connections_timed_out; }
   void offense(std::string_view peer, std::string_view what) override {
@@ -372,6 +391,8 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   bool stopped_ = false;
   bool draining_ = false;              // listeners closed: accept nothing more
   bool answered_since_slice_ = false;  // an answer was written since the last slice began
+  size_t output_bytes_ = 0;            // answers held by all connections, not yet taken
+  std::vector<std::weak_ptr<Connection>> waiting_for_room_;  // for output_bytes_ to fall below the budget
   std::vector<std::shared_ptr<Listener>> listeners_;
   std::unordered_map<Connection*, Entry> connections_;
   // Open connections by PeerIdentity::group. Written on this server's thread under the mutex;
@@ -431,6 +452,9 @@ StatsList ApiServer::stats() const {
       {"api.errors.internal", v(c.errors_internal)},
       {"api.busy_yields", v(c.busy_yields)},
       {"api.pending_output_high_water_bytes", v(c.pending_output_high_water)},
+      {"api.output_bytes", v(c.output_bytes)},
+      {"api.output_high_water_bytes", v(c.output_high_water)},
+      {"api.output_budget_waits", v(c.output_budget_waits)},
   };
 }
 

@@ -64,6 +64,10 @@ struct ApiServerOptions {
   // A connection stops reading while this many response bytes wait to be written: a client that
   // pipelines requests but never reads answers cannot grow the daemon's memory without bound.
   size_t max_pending_output_bytes = 1024 * 1024;
+  // All connections of this server together stop answering while their unwritten answers reach
+  // this many bytes, each going on once they fall below it: so the answers held never exceed
+  // this plus one answer (about a batch's or the members list), however many clients never read.
+  size_t max_output_bytes = 16 * 1024 * 1024;
   // A frame must arrive whole within this long of its first byte, and the client must take each
   // write of answers within this long, or the connection is closed: a client that sends half a
   // frame, or never reads, cannot hold a connection slot and its buffers for ever.
@@ -94,6 +98,9 @@ struct ApiServerCounters : DispatchCounters {
   // The most answer bytes one connection has held, unwritten or not yet taken by its client:
   // max_pending_output_bytes plus at most one answer.
   RelaxedCounter pending_output_high_water = 0;
+  RelaxedCounter output_bytes = 0;         // gauge: answers held by all connections, not yet taken
+  RelaxedCounter output_high_water = 0;    // the most output_bytes has been: max_output_bytes plus one answer
+  RelaxedCounter output_budget_waits = 0;  // a connection waited for max_output_bytes to have room
 };
 
 class ApiServer {

@@ -25,6 +25,10 @@ void Connection::drain() {
 void Connection::close() {
   if (closed_) return;
   closed_ = true;
+  pending_out_.clear();
+  pending_out_.shrink_to_fit();
+  host_->output_changed(reported_output_, 0);  // writing_ goes with the failing write
+  reported_output_ = 0;
   frame_timer_.cancel();
   boost::system::error_code ignored;
   socket_.shutdown(Socket::shutdown_both, ignored);
@@ -32,9 +36,40 @@ void Connection::close() {
   host_->connection_closed(this);
 }
 
+bool Connection::room_to_answer() {
+  if (output_bytes() >= host_->max_pending_output_bytes()) return false;  // on_write comes back
+  report_output();  // the answers just added count against the budget at once
+  if (host_->output_room()) return true;
+  if (!waiting_for_room_) {
+    waiting_for_room_ = true;
+    host_->wait_for_output_room(shared_from_this());
+  }
+  return false;
+}
+
+void Connection::resume() {
+  waiting_for_room_ = false;
+  if (closed_) return;
+  if (sliced_) {
+    if (slice_held_) {
+      slice_held_ = false;
+      continue_slice();
+    }
+    return;
+  }
+  process_frames();
+}
+
+void Connection::report_output() {
+  const size_t now = output_bytes();
+  if (now == reported_output_) return;
+  host_->output_changed(reported_output_, now);
+  reported_output_ = now;
+}
+
 void Connection::read() {
   if (reading_ || closed_ || close_after_flush_ || draining_ || sliced_) return;
-  if (output_bytes() >= host_->max_pending_output_bytes()) return;  // resumed by on_write
+  if (!room_to_answer()) return;  // resumed by on_write or resume()
   reading_ = true;
   socket_.async_read_some(asio::buffer(read_buffer_),
                           [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
@@ -66,7 +101,8 @@ void Connection::process_frames() {
   // Stops once the answers waiting for the client reach the output cap, even with whole frames
   // still buffered: a client that pipelines requests and never reads cannot make the daemon hold
   // more than the cap plus one answer. on_write() comes back here as the client takes them.
-  while (!close_after_flush_ && !sliced_ && output_bytes() < host_->max_pending_output_bytes()) {
+  bool held = false;  // by the output cap or the server's budget
+  while (!close_after_flush_ && !sliced_ && !(held = !room_to_answer())) {
     const FrameReader::Status status = decoder_.next(&payload);
     if (status == FrameReader::Status::kNeedMore) break;
     if (status == FrameReader::Status::kTooLarge) {
@@ -87,8 +123,8 @@ void Connection::process_frames() {
     asio::post(host_->io(), [self = shared_from_this()] { self->continue_slice(); });
     return;
   }
-  if (!close_after_flush_ && output_bytes() >= host_->max_pending_output_bytes()) {
-    // Held back by the output cap: whole frames may be waiting, so this is no half frame.
+  if (!close_after_flush_ && held) {
+    // Held back by the output cap or budget: whole frames may be waiting, so this is no half frame.
     // A client that never takes its answers is closed by the server's write-stall sweep.
     partial_since_.reset();
     frame_timer_.cancel();
@@ -103,6 +139,11 @@ void Connection::process_frames() {
 
 void Connection::continue_slice() {
   if (closed_ || !sliced_) return;
+  if (!room_to_answer()) {  // a slow reader's batch waits for it, as its other requests do
+    slice_held_ = true;
+    flush();
+    return;
+  }
   host_->before_slice();
   if (!host_->dispatch().answer_slice(*sliced_, pending_out_)) {
     asio::post(host_->io(), [self = shared_from_this()] { self->continue_slice(); });
@@ -131,7 +172,7 @@ void Connection::watch_partial_frame() {
 }
 
 void Connection::flush() {
-  host_->output_pending(output_bytes());
+  report_output();
   if (writing_in_flight_ || closed_) return;
   if (pending_out_.empty()) {
     if (close_after_flush_) close();
@@ -150,6 +191,8 @@ void Connection::flush() {
 void Connection::on_write(const boost::system::error_code& ec) {
   writing_in_flight_ = false;
   writing_.clear();
+  // An idle connection keeps no more than a small buffer: 1,024 of them once held 1 MiB each.
+  if (writing_.capacity() > kKeepOutputCapacity) std::string().swap(writing_);
   if (closed_) return;
   if (ec) {
     close();
@@ -157,8 +200,14 @@ void Connection::on_write(const boost::system::error_code& ec) {
   }
   last_active_ = std::chrono::steady_clock::now();
   flush();
-  if (sliced_) return;  // continue_slice() goes on by itself
-  process_frames();     // frames held back by the output cap, then reading resumes
+  if (sliced_) {
+    if (slice_held_) {  // held by the output cap: the client took answers, so the batch goes on
+      slice_held_ = false;
+      continue_slice();
+    }
+    return;  // otherwise continue_slice() goes on by itself
+  }
+  process_frames();  // frames held back by the output cap, then reading resumes
 }
 
 }  // namespace tollgate::api

@@ -33,13 +33,19 @@ class ConnectionHost {
   virtual Dispatch& dispatch() = 0;
   virtual bool stopped() const = 0;
   virtual size_t max_pending_output_bytes() const = 0;
+  // Room under the server's budget for all its connections' answers (max_output_bytes). Without
+  // it a connection answers nothing more and calls wait_for_output_room(); the server calls its
+  // resume() once the answers held in all have fallen below the budget.
+  virtual bool output_room() const = 0;
+  virtual void wait_for_output_room(std::shared_ptr<Connection> connection) = 0;
   virtual std::chrono::milliseconds frame_timeout() const = 0;
   // Before each slice of a large batch (ApiServerOptions::yield_after_answer_when_busy).
   virtual void before_slice() = 0;
   // Answers were handed to the socket.
   virtual void answered() = 0;
-  // A connection holds `bytes` of answers not yet taken by its client (for the high-water mark).
-  virtual void output_pending(size_t bytes) = 0;
+  // A connection's answers not yet taken by its client went from `before` to `after` bytes (for
+  // the server's total and the high-water mark).
+  virtual void output_changed(size_t before, size_t after) = 0;
   virtual void frame_timed_out() = 0;
   virtual void offense(std::string_view peer, std::string_view what) = 0;
   // The connection closed; the caller still holds a reference to it.
@@ -62,6 +68,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void drain();
   // Closes the socket at once; pending answers are dropped. Idempotent.
   void close();
+  // The server's answer budget has room again (after wait_for_output_room).
+  void resume();
 
   // Nothing half read, unanswered or unwritten: closing it now loses nothing the client sent.
   bool idle() const { return !closed_ && decoder_.buffered() == 0 && output_bytes() == 0 && !sliced_; }
@@ -87,10 +95,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void watch_partial_frame();
   void flush();
   void on_write(const boost::system::error_code& ec);
+  // May another request be answered? No when this connection's answers reach the output cap (its
+  // on_write comes back) or the server's budget is spent (registered for resume()).
+  bool room_to_answer();
+  void report_output();  // tells the server output_bytes() changed since last told
 
   // Bytes read from a socket at a time. Requests are small (a one-check request is ~20 bytes),
   // so one read usually carries many pipelined requests.
   static constexpr size_t kReadChunkBytes = 16 * 1024;
+
+ public:
+  // Capacity an answer buffer keeps once written; a larger one is freed.
+  static constexpr size_t kKeepOutputCapacity = 16 * 1024;
+
+ private:
 
   std::shared_ptr<ConnectionHost> host_;
   Socket socket_;
@@ -98,6 +116,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::array<char, kReadChunkBytes> read_buffer_{};
   std::string pending_out_;  // framed responses not yet handed to a write
   std::string writing_;      // the buffer of the write in flight
+  size_t reported_output_ = 0;  // output_bytes() as the server last heard it
+  bool waiting_for_room_ = false;  // registered with the server (wait_for_output_room)
+  bool slice_held_ = false;        // a slice waits for room to answer (on_write or resume() goes on)
   bool reading_ = false;
   bool writing_in_flight_ = false;
   bool close_after_flush_ = false;  // a protocol error: answer it, then close

@@ -150,6 +150,7 @@ Daemon::Daemon(DaemonOptions options)
     const size_t n = options_.threads;
     api_options.max_connections = (api_options.max_connections + n - 1) / n;
     api_options.max_connections_per_client = (api_options.max_connections_per_client + n - 1) / n;
+    api_options.max_output_bytes = (api_options.max_output_bytes + n - 1) / n;  // the budget, too
     workers_ = std::make_unique<ApiWorkers>(n - 1, io_, *this, api_options);
   }
   api_ = std::make_unique<api::ApiServer>(io_, *this, api_options);

@@ -14,9 +14,9 @@ namespace prom = prometheus;
 
 // Stats that go up and down (or are a high-water mark), not counters.
 bool is_gauge(std::string_view name) {
-  static constexpr std::array<std::string_view, 14> kGauges = {
+  static constexpr std::array<std::string_view, 16> kGauges = {
       "keys", "keys_longest_probe", "state_bytes", "relay_groups", "key_bytes", "ledger_origins", "ledger_bytes", "api.connections_open", "api.pending_output_high_water_bytes",
-      "http.connections_open", "metrics_http.connections_open", "rules_version", "api.threads", "api.thread.connections_open"};
+      "api.output_bytes", "api.output_high_water_bytes", "http.connections_open", "metrics_http.connections_open", "rules_version", "api.threads", "api.thread.connections_open"};
   return std::find(kGauges.begin(), kGauges.end(), name) != kGauges.end();
 }
 

@@ -408,6 +408,44 @@ TEST_F(ApiServerTest, PipelinedFramesAreAnsweredOnlyWhileTheOutputIsUnderTheCap)
   EXPECT_LE(server_.counters().pending_output_high_water, 1024u + 64u);
 }
 
+// Many clients that pipeline and do not read yet: each may hold up to its cap, but all together
+// no more than the server's budget (plus one answer); the others wait, then each gets every
+// answer, in order, once they read. Before the budget, 1,024 such connections held 1 GiB.
+TEST_F(ApiServerTest, ConnectionsThatDoNotReadShareOneOutputBudget) {
+  ApiServerOptions options;
+  options.max_pending_output_bytes = 64 * 1024;
+  options.max_output_bytes = 128 * 1024;
+  ASSERT_EQ(server_.start_unix(socket_path_, options), "");
+  constexpr size_t kClients = 6;
+  constexpr uint64_t kRequests = 20'000;  // ~500 KB of answers each
+  std::string burst;
+  for (uint64_t id = 1; id <= kRequests; ++id) ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
+  std::vector<std::unique_ptr<RawConnection>> clients;
+  for (size_t i = 0; i < kClients; ++i) clients.push_back(connect());
+  std::vector<std::thread> senders;
+  for (auto& c : clients) senders.emplace_back([&burst, c = c.get()] { EXPECT_TRUE(c->send_bytes(burst)); });
+  // Two connections fill the budget; the other four wait for it.
+  ASSERT_TRUE(wait_until([&] { return server_.counters().output_budget_waits >= kClients - 2; }));
+  std::vector<std::thread> readers;
+  std::vector<uint64_t> in_order(kClients, 0);
+  for (size_t i = 0; i < kClients; ++i) {
+    readers.emplace_back([&, i] {
+      for (uint64_t id = 1; id <= kRequests; ++id) {
+        pb::Response r;
+        if (clients[i]->read_response(&r) != Status::kFrame) break;
+        in_order[i] += r.id() == id;
+      }
+    });
+  }
+  for (auto& t : senders) t.join();
+  for (auto& t : readers) t.join();
+  for (size_t i = 0; i < kClients; ++i) EXPECT_EQ(in_order[i], kRequests) << "client " << i;
+  EXPECT_LE(server_.counters().output_high_water, 128u * 1024u + 64u);
+  EXPECT_GE(server_.counters().output_high_water, 128u * 1024u);  // the budget was reached
+  // The last writes' handlers may run just after the client has read their bytes.
+  EXPECT_TRUE(wait_until([&] { return server_.counters().output_bytes == 0; }));
+}
+
 // A client that sends requests and never reads its answers: once the server's write has waited
 // a frame timeout for it, the connection is closed (its send then fails), and others are served.
 TEST_F(ApiServerTest, AClientThatNeverReadsItsAnswersIsClosedAfterTheFrameTimeout) {
@@ -665,7 +703,8 @@ TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
                        "api.connections_open", "api.accept_errors", "api.requests", "api.checks", "api.errors.frame_too_large",
                        "api.errors.malformed", "api.errors.unsupported_version", "api.errors.batch_too_large",
                        "api.errors.empty_request", "api.errors.internal", "api.busy_yields",
-                       "api.pending_output_high_water_bytes"}));
+                       "api.pending_output_high_water_bytes", "api.output_bytes", "api.output_high_water_bytes",
+                       "api.output_budget_waits"}));
   auto stat = [&](const std::string& name) {
     for (const auto& [n, value] : stats) {
       if (n == name) return value;
