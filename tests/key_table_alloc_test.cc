@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <malloc.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 #include <string>
@@ -14,18 +17,42 @@
 
 namespace {
 std::atomic<uint64_t> g_allocations{0};
+// Heap bytes held through operator new, as malloc counts them (its header included): what the
+// table costs the process.
+std::atomic<int64_t> g_live_bytes{0};
+int64_t held(void* p) { return int64_t(malloc_usable_size(p) + 8); }
 }  // namespace
 
 void* operator new(std::size_t size) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) {
+    g_live_bytes.fetch_add(held(p), std::memory_order_relaxed);
+    return p;
+  }
   throw std::bad_alloc();
 }
 void* operator new[](std::size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void* operator new(std::size_t size, std::align_val_t align) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const size_t a = static_cast<size_t>(align);
+  if (void* p = std::aligned_alloc(a, (std::max<size_t>(size, 1) + a - 1) / a * a)) {
+    g_live_bytes.fetch_add(held(p), std::memory_order_relaxed);
+    return p;
+  }
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size, std::align_val_t align) { return operator new(size, align); }
+void operator delete(void* p) noexcept {
+  if (p) g_live_bytes.fetch_sub(held(p), std::memory_order_relaxed);
+  std::free(p);
+}
+void operator delete[](void* p) noexcept { operator delete(p); }
+void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
+void operator delete[](void* p, std::size_t) noexcept { operator delete(p); }
+void operator delete(void* p, std::align_val_t) noexcept { operator delete(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { operator delete(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { operator delete(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { operator delete(p); }
 
 namespace tollgate {
 namespace {
@@ -58,6 +85,53 @@ void ExpectNoAllocationOnExistingKeys(bool concurrent) {
 TEST(KeyTableHotPath, AllowOnAnExistingKeyDoesNotAllocate) { ExpectNoAllocationOnExistingKeys(false); }
 // The concurrent table (8 shards, each behind its lock) too.
 TEST(KeyTableHotPath, AllowOnAnExistingKeyOfAConcurrentTableDoesNotAllocate) { ExpectNoAllocationOnExistingKeys(true); }
+
+// KeyTable::memory_bound holds whatever keys come: a flood of the longest keys, five times the
+// table, never taken by take_pending (so evicted keys' consumption piles up to its cap), each
+// leaving a balance to remember. The heap is measured after every check.
+TEST(KeyTableMemoryBound, AFloodOfTheLongestKeysStaysWithinTheBound) {
+  for (const bool concurrent : {false, true}) {
+    const KeyTableOptions o{.max_keys = 20'000, .max_key_bytes = 256, .max_remembered = 4'096, .concurrent = concurrent};
+    const int64_t bound = int64_t(KeyTable::memory_bound(o));
+    const int64_t before = g_live_bytes.load();
+    int64_t peak = 0;
+    {
+      KeyTable t(testing::one_rule("*", Limit{Rate{1, 86'400 * kNanosPerSecond}, 10, 10}), o);
+      std::string key(256, 'k');
+      for (int i = 0; i < 100'000; ++i) {
+        const std::string n = std::to_string(i);
+        key.replace(0, n.size(), n);
+        t.allow(key, 5, i);
+        peak = std::max(peak, g_live_bytes.load() - before);
+      }
+      EXPECT_LE(int64_t(t.stats().bytes), bound);
+    }
+    EXPECT_LE(peak, bound) << "concurrent " << concurrent;
+    // Not a bound so loose that it says nothing: the flood reaches a good part of it.
+    EXPECT_GE(peak, bound / 3) << "concurrent " << concurrent;
+    std::printf("max_keys 20,000 of 256 bytes%s: heap peak %.1f MB, bound %.1f MB\n", concurrent ? " (concurrent)" : "",
+                peak / 1e6, bound / 1e6);
+  }
+}
+
+// Two keys taking turns in a table of one: each comes back, leaving a stale entry in the order
+// of remembered balances, behind a debt that refills over a day. They piled up one per
+// eviction; now the table stays within its bound.
+TEST(KeyTableMemoryBound, KeysThatKeepComingBackDoNotGrowTheRememberedOrder) {
+  const KeyTableOptions o{.max_keys = 1, .max_key_bytes = 64, .max_remembered = 16};
+  const int64_t bound = int64_t(KeyTable::memory_bound(o));
+  const int64_t before = g_live_bytes.load();
+  int64_t peak = 0;
+  {
+    KeyTable t(testing::one_rule("*", Limit{Rate{1, 86'400 * kNanosPerSecond}, 10, 10}), o);
+    t.allow("debt", 10, 0);  // spent to zero: remembered ahead of everything, for a day
+    for (int i = 0; i < 300'000; ++i) {
+      t.allow(i % 2 ? "a" : "b", 1, 1 + i);
+      peak = std::max(peak, g_live_bytes.load() - before);
+    }
+  }
+  EXPECT_LE(peak, bound);
+}
 
 }  // namespace
 }  // namespace tollgate

@@ -124,6 +124,10 @@ struct CheckCounts {
 class KeyTable {
  public:
   explicit KeyTable(std::shared_ptr<const RuleSet> rules, KeyTableOptions options = {});
+  // The most heap a table of these options can hold, whatever keys it is given: max_keys keys of
+  // max_key_bytes, as many evicted keys waiting for take_pending, max_remembered balances, and
+  // the index at its largest (growing). KeyTableStats::bytes is what it holds now.
+  static size_t memory_bound(const KeyTableOptions& options);
   ~KeyTable();
   KeyTable(KeyTable&&) noexcept;
   KeyTable& operator=(KeyTable&&) noexcept;

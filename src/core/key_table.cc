@@ -92,6 +92,28 @@ class Shard {
 
   size_t hash_key(std::string_view key) const { return hash_(key); }
 
+  // The most heap a shard of these options can hold, from the sizes of what it keeps (the
+  // KeyTable::memory_bound test measures the heap against it).
+  static size_t bound_bytes(const KeyTableOptions& o) {
+    const size_t keys = std::max<size_t>(o.max_keys, 1);
+    const size_t key_bytes = std::min<size_t>(o.max_key_bytes, UINT16_MAX);
+    // A heap block of n bytes: n plus malloc's 8-byte header, rounded up to 16, at least 32.
+    auto block = [](size_t n) { return std::max<size_t>(32, (n + 8 + 15) / 16 * 16); };
+    // Open addressing at most half full, grown early (from a quarter full) when a run gets long:
+    // at most 8 slots per entry, and 12 while the old array is copied into the new.
+    constexpr size_t kSlotsPerEntry = 12;
+    size_t b = (keys + EntryStore::kChunk - 1) / EntryStore::kChunk * EntryStore::kChunk * sizeof(Entry);
+    if (key_bytes > kInlineKey) b += keys * block(key_bytes);  // keys too long to live inline
+    b += keys * kSlotsPerEntry * sizeof(IndexSlot);
+    b += keys * 2 * 2 * sizeof(uint32_t);  // free_ and dirty_, each up to twice what they hold
+    const size_t orphans = std::max({keys, kMinOrphans, o.min_pending_evicted});
+    b += orphans * (2 * sizeof(std::pair<std::string, int64_t>) + (key_bytes > 15 ? block(key_bytes + 1) : 0));
+    const size_t remembered = o.max_remembered;
+    b += remembered * kSlotsPerEntry * (sizeof(size_t) + sizeof(Remembered));
+    b += (2 * remembered + kOrderSlack) * sizeof(std::pair<size_t, uint64_t>) * 5 / 4;  // the deques' blocks
+    return b;
+  }
+
   // A check, counted (see count()).
   Decision allow(std::string_view key, size_t hash, int64_t cost, MonoNanos now) {
     const Decision d = decide(key, hash, cost, now);
@@ -448,6 +470,7 @@ class Shard {
   // Keys that left the table with consumption not yet taken, kept at least (see orphan()): more
   // than tollgated's early sealing (256) lets wait, however small max_keys is.
   static constexpr size_t kMinOrphans = 4096;
+  static constexpr size_t kOrderSlack = 1024;  // stale remembered-order entries before a compaction
   struct alignas(64) Entry {
     TokenBucket bucket;
     int64_t pending = 0;         // tokens admitted here since the last take_pending()
@@ -707,6 +730,17 @@ class Shard {
     remembered_.assign(hash, Remembered{bucket, limit, generation});
     const bool light = bucket.raw_balance_microtokens() > limit.burst * kMicrotokensPerToken / 2;
     (light ? light_order_ : heavy_order_).emplace_back(hash, generation);
+    // A balance that comes back (its key returns) leaves a stale entry here, which only the
+    // front's expiry pops; behind a debt that refills over a day they piled up, one per eviction,
+    // without bound. Compacted once they outnumber what can be remembered: amortised O(1).
+    if (light_order_.size() + heavy_order_.size() > 2 * options_.max_remembered + kOrderSlack) {
+      for (auto* order : {&light_order_, &heavy_order_}) {
+        std::erase_if(*order, [this](const std::pair<size_t, uint64_t>& e) {
+          const Remembered* r = remembered_.find(e.first);
+          return !r || r->generation != e.second;
+        });
+      }
+    }
   }
 
   // Removes a key. Its pending consumption moves to orphan_pending_ so it is still reported. The
@@ -900,24 +934,36 @@ class KeyTable::Impl {
         concurrent_(options.concurrent),
         refine_{options.precise_clock, options.coarse_lag_ns},
         hash_(options.hash_key.value_or(KeyedHash::Key{})) {
+    const size_t n = shard_count(options);
+    for (size_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<LockedShard>(rules, shard_options(options, n, i), hash_));
+  }
+
+  static size_t shard_count(const KeyTableOptions& options) {
     size_t n = 1;
-    if (concurrent_ && options.shards > 0) {
+    if (options.concurrent && options.shards > 0) {
       n = std::bit_floor(std::min(options.shards, kMaxShards));
-    } else if (concurrent_) {
+    } else if (options.concurrent) {
       n = kMaxShards;
       while (n > 1 && options.max_keys / n < kMinKeysPerShard) n /= 2;
     }
-    // Split so that the shards' bounds add up to the table's exactly (--max-keys is a promise),
-    // except that each shard holds at least one key, and remembers at least one balance if
-    // any is to be remembered (a shard remembering none would bring keys back full from debt).
-    auto share = [n](size_t total, size_t i) { return total / n + (i < total % n ? 1 : 0); };
-    for (size_t i = 0; i < n; ++i) {
-      KeyTableOptions each = options;
-      each.max_keys = std::max<size_t>(1, share(options.max_keys, i));
-      each.max_remembered = options.max_remembered == 0 ? 0 : std::max<size_t>(1, share(options.max_remembered, i));
-      each.min_pending_evicted = (options.min_pending_evicted + n - 1) / n;
-      shards_.push_back(std::make_unique<LockedShard>(rules, each, hash_));
-    }
+    return n;
+  }
+  // Split so that the shards' bounds add up to the table's exactly (--max-keys is a promise),
+  // except that each shard holds at least one key, and remembers at least one balance if any is
+  // to be remembered (a shard remembering none would bring keys back full from debt).
+  static KeyTableOptions shard_options(const KeyTableOptions& options, size_t n, size_t i) {
+    auto share = [n, i](size_t total) { return total / n + (i < total % n ? 1 : 0); };
+    KeyTableOptions each = options;
+    each.max_keys = std::max<size_t>(1, share(options.max_keys));
+    each.max_remembered = options.max_remembered == 0 ? 0 : std::max<size_t>(1, share(options.max_remembered));
+    each.min_pending_evicted = (options.min_pending_evicted + n - 1) / n;
+    return each;
+  }
+  static size_t bound_bytes(const KeyTableOptions& options) {
+    const size_t n = shard_count(options);
+    size_t b = n * sizeof(LockedShard);
+    for (size_t i = 0; i < n; ++i) b += Shard::bound_bytes(shard_options(options, n, i));
+    return b;
   }
 
   size_t hash_key(std::string_view key) const { return hash_(key); }
@@ -1364,5 +1410,6 @@ size_t KeyTable::shards() const { return impl_->shards(); }
 CheckCounts KeyTable::check_counts() const { return impl_->check_counts(); }
 std::vector<std::pair<std::string, RuleCounters>> KeyTable::rule_counters() const { return impl_->rule_counters(); }
 KeyTableStats KeyTable::stats() const { return impl_->stats(); }
+size_t KeyTable::memory_bound(const KeyTableOptions& options) { return Impl::bound_bytes(options); }
 
 }  // namespace tollgate
