@@ -98,6 +98,7 @@ struct Job {
   const pb::RateLimitRequest* request = nullptr;  // gRPC's, valid until Finish
   Plan plan;
   std::optional<SteadyTime> deadline;
+  size_t request_bytes = 0;  // counted against max_pending_bytes while queued
   // Set on the node's thread.
   grpc::Status status;
   Code overall = Code::kOk;
@@ -200,6 +201,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
       shut_down_ = true;
       closed_ = true;
       left.swap(queue_);
+      queued_bytes_ = 0;
     }
     unavailable_ += int64_t(left.size());
     for (Job* job : left) finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
@@ -245,6 +247,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (options_.decide_on_grpc_threads) {
       decide_here(job);
     } else {
+      job->request_bytes = request->ByteSizeLong();
       submit(job);
     }
     return reactor;
@@ -308,10 +311,12 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
       std::lock_guard lock(queue_mu_);
       if (closed_) {
         outcome = kClosed;
-      } else if (queue_.size() >= options_.max_pending) {
+      } else if (queue_.size() >= options_.max_pending ||
+                 queued_bytes_ + job->request_bytes > options_.max_pending_bytes) {
         outcome = kFull;
       } else {
         queue_.push_back(job);
+        queued_bytes_ += job->request_bytes;
         outcome = drain_posted_ ? kQueued : kPosted;
         drain_posted_ = true;
       }
@@ -367,6 +372,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
       const size_t n = std::min(queue_.size(), kJobsPerTurn);
       jobs.assign(queue_.begin(), queue_.begin() + long(n));
       queue_.erase(queue_.begin(), queue_.begin() + long(n));
+      for (const Job* job : jobs) queued_bytes_ -= job->request_bytes;
       more = !queue_.empty();
       drain_posted_ = more;
     }
@@ -431,6 +437,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
 
   std::mutex queue_mu_;
   std::deque<Job*> queue_;
+  size_t queued_bytes_ = 0;  // the requests' bytes in queue_ (under queue_mu_)
   bool drain_posted_ = false;
   bool closed_ = false;
   bool shut_down_ = false;

@@ -62,10 +62,11 @@ int64_t stat(const StatsList& stats, const std::string& name) {
 
 class RlsServerTest : public ::testing::Test {
  protected:
-  void start(size_t max_pending, bool on_grpc_threads = false) {
+  void start(size_t max_pending, bool on_grpc_threads = false, size_t max_pending_bytes = 16u << 20) {
     RlsServerOptions options;
     options.listen = "127.0.0.1:0";
     options.max_pending = max_pending;
+    options.max_pending_bytes = max_pending_bytes;
     options.decide_on_grpc_threads = on_grpc_threads;
     server_ = std::make_unique<RlsServer>(node_io_, handler_, options);
     const auto config = parse_rls_config({{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
@@ -140,6 +141,24 @@ TEST_F(RlsServerTest, BeyondMaxPendingACallFailsAtOnceWithResourceExhausted) {
   ASSERT_TRUE(wait_until([&] { return node_io_.poll() > 0; }));
   EXPECT_TRUE(first.get().ok());
   EXPECT_EQ(handler_.charged, 1);
+}
+
+// The queue holds requests of up to 64 KiB: its bytes are capped too, not only its calls (4,096
+// of the largest requests held 256 MiB).
+TEST_F(RlsServerTest, BeyondMaxPendingBytesACallFailsAtOnceWithResourceExhausted) {
+  start(16, false, 20);  // room for one of these requests (15 bytes), not two
+  auto first = call_async(std::chrono::seconds(20));
+  ASSERT_TRUE(wait_until([&] { return stat("rls_calls") == 1; }));
+  auto second = call_async(std::chrono::seconds(20));
+  EXPECT_EQ(second.get().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);  // while the first waits
+  EXPECT_EQ(stat("rls_busy"), 1);
+  ASSERT_TRUE(wait_until([&] { return node_io_.poll() > 0; }));
+  EXPECT_TRUE(first.get().ok());
+  // Its bytes were given back when it was decided: the next one is queued.
+  auto third = call_async(std::chrono::seconds(20));
+  ASSERT_TRUE(wait_until([&] { return node_io_.poll() > 0; }));
+  EXPECT_TRUE(third.get().ok());
+  EXPECT_EQ(handler_.charged, 2);
 }
 
 TEST_F(RlsServerTest, StoppingAnswersQueuedCallsUnavailableUncharged) {
