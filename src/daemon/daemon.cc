@@ -15,6 +15,7 @@
 #include "http/http_server.h"
 #include "http/token_file.h"
 #include "retriever/rules_feed.h"
+#include "daemon/memory_bound.h"
 #include "rls/rls_server.h"
 #include "tcp_transport.h"
 #include "tollgate/rls_config.h"
@@ -83,6 +84,31 @@ void log_to_spdlog(LogLevel level, const std::string& line) {
 
 }  // namespace
 
+void Daemon::check_memory_bound() const {
+  const std::vector<MemoryPart> parts = memory_bound(options_);
+  const uint64_t bound = total_bytes(parts);
+  std::optional<uint64_t> limit;
+  std::string limit_from;
+  if (options_.memory_limit == "auto") {
+    limit = cgroup_memory_max();
+    limit_from = "the memory.max of this process's cgroup (systemd's MemoryMax=)";
+  } else if (options_.memory_limit != "none") {
+    std::string why;
+    limit = parse_memory_size(options_.memory_limit, &why);  // checked by parse_daemon_options
+    limit_from = "--memory-limit";
+  }
+  spdlog::info("memory bound {}{}", describe(parts), limit ? "; limit " + mebibytes(*limit) : "; no memory limit");
+  if (limit && bound > *limit) {
+    const auto largest = std::max_element(parts.begin(), parts.end(),
+                                          [](const MemoryPart& a, const MemoryPart& b) { return a.bytes < b.bytes; });
+    throw ConfigError("--memory-limit", 0, 0,
+                      "at these settings tollgated can take up to " + mebibytes(bound) + " (" + describe(parts) +
+                          "), more than the " + mebibytes(*limit) + " of " + limit_from +
+                          ": a flood would end in an OOM kill. Lower the largest part, " + largest->name + " (" +
+                          largest->from + "), or raise the limit");
+  }
+}
+
 Daemon::Daemon(DaemonOptions options)
     : options_(std::move(options)),
       histograms_(std::make_unique<DaemonHistograms>(options_.threads)),
@@ -91,6 +117,7 @@ Daemon::Daemon(DaemonOptions options)
       signals_(io_, SIGTERM, SIGINT) {
   signals_.add(SIGHUP);
   NodeHostOptions host = node_host_options(options_);
+  check_memory_bound();
   host.log = log_to_spdlog;
   host.on_round = [h = histograms_.get()](int64_t round_ns) { h->round.Observe(seconds(round_ns)); };
   std::string rules_etag;

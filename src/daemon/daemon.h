@@ -53,6 +53,8 @@ class Daemon final : public RequestHandler {
   std::string set_faults(const FaultSettings& faults) override;
 
  private:
+  // Logs the most memory these settings can take; throws ConfigError when it exceeds the limit.
+  void check_memory_bound() const;
   void wait_for_signal();
   void schedule_watch();
   void shutdown();

@@ -1,6 +1,7 @@
 #include "daemon_options.h"
 
 #include "config/strict_yaml.h"
+#include "daemon/memory_bound.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -178,6 +179,12 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   app.add_option("--metrics-listen", o->metrics_listen,
                  "Serve /metrics, /healthz and /readyz (nothing else, no token) on HOST:PORT, so scraping and probes "
                  "need no access to checks. Off unless given");
+  app.add_option("--memory-limit", o->memory_limit,
+                 "The memory tollgated must stay within: a size (512M, 2G) or `auto`, the limit of its cgroup "
+                 "(systemd's MemoryMax=), if any, or `none`. The most memory these settings can take (keys, "
+                 "evicted keys, every door at its caps) is printed at start; a daemon whose bound exceeds the "
+                 "limit refuses to start, naming the settings to lower")
+      ->type_name("SIZE|auto|none");
   std::string http_timeout = format_duration(o->http_timeout_ns);
   app.add_option("--http-timeout", http_timeout,
                  "How long an HTTP client has to send a request (or keep an idle connection), and to take its "
@@ -339,6 +346,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                        "service only)");
   }
   if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
+  if (o->memory_limit != "auto" && o->memory_limit != "none") {
+    std::string why;
+    if (!parse_memory_size(o->memory_limit, &why)) return usage_error("--memory-limit: " + why + ", auto or none");
+  }
   const bool rls_tls = !o->rls_tls_cert.empty() || !o->rls_tls_key.empty() || !o->rls_tls_client_ca.empty();
   if (o->rls_listen.empty() && (rls_tls || o->rls_insecure)) {
     return usage_error(std::string(o->rls_insecure ? "--rls-insecure" : "--rls-tls-*") + " is for --rls-listen");

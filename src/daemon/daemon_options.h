@@ -63,6 +63,7 @@ struct DaemonOptions {
   int64_t http_timeout_ns = 10 * kNanosPerSecond;  // to read a request (or wait for the next), or write an answer
   std::string http_token_file;          // a bearer token every HTTP endpoint but health needs; "" none
   bool http_insecure = false;           // allow a non-loopback --http-listen without a token
+  std::string memory_limit = "auto";   // SIZE, auto (the cgroup's memory.max) or none
   std::string metrics_listen;           // "HOST:PORT": /metrics, /healthz, /readyz only; "" none
   // Gossip further than this from our wall clock is dropped as stale (replays; Transport).
   int64_t max_message_age_ns = 30'000'000'000;

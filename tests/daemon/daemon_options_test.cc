@@ -1,4 +1,5 @@
 #include "daemon/daemon_options.h"
+#include "daemon/memory_bound.h"
 #include "host/node_host.h"
 
 #include <gtest/gtest.h>
@@ -195,6 +196,8 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "r", "--peers-file", "p", "--threads", "-1"}, "--threads"},
       {{"--rules", "r", "--peers-file", "p", "--max-message-age", "31s"}, "at most half of --forget-after (1m)"},
       {{"--rules", "r", "--peers-file", "p", "--max-message-age", "500ms"}, "must be at least 1s"},
+      {{"--rules", "r", "--peers-file", "p", "--memory-limit", "lots"}, "--memory-limit: \"lots\" is not a size"},
+      {{"--rules", "r", "--peers-file", "p", "--memory-limit", "512T"}, "--memory-limit"},
   };
   for (const Case& c : cases) {
     const Parsed p = parse(c.args);
@@ -275,6 +278,72 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   EXPECT_EQ(n.push_pull_interval_ns, 500 * kNanosPerMilli);
   EXPECT_EQ(n.keys.max_keys, 4096u);
   EXPECT_EQ(n.retransmit_mult, 6u);
+}
+
+// --- the memory bound (issue 34, finding 8) ----------------------------------------------------
+
+TEST(MemorySize, BytesOrBinaryUnits) {
+  std::string why;
+  EXPECT_EQ(parse_memory_size("512M", &why), uint64_t{512} << 20);
+  EXPECT_EQ(parse_memory_size("2G", &why), uint64_t{2} << 30);
+  EXPECT_EQ(parse_memory_size("64KiB", &why), uint64_t{64} << 10);
+  EXPECT_EQ(parse_memory_size("1048576", &why), uint64_t{1} << 20);
+  for (const char* bad : {"", "M", "-1", "1.5G", "12 M", "1000000000000000000"}) {
+    EXPECT_FALSE(parse_memory_size(bad, &why)) << bad;
+    EXPECT_NE(why.find("is not a size"), std::string::npos) << why;
+  }
+}
+
+// The limit is the tightest memory.max on the way from this process's cgroup (v2) to the root.
+TEST_F(DaemonOptionsTest, TheCgroupLimitIsTheTightestOnTheWayUp) {
+  const std::string proc = write("cgroup", "0::/system.slice/tollgated.service\n");
+  fs::create_directories(dir_ / "sys/system.slice/tollgated.service");
+  write("sys/system.slice/tollgated.service/memory.max", "max\n");
+  EXPECT_EQ(cgroup_memory_max(proc, (dir_ / "sys").string()), std::nullopt);  // no limit anywhere
+  write("sys/system.slice/memory.max", "1073741824\n");
+  EXPECT_EQ(cgroup_memory_max(proc, (dir_ / "sys").string()), uint64_t{1} << 30);  // the slice's
+  write("sys/system.slice/tollgated.service/memory.max", "536870912\n");
+  EXPECT_EQ(cgroup_memory_max(proc, (dir_ / "sys").string()), uint64_t{512} << 20);  // the service's, lower
+  // cgroup v1 only (no "0::" line), or no file: unknown, so no limit is assumed.
+  EXPECT_EQ(cgroup_memory_max(write("v1", "4:memory:/x\n"), (dir_ / "sys").string()), std::nullopt);
+  EXPECT_EQ(cgroup_memory_max((dir_ / "absent").string(), (dir_ / "sys").string()), std::nullopt);
+}
+
+// Every door counts: the bound grows with each cap an operator raises.
+TEST_F(DaemonOptionsTest, TheMemoryBoundGrowsWithEachCap) {
+  auto bound = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--rules", "r", "--peers-file", "p", "--insecure-gossip"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Parsed p = parse(args);
+    EXPECT_FALSE(p.exit_code.has_value()) << p.stderr_text;
+    return total_bytes(memory_bound(p.options));
+  };
+  const uint64_t base = bound({});
+  EXPECT_GT(bound({"--max-keys", "2000000"}), base + (uint64_t{400} << 20));  // ~870 B a key at most
+  EXPECT_LT(bound({"--max-keys", "100000"}), base);
+  EXPECT_GT(bound({"--api-max-connections", "4096"}), base + (uint64_t{300} << 20));  // ~130 KiB a connection
+  EXPECT_GT(bound({"--http-listen", "127.0.0.1:8080"}), base);
+  EXPECT_GT(bound({"--transport", "tcp"}), base);
+}
+
+// The package's unit and its configuration agree: the daemon they start fits its MemoryMax, so
+// it starts (tollgated refuses settings whose bound exceeds the cgroup's limit).
+TEST_F(DaemonOptionsTest, TheShippedConfigurationFitsTheUnitsMemoryMax) {
+  // The key file it names is on the installed host only (flags win over the file).
+  const Parsed p = parse({"--config", std::string(TOLLGATE_SOURCE_DIR) + "/config/tollgate.yaml", "--cluster-key-file",
+                          write("cluster.key", std::string(64, 'a') + "\n")});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
+  std::ifstream unit(std::string(TOLLGATE_SOURCE_DIR) + "/config/tollgated.service");
+  std::optional<uint64_t> memory_max;
+  std::string line, why;
+  while (std::getline(unit, line)) {
+    if (line.rfind("MemoryMax=", 0) == 0) memory_max = parse_memory_size(line.substr(10), &why);
+  }
+  ASSERT_TRUE(memory_max.has_value()) << "no MemoryMax= in the unit " << why;
+  const std::vector<MemoryPart> parts = memory_bound(p.options);
+  EXPECT_LE(total_bytes(parts), *memory_max) << describe(parts);
+  // And not far below it: the unit's limit is the bound, with room for the allocator's slack.
+  EXPECT_GE(total_bytes(parts), *memory_max * 3 / 4) << describe(parts);
 }
 
 }  // namespace
