@@ -73,6 +73,16 @@ struct DaemonHistograms {
 namespace {
 double seconds(MonoNanos ns) { return double(ns) / 1e9; }
 
+// Whether a front end's listen address ("HOST:PORT", "tcp:HOST:PORT" or "unix:PATH") is loopback
+// or a Unix socket, from its text (IP addresses only, as the listeners take). One that does not
+// parse counts as loopback here: the listener's start reports it.
+bool listens_on_loopback(std::string text) {
+  if (!text.starts_with("unix:") && !text.starts_with("tcp:")) text = "tcp:" + text;
+  std::string why;
+  const auto endpoint = api::parse_endpoint(text, &why);
+  return !endpoint || endpoint->is_loopback();
+}
+
 // The host's log lines go to spdlog.
 void log_to_spdlog(LogLevel level, const std::string& line) {
   switch (level) {
@@ -196,14 +206,15 @@ Daemon::Daemon(DaemonOptions options)
     rls_options.tls_cert = options_.rls_tls_cert;
     rls_options.tls_key = options_.rls_tls_key;
     rls_options.tls_client_ca = options_.rls_tls_client_ca;
-    rls_ = std::make_unique<rls::RlsServer>(io_, *this, rls_options);
-    if (std::string why = rls_->start(rls_config); !why.empty()) throw std::runtime_error("--rls-listen " + why);
-    if (!rls_->is_loopback() && !rls_->is_mutual_tls() && !options_.rls_insecure) {
-      throw std::runtime_error("--rls-listen " + rls_->address() +
+    // Refused before anything is bound: gRPC serves from its own threads as soon as it starts.
+    if (!listens_on_loopback(options_.rls_listen) && options_.rls_tls_client_ca.empty() && !options_.rls_insecure) {
+      throw std::runtime_error("--rls-listen " + options_.rls_listen +
                                " is not loopback, and without mutual TLS anyone who reaches it can spend any "
                                "descriptor's limit: give --rls-tls-cert, --rls-tls-key and --rls-tls-client-ca (or "
                                "--rls-insecure to serve it without)");
     }
+    rls_ = std::make_unique<rls::RlsServer>(io_, *this, rls_options);
+    if (std::string why = rls_->start(rls_config); !why.empty()) throw std::runtime_error("--rls-listen " + why);
     if (!rls_->is_loopback() && !rls_->is_mutual_tls()) {
       spdlog::warn("rate limit service listens on {}, which is not loopback, without mutual TLS (--rls-insecure)",
                    rls_->address());
@@ -229,15 +240,16 @@ Daemon::Daemon(DaemonOptions options)
       token = http::read_token_file(options_.http_token_file);  // a ConfigError stops the start
       if (auto warning = http::token_file_warning(options_.http_token_file)) spdlog::warn("{}", *warning);
     }
+    // Refused before the port is bound: the HTTP thread accepts as soon as it starts.
+    if (!listens_on_loopback(options_.http_listen) && token.empty() && !options_.http_insecure) {
+      throw std::runtime_error("--http-listen " + options_.http_listen +
+                               " is not loopback, and HTTP without a credential lets anyone who reaches it spend any "
+                               "key: give --http-token-file FILE (or --http-insecure to serve it without one)");
+    }
     http_options.listen = options_.http_listen;
     http_ = std::make_unique<http::HttpServer>(io_, *this, http_options);
     http_->set_token(token);
     if (std::string why = http_->start(rls_config); !why.empty()) throw std::runtime_error("--http-listen " + why);
-    if (!http_->is_loopback() && token.empty() && !options_.http_insecure) {
-      throw std::runtime_error("--http-listen " + http_->address() +
-                               " is not loopback, and HTTP without a credential lets anyone who reaches it spend any "
-                               "key: give --http-token-file FILE (or --http-insecure to serve it without one)");
-    }
     if (!http_->is_loopback() && token.empty()) {
       spdlog::warn("HTTP front end listens on {}, which is not loopback, without a token (--http-insecure)", http_->address());
     }
