@@ -9,24 +9,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "api/request_handler.h"
 #include "daemon_options.h"
 
 namespace tollgate {
 
-class ApiWorkers;
+class FrontEnd;
 class NodeHost;
-class RulesFeed;
-namespace api {
-class ApiServer;
-}
-namespace rls {
-class RlsServer;
-}
-namespace http {
-class HttpServer;
-}
 struct DaemonHistograms;
 
 class Daemon final : public RequestHandler {
@@ -58,27 +49,17 @@ class Daemon final : public RequestHandler {
   void wait_for_signal();
   void schedule_watch();
   void shutdown();
-  // The client API's stats, summed over its threads (and each thread's share).
-  void append_api_stats(StatsList& s) const;
 
   DaemonOptions options_;
   boost::asio::io_context io_;
   // Check and round latency for /metrics (prometheus-cpp Histograms: observed on the node's
-  // and the client API threads, collected on the HTTP thread). Before http_: it outlives the
-  // HTTP thread.
+  // and the client API threads, collected on the HTTP thread). Before the front ends: it
+  // outlives the HTTP thread.
   std::unique_ptr<DaemonHistograms> histograms_;
   std::unique_ptr<NodeHost> host_;
-  std::unique_ptr<RulesFeed> rules_feed_;  // with --rules-url
-  // --threads N: the client API's other N - 1 threads. Before api_, which hands them
-  // connections: it goes first.
-  std::unique_ptr<ApiWorkers> workers_;
-  std::unique_ptr<api::ApiServer> api_;
-  std::unique_ptr<rls::RlsServer> rls_;
-  std::unique_ptr<http::HttpServer> http_;
-  std::unique_ptr<http::HttpServer> metrics_http_;  // --metrics-listen: /metrics and health only
-  // The HTTP servers there are (http_, metrics_http_).
-  std::vector<http::HttpServer*> http_servers() const;
-  void reload_http_token();
+  // Client API, rate limit service, HTTP, metrics listener, rules retriever (front_end.h), in
+  // the order they are driven.
+  std::vector<std::unique_ptr<FrontEnd>> front_ends_;
   boost::asio::steady_timer watch_timer_, shutdown_timer_;
   boost::asio::signal_set signals_;
   bool stopping_ = false;
