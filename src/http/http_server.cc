@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "api/endpoint.h"
+#include "api/node_queue.h"
 
 namespace tollgate::http {
 
@@ -30,6 +31,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
         handler_(handler),
         options_(std::move(options)),
         routes_([this](NodeJob job, const Reply& reply) { return run_on_node(std::move(job), reply); }, options_.routes),
+        queue_(node_io_, options_.max_pending),
         acceptor_(io_),
         retry_timer_(io_) {}
 
@@ -66,10 +68,11 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
     if (thread_.joinable()) thread_.join();
     boost::system::error_code ignored;
     acceptor_.close(ignored);  // the HTTP thread has stopped: no handler of it runs now
+    queue_.shutdown();         // jobs the node never reached: dropped, with the server they hold
   }
 
   void drain() { routes_.drain(); }
-  void stop() { node_stopped_ = true; }
+  void stop() { queue_.stop(); }
   void set_rls_config(std::shared_ptr<const RlsConfig> config) { routes_.set_rls_config(std::move(config)); }
   void set_token(std::string token) { routes_.set_token(std::move(token)); }
   const std::string& address() const { return address_; }
@@ -96,39 +99,39 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   // At a connection limit: frees a place for a newcomer from `client` (see the header), or false.
   bool make_room_for(const std::string& client);
 
-  // Routes' NodeRunner (HTTP thread): queue `job` for the node, or refuse.
+  // Routes' NodeRunner (HTTP thread): queue `job` for the node (api/node_queue.h), or refuse.
   bool run_on_node(NodeJob job, const Reply& reply) {
-    if (node_stopped_ || size_t(pending_.load()) >= options_.max_pending) {
-      ++busy_;
-      return false;
-    }
-    ++pending_;
-    // The ticket holds the server (declared first, so released last) while the node's
-    // io_context holds the job; the continuation and `reply` go back to the HTTP io_context.
+    // The ticket holds the server (declared first, so released last) while the queue holds the
+    // job; the continuation and `reply` go back to the HTTP io_context.
     struct Ticket {
       std::shared_ptr<Impl> server;
       NodeJob job;
       Reply reply;
-      std::chrono::steady_clock::time_point queued;
     };
-    auto ticket = std::make_shared<Ticket>(Ticket{shared_from_this(), std::move(job), reply, std::chrono::steady_clock::now()});
-    asio::post(node_io_, [ticket]() mutable {
-      Impl& self = *ticket->server;
-      --self.pending_;
-      std::function<void()> finish;
-      if (self.node_stopped_) {
-        finish = [reply = ticket->reply] { reply(error_response(503, "tollgated is shutting down; the check was not decided")); };
-      } else if (std::chrono::steady_clock::now() - ticket->queued > self.options_.node_wait) {
-        ++self.wait_expired_;
-        finish = [reply = ticket->reply] { reply(error_response(503, "tollgated is overloaded; the check was not decided")); };
-      } else {
-        finish = ticket->job(self.handler_);
-      }
-      // The ticket goes with the continuation: every copy of `reply` (each holds the connection)
-      // is then dropped on the HTTP thread, where a connection's counts live, never here.
-      asio::post(self.io_, [ticket = std::move(ticket), finish = std::move(finish)] { finish(); });
-    });
-    return true;
+    auto ticket = std::make_shared<Ticket>(Ticket{shared_from_this(), std::move(job), reply});
+    using Outcome = api::NodeQueue::Outcome;
+    const bool queued = queue_.submit(
+        [ticket](Outcome outcome) mutable {
+          // kShutDown: the HTTP thread has stopped too; nothing is answered, and the ticket
+          // goes here (no HTTP handler runs any more).
+          if (outcome == Outcome::kShutDown) return;
+          Impl& self = *ticket->server;
+          std::function<void()> finish;
+          if (outcome == Outcome::kStopped) {
+            finish = [reply = ticket->reply] { reply(error_response(503, "tollgated is shutting down; the check was not decided")); };
+          } else if (outcome == Outcome::kExpired) {
+            ++self.wait_expired_;
+            finish = [reply = ticket->reply] { reply(error_response(503, "tollgated is overloaded; the check was not decided")); };
+          } else {
+            finish = ticket->job(self.handler_);
+          }
+          // The ticket goes with the continuation: every copy of `reply` (each holds the
+          // connection) is then dropped on the HTTP thread, where a connection's counts live.
+          asio::post(self.io_, [ticket = std::move(ticket), finish = std::move(finish)] { finish(); });
+        },
+        api::NodeQueue::Clock::now() + options_.node_wait);
+    if (!queued) ++busy_;
+    return queued;
   }
 
   asio::io_context& node_io_;
@@ -138,8 +141,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   std::string address_;
   bool loopback_ = true;
   std::atomic<bool> shut_down_{false};
-  std::atomic<bool> node_stopped_{false};
-  std::atomic<int64_t> pending_{0};
+  api::NodeQueue queue_;  // node jobs: at most max_pending; one waiting past node_wait is answered 503
   // Before io_: sessions still in its handlers count themselves out when it is destroyed.
   std::atomic<int64_t> accepted_{0}, rejected_{0}, timed_out_{0}, open_{0}, too_large_{0}, malformed_{0}, busy_{0},
       wait_expired_{0}, evicted_{0};

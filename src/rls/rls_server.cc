@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "api/endpoint.h"
+#include "api/node_queue.h"
 #include "api/listener.h"
 #include "config/read_file.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -88,7 +89,6 @@ std::string check_pem_files(const std::string& cert, const std::string& key, con
 }
 
 // Calls decided per handler on the node's thread (each up to kMaxDescriptors checks).
-constexpr size_t kJobsPerTurn = 16;
 
 // One call, from the gRPC thread that read it to the finisher that answers it.
 struct Job {
@@ -186,7 +186,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   }
 
   void stop() {
-    node_stopped_ = true;
+    queue_.stop();
     // No decision on a gRPC thread starts from now on, and those under way end first: the node
     // seals what they charge when it leaves, right after this.
     gate_closed_.store(true);
@@ -194,17 +194,8 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   }
 
   void shutdown() {
-    std::deque<Job*> left;
-    {
-      std::lock_guard lock(queue_mu_);
-      if (shut_down_) return;
-      shut_down_ = true;
-      closed_ = true;
-      left.swap(queue_);
-      queued_bytes_ = 0;
-    }
-    unavailable_ += int64_t(left.size());
-    for (Job* job : left) finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
+    if (shut_down_.exchange(true)) return;
+    queue_.shutdown();  // what the node never reached answers UNAVAILABLE, here
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     finisher_.join();
     if (server_) server_->Wait();
@@ -305,33 +296,19 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     return plan_from_message(request, std::move(config), options_.max_key_bytes, plan);
   }
 
+  // gRPC thread: queue the call for the node's thread (api/node_queue.h: bounded in calls and
+  // bytes, a call whose deadline passed answered uncharged, UNAVAILABLE once stopped).
   void submit(Job* job) {
-    enum { kQueued, kPosted, kClosed, kFull } outcome;
-    {
-      std::lock_guard lock(queue_mu_);
-      if (closed_) {
-        outcome = kClosed;
-      } else if (queue_.size() >= options_.max_pending ||
-                 queued_bytes_ + job->request_bytes > options_.max_pending_bytes) {
-        outcome = kFull;
-      } else {
-        queue_.push_back(job);
-        queued_bytes_ += job->request_bytes;
-        outcome = drain_posted_ ? kQueued : kPosted;
-        drain_posted_ = true;
-      }
+    const auto deadline = job->deadline.value_or(api::NodeQueue::Clock::time_point::max());
+    const bool queued = queue_.submit([this, job](api::NodeQueue::Outcome outcome) { decide_queued(job, outcome); },
+                                      deadline, job->request_bytes);
+    if (queued) return;
+    if (shut_down_.load()) {
+      ++unavailable_;
+      return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
     }
-    switch (outcome) {
-      case kQueued: return;
-      case kPosted: return boost::asio::post(node_io_, [this] { decide_queued(); });
-      case kClosed:
-        ++unavailable_;
-        return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
-      case kFull:
-        ++busy_;
-        return finish(job, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                        "tollgated has too many rate limit calls waiting"));
-    }
+    ++busy_;
+    finish(job, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "tollgated has too many rate limit calls waiting"));
   }
 
   // gRPC thread (decide_on_grpc_threads): decide and answer the call now. Just read, so neither
@@ -360,51 +337,41 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     answer(job);
   }
 
-  // Node thread: decide what is queued, at most kJobsPerTurn calls per handler so that gossip
-  // and the native API's clients get the thread in between, then hand the answers to the
-  // finisher.
-  void decide_queued() {
-    std::vector<Job*> jobs;
-    bool more = false;
-    std::shared_ptr<const RlsConfig> config;
-    {
-      std::lock_guard lock(queue_mu_);
-      const size_t n = std::min(queue_.size(), kJobsPerTurn);
-      jobs.assign(queue_.begin(), queue_.begin() + long(n));
-      queue_.erase(queue_.begin(), queue_.begin() + long(n));
-      for (const Job* job : jobs) queued_bytes_ -= job->request_bytes;
-      more = !queue_.empty();
-      drain_posted_ = more;
+  // Node thread (or, kShutDown, the thread shutting down): decide a queued call, or say why not,
+  // then hand it to the finisher.
+  void decide_queued(Job* job, api::NodeQueue::Outcome outcome) {
+    using Outcome = api::NodeQueue::Outcome;
+    if (outcome == Outcome::kShutDown) {
+      ++unavailable_;
+      return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
     }
+    std::shared_ptr<const RlsConfig> config;
     {
       std::lock_guard lock(config_mu_);
       config = config_;
     }
-    for (Job* job : jobs) {
-      // Planned against a config since replaced: plan again, so that the limits, flags and
-      // keys are those of the rules the node now decides with.
-      if (job->plan.config != config && !node_stopped_) {
-        if (std::string why = plan(*job->request, job->plan); !why.empty()) {
-          job->status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
-        }
+    // Planned against a config since replaced: plan again, so that the limits, flags and keys
+    // are those of the rules the node now decides with.
+    if (outcome == Outcome::kRun && job->plan.config != config) {
+      if (std::string why = plan(*job->request, job->plan); !why.empty()) {
+        job->status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
       }
-      if (node_stopped_) {
-        ++unavailable_;
-        job->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down");
-      } else if (!job->status.ok()) {
-        ++invalid_;
-      } else if (job->deadline && std::chrono::steady_clock::now() >= *job->deadline) {
-        ++deadline_expired_;
-        job->status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the check ran");
-      } else if (job->ctx->IsCancelled()) {
-        ++cancelled_;
-        job->status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before the check ran");
-      } else {
-        job->overall = decide(handler_, job->plan, job->results);
-      }
-      boost::asio::post(finisher_, [this, job] { answer(job); });
     }
-    if (more) boost::asio::post(node_io_, [this] { decide_queued(); });
+    if (outcome == Outcome::kStopped) {
+      ++unavailable_;
+      job->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down");
+    } else if (!job->status.ok()) {
+      ++invalid_;
+    } else if (outcome == Outcome::kExpired) {
+      ++deadline_expired_;
+      job->status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the check ran");
+    } else if (job->ctx->IsCancelled()) {
+      ++cancelled_;
+      job->status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before the check ran");
+    } else {
+      job->overall = decide(handler_, job->plan, job->results);
+    }
+    boost::asio::post(finisher_, [this, job] { answer(job); });
   }
 
   // Finisher thread: build the response and finish the call.
@@ -435,13 +402,8 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   std::mutex config_mu_;
   std::shared_ptr<const RlsConfig> config_;
 
-  std::mutex queue_mu_;
-  std::deque<Job*> queue_;
-  size_t queued_bytes_ = 0;  // the requests' bytes in queue_ (under queue_mu_)
-  bool drain_posted_ = false;
-  bool closed_ = false;
-  bool shut_down_ = false;
-  bool node_stopped_ = false;  // node thread only
+  api::NodeQueue queue_{node_io_, options_.max_pending, options_.max_pending_bytes};
+  std::atomic<bool> shut_down_{false};
   // decide_on_grpc_threads: closed by stop(); decisions under way on gRPC's threads.
   std::atomic<bool> gate_closed_{false};
   std::atomic<int> deciding_{0};
