@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <string>
+#include <vector>
 #include <thread>
 
 namespace tollgate {
@@ -115,6 +117,65 @@ TEST_F(NodeHostLoads, ALoadUnderWayWhenTheHostGoesIsDroppedNotRunOnAGoneHost) {
   }  // the destructor waits for the loader thread; its answer finds the host gone
   io.poll();  // whatever the loader posted before the join is ready now
   EXPECT_FALSE(reloaded);
+}
+
+// Broken files on reload (issue 37, item 8): the one in force stays, the failure is counted and
+// logged, and a fixed file is taken again.
+TEST_F(NodeHostLoads, ABrokenClusterKeyFileOnReloadKeepsTheKeysInForceAndIsCounted) {
+  boost::asio::io_context io;
+  NodeHostOptions o = options();
+  o.on_load_start = nullptr;  // loads are not held here
+  const fs::path key = dir_ / "cluster.key";
+  std::ofstream(key) << std::string(64, 'a') << "\n";
+  fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write);
+  o.cluster_key_file = key.string();
+  std::vector<std::string> errors;
+  o.log = [&](LogLevel level, const std::string& line) {
+    if (level == LogLevel::kError) errors.push_back(line);
+  };
+  NodeHost host(io, o);
+  std::ofstream(key, std::ios::trunc) << "not a key\n";
+  bool reloaded = false;
+  host.reload([&] { reloaded = true; });
+  run_until(io, reloaded);
+  EXPECT_EQ(host.reloads().keys_failed, 1u);
+  EXPECT_EQ(host.reloads().keys, 0u);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("cluster keys not reloaded, the previous keys stay in force"), std::string::npos) << errors[0];
+  std::ofstream(key, std::ios::trunc) << std::string(64, 'b') << "\n";
+  host.reload();
+  EXPECT_EQ(host.reloads().keys, 1u);  // read at once: the next round is signed with it
+}
+
+TEST_F(NodeHostLoads, ABrokenPeersFileIsRefusedOnceAndCountedAndTheFixedOneIsTaken) {
+  boost::asio::io_context io;
+  NodeHostOptions o = options();
+  o.on_load_start = nullptr;
+  o.node.membership = MembershipKind::kStatic;
+  o.node_id = "a";
+  o.bind = "127.0.0.1:0";
+  const fs::path peers = dir_ / "peers";
+  std::ofstream(peers) << "a 127.0.0.1:1\nb 127.0.0.1:2\n";
+  o.peers_file = peers.string();
+  NodeHost host(io, o);
+  host.start();
+  std::ofstream(peers, std::ios::trunc) << "a 127.0.0.1:1\nb nowhere\n";
+  bool refused = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(refused = host.reloads().peers_failed > 0) && std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(host.node().membership().view(host.now_ns()).size(), 2u);  // the previous list
+  std::ofstream(peers, std::ios::trunc) << "a 127.0.0.1:1\nb 127.0.0.1:2\nc 127.0.0.1:3\n";
+  bool taken = false;
+  while (!(taken = host.reloads().peers > 0) && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(10)) {
+    io.run_one_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(host.reloads().peers_failed, 1u);  // reported once, not every second
+  EXPECT_EQ(host.node().membership().view(host.now_ns()).size(), 3u);
+  host.stop_rounds();
 }
 
 }  // namespace
