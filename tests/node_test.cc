@@ -403,7 +403,11 @@ TEST(Node, RelayGroupsMergingChargeNothingTwice) {
     int64_t total = 0;
     for (int k = 0; k < 3; ++k) total += c.charged(i, "k" + std::to_string(k));
     EXPECT_LE(total, admitted) << "node " << i;
-    EXPECT_GT(total, admitted * 3 / 4) << "node " << i;
+    // What was in flight at the change is dropped, by design (design.md 7.7, "a change of g"):
+    // measured 544 to 556 of 570 at the 24 nodes (2.5-4.6 % lost, seed 9). The band is that
+    // figure with a small margin (it was 25 %, which hid any regression; issue 37 item 6);
+    // repairing what a regrouping drops is issue 39's.
+    EXPECT_GE(total * 100, admitted * 94) << "node " << i;
   }
 }
 

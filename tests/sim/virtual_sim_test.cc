@@ -155,11 +155,16 @@ TEST(VirtualSim, RelayHoldsAThousandBusyNodes) {
   const SimResult r = run_virtual(s, parse_rules(s.rules_yaml, "test"));
   ASSERT_EQ(r.phases.size(), 2u);
   const PhaseStats& p = r.phases[1];
-  EXPECT_LE(p.over_admission(), 1.05);
-  EXPECT_GE(p.over_admission(), 0.95);
-  EXPECT_LE(p.under_admission(), 0.05);
+  // Deterministic: the same figures on every run and every build of a kind (measured: 1,000
+  // nodes 0.987, p99 59.53 ms, 936 KB/node/s; 256 nodes under ASan and TSan 0.991, 59.27 ms,
+  // 319 KB). The bands are the documented figures (design.md 7.7: p99 59-60 ms) with a small
+  // margin; they were 1,000 ms and +-5 %, which no regression short of a collapse would cross
+  // (issue 37, item 6).
+  EXPECT_LE(p.over_admission(), 1.02);
+  EXPECT_GE(p.over_admission(), 0.98);
+  EXPECT_LE(p.under_admission(), 0.02);
   ASSERT_GT(p.convergence_ns.size(), 1000u);
-  EXPECT_LE(p.convergence_ms(99), 1000);
+  EXPECT_LE(p.convergence_ms(99), 70);
   EXPECT_LE(p.bytes_per_node_s(), 1'000'000);
   EXPECT_EQ(r.member_failures, 0);
   const std::map<std::pair<std::string, uint32_t>, size_t> every_node_relaying = {{{"relay", groups}, s.nodes}};
