@@ -460,6 +460,31 @@ TEST(Node, RelayGroupsKeepTheirCountUntilTheClusterShrinksByAQuarter) {
   EXPECT_EQ(c.node(3).stats().relay_mismatch, 0u);
 }
 
+// The thresholds a daemon runs with (issue 37, item 5): tollgated and the embedded member leave
+// NodeOptions::auto_relay_members at its default, so auto gossips below 256 members known,
+// relays from 256 (in relay_groups_for(256) groups), keeps relaying down to 192 (3/4 of it) and
+// gossips again below.
+TEST(Node, AutoModeSwitchesAtTheProductionThresholds) {
+  const size_t threshold = NodeOptions{}.auto_relay_members;
+  ASSERT_EQ(threshold, 256u);
+  VirtualCluster c({.nodes = 256, .mode = DisseminationMode::kAuto, .seed = 21, .auto_relay_members = threshold});
+  c.list(191);
+  for (size_t i = 0; i < 191; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
+  c.list(255);
+  for (size_t i = 191; i < 255; ++i) c.start(i, 1);
+  for (size_t i = 0; i < 255; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
+  c.list(256);
+  c.start(255, 1);
+  for (size_t i = 0; i < 256; ++i) {
+    ASSERT_EQ(c.node(i).mode(), DisseminationMode::kRelay) << i;
+    ASSERT_EQ(c.node(i).relay_groups(), relay_groups_for(256)) << i;
+  }
+  c.list(192);
+  for (size_t i = 0; i < 192; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kRelay) << i;
+  c.list(191);
+  for (size_t i = 0; i < 191; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
+}
+
 // Auto (the daemon's default): gossip below auto_relay_members known members, relay from there,
 // and gossip again below 3/4 of it. A member in between keeps its mode, and one that comes to
 // it gossiping (restarted) relays as soon as it hears from a relaying member. Every change
