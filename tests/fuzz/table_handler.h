@@ -18,7 +18,14 @@ namespace tollgate::fuzz {
 
 class TableHandler : public RequestHandler {
  public:
-  explicit TableHandler(std::shared_ptr<const RuleSet> rules) : table_(std::move(rules), KeyTableOptions{.max_keys = 64}) {}
+  explicit TableHandler(std::shared_ptr<const RuleSet> rules)
+      : rules_(std::move(rules)), table_(rules_, KeyTableOptions{.max_keys = 64}) {}
+  // Empty again: a target that keeps its handler across inputs starts each from the same state.
+  void reset() {
+    table_ = KeyTable(rules_, KeyTableOptions{.max_keys = 64});
+    now = 0;
+    calls = 0;
+  }
   void check(std::span<const CheckItem> items, std::span<Decision> out) override {
     ++calls;
     for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
@@ -42,6 +49,7 @@ class TableHandler : public RequestHandler {
   int calls = 0;
 
  private:
+  std::shared_ptr<const RuleSet> rules_;
   KeyTable table_;
 };
 
