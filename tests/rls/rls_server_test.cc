@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <stdexcept>
 #include <thread>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -42,12 +43,14 @@ class CountingHandler : public RequestHandler {
     }
   }
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
+    if (throw_next.exchange(false)) throw std::runtime_error("the table could not allocate");
     check(items, out);
     return true;
   }
   std::vector<MemberInfo> members() override { return {}; }
   StatsList stats() override { return {}; }
   std::string set_faults(const FaultSettings&) override { return ""; }
+  std::atomic<bool> throw_next{false};
   std::atomic<int64_t> charged{0};
   std::atomic<std::thread::id> decided_on{};  // the thread of the last check
 };
@@ -201,6 +204,45 @@ TEST_F(RlsServerTest, OnGrpcThreadsCallsAfterStopAreUnavailableUncharged) {
   EXPECT_EQ(call_async(std::chrono::seconds(20)).get().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(handler_.charged, 1);
   EXPECT_EQ(stat("rls_unavailable"), 1);
+}
+
+// A decision that throws on a gRPC thread answers that call INTERNAL and leaves the server
+// serving (issue 37, item 2).
+TEST_F(RlsServerTest, OnGrpcThreadsADecisionThatThrowsAnswersInternalAndTheNextIsServed) {
+  start(16, true);
+  handler_.throw_next = true;
+  const grpc::Status failed = call_async(std::chrono::seconds(20)).get();
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(failed.error_message().find("could not allocate"), std::string::npos) << failed.error_message();
+  EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
+  EXPECT_EQ(handler_.charged, 1);
+}
+
+// stop() while calls are being decided on gRPC's threads: every call is either decided (OK, and
+// charged before stop() returned) or answered UNAVAILABLE uncharged, never charged after stop()
+// returned, when the node seals what it will send (issue 37, item 2, under TSan too).
+TEST_F(RlsServerTest, OnGrpcThreadsStopRacingCallsInFlightChargesNothingAfterIt) {
+  start(16, true);
+  std::atomic<bool> go{true};
+  std::atomic<int64_t> ok{0}, unavailable{0}, other{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      while (go.load()) {
+        const grpc::Status st = call_async(std::chrono::seconds(20)).get();
+        (st.ok() ? ok : st.error_code() == grpc::StatusCode::UNAVAILABLE ? unavailable : other) += 1;
+        if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return;
+      }
+    });
+  }
+  ASSERT_TRUE(wait_until([&] { return ok.load() >= 20; }));
+  server_->stop();
+  const int64_t charged_at_stop = handler_.charged.load();
+  go = false;
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(handler_.charged.load(), charged_at_stop) << "charged after stop() returned";
+  EXPECT_EQ(handler_.charged.load(), ok.load()) << "every OK was charged, and nothing else";
+  EXPECT_EQ(other.load(), 0);
 }
 
 // The listener cannot be shared or stolen (issue 34, finding 9). A unix: socket gets mode 0660
