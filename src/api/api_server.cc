@@ -430,32 +430,64 @@ std::vector<Endpoint> ApiServer::bound_endpoints() const { return impl_->bound_e
 
 const ApiServerCounters& ApiServer::counters() const { return impl_->counters(); }
 
+namespace {
+
+struct ApiStat {
+  StatDef def;
+  RelaxedCounter ApiServerCounters::*counter;
+};
+
+// The client API's stats (docs/operations.md, section 7), each with the counter it reads.
+const ApiStat kApiStats[] = {
+    {{"api.connections_accepted", StatKind::kCounter, "Client API connections served"}, &ApiServerCounters::connections_accepted},
+    {{"api.connections_rejected", StatKind::kCounter, "Connections closed at once: a limit reached, none idle to make room"},
+     &ApiServerCounters::connections_rejected},
+    {{"api.connections_evicted", StatKind::kCounter, "Idle connections closed to make room for a newcomer"},
+     &ApiServerCounters::connections_evicted},
+    {{"api.connections_timed_out", StatKind::kCounter, "Connections closed: half a frame, then nothing for the frame timeout"},
+     &ApiServerCounters::connections_timed_out},
+    {{"api.connections_write_stalled", StatKind::kCounter, "Connections closed: answers not read for the frame timeout"},
+     &ApiServerCounters::connections_write_stalled},
+    {{"api.connections_idle_closed", StatKind::kCounter, "Connections closed after --api-idle-timeout without a request"},
+     &ApiServerCounters::connections_idle_closed},
+    {{"api.connections_open", StatKind::kGauge, "Client API connections open"}, &ApiServerCounters::connections_open},
+    {{"api.accept_errors", StatKind::kCounter, "accept() failures (e.g. out of descriptors)"}, &ApiServerCounters::accept_errors},
+    {{"api.requests", StatKind::kCounter, "Request frames read, valid or not"}, &ApiServerCounters::requests},
+    {{"api.checks", StatKind::kCounter, "Checks answered through the client API"}, &ApiServerCounters::checks},
+    {{"api.errors.frame_too_large", StatKind::kCounter, "Frames over the limit (connection closed)"},
+     &ApiServerCounters::errors_frame_too_large},
+    {{"api.errors.malformed", StatKind::kCounter, "Frames that did not parse (connection closed)"}, &ApiServerCounters::errors_malformed},
+    {{"api.errors.unsupported_version", StatKind::kCounter, "Requests of another protocol version"},
+     &ApiServerCounters::errors_unsupported_version},
+    {{"api.errors.batch_too_large", StatKind::kCounter, "Batches over the check limit"}, &ApiServerCounters::errors_batch_too_large},
+    {{"api.errors.empty_request", StatKind::kCounter, "Requests with no body or no checks"}, &ApiServerCounters::errors_empty_request},
+    {{"api.errors.internal", StatKind::kCounter, "Requests whose handler threw (answered INTERNAL)"}, &ApiServerCounters::errors_internal},
+    {{"api.busy_yields", StatKind::kCounter, "CPU given away before a slice of a large batch, answers having been written"},
+     &ApiServerCounters::busy_yields},
+    {{"api.pending_output_high_water_bytes", StatKind::kGauge, "Most answer bytes one connection has held", StatUnit::kBytes},
+     &ApiServerCounters::pending_output_high_water},
+    {{"api.output_bytes", StatKind::kGauge, "Answer bytes all connections hold, not yet taken", StatUnit::kBytes},
+     &ApiServerCounters::output_bytes},
+    {{"api.output_high_water_bytes", StatKind::kGauge, "Most answer bytes all connections have held", StatUnit::kBytes},
+     &ApiServerCounters::output_high_water},
+    {{"api.output_budget_waits", StatKind::kCounter, "Times a connection waited for the answer budget to have room"},
+     &ApiServerCounters::output_budget_waits},
+};
+
+}  // namespace
+
+std::vector<StatDef> ApiServer::stat_defs() {
+  std::vector<StatDef> defs;
+  for (const ApiStat& a : kApiStats) defs.push_back(a.def);
+  return defs;
+}
+
 StatsList ApiServer::stats() const {
   const ApiServerCounters& c = impl_->counters();
-  auto v = [](uint64_t x) { return static_cast<int64_t>(x); };
-  return {
-      {"api.connections_accepted", v(c.connections_accepted)},
-      {"api.connections_rejected", v(c.connections_rejected)},
-      {"api.connections_evicted", v(c.connections_evicted)},
-      {"api.connections_timed_out", v(c.connections_timed_out)},
-      {"api.connections_write_stalled", v(c.connections_write_stalled)},
-      {"api.connections_idle_closed", v(c.connections_idle_closed)},
-      {"api.connections_open", v(c.connections_open)},
-      {"api.accept_errors", v(c.accept_errors)},
-      {"api.requests", v(c.requests)},
-      {"api.checks", v(c.checks)},
-      {"api.errors.frame_too_large", v(c.errors_frame_too_large)},
-      {"api.errors.malformed", v(c.errors_malformed)},
-      {"api.errors.unsupported_version", v(c.errors_unsupported_version)},
-      {"api.errors.batch_too_large", v(c.errors_batch_too_large)},
-      {"api.errors.empty_request", v(c.errors_empty_request)},
-      {"api.errors.internal", v(c.errors_internal)},
-      {"api.busy_yields", v(c.busy_yields)},
-      {"api.pending_output_high_water_bytes", v(c.pending_output_high_water)},
-      {"api.output_bytes", v(c.output_bytes)},
-      {"api.output_high_water_bytes", v(c.output_high_water)},
-      {"api.output_budget_waits", v(c.output_budget_waits)},
-  };
+  StatsList s;
+  s.reserve(std::size(kApiStats));
+  for (const ApiStat& a : kApiStats) s.emplace_back(std::string(a.def.name), int64_t(uint64_t(c.*a.counter)));
+  return s;
 }
 
 }  // namespace tollgate::api

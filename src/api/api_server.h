@@ -28,6 +28,7 @@
 #include "api/endpoint.h"
 #include "api/framing.h"
 #include "api/request_handler.h"
+#include "util/stat_def.h"
 #include "core/offense_limiter.h"
 
 namespace boost::asio {
@@ -150,6 +151,8 @@ class ApiServer {
   // The counters as named stats ("api.connections_accepted", "api.errors.malformed", ...), in a
   // stable order, for the daemon to append to its own StatsList.
   StatsList stats() const;
+  // Their declarations (util/stat_def.h): every name stats() reports is one of these.
+  static std::vector<StatDef> stat_defs();
 
  private:
   class Impl;

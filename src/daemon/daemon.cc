@@ -155,6 +155,7 @@ Daemon::Daemon(DaemonOptions options)
   const auto ready_alone_at = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.node.fail_after_ns);
   routes.alone_long_enough = [ready_alone_at] { return std::chrono::steady_clock::now() >= ready_alone_at; };
   routes.extra_metrics = [h = histograms_.get()] { return h->collect(); };
+  routes.stat_catalog = std::make_shared<const StatCatalog>(daemon_stat_catalog(options_));
   front_ends_ = make_front_ends(options_, io_, *this, *host_, routes, std::move(rules_etag));
 
   spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {} ({} thread{})",

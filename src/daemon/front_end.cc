@@ -34,6 +34,14 @@ bool listens_on_loopback(std::string text) {
   return !endpoint || endpoint->is_loopback();
 }
 
+// With --threads: the client API's stats are summed over its threads, plus each thread's share.
+constexpr StatDef kThreads{"api.threads", StatKind::kGauge, "Client API threads (--threads)"};
+constexpr StatDef kPerThread[] = {
+    kThreads,
+    {"api.thread.*.connections_open", StatKind::kGauge, "Client API connections open, by thread (0: the node's)"},
+    {"api.thread.*.checks", StatKind::kCounter, "Checks answered through the client API, by thread (0: the node's)"},
+};
+
 // The client API (--listen), on the node's thread and on the --threads N - 1 others.
 class ClientApi final : public FrontEnd {
  public:
@@ -100,7 +108,7 @@ class ClientApi final : public FrontEnd {
       }
     }
     s.insert(s.end(), total.begin(), total.end());
-    s.emplace_back("api.threads", int64_t(per_thread.size()));
+    s.emplace_back(std::string(kThreads.name), int64_t(per_thread.size()));
     for (const std::string stat : {"connections_open", "checks"}) {
       for (size_t t = 0; t < per_thread.size(); ++t) {
         for (const auto& [name, value] : per_thread[t]) {
@@ -259,6 +267,18 @@ std::vector<std::unique_ptr<FrontEnd>> make_front_ends(const DaemonOptions& opti
   if (!options.metrics_listen.empty()) all.push_back(std::make_unique<Http>(options, io, handler, host, routes, true));
   if (!options.rules_url.empty()) all.push_back(std::make_unique<RulesService>(options, io, host, std::move(rules_etag)));
   return all;
+}
+
+StatCatalog daemon_stat_catalog(const DaemonOptions& options) {
+  StatCatalog c;
+  c.add(NodeHost::stat_defs());
+  c.add(api::ApiServer::stat_defs());
+  if (options.threads > 1) c.add(kPerThread);
+  if (!options.rls_listen.empty()) c.add(rls::RlsServer::stat_defs());
+  if (!options.http_listen.empty()) c.add(http::HttpServer::stat_defs());
+  if (!options.metrics_listen.empty()) c.add(http::HttpServer::stat_defs(), "metrics_");
+  if (!options.rules_url.empty()) c.add(RulesFeed::stat_defs());
+  return c;
 }
 
 }  // namespace tollgate

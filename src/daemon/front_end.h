@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tollgate/api.h"
+#include "util/stat_def.h"
 
 namespace boost::asio {
 class io_context;
@@ -59,6 +60,11 @@ class FrontEnd {
 std::vector<std::unique_ptr<FrontEnd>> make_front_ends(const DaemonOptions& options, boost::asio::io_context& io,
                                                        RequestHandler& handler, NodeHost& host,
                                                        const http::RoutesOptions& routes, std::string rules_etag);
+
+// The declarations (util/stat_def.h) of every stat a daemon of these options reports: the
+// host's and those of the front ends make_front_ends() makes for them. Known before any front
+// end starts, so /metrics can read it from the first request.
+StatCatalog daemon_stat_catalog(const DaemonOptions& options);
 
 }  // namespace tollgate
 

@@ -665,91 +665,150 @@ void NodeHost::report_offense(std::string_view offender, std::string_view what) 
   log(LogLevel::kWarn, line);
 }
 
+namespace {
+
+// What NodeHost::stats() reads, gathered once per call.
+struct HostStatSources {
+  const NodeStats& n;
+  const KeyTableStats& k;
+  const LedgerStats& l;
+  const MembershipStats& m;
+  const TransportStats& t;
+  const FaultStats& f;
+  const HostReloads& r;
+  int64_t rules_version, peers_problem, relay_groups;
+  uint64_t state_writes, state_write_failures, state_restored, state_bytes, state_write_ns, state_export_slice_ns,
+      state_skipped;
+};
+
+struct HostStat {
+  StatDef def;
+  int64_t (*get)(const HostStatSources&);
+};
+
+#define TOLLGATE_STAT(name, kind, unit, help, expr) \
+  HostStat { StatDef{name, StatKind::kind, help, StatUnit::unit}, [](const HostStatSources& s) { return int64_t(expr); } }
+
+// The host's stats, in the order `tollgate stats` lists them (docs/operations.md, section 7).
+const HostStat kHostStats[] = {
+    TOLLGATE_STAT("checks", kCounter, kNone, "Local admission decisions", s.n.checks),
+    TOLLGATE_STAT("checks_allowed", kCounter, kNone, "Local admission decisions that allowed", s.n.allowed),
+    TOLLGATE_STAT("checks_denied", kCounter, kNone, "Local admission decisions that denied", s.n.denied),
+    TOLLGATE_STAT("rounds", kCounter, kNone, "Gossip rounds run", s.n.rounds),
+    TOLLGATE_STAT("rules_version", kGauge, kNone, "Version (content hash) of the rules in force", s.rules_version),
+    TOLLGATE_STAT("rules_reloads", kCounter, kNone, "New rules put in force", s.r.rules),
+    TOLLGATE_STAT("rules_reload_failures", kCounter, kNone, "Rules refused (the previous stayed in force)", s.r.rules_failed),
+    TOLLGATE_STAT("cluster_key_reloads", kCounter, kNone, "Cluster key files read again", s.r.keys),
+    TOLLGATE_STAT("cluster_key_reload_failures", kCounter, kNone, "Cluster key files refused (the keys in force stayed)", s.r.keys_failed),
+    TOLLGATE_STAT("rls_config_reloads", kCounter, kNone, "RLS configs put in force", s.r.rls),
+    TOLLGATE_STAT("rls_config_reload_failures", kCounter, kNone, "RLS configs refused (the previous stayed)", s.r.rls_failed),
+    TOLLGATE_STAT("peers_reloads", kCounter, kNone, "Peers files read again", s.r.peers),
+    TOLLGATE_STAT("peers_reload_failures", kCounter, kNone, "Peers files refused (the list in force stayed)", s.r.peers_failed),
+    TOLLGATE_STAT("peers_self_mismatch", kGauge, kNone, "1 when the peers file does not list this node as it binds", s.peers_problem),
+    TOLLGATE_STAT("keys", kGauge, kNone, "Buckets held", s.k.keys),
+    TOLLGATE_STAT("key_bytes", kGauge, kBytes, "Estimated memory of the key table", s.k.bytes),
+    TOLLGATE_STAT("key_evictions", kCounter, kNone, "Keys evicted at --max-keys", s.k.evictions),
+    TOLLGATE_STAT("keys_idle_removed", kCounter, kNone, "Full buckets swept away", s.k.idle_removed),
+    TOLLGATE_STAT("keys_rejected_too_long", kCounter, kNone, "Checks refused for keys over the length limit", s.k.rejected_keys),
+    TOLLGATE_STAT("keys_restored_from_eviction", kCounter, kNone, "Keys re-created at a remembered balance rather than full", s.k.restored),
+    TOLLGATE_STAT("keys_pending_dropped", kCounter, kNone, "Evicted keys' consumption dropped before it was sent", s.k.pending_dropped),
+    TOLLGATE_STAT("keys_longest_probe", kGauge, kNone, "Farthest an index entry sits from its home slot", s.k.longest_probe),
+    TOLLGATE_STAT("state_writes", kCounter, kNone, "State files written (--state-dir)", s.state_writes),
+    TOLLGATE_STAT("state_write_failures", kCounter, kNone, "State files not written", s.state_write_failures),
+    TOLLGATE_STAT("state_keys_restored", kGauge, kNone, "Balances read back from the state file at start", s.state_restored),
+    TOLLGATE_STAT("state_bytes", kGauge, kBytes, "Size of the last state file", s.state_bytes),
+    TOLLGATE_STAT("state_write_ns", kGauge, kNanoseconds, "Time the last state write took", s.state_write_ns),
+    TOLLGATE_STAT("state_export_slice_ns", kGauge, kNanoseconds,
+                  "Longest slice of the last state copy on the node's thread", s.state_export_slice_ns),
+    TOLLGATE_STAT("state_writes_skipped", kCounter, kNone, "State writes skipped, the previous one still running", s.state_skipped),
+    TOLLGATE_STAT("batches_sealed", kCounter, kNone, "Own consumption batches sealed", s.l.sealed),
+    TOLLGATE_STAT("batches_applied", kCounter, kNone, "Remote batches charged", s.l.applied),
+    TOLLGATE_STAT("batches_duplicate", kCounter, kNone, "Batch copies dropped as already charged", s.l.duplicates),
+    TOLLGATE_STAT("batches_stale_incarnation", kCounter, kNone, "Batches from an older life of their origin", s.l.stale),
+    TOLLGATE_STAT("batches_origin_overflow", kCounter, kNone, "Batches dropped beyond the origins tracked", s.l.origin_overflow),
+    TOLLGATE_STAT("batches_claiming_our_id", kCounter, kNone, "Batches from another process using this node's id", s.l.self_conflicts),
+    TOLLGATE_STAT("seqs_abandoned", kCounter, kNone, "Lost batches given up, never charged", s.l.abandoned),
+    TOLLGATE_STAT("ledger_origins", kGauge, kNone, "Origins whose batches the ledger tracks", s.l.origins),
+    TOLLGATE_STAT("ledger_bytes", kGauge, kBytes, "Memory of the ledger's windows and retained batches", s.l.bytes),
+    TOLLGATE_STAT("members_joined", kCounter, kNone, "Members added", s.m.joined),
+    TOLLGATE_STAT("members_failed", kCounter, kNone, "Members turned suspect or unreachable", s.m.failed),
+    TOLLGATE_STAT("members_recovered", kCounter, kNone, "Members back to alive", s.m.recovered),
+    TOLLGATE_STAT("members_restarted", kCounter, kNone, "Members seen with a higher incarnation", s.m.restarted),
+    TOLLGATE_STAT("members_forgotten", kCounter, kNone, "Dead or departed members removed", s.m.forgotten),
+    TOLLGATE_STAT("members_unknown_rows", kCounter, kNone, "Rows about members not in the peers file", s.m.unknown_rows),
+    TOLLGATE_STAT("members_refuted", kCounter, kNone, "Times this node outbid a claim about itself", s.m.refuted),
+    TOLLGATE_STAT("members_implausible_incarnation", kCounter, kNone, "Rows with an incarnation too far ahead, ignored", s.m.implausible),
+    TOLLGATE_STAT("gossip_messages_sent", kCounter, kNone, "Gossip messages handed to the transport", s.n.messages_sent),
+    TOLLGATE_STAT("gossip_messages_received", kCounter, kNone, "Gossip message parts accepted", s.n.messages_received),
+    TOLLGATE_STAT("gossip_dropped_unknown_sender", kCounter, kNone, "Messages from a sender not in the peers file", s.n.dropped_unknown_sender),
+    TOLLGATE_STAT("gossip_dropped_own_id", kCounter, kNone, "Messages claiming this node's id", s.n.dropped_self),
+    TOLLGATE_STAT("gossip_queue_overflow", kCounter, kNone, "Batches pushed out of the retransmit queue", s.n.queue_overflow),
+    TOLLGATE_STAT("push_pulls", kCounter, kNone, "Digests sent to a peer for repair", s.n.push_pulls),
+    TOLLGATE_STAT("repairs_sent", kCounter, kNone, "Batches sent in answer to a digest", s.n.repairs_sent),
+    TOLLGATE_STAT("early_seals", kCounter, kNone, "Times a check sealed before the round (a key flood)", s.n.early_seals),
+    TOLLGATE_STAT("gossip_queue_expired", kCounter, kNone, "Queued batches older than retention, unsent", s.n.queue_expired),
+    TOLLGATE_STAT("gossip_dropped_wrong_source", kCounter, kNone, "Messages not from their sender's gossip address", s.n.dropped_wrong_source),
+    TOLLGATE_STAT("digests_ignored", kCounter, kNone, "Digest requests already answered (replays)", s.n.digests_ignored),
+    TOLLGATE_STAT("repairs_capped", kCounter, kNone, "Repair batches left out, the sender's budget spent", s.n.repairs_capped),
+    TOLLGATE_STAT("relayed", kCounter, kNone, "Other groups' batches summed for this node's group", s.n.relayed),
+    TOLLGATE_STAT("relay_mismatch", kCounter, kNone, "Messages whose sender counts other relay groups", s.n.relay_mismatch),
+    TOLLGATE_STAT("relay_regroupings", kCounter, kNone, "Changes of mode or of the count of relay groups", s.n.regroupings),
+    TOLLGATE_STAT("relay_groups", kGauge, kNone, "Relay groups in use (0: not relaying)", s.relay_groups),
+    TOLLGATE_STAT("transport_sent", kCounter, kNone, "Datagrams or frames written", s.t.messages_sent),
+    TOLLGATE_STAT("transport_bytes_sent", kCounter, kBytes, "Bytes of datagrams or frames written", s.t.bytes_sent),
+    TOLLGATE_STAT("transport_received", kCounter, kNone, "Datagrams or frames that decoded and authenticated", s.t.messages_received),
+    TOLLGATE_STAT("transport_bytes_received", kCounter, kBytes, "Bytes received, all of them", s.t.bytes_received),
+    TOLLGATE_STAT("transport_send_errors", kCounter, kNone, "Sends the kernel refused, or failed writes", s.t.send_errors),
+    TOLLGATE_STAT("transport_send_dropped", kCounter, kNone, "Sends dropped at a full queue", s.t.send_dropped),
+    TOLLGATE_STAT("transport_unresolved", kCounter, kNone, "Sends to an address that did not resolve", s.t.unresolved),
+    TOLLGATE_STAT("transport_encode_dropped", kCounter, kNone, "Batches, rows or digest origins the encoder left out", s.t.encode_dropped),
+    TOLLGATE_STAT("faults_dropped_to", kCounter, kNone, "Fault injection: messages dropped to a peer", s.f.dropped_to),
+    TOLLGATE_STAT("faults_dropped_from", kCounter, kNone, "Fault injection: messages dropped from a peer", s.f.dropped_from),
+    TOLLGATE_STAT("faults_lost", kCounter, kNone, "Fault injection: messages lost", s.f.lost),
+    TOLLGATE_STAT("faults_duplicated", kCounter, kNone, "Fault injection: messages duplicated", s.f.duplicated),
+    TOLLGATE_STAT("faults_delayed", kCounter, kNone, "Fault injection: messages delayed", s.f.delayed),
+};
+#undef TOLLGATE_STAT
+
+// Listed after the table's, once they have happened: received and dropped, by reason.
+constexpr StatDef kTransportDropped{"transport_dropped_*", StatKind::kCounter,
+                                    "Received and dropped, by reason (malformed, bad_mac, stale, ...)"};
+
+}  // namespace
+
+std::vector<StatDef> NodeHost::stat_defs() {
+  std::vector<StatDef> defs;
+  for (const HostStat& h : kHostStats) defs.push_back(h.def);
+  defs.push_back(kTransportDropped);
+  return defs;
+}
+
 StatsList NodeHost::stats() const {
-  StatsList s;
-  auto add = [&](const std::string& name, uint64_t v) { s.emplace_back(name, int64_t(v)); };
-  const NodeStats& n = node_->stats();
-  add("checks", n.checks);
-  add("checks_allowed", n.allowed);
-  add("checks_denied", n.denied);
-  add("rounds", n.rounds);
-  add("rules_version", uint64_t(rules_version_));
-  add("rules_reloads", reloads_.rules);
-  add("rules_reload_failures", reloads_.rules_failed);
-  add("cluster_key_reloads", reloads_.keys);
-  add("cluster_key_reload_failures", reloads_.keys_failed);
-  add("rls_config_reloads", reloads_.rls);
-  add("rls_config_reload_failures", reloads_.rls_failed);
-  add("peers_reloads", reloads_.peers);
-  add("peers_reload_failures", reloads_.peers_failed);
-  add("peers_self_mismatch", peers_problem_ ? 1 : 0);  // 1: the peers file lacks this node as it binds
   const KeyTableStats k = node_->table().stats();
-  add("keys", k.keys);
-  add("key_bytes", k.bytes);
-  add("key_evictions", k.evictions);
-  add("keys_idle_removed", k.idle_removed);
-  add("keys_rejected_too_long", k.rejected_keys);
-  add("keys_restored_from_eviction", k.restored);
-  add("keys_pending_dropped", k.pending_dropped);
-  add("keys_longest_probe", k.longest_probe);
-  add("state_writes", state_.writes);
-  add("state_write_failures", state_.write_failures);
-  add("state_keys_restored", state_.restored);
-  add("state_bytes", state_.bytes);
-  add("state_write_ns", state_.write_ns);
-  add("state_export_slice_ns", state_.export_slice_ns);
-  add("state_writes_skipped", state_.skipped);
   const LedgerStats l = node_->ledger().stats();
-  add("batches_sealed", l.sealed);
-  add("batches_applied", l.applied);
-  add("batches_duplicate", l.duplicates);
-  add("batches_stale_incarnation", l.stale);
-  add("batches_origin_overflow", l.origin_overflow);
-  add("batches_claiming_our_id", l.self_conflicts);
-  add("seqs_abandoned", l.abandoned);
-  add("ledger_origins", l.origins);
-  add("ledger_bytes", l.bytes);
-  const MembershipStats& m = node_->membership().stats();
-  add("members_joined", m.joined);
-  add("members_failed", m.failed);
-  add("members_recovered", m.recovered);
-  add("members_restarted", m.restarted);
-  add("members_forgotten", m.forgotten);
-  add("members_unknown_rows", m.unknown_rows);
-  add("members_refuted", m.refuted);
-  add("members_implausible_incarnation", m.implausible);
-  add("gossip_messages_sent", n.messages_sent);
-  add("gossip_messages_received", n.messages_received);
-  add("gossip_dropped_unknown_sender", n.dropped_unknown_sender);
-  add("gossip_dropped_own_id", n.dropped_self);
-  add("gossip_queue_overflow", n.queue_overflow);
-  add("push_pulls", n.push_pulls);
-  add("repairs_sent", n.repairs_sent);
-  add("early_seals", n.early_seals);
-  add("gossip_queue_expired", n.queue_expired);
-  add("gossip_dropped_wrong_source", n.dropped_wrong_source);
-  add("digests_ignored", n.digests_ignored);
-  add("repairs_capped", n.repairs_capped);
-  add("relayed", n.relayed);
-  add("relay_mismatch", n.relay_mismatch);
-  add("relay_regroupings", n.regroupings);
-  add("relay_groups", node_->relay_groups());  // 0: not relaying (auto below 256 members)
   const TransportStats t = faults_->stats();
-  add("transport_sent", t.messages_sent);
-  add("transport_bytes_sent", t.bytes_sent);
-  add("transport_received", t.messages_received);
-  add("transport_bytes_received", t.bytes_received);
-  add("transport_send_errors", t.send_errors);
-  add("transport_send_dropped", t.send_dropped);
-  add("transport_unresolved", t.unresolved);
-  add("transport_encode_dropped", t.encode_dropped);
-  for (const auto& [reason, count] : t.dropped) add("transport_dropped_" + reason, count);
-  const FaultStats& f = faults_->fault_stats();
-  add("faults_dropped_to", f.dropped_to);
-  add("faults_dropped_from", f.dropped_from);
-  add("faults_lost", f.lost);
-  add("faults_duplicated", f.duplicated);
-  add("faults_delayed", f.delayed);
+  const HostStatSources sources{node_->stats(),
+                                k,
+                                l,
+                                node_->membership().stats(),
+                                t,
+                                faults_->fault_stats(),
+                                reloads_,
+                                rules_version_,
+                                peers_problem_ ? 1 : 0,
+                                int64_t(node_->relay_groups()),
+                                state_.writes,
+                                state_.write_failures,
+                                state_.restored,
+                                state_.bytes,
+                                state_.write_ns,
+                                state_.export_slice_ns,
+                                state_.skipped};
+  StatsList s;
+  s.reserve(std::size(kHostStats) + t.dropped.size());
+  for (const HostStat& h : kHostStats) s.emplace_back(std::string(h.def.name), h.get(sources));
+  const std::string_view family = kTransportDropped.name.substr(0, kTransportDropped.name.size() - 1);
+  for (const auto& [reason, count] : t.dropped) s.emplace_back(std::string(family) + reason, int64_t(count));
   return s;
 }
 

@@ -27,6 +27,7 @@
 #include "tollgate/api.h"
 #include "tollgate/node.h"
 #include "tollgate/random.h"
+#include "util/stat_def.h"
 
 namespace boost::asio {
 class thread_pool;
@@ -100,6 +101,8 @@ class NodeHost {
   // The node's, the ledger's, the membership's, the transport's and the reloads' counters, under
   // tollgate stats' names. On the owner's thread.
   StatsList stats() const;
+  // Their declarations (util/stat_def.h): every name stats() reports is one of these.
+  static std::vector<StatDef> stat_defs();
 
   // With a state_dir: writes the node's state now and waits for it (a timer does it every
   // state_interval_ns, and leave() at the end). Returns "" or that it failed (logged and counted).

@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <list>
+#include <span>
 #include <unordered_map>
 #include <optional>
 #include <thread>
@@ -78,17 +79,30 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   const std::string& address() const { return address_; }
   bool is_loopback() const { return loopback_; }
 
+  struct Stat {
+    StatDef def;
+    std::atomic<int64_t> Impl::*value;
+  };
+  // The server's own stats (docs/operations.md, section 7), after the routes'.
+  static std::span<const Stat> stat_table() {
+    static const Stat kStats[] = {
+        {{"http.connections_accepted", StatKind::kCounter, "HTTP connections served"}, &Impl::accepted_},
+        {{"http.connections_rejected", StatKind::kCounter, "HTTP connections refused: every one busy with a request"},
+         &Impl::rejected_},
+        {{"http.connections_timed_out", StatKind::kCounter, "HTTP connections closed after --http-timeout"}, &Impl::timed_out_},
+        {{"http.connections_open", StatKind::kGauge, "HTTP connections open"}, &Impl::open_},
+        {{"http.connections_evicted", StatKind::kCounter, "HTTP connections closed to make room for a newcomer"}, &Impl::evicted_},
+        {{"http.requests_too_large", StatKind::kCounter, "Requests refused 413 or 431 by the parser"}, &Impl::too_large_},
+        {{"http.requests_malformed", StatKind::kCounter, "Requests refused 400 by the parser"}, &Impl::malformed_},
+        {{"http.node_busy", StatKind::kCounter, "Checks answered 503 at once: the queue for the node full"}, &Impl::busy_},
+        {{"http.node_wait_expired", StatKind::kCounter, "Checks answered 503 after waiting too long for the node (not charged)"},
+         &Impl::wait_expired_},
+    };
+    return kStats;
+  }
   StatsList stats() const {
     StatsList s = routes_.stats();
-    s.insert(s.end(), {{"http.connections_accepted", accepted_.load()},
-                       {"http.connections_rejected", rejected_.load()},
-                       {"http.connections_timed_out", timed_out_.load()},
-                       {"http.connections_open", open_.load()},
-                       {"http.connections_evicted", evicted_.load()},
-                       {"http.requests_too_large", too_large_.load()},
-                       {"http.requests_malformed", malformed_.load()},
-                       {"http.node_busy", busy_.load()},
-                       {"http.node_wait_expired", wait_expired_.load()}});
+    for (const Stat& st : stat_table()) s.emplace_back(std::string(st.def.name), (this->*st.value).load());
     return s;
   }
 
@@ -390,6 +404,12 @@ HttpServer::~HttpServer() { impl_->shutdown(); }
 std::string HttpServer::start(std::shared_ptr<const RlsConfig> config) { return impl_->start(std::move(config)); }
 const std::string& HttpServer::address() const { return impl_->address(); }
 bool HttpServer::is_loopback() const { return impl_->is_loopback(); }
+std::vector<StatDef> HttpServer::stat_defs() {
+  std::vector<StatDef> defs;
+  for (const auto& st : Routes::stat_table()) defs.push_back(st.def);
+  for (const auto& st : Impl::stat_table()) defs.push_back(st.def);
+  return defs;
+}
 void HttpServer::set_rls_config(std::shared_ptr<const RlsConfig> config) { impl_->set_rls_config(std::move(config)); }
 void HttpServer::set_token(std::string token) { impl_->set_token(std::move(token)); }
 void HttpServer::drain() { impl_->drain(); }

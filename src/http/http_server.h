@@ -66,6 +66,8 @@ class HttpServer {
 
   // http.* counters: requests, responses by class, checks, connections.
   StatsList stats() const;
+  // Their declarations (util/stat_def.h), the routes' included.
+  static std::vector<StatDef> stat_defs();
 
  private:
   class Impl;

@@ -12,14 +12,6 @@ namespace {
 
 namespace prom = prometheus;
 
-// Stats that go up and down (or are a high-water mark), not counters.
-bool is_gauge(std::string_view name) {
-  static constexpr std::array<std::string_view, 16> kGauges = {
-      "keys", "keys_longest_probe", "state_bytes", "relay_groups", "key_bytes", "ledger_origins", "ledger_bytes", "api.connections_open", "api.pending_output_high_water_bytes",
-      "api.output_bytes", "api.output_high_water_bytes", "http.connections_open", "metrics_http.connections_open", "rules_version", "api.threads", "api.thread.connections_open"};
-  return std::find(kGauges.begin(), kGauges.end(), name) != kGauges.end();
-}
-
 std::string metric_name(std::string_view stat) {
   std::string out = "tollgate_";
   for (const char c : stat) {
@@ -57,7 +49,7 @@ std::pair<std::string, std::string> split_thread(const std::string& name) {
 
 }  // namespace
 
-std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members,
+std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, const std::vector<MemberInfo>& members,
                            const std::vector<std::pair<std::string, RuleCounters>>& rules,
                            std::vector<prometheus::MetricFamily> extra) {
   std::vector<prom::MetricFamily> families;
@@ -72,9 +64,10 @@ std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>
     const auto [family, thread] = split_thread(name);
     std::vector<prom::ClientMetric::Label> labels;
     if (!thread.empty()) labels.push_back({"thread", thread});
-    // A duration in nanoseconds (a stat ending in _ns) is a gauge in Prometheus's base unit.
-    const bool nanos = family.size() > 3 && family.ends_with("_ns");
-    const bool is_g = nanos || is_gauge(family);
+    const StatCatalog::Entry* def = catalog.find(name);
+    // A duration in nanoseconds is a gauge in Prometheus's base unit.
+    const bool nanos = def && def->unit == StatUnit::kNanoseconds && family.ends_with("_ns");
+    const bool is_g = nanos || (def && def->kind == StatKind::kGauge);
     const std::string fname =
         nanos ? metric_name(family.substr(0, family.size() - 3)) + "_seconds" : metric_name(family) + (is_g ? "" : "_total");
     const double shown = nanos ? double(value) / 1e9 : double(value);
@@ -84,7 +77,7 @@ std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>
       families.back().metric.push_back(std::move(metric));
       continue;
     }
-    families.push_back({fname, "tollgated stat " + family + " (docs/operations.md, Observability)",
+    families.push_back({fname, def ? def->help : "tollgated stat " + family + " (undeclared)",
                         is_g ? prom::MetricType::Gauge : prom::MetricType::Counter, {std::move(metric)}});
   }
   families.push_back(std::move(checks));

@@ -9,18 +9,21 @@
 
 #include "tollgate/api.h"
 #include "tollgate/node.h"
+#include "util/stat_def.h"
 
 namespace tollgate::http {
 
-// Every stat as a metric named tollgate_<stat> ('.' becomes '_'): the gauges (keys, key_bytes,
-// ledger_origins, ledger_bytes, open connections, high-water marks) as they are, every other stat
-// as a counter with the _total suffix. checks_allowed and checks_denied become
+// Every stat as a metric named tollgate_<stat> ('.' becomes '_'), of the kind and with the help
+// its declaration in `catalog` gives (util/stat_def.h): a gauge as it is, a counter with the
+// _total suffix, a duration in nanoseconds as a gauge in seconds (_ns becomes _seconds); a stat
+// the catalog does not declare is a counter whose help says "undeclared". checks_allowed and
+// checks_denied become
 // tollgate_checks_total{decision="allowed"|"denied"}; the members, tollgate_members{state=...}
 // (the node itself included), one series per state, zeros too.
 // Per-rule counters become tollgate_rule_{checks,allowed,denied,near_limit}_total{rule=LABEL}, a
 // series per rule checked at least once.
 // `extra`: families collected elsewhere (the daemon's latency histograms), appended as they are.
-std::string render_metrics(const StatsList& stats, const std::vector<MemberInfo>& members,
+std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, const std::vector<MemberInfo>& members,
                            const std::vector<std::pair<std::string, RuleCounters>>& rules,
                            std::vector<prometheus::MetricFamily> extra = {});
 

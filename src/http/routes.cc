@@ -159,13 +159,23 @@ void Routes::count_response(unsigned status) {
   }
 }
 
+std::span<const Routes::Stat> Routes::stat_table() {
+  static const Stat kStats[] = {
+      {{"http.requests", StatKind::kCounter, "HTTP requests the parser accepted"}, &Routes::requests_},
+      {{"http.responses_2xx", StatKind::kCounter, "HTTP answers 2xx"}, &Routes::responses_2xx_},
+      {{"http.responses_4xx", StatKind::kCounter, "HTTP answers 4xx, the server's own (400, 413, 431) included"},
+       &Routes::responses_4xx_},
+      {{"http.responses_5xx", StatKind::kCounter, "HTTP answers 5xx"}, &Routes::responses_5xx_},
+      {{"http.checks", StatKind::kCounter, "Checks asked through HTTP (a batch counts each)"}, &Routes::checks_},
+      {{"http.unauthorized", StatKind::kCounter, "Requests answered 401 (--http-token-file)"}, &Routes::unauthorized_},
+  };
+  return kStats;
+}
+
 StatsList Routes::stats() const {
-  return {{"http.requests", requests_.load()},
-          {"http.responses_2xx", responses_2xx_.load()},
-          {"http.responses_4xx", responses_4xx_.load()},
-          {"http.responses_5xx", responses_5xx_.load()},
-          {"http.checks", checks_.load()},
-          {"http.unauthorized", unauthorized_.load()}};
+  StatsList s;
+  for (const Stat& st : stat_table()) s.emplace_back(std::string(st.def.name), (this->*st.value).load());
+  return s;
 }
 
 void Routes::handle(const HttpRequest& request, Reply reply) {
@@ -423,7 +433,8 @@ void Routes::metrics(Reply reply) {
         return [this, reply, stats, members, rules] {
           HttpResponse r;
           r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-          r.body = render_metrics(*stats, *members, *rules,
+          static const StatCatalog kNone;
+          r.body = render_metrics(*stats, options_.stat_catalog ? *options_.stat_catalog : kNone, *members, *rules,
                                   options_.extra_metrics ? options_.extra_metrics() : std::vector<prometheus::MetricFamily>{});
           reply(std::move(r));
         };

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@
 
 #include "api/request_handler.h"
 #include "tollgate/rls_config.h"
+#include "util/stat_def.h"
 
 namespace tollgate::http {
 
@@ -71,6 +73,9 @@ struct RoutesOptions {
   // More /metrics families, collected on the HTTP thread (thread-safe: prometheus-cpp's
   // Histogram::Collect). May be empty.
   std::function<std::vector<prometheus::MetricFamily>()> extra_metrics;
+  // What each stat is (kind, unit, help) for /metrics; a stat it does not declare is shown as a
+  // counter whose help says so. Read on the HTTP thread: complete before the server starts.
+  std::shared_ptr<const StatCatalog> stat_catalog;
 };
 
 class Routes {
@@ -88,6 +93,12 @@ class Routes {
 
   // http_requests, http_responses_2xx/4xx/5xx, http_checks; any thread.
   StatsList stats() const;
+  struct Stat {
+    StatDef def;
+    std::atomic<int64_t> Routes::*value;
+  };
+  // The declarations of stats() (util/stat_def.h), each with its counter.
+  static std::span<const Stat> stat_table();
   // Counts a response the server made itself (400 for a malformed request, 413, 503).
   void count_response(unsigned status);
 

@@ -119,12 +119,24 @@ void RulesFeed::write_cache(const std::string& body) {
   cache_stale_ = true;
 }
 
+namespace {
+constexpr StatDef kPolls{"rules_polls", StatKind::kCounter, "Polls of the rules service answered or failed"};
+constexpr StatDef kNotModified{"rules_polls_not_modified", StatKind::kCounter,
+                               "Polls answered 304, or with the bytes in force"};
+constexpr StatDef kPollFailures{"rules_poll_failures", StatKind::kCounter,
+                                "Polls unreachable, timed out, an HTTP error or a body over 4 MiB"};
+constexpr StatDef kCacheWriteFailures{"rules_cache_write_failures", StatKind::kCounter,
+                                      "Failed writes of the rules in force to --rules-cache"};
+}  // namespace
+
+std::vector<StatDef> RulesFeed::stat_defs() { return {kPolls, kNotModified, kPollFailures, kCacheWriteFailures}; }
+
 void RulesFeed::append_stats(StatsList& s) const {
   const RulesRetrieverStats& polls = retriever_->stats();
-  s.emplace_back("rules_polls", int64_t(polls.polls));
-  s.emplace_back("rules_polls_not_modified", int64_t(polls.not_modified));
-  s.emplace_back("rules_poll_failures", int64_t(polls.failures));
-  s.emplace_back("rules_cache_write_failures", int64_t(cache_write_failures_));
+  s.emplace_back(std::string(kPolls.name), int64_t(polls.polls));
+  s.emplace_back(std::string(kNotModified.name), int64_t(polls.not_modified));
+  s.emplace_back(std::string(kPollFailures.name), int64_t(polls.failures));
+  s.emplace_back(std::string(kCacheWriteFailures.name), int64_t(cache_write_failures_));
 }
 
 }  // namespace tollgate

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "retriever/rules_retriever.h"
 #include "tollgate/api.h"
+#include "util/stat_def.h"
 
 namespace tollgate {
 
@@ -46,6 +48,7 @@ class RulesFeed {
   // Every second, on the node's thread: retries a failed cache write.
   void retry_cache_write();
   void append_stats(StatsList& s) const;
+  static std::vector<StatDef> stat_defs();  // the declarations of append_stats' (util/stat_def.h)
 
  private:
   void apply(const std::string& body);

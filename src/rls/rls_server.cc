@@ -21,6 +21,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,15 +202,29 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (server_) server_->Wait();
   }
 
+  struct Stat {
+    StatDef def;
+    std::atomic<int64_t> Impl::*value;
+  };
+  // The rate limit service's stats (docs/operations.md, section 7), each with its counter.
+  static std::span<const Stat> stat_table() {
+    static const Stat kStats[] = {
+        {{"rls_calls", StatKind::kCounter, "ShouldRateLimit calls received"}, &Impl::calls_},
+        {{"rls_calls_over_limit", StatKind::kCounter, "Calls answered OVER_LIMIT"}, &Impl::over_limit_},
+        {{"rls_invalid_argument", StatKind::kCounter, "Calls refused as malformed (INVALID_ARGUMENT)"}, &Impl::invalid_},
+        {{"rls_busy", StatKind::kCounter, "Calls refused RESOURCE_EXHAUSTED: the queue for the node full"}, &Impl::busy_},
+        {{"rls_deadline_expired", StatKind::kCounter, "Calls whose deadline passed before the node reached them (not charged)"},
+         &Impl::deadline_expired_},
+        {{"rls_cancelled", StatKind::kCounter, "Calls cancelled before the node reached them (not charged)"}, &Impl::cancelled_},
+        {{"rls_unavailable", StatKind::kCounter, "Calls answered UNAVAILABLE while shutting down (not charged)"}, &Impl::unavailable_},
+        {{"rls_shadow_over_limit", StatKind::kCounter, "Descriptors a shadow-mode limit would have put over"}, &Impl::shadow_over_},
+    };
+    return kStats;
+  }
   StatsList stats() const {
-    return {{"rls_calls", calls_.load()},
-            {"rls_calls_over_limit", over_limit_.load()},
-            {"rls_invalid_argument", invalid_.load()},
-            {"rls_busy", busy_.load()},
-            {"rls_deadline_expired", deadline_expired_.load()},
-            {"rls_cancelled", cancelled_.load()},
-            {"rls_unavailable", unavailable_.load()},
-            {"rls_shadow_over_limit", shadow_over_.load()}};
+    StatsList s;
+    for (const Stat& st : stat_table()) s.emplace_back(std::string(st.def.name), (this->*st.value).load());
+    return s;
   }
 
   const std::string& address() const { return address_; }
@@ -425,5 +440,10 @@ void RlsServer::drain() { impl_->drain(); }
 void RlsServer::stop() { impl_->stop(); }
 void RlsServer::shutdown() { impl_->shutdown(); }
 StatsList RlsServer::stats() const { return impl_->stats(); }
+std::vector<StatDef> RlsServer::stat_defs() {
+  std::vector<StatDef> defs;
+  for (const auto& st : Impl::stat_table()) defs.push_back(st.def);
+  return defs;
+}
 
 }  // namespace tollgate::rls

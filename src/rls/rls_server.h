@@ -23,6 +23,7 @@
 #include <string>
 
 #include "api/request_handler.h"
+#include "util/stat_def.h"
 #include "tollgate/api.h"
 #include "tollgate/rls_config.h"
 
@@ -94,6 +95,8 @@ class RlsServer {
   // Counters: rls_calls, rls_calls_over_limit, rls_invalid_argument, rls_busy, rls_deadline_expired,
   // rls_cancelled, rls_unavailable, rls_shadow_over_limit.
   StatsList stats() const;
+  // Their declarations (util/stat_def.h).
+  static std::vector<StatDef> stat_defs();
 
  private:
   class Impl;

@@ -718,6 +718,13 @@ TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
   EXPECT_EQ(stat("api.checks"), 1);
   EXPECT_EQ(stat("api.busy_yields"), 0);  // nothing else was queued when it answered
   EXPECT_GT(stat("api.pending_output_high_water_bytes"), 0);  // the one answer
+  // Each declared beside the server (util/stat_def.h), in the order reported.
+  const std::vector<StatDef> defs = ApiServer::stat_defs();
+  ASSERT_EQ(defs.size(), names.size());
+  for (size_t i = 0; i < defs.size(); ++i) {
+    EXPECT_EQ(defs[i].name, names[i]);
+    EXPECT_FALSE(defs[i].help.empty()) << names[i];
+  }
 }
 
 // --- the Unix socket file ---------------------------------------------------------------------

@@ -178,5 +178,23 @@ TEST_F(NodeHostLoads, ABrokenPeersFileIsRefusedOnceAndCountedAndTheFixedOneIsTak
   host.stop_rounds();
 }
 
+// Every stat the host reports is declared (util/stat_def.h), with a kind and help, beside it.
+TEST_F(NodeHostLoads, EveryStatTheHostReportsIsDeclared) {
+  boost::asio::io_context io;
+  NodeHost host(io, options());
+  StatCatalog catalog;
+  catalog.add(NodeHost::stat_defs());
+  const StatsList stats = host.stats();
+  ASSERT_GT(stats.size(), 50u);
+  for (const auto& [name, value] : stats) {
+    const StatCatalog::Entry* e = catalog.find(name);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_FALSE(e->help.empty()) << name;
+  }
+  ASSERT_NE(catalog.find("transport_dropped_bad_mac"), nullptr);  // a family
+  EXPECT_EQ(catalog.find("keys")->kind, StatKind::kGauge);
+  EXPECT_EQ(catalog.find("checks")->kind, StatKind::kCounter);
+}
+
 }  // namespace
 }  // namespace tollgate

@@ -147,5 +147,12 @@ TEST_F(HttpServerNodeQueue, AfterStopChecksAre503Undecided) {
   EXPECT_EQ(handler_.checks, 0u);
 }
 
+TEST_F(HttpServerNodeQueue, EveryStatIsDeclared) {
+  start(16, std::chrono::seconds(60));
+  StatCatalog catalog;
+  catalog.add(HttpServer::stat_defs());
+  for (const auto& [name, value] : server_->stats()) EXPECT_NE(catalog.find(name), nullptr) << name;
+}
+
 }  // namespace
 }  // namespace tollgate::http

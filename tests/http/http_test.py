@@ -170,6 +170,12 @@ class TwoNodes(unittest.TestCase):
         self.assertIn("tollgate_round_duration_seconds_count", body)
         self.assertIn('tollgate_rule_checks_total{rule="k*"}', body)
         self.assertIn("tollgate_rules_version", body)
+        # Every stat the daemon reports is declared beside its owner (src/util/stat_def.h), with
+        # its kind and help: none is rendered from its name alone (issue 33).
+        self.assertNotIn("(undeclared)", body)
+        self.assertIn("# TYPE tollgate_keys gauge", body)
+        self.assertIn("# HELP tollgate_keys Buckets held", body)
+        self.assertIn("# TYPE tollgate_state_write_seconds gauge", body)
         lint = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
         self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
 

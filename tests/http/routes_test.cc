@@ -60,7 +60,8 @@ class TableHandler : public RequestHandler {
     return {{"checks", 3},         {"checks_allowed", 2},   {"checks_denied", 1},
             {"keys", 7},           {"api.requests", 9},     {"api.threads", 2},
             {"api.thread.0.connections_open", 3}, {"api.thread.1.connections_open", 4},
-            {"api.thread.0.checks", 10},          {"api.thread.1.checks", 11}};
+            {"api.thread.0.checks", 10},          {"api.thread.1.checks", 11},
+            {"state_write_ns", 1'500'000'000},     {"never_declared", 4}};
   }
   std::string set_faults(const FaultSettings&) override { return ""; }
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override {
@@ -81,6 +82,22 @@ class RoutesTest : public ::testing::Test {
 
   void make_routes(RoutesOptions o = {}) {
     o.alone_long_enough = [this] { return alone_; };
+    if (!o.stat_catalog) {  // what the test handler's stats are (the daemon's: daemon_stat_catalog)
+      static constexpr StatDef kDefs[] = {
+          {"checks", StatKind::kCounter, "checks"},
+          {"checks_allowed", StatKind::kCounter, "allowed"},
+          {"checks_denied", StatKind::kCounter, "denied"},
+          {"keys", StatKind::kGauge, "Buckets held"},
+          {"api.requests", StatKind::kCounter, "requests"},
+          {"api.threads", StatKind::kGauge, "threads"},
+          {"api.thread.*.connections_open", StatKind::kGauge, "connections by thread"},
+          {"api.thread.*.checks", StatKind::kCounter, "checks by thread"},
+          {"state_write_ns", StatKind::kGauge, "Time the last state write took", StatUnit::kNanoseconds},
+      };
+      auto catalog = std::make_shared<StatCatalog>();
+      catalog->add(kDefs);
+      o.stat_catalog = std::move(catalog);
+    }
     routes_ = std::make_unique<Routes>(
         [this](NodeJob job, const Reply&) {
           if (refuse_ || (refuse_after_ >= 0 && jobs_run_ >= refuse_after_)) return false;
@@ -439,7 +456,13 @@ TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
                            "# TYPE tollgate_api_thread_checks_total counter", "tollgate_api_thread_checks_total{thread=\"0\"} 10",
                            "tollgate_api_thread_checks_total{thread=\"1\"} 11",
                            // Label values are escaped by the serializer.
-                           "tollgate_rule_checks_total{rule=\"rls:web.path_/a \\\"b\\\"\"} 1"}) {
+                           "tollgate_rule_checks_total{rule=\"rls:web.path_/a \\\"b\\\"\"} 1",
+                           // Kind, unit and help from the declaration, not the name.
+                           "# HELP tollgate_keys Buckets held",
+                           "# TYPE tollgate_state_write_seconds gauge", "tollgate_state_write_seconds 1.5",
+                           // A stat nobody declared says so (the daemon's suite checks there is none).
+                           "# HELP tollgate_never_declared_total tollgated stat never_declared (undeclared)",
+                           "# TYPE tollgate_never_declared_total counter"}) {
     EXPECT_NE(r.body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << r.body;
   }
   EXPECT_EQ(r.body.find("tollgate_checks_total 3"), std::string::npos) << "the unlabelled sum is left out";
@@ -470,7 +493,8 @@ TEST_F(RoutesTest, MembersAndStatsHaveTheCliJsonShape) {
   EXPECT_EQ(request("GET", "/v1/stats").body,
             "{\"stats\": {\"checks\": 3, \"checks_allowed\": 2, \"checks_denied\": 1, \"keys\": 7, \"api.requests\": 9, "
             "\"api.threads\": 2, \"api.thread.0.connections_open\": 3, \"api.thread.1.connections_open\": 4, "
-            "\"api.thread.0.checks\": 10, \"api.thread.1.checks\": 11}}\n");
+            "\"api.thread.0.checks\": 10, \"api.thread.1.checks\": 11, \"state_write_ns\": 1500000000, "
+            "\"never_declared\": 4}}\n");
   const std::string members = request("GET", "/v1/members").body;
   EXPECT_EQ(members.rfind("{\"members\": [{\"id\": \"me\", \"address\": \"127.0.0.1:1\", \"state\": \"alive\"", 0), 0u) << members;
 }

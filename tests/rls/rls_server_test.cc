@@ -164,6 +164,13 @@ TEST_F(RlsServerTest, BeyondMaxPendingBytesACallFailsAtOnceWithResourceExhausted
   EXPECT_EQ(handler_.charged, 2);
 }
 
+TEST_F(RlsServerTest, EveryStatIsDeclared) {
+  start(16);
+  StatCatalog catalog;
+  catalog.add(RlsServer::stat_defs());
+  for (const auto& [name, value] : server_->stats()) EXPECT_NE(catalog.find(name), nullptr) << name;
+}
+
 TEST_F(RlsServerTest, StoppingAnswersQueuedCallsUnavailableUncharged) {
   start(16);
   auto queued = call_async(std::chrono::seconds(20));
