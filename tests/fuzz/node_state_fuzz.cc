@@ -65,7 +65,7 @@ class Net final : public Outbox {
 using MembershipView = std::vector<std::tuple<NodeId, std::string, uint64_t, uint64_t, int>>;
 
 struct World {
-  World(bool heartbeat_membership, bool gossip_mode) : heartbeat(heartbeat_membership), gossip(gossip_mode) {
+  World(bool heartbeat_membership, DisseminationMode dissemination) : heartbeat(heartbeat_membership), mode(dissemination) {
     for (size_t i = 0; i < kNodes; ++i) nets.push_back(std::make_unique<Net>(*this, i));
     lives.assign(kNodes, 0);
     applied.resize(kNodes);
@@ -80,7 +80,8 @@ struct World {
     o.id = "n" + std::to_string(i);
     o.address = address_of(i);
     o.incarnation = lives[i];
-    o.mode = gossip ? DisseminationMode::kGossip : DisseminationMode::kMesh;
+    o.mode = mode;
+    o.auto_relay_members = kNodes;  // auto relays once all three are known, and gossips below
     o.interval_ns = kRound;
     o.push_pull_interval_ns = 10 * kRound;
     o.membership.kind = heartbeat ? MembershipKind::kHeartbeat : MembershipKind::kStatic;
@@ -129,7 +130,7 @@ struct World {
   }
 
   const bool heartbeat;
-  const bool gossip;
+  const DisseminationMode mode;
   MonoNanos now = kNanosPerSecond;
   SplitMix64 random{42};
   std::shared_ptr<const RuleSet> rules = std::make_shared<RuleSet>(
@@ -204,7 +205,15 @@ void forge(const uint8_t*& p, const uint8_t* end) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tollgate;
   if (size < 1) return 0;
-  World w(/*heartbeat=*/data[0] & 1, /*gossip=*/data[0] & 2);
+  // Byte 0: bit 0 heartbeat membership; bits 1-2 the mode (mesh, gossip, relay, relay: issue 37,
+  // item 4: relay was never fuzzed). Older inputs keep their mode (2 and 3: gossip). Not auto
+  // yet: its first minutes of fuzzing found that a replayed message from a relaying phase can
+  // switch a node's mode and draw a send (the input is tests/fuzz/findings/node_state-auto-
+  // replay-switches-mode, with byte 0's mode bits meaning auto; not replayed by the suite until
+  // fixed: issue 39).
+  constexpr DisseminationMode kModes[] = {DisseminationMode::kMesh, DisseminationMode::kGossip, DisseminationMode::kRelay,
+                                          DisseminationMode::kRelay};
+  World w(/*heartbeat=*/data[0] & 1, kModes[(data[0] >> 1) & 3]);
   const uint8_t* p = data + 1;
   const uint8_t* end = data + size;
   for (size_t steps = 0; p + 1 < end && steps < 4000; ++steps) {
