@@ -291,6 +291,43 @@ TEST(Member, ASpentDailyLimitStaysSpentWhenTheMemberIsCreatedAgain) {
   fs::remove_all(dir);
 }
 
+// Rules reloaded while other threads check (issue 37, item 8): rules are parsed on the host's
+// loader thread and swapped in shard by shard on the member's; the checking threads see the old
+// limit or the new, never another, and nothing races (the suite's TSan stage runs this).
+TEST(Member, RulesReloadedWhileThreadsCheckGiveTheOldOrTheNewLimit) {
+  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-reload-checks-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burst: 5}\n");
+  MemberOptions o = options("r", "127.0.0.1:9");
+  o.rules_yaml.clear();
+  o.rules_file = (dir / "rules.yaml").string();
+  Member m(o);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> checks{0}, other{0};
+  std::vector<std::thread> checkers;
+  for (int t = 0; t < 3; ++t) {
+    checkers.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        const int64_t burst = m.check("k" + std::to_string((i * 3 + t) % 50), 0).limit.burst;
+        if (burst != 5 && burst != 7) ++other;
+        ++checks;
+      }
+    });
+  }
+  for (int i = 0; i < 20; ++i) {
+    replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burst: " + std::to_string(i % 2 ? 5 : 7) + "}\n");
+    ASSERT_TRUE(m.reload());
+  }
+  stop = true;
+  for (auto& t : checkers) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(checks.load(), 0);
+  EXPECT_EQ(m.stats().reload_failures, 0u);
+  EXPECT_EQ(m.check("k1", 0).limit.burst, 5);  // the last edit's
+  fs::remove_all(dir);
+}
+
 TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
   const fs::path dir = fs::temp_directory_path() / ("tollgate-member-reload-" + std::to_string(getpid()));
   fs::create_directories(dir);
