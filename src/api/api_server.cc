@@ -432,10 +432,7 @@ const ApiServerCounters& ApiServer::counters() const { return impl_->counters();
 
 namespace {
 
-struct ApiStat {
-  StatDef def;
-  RelaxedCounter ApiServerCounters::*counter;
-};
+using ApiStat = StatField<ApiServerCounters, RelaxedCounter>;
 
 // The client API's stats (docs/operations.md, section 7), each with the counter it reads.
 const ApiStat kApiStats[] = {
@@ -478,15 +475,14 @@ const ApiStat kApiStats[] = {
 
 std::vector<StatDef> ApiServer::stat_defs() {
   std::vector<StatDef> defs;
-  for (const ApiStat& a : kApiStats) defs.push_back(a.def);
+  append_stat_defs(std::span<const ApiStat>(kApiStats), defs);
   return defs;
 }
 
 StatsList ApiServer::stats() const {
   const ApiServerCounters& c = impl_->counters();
   StatsList s;
-  s.reserve(std::size(kApiStats));
-  for (const ApiStat& a : kApiStats) s.emplace_back(std::string(a.def.name), int64_t(uint64_t(c.*a.counter)));
+  append_stats(std::span<const ApiStat>(kApiStats), c, s);
   return s;
 }
 

@@ -387,7 +387,12 @@ void NodeHost::reload(std::function<void()> done) {
 }
 
 void NodeHost::set_rules_text(std::string text, const std::string& origin) {
-  file_rules_ = parse_rules(text, origin);  // first: a throw leaves the rules in force as they were
+  auto rules = parse_rules(text, origin);  // first (a throw keeps the rules in force), and before text moves
+  keep_rules(std::move(rules), std::move(text));
+}
+
+void NodeHost::keep_rules(std::shared_ptr<const RuleSet> rules, std::string text) {
+  file_rules_ = std::move(rules);
   rules_version_ = content_version(text);
   rules_text_ = std::move(text);
 }
@@ -487,18 +492,19 @@ void NodeHost::start_load() {
 void NodeHost::finish_load(Loaded& l) {
   LoadRequest& r = *l.request;
   bool changed = false;
+  auto take_rules = [&](std::shared_ptr<const RuleSet> rules, std::string text, const std::string& origin) {
+    keep_rules(std::move(rules), std::move(text));
+    ++reloads_.rules;
+    log_rules_reloaded(origin);
+    changed = true;
+  };
   if (r.rules_file) {
     if (!l.rules_error.empty()) {
       ++reloads_.rules_failed;
       log(LogLevel::kError, "rules not reloaded, the previous rules (version " + std::to_string(rules_version_) +
                                 ") stay in force: " + l.rules_error);
     } else {
-      file_rules_ = std::move(l.rules);
-      rules_version_ = content_version(l.rules_text);
-      rules_text_ = std::move(l.rules_text);
-      ++reloads_.rules;
-      log_rules_reloaded(options_.rules_file);
-      changed = true;
+      take_rules(std::move(l.rules), std::move(l.rules_text), options_.rules_file);
     }
   }
   if (r.rls) {
@@ -524,12 +530,7 @@ void NodeHost::finish_load(Loaded& l) {
       log(LogLevel::kError, "rules version " + std::to_string(version) + " refused, the previous rules (version " +
                                 std::to_string(rules_version_) + ") stay in force: " + refused);
     } else {
-      file_rules_ = std::move(l.offered);
-      rules_version_ = version;
-      rules_text_ = std::move(r.offered_text);
-      ++reloads_.rules;
-      log_rules_reloaded(r.offered_origin);
-      changed = true;
+      take_rules(std::move(l.offered), std::move(r.offered_text), r.offered_origin);
     }
   }
   if (changed) put_rules_in_force();

@@ -133,6 +133,8 @@ class NodeHost {
   void check_own_peers_line(const std::vector<PeerSpec>& peers);
   // Parses `text` (a ConfigError names `origin`) and makes it the rules file's part.
   void set_rules_text(std::string text, const std::string& origin);
+  // Makes `rules`, parsed from `text`, the rules file's part (not yet in the node's rules).
+  void keep_rules(std::shared_ptr<const RuleSet> rules, std::string text);
   std::shared_ptr<const RuleSet> combined_rules() const;
   void set_rls_config(std::shared_ptr<const RlsConfig> config);
   void put_rules_in_force();

@@ -79,10 +79,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   const std::string& address() const { return address_; }
   bool is_loopback() const { return loopback_; }
 
-  struct Stat {
-    StatDef def;
-    std::atomic<int64_t> Impl::*value;
-  };
+  using Stat = StatField<Impl, std::atomic<int64_t>>;
   // The server's own stats (docs/operations.md, section 7), after the routes'.
   static std::span<const Stat> stat_table() {
     static const Stat kStats[] = {
@@ -102,7 +99,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   }
   StatsList stats() const {
     StatsList s = routes_.stats();
-    for (const Stat& st : stat_table()) s.emplace_back(std::string(st.def.name), (this->*st.value).load());
+    append_stats(stat_table(), *this, s);
     return s;
   }
 
@@ -406,8 +403,8 @@ const std::string& HttpServer::address() const { return impl_->address(); }
 bool HttpServer::is_loopback() const { return impl_->is_loopback(); }
 std::vector<StatDef> HttpServer::stat_defs() {
   std::vector<StatDef> defs;
-  for (const auto& st : Routes::stat_table()) defs.push_back(st.def);
-  for (const auto& st : Impl::stat_table()) defs.push_back(st.def);
+  append_stat_defs(Routes::stat_table(), defs);
+  append_stat_defs(Impl::stat_table(), defs);
   return defs;
 }
 void HttpServer::set_rls_config(std::shared_ptr<const RlsConfig> config) { impl_->set_rls_config(std::move(config)); }

@@ -174,7 +174,7 @@ std::span<const Routes::Stat> Routes::stat_table() {
 
 StatsList Routes::stats() const {
   StatsList s;
-  for (const Stat& st : stat_table()) s.emplace_back(std::string(st.def.name), (this->*st.value).load());
+  append_stats(stat_table(), *this, s);
   return s;
 }
 

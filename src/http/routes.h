@@ -93,10 +93,7 @@ class Routes {
 
   // http_requests, http_responses_2xx/4xx/5xx, http_checks; any thread.
   StatsList stats() const;
-  struct Stat {
-    StatDef def;
-    std::atomic<int64_t> Routes::*value;
-  };
+  using Stat = StatField<Routes, std::atomic<int64_t>>;
   // The declarations of stats() (util/stat_def.h), each with its counter.
   static std::span<const Stat> stat_table();
   // Counts a response the server made itself (400 for a malformed request, 413, 503).

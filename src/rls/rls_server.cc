@@ -202,10 +202,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (server_) server_->Wait();
   }
 
-  struct Stat {
-    StatDef def;
-    std::atomic<int64_t> Impl::*value;
-  };
+  using Stat = StatField<Impl, std::atomic<int64_t>>;
   // The rate limit service's stats (docs/operations.md, section 7), each with its counter.
   static std::span<const Stat> stat_table() {
     static const Stat kStats[] = {
@@ -223,7 +220,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   }
   StatsList stats() const {
     StatsList s;
-    for (const Stat& st : stat_table()) s.emplace_back(std::string(st.def.name), (this->*st.value).load());
+    append_stats(stat_table(), *this, s);
     return s;
   }
 
@@ -442,7 +439,7 @@ void RlsServer::shutdown() { impl_->shutdown(); }
 StatsList RlsServer::stats() const { return impl_->stats(); }
 std::vector<StatDef> RlsServer::stat_defs() {
   std::vector<StatDef> defs;
-  for (const auto& st : Impl::stat_table()) defs.push_back(st.def);
+  append_stat_defs(Impl::stat_table(), defs);
   return defs;
 }
 

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tollgate/api.h"
+
 namespace tollgate {
 
 enum class StatKind : uint8_t { kCounter, kGauge };
@@ -26,6 +28,25 @@ struct StatDef {
   std::string_view help;
   StatUnit unit = StatUnit::kNone;
 };
+
+// A row of an owner's table: a declaration and the member counter it reads (an atomic or a
+// RelaxedCounter: anything convertible to an integer).
+template <class Owner, class Counter>
+struct StatField {
+  StatDef def;
+  Counter Owner::*field;
+};
+
+// What an owner's stats() does with its table: each row's name and current value, in order.
+template <class Owner, class Counter>
+void append_stats(std::span<const StatField<Owner, Counter>> rows, const Owner& owner, StatsList& out) {
+  for (const auto& r : rows) out.emplace_back(std::string(r.def.name), static_cast<int64_t>(owner.*r.field));
+}
+// And what its stat_defs() does: the rows' declarations.
+template <class Row>
+void append_stat_defs(std::span<const Row> rows, std::vector<StatDef>& out) {
+  for (const Row& r : rows) out.push_back(r.def);
+}
 
 // Every stat a process reports, from its owners' tables (copied: a prefix may be added, as the
 // metrics listener's "metrics_" before HTTP's names).
