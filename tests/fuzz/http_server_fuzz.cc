@@ -23,6 +23,8 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <future>
@@ -108,11 +110,26 @@ std::string exchange(uint16_t port, const fuzz::StreamInput& in, bool* hung) {
   timeval timeout{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  // Each connection comes from another address of 127.0.0.0/8. The server closes first, so
+  // every input leaves a TIME_WAIT on its side; from one address the kernel hands the client a
+  // port it used a few seconds earlier once a run makes tens of thousands of connections, and a
+  // kernel that refuses a SYN on a TIME_WAIT tuple (PAWS with random timestamp offsets, or
+  // tcp_rfc1337) then fails the connect. Sixty-five thousand sources keep every tuple fresh.
+  static uint32_t next_source = 0;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | (next_source++ % 0xfffeu + 1));
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+  FUZZ_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0, "a loopback source address");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  FUZZ_CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, "the server accepts a connection");
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    std::fprintf(stderr, "connect: %s\n", std::strerror(errno));
+    FUZZ_CHECK(false, "the server accepts a connection");
+  }
   for (std::string_view chunk : in.chunks) {
     // The server may close early (a refused request): what it wrote is still read below.
     if (!chunk.empty() && ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;
