@@ -1,49 +1,25 @@
 #include "config/node_settings.h"
 
-#include <charconv>
-#include <optional>
-
+#include "config/setting_text.h"
 #include "tollgate/duration.h"
 
 namespace tollgate {
 namespace {
 
-// Durations are bounded so that the products the settings imply (2 x fail_after, ...) cannot
-// overflow; found by the daemon_config fuzzer (tests/fuzz/regressions/daemon_config/).
-constexpr int64_t kMaxDurationNs = 168 * 3600 * kNanosPerSecond;
-
-std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
-
 std::string parse_duration_setting(std::string_view text, int64_t min_ns, int64_t& out) {
-  std::string why;
-  const std::optional<int64_t> ns = parse_duration_ns(text, &why);
-  if (!ns) return "is not a duration (" + why + ")";
-  if (*ns < min_ns) return min_ns <= 1 ? "must be longer than 0s" : "must be at least " + format_duration(min_ns);
-  if (*ns > kMaxDurationNs) return "must be at most 168h";
-  out = *ns;
-  return {};
+  return tollgate::parse_duration_setting(text, min_ns, kMaxSettingDurationNs, out);
 }
 
 std::string parse_whole(std::string_view text, size_t min, size_t max, size_t& out) {
-  size_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < min || v > max) {
-    return "must be a whole number from " + std::to_string(min) + " to " + std::to_string(max) + ", got " + quoted(text);
-  }
-  out = v;
-  return {};
+  return parse_whole_setting(text, min, max, out);
 }
 
 template <typename E>
 std::string parse_choice(std::string_view text, std::string_view a, E ea, std::string_view b, E eb, E& out) {
-  if (text == a) {
-    out = ea;
-  } else if (text == b) {
-    out = eb;
-  } else {
-    return "must be " + std::string(a) + " or " + std::string(b) + ", got " + quoted(text);
-  }
-  return {};
+  size_t i = 0;
+  std::string why = parse_choice_setting(text, {a, b}, i);
+  if (why.empty()) out = i == 0 ? ea : eb;
+  return why;
 }
 
 #define TOLLGATE_DURATION_FIELD(FLAG, MEMBER, MIN_NS, HELP)                                                  \

@@ -1,12 +1,21 @@
 // tollgated's settings: every command-line flag, the YAML config file that mirrors them (flags
 // override the file), and validation that names the offending flag or file line.
+//
+// A setting is one field of DaemonOptions (its default beside it) and one row of the table in
+// daemon_settings.cc: the row gives the flag (which is also the config file's key), the help, and
+// how the text is read and printed. --help, the config file, the error messages and the fuzz
+// dictionary (tests/fuzz/dicts/daemon_config.dict, written by tollgate-fuzz-corpus) all come
+// from the table; the node's settings (config/node_settings.h) are rows of it too. A check across
+// settings ("--rls-listen needs --rls-config") goes in parse_daemon_options().
 #ifndef TOLLGATE_SRC_DAEMON_DAEMON_OPTIONS_H_
 #define TOLLGATE_SRC_DAEMON_DAEMON_OPTIONS_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/node_settings.h"
@@ -68,6 +77,27 @@ struct DaemonOptions {
   // Gossip further than this from our wall clock is dropped as stale (replays; Transport).
   int64_t max_message_age_ns = 30'000'000'000;
 };
+
+// How a setting is given: a value, a list of values (`--seeds a,b` or a YAML list), or a switch
+// (`--http-insecure`, `http-insecure: true`).
+enum class SettingShape : uint8_t { kValue, kList, kSwitch };
+
+// One row of the settings table.
+struct DaemonSetting {
+  std::string flag;       // "rules-poll": the flag --rules-poll and the config file's key
+  SettingShape shape = SettingShape::kValue;
+  std::string type_name;  // for --help: "DURATION", "FILE", "{udp,tcp}" (the fuzz dictionary takes the choices)
+  std::string help;
+  // Reads the text given into `o`; returns "" or why not, as a phrase that follows the flag
+  // ("must be from 100ms to 1h"). A list comes as its items joined by ','; a switch as "true"
+  // or "false". Called only for a setting that was given.
+  std::function<std::string(std::string_view text, DaemonOptions& o)> parse;
+  // The text that reads back to o's value (the default in --help).
+  std::function<std::string(const DaemonOptions& o)> format;
+};
+
+// Every setting, in the order --help lists them.
+const std::vector<DaemonSetting>& daemon_settings();
 
 // Parses argv (flags, then the --config file for whatever the flags did not set) and validates.
 // Returns nullopt to run, or the code to exit with after printing the help or the error.

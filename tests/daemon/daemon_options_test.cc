@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,6 +100,77 @@ TEST_F(DaemonOptionsTest, ConfigErrorsNameFileLineAndSetting) {
   const Parsed q = parse({"--config", nested, "--peers-file", "p"});
   EXPECT_EQ(q.exit_code, 2);
   EXPECT_NE(q.stderr_text.find(nested + ":3:"), std::string::npos) << q.stderr_text;
+
+  // A value the setting refuses is named by the file's line and column too, unless a flag gave it.
+  const std::string wrong = write("wrong.yaml", "rules: r.yaml\ninsecure-gossip: true\n\nfanout: 0\n");
+  const Parsed r = parse({"--config", wrong, "--peers-file", "p"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find(wrong + ":4:1: \"fanout\" must be a whole number from 1 to 64, got \"0\""),
+            std::string::npos)
+      << r.stderr_text;
+  const Parsed overridden = parse({"--config", wrong, "--peers-file", "p", "--fanout=65"});
+  EXPECT_EQ(overridden.exit_code, 2);
+  EXPECT_NE(overridden.stderr_text.find("--fanout must be a whole number from 1 to 64, got \"65\""), std::string::npos)
+      << overridden.stderr_text;
+  EXPECT_TRUE(parse({"--config", wrong, "--peers-file", "p", "--fanout", "5"}).options.node.fanout == 5);
+}
+
+// Every setting of the table (daemon_settings.cc) is a flag and a config file key, and reads back
+// what it prints: a value other than the default, given either way, is the value the row prints.
+// A row added without a value here fails this test.
+TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
+  const std::string key = write("cluster.key", std::string(64, 'b') + "\n");
+  const std::map<std::string, std::string> values = {
+      {"node-id", "n1"}, {"bind", "127.0.0.2:7100"}, {"transport", "tcp"}, {"peers-file", "peers.txt"},
+      {"seeds", "127.0.0.1:7001,127.0.0.1:7002"}, {"mode", "relay"}, {"membership", "heartbeat"},
+      {"partition-policy", "proportional"}, {"interval", "20ms"}, {"fanout", "5"}, {"relay-groups", "16"},
+      {"member-rows", "100"}, {"fail-after", "3s"}, {"forget-after", "2m"}, {"probe-interval", "2s"},
+      {"push-pull-interval", "500ms"}, {"max-keys", "4096"}, {"retransmit-mult", "6"},
+      {"cluster-key-file", key}, {"insecure-gossip", "false"}, {"max-datagram", "9000"},
+      {"gossip-peer-rate", "1048576"}, {"max-message-age", "20s"}, {"incarnation", "12345"},
+      {"enable-fault-injection", "true"}, {"listen", "unix:/tmp/a.sock,tcp:127.0.0.1:7700"},
+      {"api-max-connections", "64"}, {"api-max-connections-per-client", "8"}, {"api-idle-timeout", "1m"},
+      {"threads", "2"}, {"rules", "r.yaml"}, {"rules-url", ""}, {"rules-poll", "30s"}, {"rules-cache", ""},
+      {"rules-ca", ""}, {"state-dir", "/var/lib/t"}, {"state-interval", "5s"},
+      {"rls-listen", "127.0.0.1:8081"}, {"rls-config", "rls.yaml"}, {"rls-response-headers", "true"},
+      {"rls-max-pending", "100"}, {"rls-tls-cert", "c.pem"}, {"rls-tls-key", "k.pem"},
+      {"rls-tls-client-ca", "ca.pem"}, {"rls-insecure", "false"}, {"http-listen", "127.0.0.1:8080"},
+      {"http-max-connections", "32"}, {"http-max-connections-per-client", "4"}, {"http-timeout", "3s"},
+      {"http-token-file", "token"}, {"http-insecure", "false"}, {"metrics-listen", "127.0.0.1:9090"},
+      {"memory-limit", "2G"}, {"log-level", "debug"},
+  };
+  std::vector<std::string> args;
+  std::string config;
+  std::set<std::string> checked;
+  const DaemonOptions defaults;
+  for (const DaemonSetting& row : daemon_settings()) {
+    const auto it = values.find(row.flag);
+    ASSERT_NE(it, values.end()) << row.flag << ": give it a value in this test";
+    if (it->second.empty()) continue;  // contradicts another setting given here (the rules service)
+    checked.insert(row.flag);
+    if (row.shape == SettingShape::kSwitch) {
+      if (it->second == "true") args.push_back("--" + row.flag);
+    } else {
+      args.insert(args.end(), {"--" + row.flag, it->second});
+      if (row.flag != "incarnation" && row.flag != "insecure-gossip") {
+        EXPECT_NE(row.format(defaults), it->second) << row.flag << ": the test must change it";
+      }
+    }
+    config += row.flag + ": " + (row.shape == SettingShape::kList ? "[" + it->second + "]" : it->second) + "\n";
+  }
+  const Parsed by_flags = parse(args);
+  ASSERT_FALSE(by_flags.exit_code.has_value()) << by_flags.stderr_text;
+  const Parsed by_file = parse({"--config", write("every.yaml", config)});
+  ASSERT_FALSE(by_file.exit_code.has_value()) << by_file.stderr_text;
+  for (const DaemonSetting& row : daemon_settings()) {
+    if (!checked.contains(row.flag)) continue;
+    EXPECT_EQ(row.format(by_flags.options), values.at(row.flag)) << "--" << row.flag;
+    EXPECT_EQ(row.format(by_file.options), values.at(row.flag)) << row.flag << ":";
+  }
+  EXPECT_EQ(by_file.options.transport, TransportKind::kTcp);
+  EXPECT_EQ(by_file.options.listen, (std::vector<std::string>{"unix:/tmp/a.sock", "tcp:127.0.0.1:7700"}));
+  EXPECT_EQ(by_file.options.max_message_age_ns, 20 * kNanosPerSecond);
+  EXPECT_TRUE(by_file.options.rls_response_headers);
 }
 
 // operations.md section 2 promises exit 2 for any bad flag (CLI11's own codes run from 100 to
@@ -196,7 +269,7 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "r", "--peers-file", "p", "--threads", "-1"}, "--threads"},
       {{"--rules", "r", "--peers-file", "p", "--max-message-age", "31s"}, "at most half of --forget-after (1m)"},
       {{"--rules", "r", "--peers-file", "p", "--max-message-age", "500ms"}, "must be at least 1s"},
-      {{"--rules", "r", "--peers-file", "p", "--memory-limit", "lots"}, "--memory-limit: \"lots\" is not a size"},
+      {{"--rules", "r", "--peers-file", "p", "--memory-limit", "lots"}, "--memory-limit \"lots\" is not a size"},
       {{"--rules", "r", "--peers-file", "p", "--memory-limit", "512T"}, "--memory-limit"},
   };
   for (const Case& c : cases) {

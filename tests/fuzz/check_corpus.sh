@@ -1,5 +1,5 @@
 #!/bin/sh
-# The committed seed corpus is what its generator makes today (issue 37, item 11): after a change
+# The committed seed corpus (and the dictionaries it writes) is what its generator makes today (issue 37, item 11): after a change
 # to a wire format or to config/, seeds made by the old encoders would no longer reach the code
 # they were made for, and nothing would say so.
 #   check_corpus.sh GENERATOR REPO_ROOT
@@ -18,6 +18,14 @@ for dir in "$scratch"/tests/fuzz/corpus/*/; do
   if ! diff -r "$dir" "$root/tests/fuzz/corpus/$target" >/dev/null; then
     echo "tests/fuzz/corpus/$target is not what tollgate-fuzz-corpus makes now:"
     diff -rq "$dir" "$root/tests/fuzz/corpus/$target" | sed 's/^/  /' || true
+    status=1
+  fi
+done
+for dict in "$scratch"/tests/fuzz/dicts/*.dict; do
+  name=$(basename "$dict")
+  if ! diff "$dict" "$root/tests/fuzz/dicts/$name" >/dev/null; then
+    echo "tests/fuzz/dicts/$name is not what tollgate-fuzz-corpus makes now:"
+    diff "$dict" "$root/tests/fuzz/dicts/$name" | sed 's/^/  /' || true
     status=1
   fi
 done

@@ -53,13 +53,12 @@ std::optional<int> parse(const std::string& path, tollgate::DaemonOptions* optio
   return std::nullopt;
 }
 
+// Every setting, as its row of the settings table prints it.
 bool same(const tollgate::DaemonOptions& a, const tollgate::DaemonOptions& b) {
-  return a.node_id == b.node_id && a.bind == b.bind && a.listen == b.listen && a.rules_file == b.rules_file &&
-         a.node == b.node && a.transport == b.transport && a.peers_file == b.peers_file && a.seeds == b.seeds &&
-         a.cluster_key_file == b.cluster_key_file && a.log_level == b.log_level && a.max_datagram == b.max_datagram &&
-         a.gossip_peer_bytes_per_second == b.gossip_peer_bytes_per_second &&
-         a.incarnation == b.incarnation && a.rls_listen == b.rls_listen && a.rls_config == b.rls_config &&
-         a.rls_response_headers == b.rls_response_headers && a.rls_max_pending == b.rls_max_pending;
+  for (const tollgate::DaemonSetting& row : tollgate::daemon_settings()) {
+    if (row.format(a) != row.format(b)) return false;
+  }
+  return true;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // Usage: build/tests/fuzz/tollgate-fuzz-corpus REPO_ROOT
 // Each target's directory is emptied first, so the output is exactly what this program makes.
 // Every seed stays under 4 KiB (libFuzzer's default -max_len is 4096).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,12 +14,14 @@
 #include <iterator>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "api/framing.h"
 #include "gossip_contract.h"
 #include "codec/codec.h"
+#include "daemon/daemon_options.h"
 #include "tollgate/v1/api.pb.h"
 
 namespace {
@@ -380,6 +383,37 @@ void node_state_corpus() {
   }
 }
 
+// --- Dictionaries ----------------------------------------------------------------------------
+
+// tollgated's config file: every key of the settings table (daemon/daemon_settings.cc) and the
+// choices its rows list, so that a new setting reaches the fuzzer without anyone editing a list;
+// then the shapes values take.
+void daemon_config_dict(const fs::path& root) {
+  std::string dict =
+      "# libFuzzer dictionary for tollgated --config, written by tollgate-fuzz-corpus from the settings table\n"
+      "# (src/daemon/daemon_settings.cc): do not edit; regenerate (tests/fuzz/README.md).\n";
+  std::set<std::string> choices;
+  for (const DaemonSetting& row : daemon_settings()) {
+    dict += "\"" + row.flag + ": \"\n";
+    const std::string_view t = row.type_name;
+    if (t.size() < 2 || t.front() != '{' || t.back() != '}') continue;
+    for (size_t start = 1; start < t.size();) {
+      const size_t end = std::min(t.find(',', start), t.size() - 1);
+      choices.insert(std::string(t.substr(start, end - start)));
+      start = end + 1;
+    }
+  }
+  for (const std::string& c : choices) dict += "\"" + c + "\"\n";
+  for (const char* shape : {"ns", "us", "ms", "s", "m", "h", "K", "M", "G", "auto", "none", "true", "false", "unix:",
+                            "tcp:", "127.0.0.1:7946", "[::1]:7946", "http://", "https://", "- ", "[", "]", ",", "{",
+                            "}", "&a", "*a", "!!str", "'", "\\\"", "#"}) {
+    dict += "\"" + std::string(shape) + "\"\n";
+  }
+  std::ofstream out(root / "tests/fuzz/dicts/daemon_config.dict", std::ios::trunc);
+  out << dict;
+  if (!out) die("cannot write tests/fuzz/dicts/daemon_config.dict");
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) die("usage: tollgate-fuzz-corpus REPO_ROOT");
   const fs::path root = argv[1];
@@ -389,6 +423,8 @@ int main(int argc, char** argv) {
   api_corpus();
   file_corpora(root);
   node_state_corpus();
+  fs::create_directories(root / "tests/fuzz/dicts");
+  daemon_config_dict(root);
   std::printf("seed corpus written to %s\n", g_corpus.c_str());
   return 0;
 }
