@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "tollgate/key_table.h"
-#include "tollgate/ledger.h"
+#include "core/key_table.h"
+#include "core/ledger.h"
 #include "tollgate/member.h"
 #include "tollgate/rules.h"
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "codec/codec.h"
-#include "tollgate/node.h"
-#include "tollgate/random.h"
+#include "core/node.h"
+#include "core/random.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "scenario.h"
-#include "tollgate/random.h"
+#include "core/random.h"
 
 namespace tollgate::sim {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "tollgate/clock.h"
-#include "tollgate/key_table.h"
-#include "tollgate/ledger.h"
+#include "core/clock.h"
+#include "core/key_table.h"
+#include "core/ledger.h"
 #include "tollgate/rules.h"
 
 using namespace tollgate;

@@ -8,9 +8,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 #include "tollgate/rules.h"
-#include "tollgate/token_bucket.h"
+#include "core/token_bucket.h"
 
 namespace tollgate::sim {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
-#include "tollgate/clock.h"
+#include "core/clock.h"
 
 namespace tollgate::sim {
 namespace {

@@ -47,9 +47,9 @@
 #include <vector>
 
 #include "config/node_settings.h"
-#include "tollgate/clock.h"
-#include "tollgate/membership.h"
-#include "tollgate/node.h"
+#include "core/clock.h"
+#include "core/membership.h"
+#include "core/node.h"
 
 namespace tollgate::sim {
 

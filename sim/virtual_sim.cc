@@ -11,8 +11,8 @@
 #include "arrivals.h"
 #include "crew.h"
 #include "recorder.h"
-#include "tollgate/node.h"
-#include "tollgate/random.h"
+#include "core/node.h"
+#include "core/random.h"
 
 namespace tollgate::sim {
 

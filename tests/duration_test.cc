@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 
 namespace tollgate {
 namespace {

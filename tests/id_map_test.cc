@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "tollgate/random.h"
+#include "core/random.h"
 
 namespace tollgate {
 namespace {

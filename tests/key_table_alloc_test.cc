@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "test_rules.h"
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 #include "tollgate/rules.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "tollgate/ledger.h"
+#include "core/ledger.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "test_rules.h"
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {

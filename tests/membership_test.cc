@@ -1,5 +1,5 @@
 // The membership state machine alone, with a fake clock: every transition of both kinds.
-#include "tollgate/membership.h"
+#include "core/membership.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The node state machine on a virtual network in virtual time: dissemination, repair, membership
 // and the partition policy, deterministic from a seed.
-#include "tollgate/node.h"
+#include "core/node.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 #include "tollgate/rules.h"
 
 namespace tollgate::testing {

@@ -1,8 +1,8 @@
-#include "tollgate/token_bucket.h"
+#include "core/token_bucket.h"
 
 #include <gtest/gtest.h>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 
 namespace tollgate {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tollgate/api.h"
-#include "tollgate/node.h"
+#include "core/node.h"
 
 namespace tollgate {
 

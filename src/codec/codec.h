@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "codec/cluster_key.h"
-#include "tollgate/consumption.h"
-#include "tollgate/message.h"
+#include "core/consumption.h"
+#include "core/message.h"
 #include "util/frame_reader.h"
 
 namespace tollgate {

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "tollgate/node.h"
+#include "core/node.h"
 
 namespace tollgate {
 

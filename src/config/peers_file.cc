@@ -1,4 +1,4 @@
-#include "tollgate/peers_file.h"
+#include "config/peers_file.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 #include "tollgate/duration.h"
 
 namespace tollgate {

@@ -1,4 +1,4 @@
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 
 #include <sched.h>
 #include <time.h>

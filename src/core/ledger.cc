@@ -1,4 +1,4 @@
-#include "tollgate/ledger.h"
+#include "core/ledger.h"
 
 #include <algorithm>
 #include <bit>
@@ -8,7 +8,7 @@
 #include "core/id_map.h"
 #include "util/flat_table.h"
 
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 
 namespace tollgate {
 

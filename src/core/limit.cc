@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 
 namespace tollgate {
 namespace {

@@ -1,4 +1,4 @@
-#include "tollgate/membership.h"
+#include "core/membership.h"
 
 #include <algorithm>
 #include <limits>

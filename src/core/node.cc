@@ -1,4 +1,4 @@
-#include "tollgate/node.h"
+#include "core/node.h"
 
 #include <algorithm>
 #include <bit>

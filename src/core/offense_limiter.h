@@ -16,7 +16,7 @@
 #include <optional>
 #include <string_view>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 #include "core/id_map.h"
 
 namespace tollgate {

@@ -22,9 +22,9 @@
 #include <string_view>
 
 #include "core/id_map.h"
-#include "tollgate/clock.h"
+#include "core/clock.h"
 #include "tollgate/limit.h"
-#include "tollgate/token_bucket.h"
+#include "core/token_bucket.h"
 
 namespace tollgate {
 

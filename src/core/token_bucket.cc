@@ -1,4 +1,4 @@
-#include "tollgate/token_bucket.h"
+#include "core/token_bucket.h"
 
 #include <algorithm>
 

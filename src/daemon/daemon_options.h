@@ -20,7 +20,7 @@
 
 #include "config/node_settings.h"
 #include "host/node_host_options.h"
-#include "tollgate/node.h"
+#include "core/node.h"
 
 namespace tollgate {
 

@@ -11,8 +11,8 @@
 #include "host/node_host.h"
 #include "rls/rls_server.h"
 #include "tcp_transport.h"
-#include "tollgate/peers_file.h"
-#include "tollgate/ledger.h"
+#include "config/peers_file.h"
+#include "core/ledger.h"
 
 namespace tollgate {
 namespace {

@@ -20,7 +20,7 @@
 #include "fault_injection.h"
 #include "host/node_host.h"
 #include "rls/decide.h"
-#include "tollgate/node.h"
+#include "core/node.h"
 
 namespace tollgate {
 namespace {

@@ -16,7 +16,7 @@
 #include "state/snapshot.h"
 #include "tollgate/config_error.h"
 #include "tcp_transport.h"
-#include "tollgate/peers_file.h"
+#include "config/peers_file.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 #include "udp_transport.h"

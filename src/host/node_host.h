@@ -25,8 +25,8 @@
 #include "core/offense_limiter.h"
 #include "host/node_host_options.h"
 #include "tollgate/api.h"
-#include "tollgate/node.h"
-#include "tollgate/random.h"
+#include "core/node.h"
+#include "core/random.h"
 #include "util/stat_def.h"
 
 namespace boost::asio {

@@ -12,7 +12,7 @@
 
 #include "config/node_settings.h"
 #include "host/transport_kind.h"
-#include "tollgate/clock.h"
+#include "core/clock.h"
 
 namespace tollgate {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "tollgate/api.h"
-#include "tollgate/node.h"
+#include "core/node.h"
 #include "util/stat_def.h"
 
 namespace tollgate::http {

@@ -15,7 +15,7 @@
 #include "http/metrics.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
-#include "tollgate/clock.h"
+#include "core/clock.h"
 #include "tollgate/http/v1/http.pb.h"
 
 namespace tollgate::http {

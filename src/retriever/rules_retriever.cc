@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "config/content_version.h"
-#include "tollgate/clock.h"
+#include "core/clock.h"
 #include "tollgate/duration.h"
 #include "util/printable.h"
 

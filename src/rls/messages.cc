@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 
 namespace tollgate::rls {
 namespace {

@@ -33,7 +33,7 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
-#include "tollgate/clock.h"
+#include "core/clock.h"
 
 namespace tollgate::rls {
 namespace {

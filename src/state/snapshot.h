@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "codec/cluster_key.h"
-#include "tollgate/node.h"
+#include "core/node.h"
 
 namespace tollgate::state {
 

@@ -10,7 +10,7 @@
 #include <unordered_set>
 
 #include "tollgate/api.h"
-#include "tollgate/random.h"
+#include "core/random.h"
 #include "transport.h"
 
 namespace tollgate {

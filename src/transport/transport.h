@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "codec/cluster_key.h"
-#include "tollgate/message.h"
-#include "tollgate/outbox.h"
+#include "core/message.h"
+#include "core/outbox.h"
 #include "core/offense_limiter.h"
 #include "core/source_limiter.h"
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "codec_test_util.h"
-#include "tollgate/key_table.h"
-#include "tollgate/ledger.h"
+#include "core/key_table.h"
+#include "core/ledger.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {

@@ -9,7 +9,7 @@
 
 #include "codec_test_util.h"
 #include "codec/codec.h"
-#include "tollgate/node.h"
+#include "core/node.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {

@@ -22,7 +22,7 @@
 #include "api/dispatch.h"
 #include "api/framing.h"
 #include "fuzz_util.h"
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 #include "tollgate/rules.h"
 #include "tollgate/v1/api.pb.h"
 

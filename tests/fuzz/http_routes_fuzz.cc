@@ -19,7 +19,7 @@
 #include "table_handler.h"
 #include "http/routes.h"
 #include "tollgate/http/v1/http.pb.h"
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 

@@ -23,7 +23,7 @@
 
 #include "codec/codec.h"
 #include "fuzz_util.h"
-#include "tollgate/node.h"
+#include "core/node.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {

@@ -1,4 +1,4 @@
-// The peers file of static membership (include/tollgate/peers_file.h): any text into
+// The peers file of static membership (src/config/peers_file.h): any text into
 // parse_peers(), as the daemon loads it at start-up and whenever the file changes.
 //
 // Contract: it returns peers or throws ConfigError naming the source and a line of the text,
@@ -15,7 +15,7 @@
 
 #include "fuzz_util.h"
 #include "tollgate/config_error.h"
-#include "tollgate/peers_file.h"
+#include "config/peers_file.h"
 #include "util/host_port.h"
 
 namespace {

@@ -16,7 +16,7 @@
 #include "table_handler.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "api/request_handler.h"
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 #include "tollgate/rules.h"
 
 namespace tollgate::fuzz {

@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 #include "tollgate/rules_file.h"
 
 namespace tollgate::http {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "api/request_handler.h"
-#include "tollgate/key_table.h"
+#include "core/key_table.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules.h"

@@ -10,10 +10,10 @@
 #include "state/snapshot.h"
 #include "test_rules.h"
 #include "tollgate/config_error.h"
-#include "tollgate/key_table.h"
-#include "tollgate/ledger.h"
-#include "tollgate/node.h"
-#include "tollgate/outbox.h"
+#include "core/key_table.h"
+#include "core/ledger.h"
+#include "core/node.h"
+#include "core/outbox.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {

@@ -25,8 +25,8 @@
 // take_pending holds a lock for at most 32 keys, sweep_idle for max_scan / shards, and
 // replace_rules and set_rate_scale visit every key, one shard at a time. pending_keys() is then
 // approximate (each shard adds its changes 16 at a time; 0 once drained).
-#ifndef TOLLGATE_KEY_TABLE_H_
-#define TOLLGATE_KEY_TABLE_H_
+#ifndef TOLLGATE_SRC_CORE_KEY_TABLE_H_
+#define TOLLGATE_SRC_CORE_KEY_TABLE_H_
 
 #include <array>
 #include <cstddef>
@@ -41,9 +41,9 @@
 #include <vector>
 
 #include "tollgate/api.h"
-#include "tollgate/clock.h"
-#include "tollgate/consumption.h"
-#include "tollgate/token_bucket.h"
+#include "core/clock.h"
+#include "core/consumption.h"
+#include "core/token_bucket.h"
 
 namespace tollgate {
 
@@ -221,4 +221,4 @@ class KeyTable {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_KEY_TABLE_H_
+#endif  // TOLLGATE_SRC_CORE_KEY_TABLE_H_

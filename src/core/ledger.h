@@ -21,8 +21,8 @@
 // Memory: O(origins) for windows (about 200 bytes an origin, at most max_origins) plus the
 // retained batches (at most max_retained_bytes). Nothing is kept per (key, origin).
 // Not thread-safe: one owner, like the KeyTable it charges.
-#ifndef TOLLGATE_LEDGER_H_
-#define TOLLGATE_LEDGER_H_
+#ifndef TOLLGATE_SRC_CORE_LEDGER_H_
+#define TOLLGATE_SRC_CORE_LEDGER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -31,8 +31,8 @@
 #include <optional>
 #include <vector>
 
-#include "tollgate/clock.h"
-#include "tollgate/consumption.h"
+#include "core/clock.h"
+#include "core/consumption.h"
 
 namespace tollgate {
 
@@ -146,4 +146,4 @@ class Ledger {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_LEDGER_H_
+#endif  // TOLLGATE_SRC_CORE_LEDGER_H_

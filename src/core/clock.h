@@ -3,8 +3,8 @@
 // Nothing in the core reads a clock on its own. The daemon passes a steady (monotonic) clock,
 // never the wall clock, so that a system-clock jump moves no bucket and fails no peer; tests and
 // the simulator pass a ManualClock and move time by hand.
-#ifndef TOLLGATE_CLOCK_H_
-#define TOLLGATE_CLOCK_H_
+#ifndef TOLLGATE_SRC_CORE_CLOCK_H_
+#define TOLLGATE_SRC_CORE_CLOCK_H_
 
 #include <cstdint>
 
@@ -42,4 +42,4 @@ class ManualClock final : public Clock {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_CLOCK_H_
+#endif  // TOLLGATE_SRC_CORE_CLOCK_H_

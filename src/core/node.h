@@ -20,8 +20,8 @@
 //   5. probes: dead and unreachable members, and seeds we have not joined, get a message every
 //      probe_interval, so healed nodes rejoin on their own;
 //   6. housekeeping: ledger expiry, idle-key sweep, the proportional rate scale.
-#ifndef TOLLGATE_NODE_H_
-#define TOLLGATE_NODE_H_
+#ifndef TOLLGATE_SRC_CORE_NODE_H_
+#define TOLLGATE_SRC_CORE_NODE_H_
 
 #include <atomic>
 #include <cstddef>
@@ -36,13 +36,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tollgate/clock.h"
-#include "tollgate/key_table.h"
-#include "tollgate/ledger.h"
-#include "tollgate/membership.h"
-#include "tollgate/message.h"
-#include "tollgate/outbox.h"
-#include "tollgate/random.h"
+#include "core/clock.h"
+#include "core/key_table.h"
+#include "core/ledger.h"
+#include "core/membership.h"
+#include "core/message.h"
+#include "core/outbox.h"
+#include "core/random.h"
 
 namespace tollgate {
 
@@ -328,4 +328,4 @@ class Node {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_NODE_H_
+#endif  // TOLLGATE_SRC_CORE_NODE_H_

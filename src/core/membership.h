@@ -11,8 +11,8 @@
 // Dead and unreachable members are still probed every probe_interval, so a healed node rejoins
 // without an operator. A restarted member comes back with a higher incarnation, which always wins.
 // Not thread-safe: one owner (the Node).
-#ifndef TOLLGATE_MEMBERSHIP_H_
-#define TOLLGATE_MEMBERSHIP_H_
+#ifndef TOLLGATE_SRC_CORE_MEMBERSHIP_H_
+#define TOLLGATE_SRC_CORE_MEMBERSHIP_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "tollgate/clock.h"
-#include "tollgate/message.h"
+#include "core/clock.h"
+#include "core/message.h"
 
 namespace tollgate {
 
@@ -196,4 +196,4 @@ class Membership {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_MEMBERSHIP_H_
+#endif  // TOLLGATE_SRC_CORE_MEMBERSHIP_H_

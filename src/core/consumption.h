@@ -1,7 +1,7 @@
 // What travels between daemons: batches of one node's admitted consumption, and the digests
 // (SeenWindow per origin) with which two nodes find out which batches one of them lacks.
-#ifndef TOLLGATE_CONSUMPTION_H_
-#define TOLLGATE_CONSUMPTION_H_
+#ifndef TOLLGATE_SRC_CORE_CONSUMPTION_H_
+#define TOLLGATE_SRC_CORE_CONSUMPTION_H_
 
 #include <array>
 #include <cstddef>
@@ -80,4 +80,4 @@ struct Digest {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_CONSUMPTION_H_
+#endif  // TOLLGATE_SRC_CORE_CONSUMPTION_H_

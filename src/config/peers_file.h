@@ -6,14 +6,14 @@
 //
 // Duplicate ids or addresses, a missing or malformed address and extra fields are errors
 // (ConfigError naming file and line): a typo must not silently shrink the cluster.
-#ifndef TOLLGATE_PEERS_FILE_H_
-#define TOLLGATE_PEERS_FILE_H_
+#ifndef TOLLGATE_SRC_CONFIG_PEERS_FILE_H_
+#define TOLLGATE_SRC_CONFIG_PEERS_FILE_H_
 
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "tollgate/membership.h"
+#include "core/membership.h"
 
 namespace tollgate {
 
@@ -22,4 +22,4 @@ std::vector<PeerSpec> load_peers_file(const std::string& path);
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_PEERS_FILE_H_
+#endif  // TOLLGATE_SRC_CONFIG_PEERS_FILE_H_

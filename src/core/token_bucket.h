@@ -7,12 +7,12 @@
 // A bucket does not store its Limit (the key table keeps the rule once per rule, not once per
 // key); every call takes the Limit the bucket was created with, or its replacement after a rules
 // reload. Not thread-safe.
-#ifndef TOLLGATE_TOKEN_BUCKET_H_
-#define TOLLGATE_TOKEN_BUCKET_H_
+#ifndef TOLLGATE_SRC_CORE_TOKEN_BUCKET_H_
+#define TOLLGATE_SRC_CORE_TOKEN_BUCKET_H_
 
 #include <cstdint>
 
-#include "tollgate/clock.h"
+#include "core/clock.h"
 #include "tollgate/decision.h"
 #include "tollgate/limit.h"
 
@@ -61,4 +61,4 @@ class TokenBucket {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_TOKEN_BUCKET_H_
+#endif  // TOLLGATE_SRC_CORE_TOKEN_BUCKET_H_

@@ -1,6 +1,6 @@
 // Randomness as the core sees it: passed in, never global, so a seed reproduces a run.
-#ifndef TOLLGATE_RANDOM_H_
-#define TOLLGATE_RANDOM_H_
+#ifndef TOLLGATE_SRC_CORE_RANDOM_H_
+#define TOLLGATE_SRC_CORE_RANDOM_H_
 
 #include <cstdint>
 
@@ -34,4 +34,4 @@ class SplitMix64 final : public Random {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_RANDOM_H_
+#endif  // TOLLGATE_SRC_CORE_RANDOM_H_

@@ -1,11 +1,11 @@
 // Where a node's messages go: the one thing the pure core asks of the network. The daemon's
 // transports encode and send them; the simulator delivers them in virtual time.
-#ifndef TOLLGATE_OUTBOX_H_
-#define TOLLGATE_OUTBOX_H_
+#ifndef TOLLGATE_SRC_CORE_OUTBOX_H_
+#define TOLLGATE_SRC_CORE_OUTBOX_H_
 
 #include <string>
 
-#include "tollgate/message.h"
+#include "core/message.h"
 
 namespace tollgate {
 
@@ -19,4 +19,4 @@ class Outbox {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_OUTBOX_H_
+#endif  // TOLLGATE_SRC_CORE_OUTBOX_H_
