@@ -196,7 +196,6 @@ void BM_ConcurrentKeyTableAllowExistingRandomKey(benchmark::State& state) {
 }
 BENCHMARK(BM_ConcurrentKeyTableAllowExistingRandomKey)->Arg(100'000)->Unit(benchmark::kNanosecond);
 
-
 void BM_ConcurrentKeyTableAllowExistingZipfKey(benchmark::State& state) {
   const auto keys = make_keys(state.range(0));
   KeyTable table(bench_rules(), {.concurrent = true});
@@ -277,8 +276,10 @@ void BM_KeyTableAllowExistingRandomKeyClocked(benchmark::State& state) {
   size_t i = 0;
   for (auto _ : state) {
     const MonoNanos now =
-        coarse ? coarse_now()
-               : std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+        coarse
+            ? coarse_now()
+            : std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+                  .count();
     benchmark::DoNotOptimize(table.allow(requests.at(i++), 1, now));
   }
   state.SetItemsProcessed(state.iterations());

@@ -94,8 +94,9 @@ std::vector<int64_t> run_native(const Options& o, size_t thread, Clock::time_poi
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tollgate-rls-bench: closed-loop calls to one tollgated from --connections threads, through the rate "
-               "limit service (gRPC) or the native client API; prints calls, calls/s and p50/p99/max in microseconds."};
+  CLI::App app{
+      "tollgate-rls-bench: closed-loop calls to one tollgated from --connections threads, through the rate "
+      "limit service (gRPC) or the native client API; prints calls, calls/s and p50/p99/max in microseconds."};
   Options o;
   app.add_option("--target", o.target, "rls (gRPC ShouldRateLimit) or native (client API)")
       ->check(CLI::IsMember({"rls", "native"}));

@@ -157,7 +157,8 @@ class NativeLoop final : public Loop {
     out = b_.frame;
   }
   void read() override {
-    asio::async_read(socket_, asio::buffer(header_), [this, self = shared_from_this()](boost::system::error_code ec, size_t) {
+    asio::async_read(socket_, asio::buffer(header_),
+                     [this, self = shared_from_this()](boost::system::error_code ec, size_t) {
       if (ec) throw std::runtime_error("read: " + ec.message());
       const uint32_t length = tollgate::load_be32(header_);
       if (length > tollgate::api::kMaxResponseFrameBytes) throw std::runtime_error("answer frame too large");
@@ -202,7 +203,8 @@ class RedisLoop final : public Loop {
     redisFreeCommand(cmd);
   }
   void read() override {
-    socket_.async_read_some(asio::buffer(buffer_), [this, self = shared_from_this()](boost::system::error_code ec, size_t n) {
+    socket_.async_read_some(asio::buffer(buffer_),
+                            [this, self = shared_from_this()](boost::system::error_code ec, size_t n) {
       if (ec) throw std::runtime_error("read: " + ec.message());
       if (redisReaderFeed(reader_.get(), buffer_, n) != REDIS_OK) throw std::runtime_error("bad RESP from Redis");
       void* raw = nullptr;
@@ -210,8 +212,9 @@ class RedisLoop final : public Loop {
       if (!raw) return read();  // not whole yet
       std::unique_ptr<redisReply, decltype(&freeReplyObject)> reply(static_cast<redisReply*>(raw), &freeReplyObject);
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements != o_.batch) {
-        throw std::runtime_error("Redis answered " +
-                                 (reply->type == REDIS_REPLY_ERROR ? std::string(reply->str, reply->len) : "not the array asked for"));
+        throw std::runtime_error("Redis answered " + (reply->type == REDIS_REPLY_ERROR
+                                                          ? std::string(reply->str, reply->len)
+                                                          : "not the array asked for"));
       }
       uint64_t allowed = 0;
       for (size_t i = 0; i < reply->elements; ++i) allowed += reply->element[i]->integer == 1 ? 1 : 0;
@@ -232,8 +235,9 @@ std::string load_script(const std::string& endpoint) {
   const auto ep = tollgate::api::parse_endpoint(endpoint, &why);
   if (!ep) throw std::runtime_error("--endpoint " + endpoint + ": " + why);
   redisContext* c = ep->kind == tollgate::api::Endpoint::Kind::kUnix ? redisConnectUnix(ep->path.c_str())
-                                                                      : redisConnect(ep->host.c_str(), ep->port);
-  if (!c || c->err) throw std::runtime_error("cannot connect to Redis at " + endpoint + (c ? std::string(": ") + c->errstr : ""));
+                                                                     : redisConnect(ep->host.c_str(), ep->port);
+  if (!c || c->err)
+    throw std::runtime_error("cannot connect to Redis at " + endpoint + (c ? std::string(": ") + c->errstr : ""));
   std::unique_ptr<redisContext, decltype(&redisFree)> context(c, &redisFree);
   auto* reply = static_cast<redisReply*>(redisCommand(c, "SCRIPT LOAD %s", kTokenBucketLua));
   if (!reply || reply->type != REDIS_REPLY_STRING) throw std::runtime_error("SCRIPT LOAD failed");
@@ -245,15 +249,18 @@ std::string load_script(const std::string& endpoint) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tollgate-throughput: checks per second from N connections on one client thread, closed loop, "
-               "against tollgated or Redis with a Lua token bucket"};
+  CLI::App app{
+      "tollgate-throughput: checks per second from N connections on one client thread, closed loop, "
+      "against tollgated or Redis with a Lua token bucket"};
   Options o;
   app.add_option("--target", o.target, "native (tollgated's client API) or redis (EVALSHA of a Lua token bucket)")
       ->check(CLI::IsMember({"native", "redis"}));
   app.add_option("--endpoint", o.endpoint, "unix:PATH or tcp:HOST:PORT")->required();
-  app.add_option("--connections", o.connections, "Connections, all driven by this one thread")->check(CLI::Range(1, 1024));
+  app.add_option("--connections", o.connections, "Connections, all driven by this one thread")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--batch", o.batch, "Checks per request")->check(CLI::Range(1, 1000));
-  app.add_option("--keys", o.keys, "Distinct keys, PREFIX0..PREFIX{N-1}, drawn uniformly")->check(CLI::Range(size_t(1), size_t(1) << 32));
+  app.add_option("--keys", o.keys, "Distinct keys, PREFIX0..PREFIX{N-1}, drawn uniformly")
+      ->check(CLI::Range(size_t(1), size_t(1) << 32));
   app.add_option("--prefix", o.prefix, "Key name prefix");
   app.add_option("--seconds", o.seconds, "How long to drive")->check(CLI::Range(0.1, 3600.0));
   app.add_option("--redis-rate", o.redis_rate, "Redis: the bucket's refill per second");

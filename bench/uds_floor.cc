@@ -48,13 +48,15 @@ using tollgate::cli::percentile;
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tollgate-uds-floor: round trips of a message between two processes over a Unix socket, paced; "
-               "prints p50/p99/max in microseconds (the floor a local tollgated check stands on)."};
+  CLI::App app{
+      "tollgate-uds-floor: round trips of a message between two processes over a Unix socket, paced; "
+      "prints p50/p99/max in microseconds (the floor a local tollgated check stands on)."};
   double rate = 1000, seconds = 10;
   size_t size = 64;
   app.add_option("--rate", rate, "Round trips per second")->check(CLI::Range(1.0, 1'000'000.0));
   app.add_option("--seconds", seconds, "How long to measure")->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--size", size, "Bytes each way (a check request of a short key is about 40)")->check(CLI::Range(size_t(1), size_t(65536)));
+  app.add_option("--size", size, "Bytes each way (a check request of a short key is about 40)")
+      ->check(CLI::Range(size_t(1), size_t(65536)));
   CLI11_PARSE(app, argc, argv);
 
   int fds[2];

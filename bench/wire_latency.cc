@@ -66,8 +66,9 @@ std::vector<int64_t> measure(Socket& socket, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tollgate-wire-latency: paced check batches to one tollgated over one connection, blocking, from "
-               "one thread (no client library); prints the round trip's p50/p99/max in microseconds."};
+  CLI::App app{
+      "tollgate-wire-latency: paced check batches to one tollgated over one connection, blocking, from "
+      "one thread (no client library); prints the round trip's p50/p99/max in microseconds."};
   Options o;
   std::string endpoint_text;
   app.add_option("--endpoint", endpoint_text, "The daemon's client API: unix:PATH or tcp:HOST:PORT")->required();
@@ -104,7 +105,6 @@ int main(int argc, char** argv) {
   }
   std::cout << "round_trips p50_us p99_us max_us\n"
             << rtt_us.size() << " " << tollgate::cli::percentile(rtt_us, 50) << " "
-            << tollgate::cli::percentile(rtt_us, 99) << " " << *std::max_element(rtt_us.begin(), rtt_us.end())
-            << "\n";
+            << tollgate::cli::percentile(rtt_us, 99) << " " << *std::max_element(rtt_us.begin(), rtt_us.end()) << "\n";
   return 0;
 }

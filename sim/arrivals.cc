@@ -7,9 +7,12 @@ namespace tollgate::sim {
 
 double spread_weight(LoadSpec::Spread spread, size_t index) {
   switch (spread) {
-    case LoadSpec::Spread::kUniform: return 1;
-    case LoadSpec::Spread::kSkewed: return 1.0 / double(index + 1);
-    case LoadSpec::Spread::kOne: return index == 0 ? 1 : 0;
+    case LoadSpec::Spread::kUniform:
+      return 1;
+    case LoadSpec::Spread::kSkewed:
+      return 1.0 / double(index + 1);
+    case LoadSpec::Spread::kOne:
+      return index == 0 ? 1 : 0;
   }
   return 1;
 }

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "scenario.h"
 #include "core/random.h"
+#include "scenario.h"
 
 namespace tollgate::sim {
 

@@ -34,9 +34,9 @@ class Crew {
   void member(unsigned index);
 
   std::function<void(unsigned)> job_;
-  std::atomic<uint32_t> generation_{0};  // bumped once per run(); members wait for a new one
-  std::atomic<uint32_t> pending_{0};     // members still running this generation's job
-  bool stopping_ = false;                // written before the last generation bump
+  std::atomic<uint32_t> generation_{0};     // bumped once per run(); members wait for a new one
+  std::atomic<uint32_t> pending_{0};        // members still running this generation's job
+  bool stopping_ = false;                   // written before the last generation bump
   std::vector<std::exception_ptr> failed_;  // per member: what its last job threw
   std::vector<std::thread> threads_;
 };

@@ -18,7 +18,8 @@ using namespace tollgate;
 namespace {
 
 struct Node {
-  Node(std::string id, std::shared_ptr<const RuleSet> rules) : name(id), table(std::move(rules)), ledger(std::move(id), 1) {}
+  Node(std::string id, std::shared_ptr<const RuleSet> rules)
+      : name(id), table(std::move(rules)), ledger(std::move(id), 1) {}
   std::string name;
   KeyTable table;
   Ledger ledger;
@@ -53,12 +54,14 @@ int main() {
   std::printf("t=0ms     a burst of 15 requests reaches each node before they talk to each other\n");
   for (Node* n : {&a, &b}) {
     for (int i = 0; i < 15; ++i) n->admitted += n->table.allow(key, 1, clock.now_ns()).allowed ? 1 : 0;
-    std::printf("          %s admitted %d, balance %+.1f\n", n->name.c_str(), n->admitted, tokens(*n, key, clock.now_ns()));
+    std::printf("          %s admitted %d, balance %+.1f\n", n->name.c_str(), n->admitted,
+                tokens(*n, key, clock.now_ns()));
   }
 
   clock.advance_ns(50 * kNanosPerMilli);
-  std::printf("t=50ms    gossip round: each node seals its consumption and sends it to the other;\n"
-              "          node-a's batch reaches node-b twice\n");
+  std::printf(
+      "t=50ms    gossip round: each node seals its consumption and sends it to the other;\n"
+      "          node-a's batch reaches node-b twice\n");
   std::vector<ConsumptionEntry> pending;
   a.table.take_pending(pending);
   BatchPtr from_a = a.ledger.seal(std::move(pending), clock.now_ns());
@@ -72,8 +75,9 @@ int main() {
   std::printf("          balance now: node-a %+.1f, node-b %+.1f  (20 - 30 admitted + 0.5 refilled)\n\n",
               tokens(a, key, clock.now_ns()), tokens(b, key, clock.now_ns()));
 
-  std::printf("then one request every 250ms, alternating nodes, each followed by a gossip round;\n"
-              "both nodes pay the shared debt off at 10/s before admitting again:\n");
+  std::printf(
+      "then one request every 250ms, alternating nodes, each followed by a gossip round;\n"
+      "both nodes pay the shared debt off at 10/s before admitting again:\n");
   std::printf("%8s  %-6s  %-7s  %12s  %12s  %12s\n", "t", "node", "result", "retry after", "a balance", "b balance");
   for (int step = 1; step <= 12; ++step) {
     clock.advance_ns(250 * kNanosPerMilli);
@@ -87,7 +91,7 @@ int main() {
                 tokens(b, key, clock.now_ns()));
   }
   const LedgerStats sb = b.ledger.stats();
-  std::printf("\nnode-b ledger: %llu batches applied, %llu duplicate dropped\n",
-              (unsigned long long)sb.applied, (unsigned long long)sb.duplicates);
+  std::printf("\nnode-b ledger: %llu batches applied, %llu duplicate dropped\n", (unsigned long long)sb.applied,
+              (unsigned long long)sb.duplicates);
   return 0;
 }

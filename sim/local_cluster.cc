@@ -86,7 +86,8 @@ class Daemons {
  public:
   Daemons(const Scenario& s, const RuleSet& rule_set, const LocalOptions& o) : s_(s), o_(o) {
     std::string pattern = (fs::temp_directory_path() / "tollgate-sim.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a temp dir: " + std::string(strerror(errno)));
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw std::runtime_error("cannot create a temp dir: " + std::string(strerror(errno)));
     dir_ = pattern;
     std::ofstream rules(dir_ / "rules.yaml");
     rules << s.rules_yaml;
@@ -132,14 +133,21 @@ class Daemons {
   // new incarnation from the clock).
   void start(size_t i) {
     std::vector<std::string> args = {o_.tollgated,
-                                     "--node-id", local_node_id(i),
-                                     "--bind", address(i),
-                                     "--listen", "unix:" + socket_path(i),
-                                     "--rules", (dir_ / "rules.yaml").string(),
-                                     "--cluster-key-file", (dir_ / "cluster.key").string(),
-                                     "--transport", s_.transport,
+                                     "--node-id",
+                                     local_node_id(i),
+                                     "--bind",
+                                     address(i),
+                                     "--listen",
+                                     "unix:" + socket_path(i),
+                                     "--rules",
+                                     (dir_ / "rules.yaml").string(),
+                                     "--cluster-key-file",
+                                     (dir_ / "cluster.key").string(),
+                                     "--transport",
+                                     s_.transport,
                                      "--enable-fault-injection",  // partitions and loss are injected
-                                     "--log-level", o_.log_level};
+                                     "--log-level",
+                                     o_.log_level};
     for (const NodeSettingField& f : node_setting_fields()) {
       args.insert(args.end(), {"--" + std::string(f.flag), f.format(s_.node)});  // the scenario's node settings
     }
@@ -149,7 +157,8 @@ class Daemons {
       args.insert(args.end(), {"--seeds", address(0)});
     }
     if (s_.front_end == Scenario::FrontEnd::kRls) {
-      args.insert(args.end(), {"--rls-config", (dir_ / "rls.yaml").string(), "--rls-listen", "unix:" + rls_socket_path(i)});
+      args.insert(args.end(),
+                  {"--rls-config", (dir_ / "rls.yaml").string(), "--rls-listen", "unix:" + rls_socket_path(i)});
     }
     std::error_code ec;
     fs::remove(socket_path(i), ec);  // a SIGKILLed daemon leaves its socket files behind
@@ -173,7 +182,8 @@ class Daemons {
     int status = 0;
     if (::waitpid(pids_[i], &status, WNOHANG) != pids_[i]) return std::nullopt;
     pids_[i] = -1;
-    return local_node_id(i) + " " + describe_status(status) + "; " + log_path(i).string() + " ends with:\n" + last_lines(log_path(i), 15);
+    return local_node_id(i) + " " + describe_status(status) + "; " + log_path(i).string() + " ends with:\n" +
+           last_lines(log_path(i), 15);
   }
 
   std::string log_tails(size_t lines) const {
@@ -281,7 +291,8 @@ class LocalRun {
     stats_->failed_open.assign(phases_.size(), 0);
     for (size_t e = 0; e < s.timeline.size(); ++e) {
       if (s.timeline[e].at_ns < s.duration_ns) steps_.push_back({s.timeline[e].at_ns, false, e});
-      if (s.timeline[e].until_ns && *s.timeline[e].until_ns < s.duration_ns) steps_.push_back({*s.timeline[e].until_ns, true, e});
+      if (s.timeline[e].until_ns && *s.timeline[e].until_ns < s.duration_ns)
+        steps_.push_back({*s.timeline[e].until_ns, true, e});
     }
     // In time order; at one instant, ends before starts (a heal, then the next partition).
     std::stable_sort(steps_.begin(), steps_.end(), [](const Step& a, const Step& b) {
@@ -290,15 +301,17 @@ class LocalRun {
   }
 
   SimResult run() {
-    say("starting " + std::to_string(s_.nodes) + " tollgated (" + dissemination_mode_name(s_.node.mode) + " over " + s_.transport +
-        (rls_.empty() ? "" : ", checks through the rate limit service") + ") in " + daemons_.dir().string());
+    say("starting " + std::to_string(s_.nodes) + " tollgated (" + dissemination_mode_name(s_.node.mode) + " over " +
+        s_.transport + (rls_.empty() ? "" : ", checks through the rate limit service") + ") in " +
+        daemons_.dir().string());
     const auto first_start = Clock::now();
     for (size_t i = 0; i < s_.nodes; ++i) start_node(daemons_.add());
     wait_formed();
     stats_->formed_after_s = std::chrono::duration<double>(Clock::now() - first_start).count();
     std::ostringstream formed;
     formed.precision(1);
-    formed << std::fixed << "cluster formed after " << stats_->formed_after_s << " s; running for " << format_duration(s_.duration_ns);
+    formed << std::fixed << "cluster formed after " << stats_->formed_after_s << " s; running for "
+           << format_duration(s_.duration_ns);
     say(formed.str());
     for (size_t i = 0; i < s_.nodes; ++i) faults_due_.push_back(i);
     apply_due_faults(/*wait=*/true);
@@ -324,7 +337,9 @@ class LocalRun {
           ++stats_->dropped;
           continue;
         }
-        lags.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - (start_ + std::chrono::nanoseconds(a.t_ns))).count());
+        lags.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
+                                                                            (start_ + std::chrono::nanoseconds(a.t_ns)))
+                           .count());
         send(a);
       } else {
         break;  // the end of the run
@@ -394,20 +409,23 @@ class LocalRun {
     while (true) {
       check_interrupted();
       for (size_t i = 0; i < daemons_.size(); ++i) {
-        if (auto why = daemons_.exited(i)) throw std::runtime_error("a daemon stopped before the cluster formed: " + *why);
+        if (auto why = daemons_.exited(i))
+          throw std::runtime_error("a daemon stopped before the cluster formed: " + *why);
       }
       missing = formation_gap();
       if (missing.empty()) break;
       if (Clock::now() >= give_up) {
-        throw std::runtime_error("the local cluster did not form within " + format_duration(o_.form_timeout.count() * kNanosPerMilli) +
-                                 ": " + missing + ". The daemons' logs end with:\n" + daemons_.log_tails(8));
+        throw std::runtime_error("the local cluster did not form within " +
+                                 format_duration(o_.form_timeout.count() * kNanosPerMilli) + ": " + missing +
+                                 ". The daemons' logs end with:\n" + daemons_.log_tails(8));
       }
       std::this_thread::sleep_for(milliseconds(50));  // polling a bounded wait on the members API
     }
     for (size_t i = 0; i < rls_.size() && i < daemons_.size(); ++i) {  // the gRPC front ends listen too
       if (!rls_[i]->wait_connected(std::chrono::seconds(5))) {
         throw std::runtime_error("the rate limit service of " + local_node_id(i) + " (" + daemons_.rls_socket_path(i) +
-                                 ") does not accept connections; its log ends with:\n" + last_lines(daemons_.log_path(i), 10));
+                                 ") does not accept connections; its log ends with:\n" +
+                                 last_lines(daemons_.log_path(i), 10));
       }
     }
     for (size_t i = 0; i < s_.nodes; ++i) up_[i] = true;
@@ -440,11 +458,11 @@ class LocalRun {
     if (!rls_.empty()) {
       rls_[a.node]->check_async(arrivals_.keys()[a.key], s_.load.cost, o_.check_deadline,
                                 [this, &p](RlsCaller::Outcome outcome, const std::string& error) {
-                                  p.outcome = outcome == RlsCaller::Outcome::kAllowed  ? Pending::kAllowed
-                                              : outcome == RlsCaller::Outcome::kDenied ? Pending::kDenied
-                                                                                       : Pending::kFailed;
-                                  answered(error);
-                                });
+        p.outcome = outcome == RlsCaller::Outcome::kAllowed  ? Pending::kAllowed
+                    : outcome == RlsCaller::Outcome::kDenied ? Pending::kDenied
+                                                             : Pending::kFailed;
+        answered(error);
+      });
       return;
     }
     clients_[a.node]->check_async(arrivals_.keys()[a.key], s_.load.cost, [this, &p](CheckReply r) {
@@ -466,7 +484,8 @@ class LocalRun {
     {
       std::unique_lock lock(mu_);
       if (!done_.wait_for(lock, o_.check_deadline + std::chrono::seconds(5), [&] { return outstanding_ == 0; })) {
-        throw std::runtime_error(std::to_string(outstanding_) + " checks were never answered, not even by the client's deadline");
+        throw std::runtime_error(std::to_string(outstanding_) +
+                                 " checks were never answered, not even by the client's deadline");
       }
       stats_->failed_open_example = first_error_;
     }
@@ -490,7 +509,8 @@ class LocalRun {
       if (!daemons_.running(i)) continue;
       // A daemon that died on its own would turn its share of the load into fail-opens while the
       // timeline says it is up: the run would not measure the scenario, so it stops here.
-      if (auto why = daemons_.exited(i)) throw std::runtime_error("a daemon stopped during the run, not by the timeline: " + *why);
+      if (auto why = daemons_.exited(i))
+        throw std::runtime_error("a daemon stopped during the run, not by the timeline: " + *why);
       const auto stats = clients_[i]->stats();
       if (!stats) {
         ++stats_->stats_polls_failed;
@@ -504,7 +524,8 @@ class LocalRun {
       }
       messages += uint64_t(std::max<int64_t>(0, now.messages - counters_[i].messages));
       bytes += uint64_t(std::max<int64_t>(0, now.bytes - counters_[i].bytes));
-      if (start_ != Clock::time_point{}) stats_->rls_calls += uint64_t(std::max<int64_t>(0, now.rls_calls - counters_[i].rls_calls));
+      if (start_ != Clock::time_point{})
+        stats_->rls_calls += uint64_t(std::max<int64_t>(0, now.rls_calls - counters_[i].rls_calls));
       counters_[i] = now;
     }
     if (start_ != Clock::time_point{}) recorder_.sent(phase_ns, messages, bytes);
@@ -512,7 +533,8 @@ class LocalRun {
 
   void apply(const Step& step) {
     const Event& e = s_.timeline[step.event];
-    const std::string what = "t=" + format_duration(step.at_ns) + " " + (step.end ? "end of " : "") + "\"" + e.text + "\"";
+    const std::string what =
+        "t=" + format_duration(step.at_ns) + " " + (step.end ? "end of " : "") + "\"" + e.text + "\"";
     say(what);
     switch (e.kind) {
       case Event::Kind::kPartition:
@@ -600,10 +622,10 @@ class LocalRun {
   std::string first_error_;   // guarded by mu_
   Daemons daemons_;
   std::vector<std::unique_ptr<Client>> clients_;  // admin calls, and checks with front_end native
-  std::vector<std::unique_ptr<RlsCaller>> rls_;    // checks with front_end rls (else empty)
-  std::vector<bool> up_;  // taking load: started (or restarted, or joined) and not crashed
+  std::vector<std::unique_ptr<RlsCaller>> rls_;   // checks with front_end rls (else empty)
+  std::vector<bool> up_;                          // taking load: started (or restarted, or joined) and not crashed
   std::vector<size_t> side_;
-  struct Counters {  // a daemon's, at the last poll
+  struct Counters {         // a daemon's, at the last poll
     int64_t messages = 0;   // gossip_messages_sent
     int64_t bytes = 0;      // transport_bytes_sent
     int64_t rls_calls = 0;  // rls_calls: ShouldRateLimit calls it answered
@@ -624,7 +646,8 @@ FaultSettings plan_faults(size_t index, size_t nodes, const Event* partition, do
   if (partition) {
     size_t mine = SIZE_MAX;
     for (size_t g = 0; g < partition->groups.size(); ++g) {
-      if (std::find(partition->groups[g].begin(), partition->groups[g].end(), index) != partition->groups[g].end()) mine = g;
+      if (std::find(partition->groups[g].begin(), partition->groups[g].end(), index) != partition->groups[g].end())
+        mine = g;
     }
     for (size_t g = 0; g < partition->groups.size(); ++g) {
       if (g == mine) continue;
@@ -642,7 +665,9 @@ FaultSettings plan_faults(size_t index, size_t nodes, const Event* partition, do
 }
 
 std::string find_tollgated(const std::string& configured, const std::vector<std::string>& candidates) {
-  auto runnable = [](const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); };
+  auto runnable = [](const std::string& p) {
+    return !p.empty() && ::access(p.c_str(), X_OK) == 0 && !fs::is_directory(p);
+  };
   if (!configured.empty()) {
     if (!runnable(configured)) throw std::runtime_error("--tollgated " + configured + ": not an executable file");
     return configured;
@@ -661,7 +686,8 @@ std::string find_tollgated(const std::string& configured, const std::vector<std:
   throw std::runtime_error("cannot find tollgated: tried " + tried + "and PATH; pass --tollgated PATH");
 }
 
-SimResult run_local(const Scenario& scenario, std::shared_ptr<const RuleSet> rules, const LocalOptions& options, LocalStats* stats) {
+SimResult run_local(const Scenario& scenario, std::shared_ptr<const RuleSet> rules, const LocalOptions& options,
+                    LocalStats* stats) {
   LocalStats ignored;
   return LocalRun(scenario, std::move(rules), options, stats ? stats : &ignored).run();
 }

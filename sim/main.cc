@@ -84,8 +84,9 @@ int main(int argc, char** argv) {
   std::vector<std::optional<std::string>> setting_text(fields.size());
   std::optional<uint64_t> seed;
   app.add_option("--scenario", scenario_path, "Scenario file (sim/scenarios/NAME.yaml)")->check(CLI::ExistingFile);
-  app.add_option("--cluster", cluster,
-                 "virtual (simulated network, virtual time) or local (real tollgated processes on 127.0.0.1, real time)")
+  app.add_option(
+         "--cluster", cluster,
+         "virtual (simulated network, virtual time) or local (real tollgated processes on 127.0.0.1, real time)")
       ->check(CLI::IsMember({"virtual", "local"}));
   app.add_option("--transport", transport, "Override: udp or tcp")->check(CLI::IsMember({"udp", "tcp"}));
   std::string front_end;
@@ -100,15 +101,17 @@ int main(int argc, char** argv) {
                    "Override the scenario's " + f.key() + ": " + std::string(f.help))
         ->type_name(std::string(f.type_name));
   }
-  app.add_option("--duration", duration, "Override: duration of the run (simulated, or real with --cluster local), e.g. 30s");
+  app.add_option("--duration", duration,
+                 "Override: duration of the run (simulated, or real with --cluster local), e.g. 30s");
   app.add_option("--seed", seed, "Override: random seed (same seed, same output)");
   app.add_option("--json", json_path, "Write the summary as JSON to FILE");
   app.add_option("--csv", csv_path, "Write the 100 ms time series as CSV to FILE");
   std::string plot_path;
   app.add_option("--plot", plot_path, "Draw admitted vs oracle vs limit over time into FILE.png (gnuplot)");
   std::string tollgated_path, check_deadline = "50ms";
-  app.add_option("--tollgated", tollgated_path,
-                 "local: the daemon binary (default: the one built with tollgate-sim, then the one beside it, then PATH)");
+  app.add_option(
+      "--tollgated", tollgated_path,
+      "local: the daemon binary (default: the one built with tollgate-sim, then the one beside it, then PATH)");
   app.add_option("--check-deadline", check_deadline,
                  "local: how long a check waits for its daemon; later ones count as failed open, not as decisions");
   unsigned threads = 0;
@@ -129,9 +132,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     const auto runs = parse_overlay(overlay);
-    std::string title = s ? s->name + ", " + std::to_string(s->nodes) + " nodes, " + partition_policy_name(s->node.partition_policy) + ":" : "runs:";
+    std::string title = s ? s->name + ", " + std::to_string(s->nodes) + " nodes, " +
+                                partition_policy_name(s->node.partition_policy) + ":"
+                          : "runs:";
     for (size_t i = 0; i < runs.size(); ++i) title += (i ? " vs " : " ") + runs[i].label;
-    if (std::string why = sim::write_overlay_plot(plot_path, title, runs, s ? sim::shaded_periods(*s) : std::vector<std::pair<double, double>>{});
+    if (std::string why = sim::write_overlay_plot(
+            plot_path, title, runs, s ? sim::shaded_periods(*s) : std::vector<std::pair<double, double>>{});
         !why.empty()) {
       std::cerr << "tollgate-sim: " << why << "\n";
       return 1;
@@ -140,16 +146,19 @@ int main(int argc, char** argv) {
   };
   if (!overlay.empty() && scenario_path.empty()) return draw_overlay(nullptr);
   if (scenario_path.empty()) {
-    std::cerr << "tollgate-sim: --scenario FILE is required (or --overlay to draw earlier runs)\nRun with --help for more information.\n";
+    std::cerr << "tollgate-sim: --scenario FILE is required (or --overlay to draw earlier runs)\nRun with --help for "
+                 "more information.\n";
     return 2;
   }
 
   try {
     sim::Scenario s = sim::load_scenario_file(scenario_path);
     if (!transport.empty()) s.transport = transport;
-    if (!front_end.empty()) s.front_end = front_end == "rls" ? sim::Scenario::FrontEnd::kRls : sim::Scenario::FrontEnd::kNative;
+    if (!front_end.empty())
+      s.front_end = front_end == "rls" ? sim::Scenario::FrontEnd::kRls : sim::Scenario::FrontEnd::kNative;
     if (s.front_end == sim::Scenario::FrontEnd::kRls && cluster != "local") {
-      std::cerr << "tollgate-sim: front_end rls needs --cluster local: the virtual cluster runs the nodes' code with no front end\n";
+      std::cerr << "tollgate-sim: front_end rls needs --cluster local: the virtual cluster runs the nodes' code with "
+                   "no front end\n";
       return 2;
     }
     if (nodes) s.nodes = *nodes;
@@ -177,8 +186,9 @@ int main(int argc, char** argv) {
     try {
       sim::validate(s);  // the timeline against the final node count (--nodes)
     } catch (const std::invalid_argument& e) {
-      std::cerr << "tollgate-sim: " << scenario_path << (nodes ? " with --nodes " + std::to_string(*nodes) : std::string())
-                << ": timeline " << e.what() << "\n";
+      std::cerr << "tollgate-sim: " << scenario_path
+                << (nodes ? " with --nodes " + std::to_string(*nodes) : std::string()) << ": timeline " << e.what()
+                << "\n";
       return 2;
     }
     if (!overlay.empty()) return draw_overlay(&s);

@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "core/clock.h"
-#include "tollgate/rules.h"
 #include "core/token_bucket.h"
+#include "tollgate/rules.h"
 
 namespace tollgate::sim {
 

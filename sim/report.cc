@@ -39,10 +39,12 @@ void json_phase(std::ostream& out, const PhaseStats& p, int64_t failed_open = -1
   out << "{\"name\": " << json_string(p.name) << ", \"start_s\": " << fixed(double(p.start_ns) / 1e9, 3)
       << ", \"end_s\": " << fixed(double(p.end_ns) / 1e9, 3) << ", \"offered\": " << p.offered
       << ", \"admitted\": " << p.admitted << ", \"oracle_admitted\": " << p.oracle_admitted
-      << ", \"over_admission\": " << fixed(p.over_admission(), 4) << ", \"under_admission\": " << fixed(p.under_admission(), 4)
+      << ", \"over_admission\": " << fixed(p.over_admission(), 4)
+      << ", \"under_admission\": " << fixed(p.under_admission(), 4)
       << ", \"convergence_ms_p50\": " << json_number_or_null(p.convergence_ms(50), 1)
       << ", \"convergence_ms_p99\": " << json_number_or_null(p.convergence_ms(99), 1)
-      << ", \"msgs_per_node_s\": " << fixed(p.msgs_per_node_s(), 2) << ", \"bytes_per_node_s\": " << fixed(p.bytes_per_node_s(), 1);
+      << ", \"msgs_per_node_s\": " << fixed(p.msgs_per_node_s(), 2)
+      << ", \"bytes_per_node_s\": " << fixed(p.bytes_per_node_s(), 1);
   if (failed_open >= 0) out << ", \"failed_open\": " << failed_open;
   out << "}";
 }
@@ -63,14 +65,15 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
     std::snprintf(line, sizeof line, "%-12s %7.1f %7.1f %9llu %9llu %9llu %6.3f %6.3f %8s %8s %9.1f %10.0f\n",
                   p.name.c_str(), double(p.start_ns) / 1e9, double(p.end_ns) / 1e9, (unsigned long long)p.offered,
                   (unsigned long long)p.admitted, (unsigned long long)p.oracle_admitted, p.over_admission(),
-                  p.under_admission(), ms_or_dash(p.convergence_ms(50)).c_str(), ms_or_dash(p.convergence_ms(99)).c_str(),
-                  p.msgs_per_node_s(), p.bytes_per_node_s());
+                  p.under_admission(), ms_or_dash(p.convergence_ms(50)).c_str(),
+                  ms_or_dash(p.convergence_ms(99)).c_str(), p.msgs_per_node_s(), p.bytes_per_node_s());
     out << line;
   };
   for (const PhaseStats& p : r.phases) row(p);
   row(r.total);
   if (r.unconverged) out << r.unconverged << " batches never reached every node that was alive when they were sealed\n";
-  if (r.member_failures >= 0) out << r.member_failures << " times a node marked a peer failed (suspect or unreachable)\n";
+  if (r.member_failures >= 0)
+    out << r.member_failures << " times a node marked a peer failed (suspect or unreachable)\n";
   if (s.node.mode == DisseminationMode::kAuto && !r.modes_at_end.empty()) {
     out << "auto: at the end,";
     const char* sep = " ";
@@ -88,19 +91,23 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
         << "%) got no decision from their daemon and are left out of every figure above";
     if (l->failed_open_total) {
       out << " (first: " << l->failed_open_example << "); per phase:";
-      for (size_t i = 0; i < r.phases.size() && i < l->failed_open.size(); ++i) out << " " << r.phases[i].name << " " << l->failed_open[i];
+      for (size_t i = 0; i < r.phases.size() && i < l->failed_open.size(); ++i)
+        out << " " << r.phases[i].name << " " << l->failed_open[i];
     }
-    out << "\nlocal: checks sent up to " << fixed(double(l->lag_max_ns) / 1e6, 1) << " ms after their scheduled time (p99 "
-        << fixed(double(l->lag_p99_ns) / 1e6, 1) << " ms); cluster formed in " << fixed(l->formed_after_s, 1)
-        << " s; convergence is not measured on real daemons (\"-\")\n";
-    if (s.front_end == Scenario::FrontEnd::kRls) out << "local: the daemons answered " << l->rls_calls << " ShouldRateLimit calls\n";
-    if (l->stats_polls_failed) out << "local: " << l->stats_polls_failed << " counter polls failed: msgs and bytes are undercounted\n";
+    out << "\nlocal: checks sent up to " << fixed(double(l->lag_max_ns) / 1e6, 1)
+        << " ms after their scheduled time (p99 " << fixed(double(l->lag_p99_ns) / 1e6, 1) << " ms); cluster formed in "
+        << fixed(l->formed_after_s, 1) << " s; convergence is not measured on real daemons (\"-\")\n";
+    if (s.front_end == Scenario::FrontEnd::kRls)
+      out << "local: the daemons answered " << l->rls_calls << " ShouldRateLimit calls\n";
+    if (l->stats_polls_failed)
+      out << "local: " << l->stats_polls_failed << " counter polls failed: msgs and bytes are undercounted\n";
   }
 }
 
 void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const SimResult& r) {
   out << "{\"scenario\": " << json_string(info.scenario) << ", \"cluster\": " << json_string(info.cluster)
-      << ", \"mode\": " << json_string(dissemination_mode_name(s.node.mode)) << ", \"transport\": " << json_string(s.transport)
+      << ", \"mode\": " << json_string(dissemination_mode_name(s.node.mode))
+      << ", \"transport\": " << json_string(s.transport)
       << ", \"front_end\": " << json_string(s.front_end == Scenario::FrontEnd::kRls ? "rls" : "native")
       << ", \"policy\": " << json_string(partition_policy_name(s.node.partition_policy)) << ", \"nodes\": " << s.nodes
       << ", \"seed\": " << s.seed << ", \"phases\": [";
@@ -113,8 +120,10 @@ void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const
   json_phase(out, r.total, l ? int64_t(l->failed_open_total) : -1);
   if (l) {
     out << ", \"local\": {\"failed_open\": " << l->failed_open_total << ", \"dropped\": " << l->dropped
-        << ", \"lag_p99_ms\": " << fixed(double(l->lag_p99_ns) / 1e6, 2) << ", \"lag_max_ms\": " << fixed(double(l->lag_max_ns) / 1e6, 2)
-        << ", \"formed_after_s\": " << fixed(l->formed_after_s, 2) << ", \"stats_polls_failed\": " << l->stats_polls_failed << "}";
+        << ", \"lag_p99_ms\": " << fixed(double(l->lag_p99_ns) / 1e6, 2)
+        << ", \"lag_max_ms\": " << fixed(double(l->lag_max_ns) / 1e6, 2)
+        << ", \"formed_after_s\": " << fixed(l->formed_after_s, 2)
+        << ", \"stats_polls_failed\": " << l->stats_polls_failed << "}";
   }
   out << "}\n";
 }
@@ -150,8 +159,8 @@ std::string write_plot(const std::string& png_path, const Scenario& s, const Sim
     write_csv(csv, r);
     if (!csv) return "cannot write " + csv_path;
   }
-  const std::string title = s.name + ": " + dissemination_mode_name(s.node.mode) + ", " + partition_policy_name(s.node.partition_policy) + ", " +
-                            std::to_string(s.nodes) + " nodes";
+  const std::string title = s.name + ": " + dissemination_mode_name(s.node.mode) + ", " +
+                            partition_policy_name(s.node.partition_policy) + ", " + std::to_string(s.nodes) + " nodes";
   return write_overlay_plot(png_path, title, {{"cluster admitted", csv_path}}, shaded_periods(s));
 }
 

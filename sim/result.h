@@ -22,9 +22,9 @@ struct PhaseStats {
   // check by check: under saturating load both admit about the same number, but which of the
   // many waiting checks gets a token is arbitrary, so a per-check match measures only that.
   uint64_t under = 0;
-  uint64_t messages = 0;         // gossip messages sent
-  uint64_t bytes = 0;            // their estimated wire size
-  double node_seconds = 0;       // sum over live nodes of time alive in the phase
+  uint64_t messages = 0;                // gossip messages sent
+  uint64_t bytes = 0;                   // their estimated wire size
+  double node_seconds = 0;              // sum over live nodes of time alive in the phase
   std::vector<int64_t> convergence_ns;  // per batch: sealed -> charged at every live node
 
   double over_admission() const { return oracle_admitted ? double(admitted) / double(oracle_admitted) : 0; }

@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "core/clock.h"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 
 namespace tollgate::sim {
 namespace {
@@ -31,10 +31,12 @@ void emit_rate_limit(YAML::Emitter& out, const Limit& limit, const std::string& 
                                 std::to_string(rate.period_ns) + " ns");
   }
   if (rate.tokens > int64_t(std::numeric_limits<uint32_t>::max())) {
-    throw std::invalid_argument(what + ": requests_per_unit is at most 4294967295; this rate has " + std::to_string(rate.tokens));
+    throw std::invalid_argument(what + ": requests_per_unit is at most 4294967295; this rate has " +
+                                std::to_string(rate.tokens));
   }
   const int64_t seconds = rate.period_ns / kNanosPerSecond;
-  const Unit unit = *std::find_if(std::begin(kUnits), std::end(kUnits), [&](const Unit& u) { return seconds % u.seconds == 0; });
+  const Unit unit =
+      *std::find_if(std::begin(kUnits), std::end(kUnits), [&](const Unit& u) { return seconds % u.seconds == 0; });
   out << YAML::Key << "rate_limit" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "unit" << YAML::Value << unit.name;
   out << YAML::Key << "requests_per_unit" << YAML::Value << rate.tokens;
@@ -133,7 +135,8 @@ class RlsCaller::Impl {
       } else if (call->response.overall_code() == pb::RateLimitResponse::OVER_LIMIT) {
         call->done(Outcome::kDenied, "");
       } else {
-        call->done(Outcome::kFailed, "ShouldRateLimit answered overall_code " + std::to_string(int(call->response.overall_code())));
+        call->done(Outcome::kFailed,
+                   "ShouldRateLimit answered overall_code " + std::to_string(int(call->response.overall_code())));
       }
       delete call;
       std::lock_guard lock(mu_);

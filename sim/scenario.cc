@@ -148,7 +148,8 @@ class EventWords {
   }
   void expect_end(const std::string& what_may_follow) {
     if (done()) return;
-    fail("unexpected " + quoted(words_[next_]) + "; expected " + (what_may_follow.empty() ? "" : what_may_follow + " or ") + "the end of the line");
+    fail("unexpected " + quoted(words_[next_]) + "; expected " +
+         (what_may_follow.empty() ? "" : what_may_follow + " or ") + "the end of the line");
   }
 
   int64_t time(const std::string& after) {
@@ -185,17 +186,21 @@ std::vector<GroupSpec> parse_groups(const std::string& spec, const EventWords& w
   size_t begin = 0;
   while (true) {
     const size_t bar = spec.find('|', begin);
-    const std::string_view group = std::string_view(spec).substr(begin, bar == std::string::npos ? std::string::npos : bar - begin);
-    if (group.empty()) words.fail("empty group in " + quoted(spec) + ": expected node indices like 0-3,5 between the |");
+    const std::string_view group =
+        std::string_view(spec).substr(begin, bar == std::string::npos ? std::string::npos : bar - begin);
+    if (group.empty())
+      words.fail("empty group in " + quoted(spec) + ": expected node indices like 0-3,5 between the |");
     GroupSpec ranges;
     size_t item_begin = 0;
     while (true) {
       const size_t comma = group.find(',', item_begin);
-      const std::string_view item = group.substr(item_begin, comma == std::string_view::npos ? std::string_view::npos : comma - item_begin);
+      const std::string_view item =
+          group.substr(item_begin, comma == std::string_view::npos ? std::string_view::npos : comma - item_begin);
       const size_t dash = item.find('-');
       const auto first = parse_whole<size_t>(item.substr(0, dash));
       const auto last = dash == std::string_view::npos ? first : parse_whole<size_t>(item.substr(dash + 1));
-      if (!first || !last) words.fail("expected a node index or a range like 0-3, got " + quoted(item) + " in " + quoted(spec));
+      if (!first || !last)
+        words.fail("expected a node index or a range like 0-3, got " + quoted(item) + " in " + quoted(spec));
       if (*last < *first) words.fail("range " + quoted(item) + " runs backwards");
       ranges.push_back({*first, *last});
       if (comma == std::string_view::npos) break;
@@ -225,7 +230,8 @@ ParsedEvent parse_event_syntax(std::string_view raw) {
     words.take("partition");
     // The groups are the words made of digits - , | up to "at", so "0-3 | 4-7" reads like "0-3|4-7".
     const auto is_group_word = [](const std::string& w) {
-      return std::all_of(w.begin(), w.end(), [](char c) { return (c >= '0' && c <= '9') || c == '-' || c == ',' || c == '|'; });
+      return std::all_of(w.begin(), w.end(),
+                         [](char c) { return (c >= '0' && c <= '9') || c == '-' || c == ',' || c == '|'; });
     };
     std::string spec;
     while (!words.done() && is_group_word(words.peek())) spec += words.take("");
@@ -289,8 +295,10 @@ ParsedEvent parse_event_syntax(std::string_view raw) {
     e.at_ns = words.time("\"at\"");
     if (!words.done()) words.fail("unexpected " + quoted(words.peek()) + " after the time; a join has no end");
   } else if (kind == "restart") {
-    throw std::invalid_argument(quoted(line) + ": a restart belongs to its crash, on one line: "
-                                "\"crash node I at T, restart at T2\" (inside [ ] quote the entry: the comma splits it)");
+    throw std::invalid_argument(
+        quoted(line) +
+        ": a restart belongs to its crash, on one line: "
+        "\"crash node I at T, restart at T2\" (inside [ ] quote the entry: the comma splits it)");
   } else {
     throw std::invalid_argument(quoted(line) + ": unknown event " + quoted(kind) + "; expected one of: " + kGrammar);
   }
@@ -315,8 +323,9 @@ void check_nodes(ParsedEvent& parsed, size_t nodes, const std::string& when = ""
       check_index(r.last);  // before expanding: a range never runs past the cluster
       for (size_t i = r.first; i <= r.last; ++i) {
         if (group_of[i] != SIZE_MAX) {
-          fail("node " + std::to_string(i) + (group_of[i] == g ? " is listed twice in group " + std::to_string(g + 1)
-                                                                 : " is in two groups; each node belongs to exactly one"));
+          fail("node " + std::to_string(i) +
+               (group_of[i] == g ? " is listed twice in group " + std::to_string(g + 1)
+                                 : " is in two groups; each node belongs to exactly one"));
         }
         group_of[i] = g;
         e.groups[g].push_back(i);
@@ -329,8 +338,8 @@ void check_nodes(ParsedEvent& parsed, size_t nodes, const std::string& when = ""
     if (group_of[i] == SIZE_MAX) missing.push_back(i);
   }
   if (!missing.empty()) {
-    fail((missing.size() == 1 ? "node " : "nodes ") + describe_indices(missing) + (missing.size() == 1 ? " is" : " are") +
-         " in no group; every node must be in exactly one: " + cluster);
+    fail((missing.size() == 1 ? "node " : "nodes ") + describe_indices(missing) +
+         (missing.size() == 1 ? " is" : " are") + " in no group; every node must be in exactly one: " + cluster);
   }
 }
 
@@ -341,7 +350,6 @@ Event parse_event(std::string_view line, size_t nodes) {
   check_nodes(parsed, nodes);
   return std::move(parsed.event);
 }
-
 
 void validate(const Scenario& s) {
   size_t nodes = s.nodes;
@@ -384,11 +392,14 @@ std::vector<Phase> Scenario::phases() const {
         boundaries.push_back({e.at_ns, true, "crashed"});
         if (e.until_ns) boundaries.push_back({*e.until_ns, false, "restarted"});
         break;
-      case Event::Kind::kJoin: boundaries.push_back({e.at_ns, true, "joined"}); break;
+      case Event::Kind::kJoin:
+        boundaries.push_back({e.at_ns, true, "joined"});
+        break;
     }
   }
-  std::stable_sort(boundaries.begin(), boundaries.end(),
-                   [](const Boundary& a, const Boundary& b) { return a.at != b.at ? a.at < b.at : !a.starts && b.starts; });
+  std::stable_sort(boundaries.begin(), boundaries.end(), [](const Boundary& a, const Boundary& b) {
+    return a.at != b.at ? a.at < b.at : !a.starts && b.starts;
+  });
 
   std::vector<Phase> out;
   std::map<std::string, int, std::less<>> uses;  // name -> phases so named so far
@@ -427,7 +438,8 @@ class ScenarioParser {
 
   Scenario parse() {
     const YAML::Node root = yaml::load(text_, source_);
-    if (root.IsNull()) throw ConfigError(source_, 0, 0, "empty scenario: expected a mapping with nodes, rules, load, timeline, ...");
+    if (root.IsNull())
+      throw ConfigError(source_, 0, 0, "empty scenario: expected a mapping with nodes, rules, load, timeline, ...");
     if (!root.IsMap()) fail(root, "a scenario is a mapping: name, nodes, mode, rules, load, timeline, ...");
 
     Scenario s;
@@ -454,7 +466,8 @@ class ScenarioParser {
       } else if (field == "transport") {
         s.transport = choice(v, field, {"udp", "tcp"});
       } else if (field == "front_end") {
-        s.front_end = choice(v, field, {"native", "rls"}) == "rls" ? Scenario::FrontEnd::kRls : Scenario::FrontEnd::kNative;
+        s.front_end =
+            choice(v, field, {"native", "rls"}) == "rls" ? Scenario::FrontEnd::kRls : Scenario::FrontEnd::kNative;
       } else if (field == "duration") {
         s.duration_ns = positive_duration(v, field);
       } else if (field == "seed") {
@@ -469,7 +482,9 @@ class ScenarioParser {
         timeline = v;
       }
     });
-    if (!rules) throw ConfigError(source_, 0, 0, "no `rules:`: a scenario needs the limits it runs under, in the rules file's format");
+    if (!rules)
+      throw ConfigError(source_, 0, 0,
+                        "no `rules:`: a scenario needs the limits it runs under, in the rules file's format");
     s.rules_yaml = parse_rules_block(root, *rules);
     if (timeline) s.timeline = parse_timeline(*timeline, s.nodes);
     if (const SettingProblem p = validate(s.node, SettingNames::kScenario); !p.message.empty()) {
@@ -497,7 +512,8 @@ class ScenarioParser {
 
   // A nested mapping (network, load); an empty value keeps every default.
   template <typename Fn>
-  void for_each_nested_field(const YAML::Node& map, const std::string& field, std::span<const std::string_view> allowed, Fn&& fn) const {
+  void for_each_nested_field(const YAML::Node& map, const std::string& field, std::span<const std::string_view> allowed,
+                             Fn&& fn) const {
     if (map.IsNull()) return;
     if (!map.IsMap()) fail(map, "`" + field + "` must be a mapping of " + yaml::join(allowed));
     for_each_field(map, allowed, std::forward<Fn>(fn));
@@ -513,7 +529,8 @@ class ScenarioParser {
     const std::string text = scalar(v, field);
     const auto n = parse_whole<Int>(text);
     if (!n || *n < min || *n > max) {
-      fail(v, "`" + field + "` must be a whole number from " + std::to_string(min) + " to " + std::to_string(max) + ", got " + quoted(text));
+      fail(v, "`" + field + "` must be a whole number from " + std::to_string(min) + " to " + std::to_string(max) +
+                  ", got " + quoted(text));
     }
     return *n;
   }
@@ -550,12 +567,15 @@ class ScenarioParser {
     const std::string text = scalar(v, "network.latency");
     const size_t dash = text.find('-');
     const std::string_view min_text = trim(std::string_view(text).substr(0, dash));
-    const std::string_view max_text = dash == std::string::npos ? min_text : trim(std::string_view(text).substr(dash + 1));
+    const std::string_view max_text =
+        dash == std::string::npos ? min_text : trim(std::string_view(text).substr(dash + 1));
     std::string why;
     const auto min = parse_duration_ns(min_text, &why);
     const auto max = min ? parse_duration_ns(max_text, &why) : std::nullopt;
     if (!min || !max) fail(v, "`network.latency` must be a duration or MIN-MAX, like 2ms or 1ms-5ms: " + why);
-    if (*max < *min) fail(v, "`network.latency`: the minimum " + std::string(min_text) + " is above the maximum " + std::string(max_text));
+    if (*max < *min)
+      fail(v, "`network.latency`: the minimum " + std::string(min_text) + " is above the maximum " +
+                  std::string(max_text));
     n.latency_min_ns = *min;
     n.latency_max_ns = *max;
   }
@@ -563,9 +583,12 @@ class ScenarioParser {
   void parse_network(const YAML::Node& map, NetworkSpec& n) const {
     static constexpr std::string_view kFields[] = {"latency", "loss", "duplicate"};
     for_each_nested_field(map, "network", kFields, [&](const std::string& field, const YAML::Node& v) {
-      if (field == "latency") latency(v, n);
-      else if (field == "loss") n.loss = percent(v, "network.loss");
-      else n.duplicate = percent(v, "network.duplicate");
+      if (field == "latency")
+        latency(v, n);
+      else if (field == "loss")
+        n.loss = percent(v, "network.loss");
+      else
+        n.duplicate = percent(v, "network.duplicate");
     });
   }
 
@@ -580,11 +603,14 @@ class ScenarioParser {
       } else if (field == "keys") {
         l.keys = whole<size_t>(v, "load.keys", 1, 10'000'000);
       } else if (field == "distribution") {
-        l.distribution = choice(v, "load.distribution", {"uniform", "zipf"}) == "zipf" ? LoadSpec::Distribution::kZipf
-                                                                                      : LoadSpec::Distribution::kUniform;
+        l.distribution = choice(v, "load.distribution", {"uniform", "zipf"}) == "zipf"
+                             ? LoadSpec::Distribution::kZipf
+                             : LoadSpec::Distribution::kUniform;
       } else if (field == "spread") {
         const std::string spread = choice(v, "load.spread", {"uniform", "skewed", "one"});
-        l.spread = spread == "one" ? LoadSpec::Spread::kOne : spread == "skewed" ? LoadSpec::Spread::kSkewed : LoadSpec::Spread::kUniform;
+        l.spread = spread == "one"      ? LoadSpec::Spread::kOne
+                   : spread == "skewed" ? LoadSpec::Spread::kSkewed
+                                        : LoadSpec::Spread::kUniform;
       } else {
         l.cost = whole<int64_t>(v, "load.cost", 1, kMaxTokens);
       }
@@ -596,8 +622,9 @@ class ScenarioParser {
   // where it is in the scenario file.
   std::string parse_rules_block(const YAML::Node& root, const YAML::Node& rules) const {
     if (!rules.IsMap()) {
-      fail(rules, "`rules` must be a mapping in the rules file's format: its own `rules:` list (and optionally "
-                  "`default:`), indented under the scenario's `rules:`");
+      fail(rules,
+           "`rules` must be a mapping in the rules file's format: its own `rules:` list (and optionally "
+           "`default:`), indented under the scenario's `rules:`");
     }
     YAML::Emitter out;
     out << rules;
@@ -632,11 +659,13 @@ class ScenarioParser {
 
   std::vector<Event> parse_timeline(const YAML::Node& list, size_t initial_nodes) const {
     if (list.IsNull()) return {};
-    if (!list.IsSequence()) fail(list, "`timeline` must be a list of events, like:  - partition 0-3|4-7 at 10s for 20s");
+    if (!list.IsSequence())
+      fail(list, "`timeline` must be a list of events, like:  - partition 0-3|4-7 at 10s for 20s");
     std::vector<PlacedEvent> events;
     for (const YAML::Node& entry : list) {
       if (!entry.IsScalar()) {
-        fail(entry, "a timeline entry is one line of text (quote it if it contains \": \"); expected one of: " + std::string(kGrammar));
+        fail(entry, "a timeline entry is one line of text (quote it if it contains \": \"); expected one of: " +
+                        std::string(kGrammar));
       }
       try {
         events.push_back({parse_event_syntax(entry.Scalar()), entry.Mark()});
@@ -653,14 +682,18 @@ class ScenarioParser {
     // Walk the timeline in time order, tracking what is in force.
     struct InForce {
       const PlacedEvent* event = nullptr;
-      bool at(int64_t t) const { return event && event->parsed.event.at_ns <= t && (!event->parsed.event.until_ns || t < *event->parsed.event.until_ns); }
+      bool at(int64_t t) const {
+        return event && event->parsed.event.at_ns <= t &&
+               (!event->parsed.event.until_ns || t < *event->parsed.event.until_ns);
+      }
     };
     InForce partition, loss;
     std::map<size_t, InForce> crashes;  // node -> its latest crash
     size_t nodes = initial_nodes;
     const auto describe = [](const PlacedEvent& p) {
       const Event& e = p.parsed.event;
-      return quoted(e.text) + " (line " + std::to_string(p.mark.line + 1) + ", in force from " + format_duration(e.at_ns) +
+      return quoted(e.text) + " (line " + std::to_string(p.mark.line + 1) + ", in force from " +
+             format_duration(e.at_ns) +
              (e.until_ns ? " to " + format_duration(*e.until_ns) : " to the end of the run") + ")";
     };
     std::vector<Event> out;
@@ -669,25 +702,32 @@ class ScenarioParser {
       const auto fail_here = [&](const std::string& why) { fail(p.mark, quoted(e.text) + ": " + why); };
       switch (e.kind) {
         case Event::Kind::kPartition:
-          if (partition.at(e.at_ns)) fail_here("overlaps the partition " + describe(*partition.event) + "; one partition at a time");
+          if (partition.at(e.at_ns))
+            fail_here("overlaps the partition " + describe(*partition.event) + "; one partition at a time");
           partition.event = &p;
           break;
         case Event::Kind::kLoss:
-          if (loss.at(e.at_ns)) fail_here("overlaps the loss " + describe(*loss.event) + "; one loss event at a time (end it with \"for\")");
+          if (loss.at(e.at_ns))
+            fail_here("overlaps the loss " + describe(*loss.event) +
+                      "; one loss event at a time (end it with \"for\")");
           loss.event = &p;
           break;
         case Event::Kind::kCrash:
-          if (crashes[e.node].at(e.at_ns)) fail_here("node " + std::to_string(e.node) + " is already down: " + describe(*crashes[e.node].event));
+          if (crashes[e.node].at(e.at_ns))
+            fail_here("node " + std::to_string(e.node) + " is already down: " + describe(*crashes[e.node].event));
           crashes[e.node].event = &p;
           break;
         case Event::Kind::kJoin:
-          if (partition.at(e.at_ns)) fail_here("nodes cannot join during the partition " + describe(*partition.event) + ": which side would they be on?");
+          if (partition.at(e.at_ns))
+            fail_here("nodes cannot join during the partition " + describe(*partition.event) +
+                      ": which side would they be on?");
           if (e.count > kMaxNodes - nodes) fail_here("more than " + std::to_string(kMaxNodes) + " nodes");
           nodes += e.count;
           break;
       }
       try {
-        check_nodes(p.parsed, nodes, nodes == initial_nodes ? "" : " at " + format_duration(e.at_ns) + ", joins included");
+        check_nodes(p.parsed, nodes,
+                    nodes == initial_nodes ? "" : " at " + format_duration(e.at_ns) + ", joins included");
       } catch (const std::invalid_argument& error) {
         fail(p.mark, error.what());
       }
@@ -702,7 +742,9 @@ class ScenarioParser {
 
 }  // namespace
 
-Scenario parse_scenario(std::string_view text, const std::string& source) { return ScenarioParser(text, source).parse(); }
+Scenario parse_scenario(std::string_view text, const std::string& source) {
+  return ScenarioParser(text, source).parse();
+}
 
 Scenario load_scenario_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

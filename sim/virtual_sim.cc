@@ -9,10 +9,10 @@
 #include <unordered_map>
 
 #include "arrivals.h"
-#include "crew.h"
-#include "recorder.h"
 #include "core/node.h"
 #include "core/random.h"
+#include "crew.h"
+#include "recorder.h"
 
 namespace tollgate::sim {
 
@@ -47,7 +47,10 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 class Simulation {
  public:
   Simulation(const Scenario& s, std::shared_ptr<const RuleSet> rules, const VirtualOptions& options)
-      : s_(s), rules_(std::move(rules)), recorder_(s, rules_), arrivals_(s.load, s.seed),
+      : s_(s),
+        rules_(std::move(rules)),
+        recorder_(s, rules_),
+        arrivals_(s.load, s.seed),
         min_parallel_events_(options.min_parallel_events) {
     loss_ = s_.network.loss;
     // A window must end before anything its events schedule: a message arrives no sooner than
@@ -103,9 +106,9 @@ class Simulation {
     uint64_t order;  // ties resolved by scheduling order: deterministic
     Kind kind;
     uint32_t node;
-    uint64_t epoch;              // kTick, kDeliver: the node's life it was meant for
-    GossipMessagePtr message;    // kDeliver
-    size_t check = 0;            // kCheck: index into checks_
+    uint64_t epoch;            // kTick, kDeliver: the node's life it was meant for
+    GossipMessagePtr message;  // kDeliver
+    size_t check = 0;          // kCheck: index into checks_
   };
   static bool later(const Item& a, const Item& b) { return a.t != b.t ? a.t > b.t : a.order > b.order; }
 
@@ -234,7 +237,8 @@ class Simulation {
     ++live_;
     n.incarnation = incarnation;
     ++n.epoch;
-    schedule({now_ + int64_t(n.rng.below(uint64_t(s_.node.interval_ns))), 0, Kind::kTick, uint32_t(i), n.epoch, nullptr});
+    schedule(
+        {now_ + int64_t(n.rng.below(uint64_t(s_.node.interval_ns))), 0, Kind::kTick, uint32_t(i), n.epoch, nullptr});
   }
 
   // ---- one window: every event before `end` (the first at `start`), node by node
@@ -258,7 +262,8 @@ class Simulation {
     }
     if (!arriving_.empty()) {
       const size_t mid = window_.size();
-      window_.insert(window_.end(), std::make_move_iterator(arriving_.begin()), std::make_move_iterator(arriving_.end()));
+      window_.insert(window_.end(), std::make_move_iterator(arriving_.begin()),
+                     std::make_move_iterator(arriving_.end()));
       std::inplace_merge(window_.begin(), window_.begin() + long(mid), window_.end(),
                          [](const Item& a, const Item& b) { return later(b, a); });
     }
@@ -266,7 +271,8 @@ class Simulation {
     // The events grouped by node, each node's in time order: a node is run by one member.
     by_node_.resize(window_.size());
     for (uint32_t i = 0; i < by_node_.size(); ++i) by_node_[i] = i;
-    std::stable_sort(by_node_.begin(), by_node_.end(), [&](uint32_t a, uint32_t b) { return window_[a].node < window_[b].node; });
+    std::stable_sort(by_node_.begin(), by_node_.end(),
+                     [&](uint32_t a, uint32_t b) { return window_[a].node < window_[b].node; });
     runs_.clear();
     for (uint32_t i = 0; i < by_node_.size(); ++i) {
       if (i == 0 || window_[by_node_[i]].node != window_[by_node_[i - 1]].node) runs_.push_back({i, i});
@@ -299,12 +305,13 @@ class Simulation {
       case Kind::kTick:
         if (!n.up || n.epoch != it.epoch) break;
         n.node->tick(it.t);
-        fx.scheduled.emplace_back(n.running, Item{it.t + s_.node.interval_ns, 0, Kind::kTick, it.node, it.epoch, nullptr});
+        fx.scheduled.emplace_back(n.running,
+                                  Item{it.t + s_.node.interval_ns, 0, Kind::kTick, it.node, it.epoch, nullptr});
         break;
       case Kind::kDeliver:
         if (!n.up || n.epoch != it.epoch) break;  // crashed (or restarted) since it was sent
-        n.node->receive(*it.message, it.t);      // counts convergence through on_applied
-        it.message.reset();                      // on this thread, while it is still warm
+        n.node->receive(*it.message, it.t);       // counts convergence through on_applied
+        it.message.reset();                       // on this thread, while it is still warm
         break;
       case Kind::kCheck:  // the arrival stream offers checks to live nodes only
         checks_[it.check].allowed = n.node->check(arrivals_.keys()[checks_[it.check].key], s_.load.cost, it.t).allowed;
@@ -337,7 +344,8 @@ class Simulation {
     const int copies = uniform01(src.net_rng) < s_.network.duplicate ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       const int64_t span = s_.network.latency_max_ns - s_.network.latency_min_ns;
-      const int64_t latency = s_.network.latency_min_ns + (span > 0 ? int64_t(src.net_rng.below(uint64_t(span) + 1)) : 0);
+      const int64_t latency =
+          s_.network.latency_min_ns + (span > 0 ? int64_t(src.net_rng.below(uint64_t(span) + 1)) : 0);
       fx.scheduled.emplace_back(src.running, Item{now + latency, 0, Kind::kDeliver, uint32_t(to), nodes_[to].epoch, m});
     }
   }
@@ -423,7 +431,9 @@ class Simulation {
           }
         }
         break;
-      case Event::Kind::kLoss: loss_ = e.loss; break;
+      case Event::Kind::kLoss:
+        loss_ = e.loss;
+        break;
       case Event::Kind::kCrash:
         if (e.node < nodes_.size() && nodes_[e.node].up) {
           recorder_.alive(now_, live_);
@@ -449,12 +459,17 @@ class Simulation {
 
   void event_end(const Event& e) {
     switch (e.kind) {
-      case Event::Kind::kPartition: std::fill(side_.begin(), side_.end(), 0); break;
-      case Event::Kind::kLoss: loss_ = s_.network.loss; break;
+      case Event::Kind::kPartition:
+        std::fill(side_.begin(), side_.end(), 0);
+        break;
+      case Event::Kind::kLoss:
+        loss_ = s_.network.loss;
+        break;
       case Event::Kind::kCrash:
         if (e.node < nodes_.size() && !nodes_[e.node].up) start_node(e.node, nodes_[e.node].incarnation + 1);
         break;
-      case Event::Kind::kJoin: break;
+      case Event::Kind::kJoin:
+        break;
     }
   }
 
@@ -465,11 +480,11 @@ class Simulation {
   std::deque<SimNode> nodes_;  // a deque: nodes hold references to their outbox and rngs
   std::vector<size_t> side_;   // partition side of each node (0 when none)
   double loss_ = 0;
-  std::vector<bool> up_;  // nodes_[i].up, as the arrival stream takes it
+  std::vector<bool> up_;    // nodes_[i].up, as the arrival stream takes it
   std::vector<Item> heap_;  // future events, a min-heap by (t, order)
   uint64_t order_ = 0;
-  int64_t now_ = 0;   // time of the timeline event being run
-  size_t live_ = 0;   // nodes up
+  int64_t now_ = 0;  // time of the timeline event being run
+  size_t live_ = 0;  // nodes up
   int64_t lookahead_ = 1;
   size_t min_parallel_events_;
   std::vector<Moment> timeline_;
@@ -480,11 +495,11 @@ class Simulation {
   // The window being run.
   std::vector<Item> window_, arriving_;
   std::vector<Check> checks_;
-  std::vector<uint32_t> by_node_;                   // indices into window_, grouped by node
+  std::vector<uint32_t> by_node_;                    // indices into window_, grouped by node
   std::vector<std::pair<uint32_t, uint32_t>> runs_;  // one node's events: [first, end) of by_node_
-  std::atomic<size_t> next_run_{0};                 // the next run a crew member may claim
-  std::vector<Effects> effects_;  // one per crew member
-  std::unique_ptr<Crew> crew_;    // last: its threads stop before the rest is destroyed
+  std::atomic<size_t> next_run_{0};                  // the next run a crew member may claim
+  std::vector<Effects> effects_;                     // one per crew member
+  std::unique_ptr<Crew> crew_;                       // last: its threads stop before the rest is destroyed
 };
 
 }  // namespace

@@ -31,7 +31,8 @@ struct VirtualOptions {
 };
 
 // Runs `scenario` to its end. `rules` are the scenario's rules, parsed.
-SimResult run_virtual(const Scenario& scenario, std::shared_ptr<const RuleSet> rules, const VirtualOptions& options = {});
+SimResult run_virtual(const Scenario& scenario, std::shared_ptr<const RuleSet> rules,
+                      const VirtualOptions& options = {});
 
 }  // namespace tollgate::sim
 

@@ -49,7 +49,7 @@ bool parse_member_state(std::string_view name, MemberState* out);
 // One member as a node sees it (`tollgate members`, Membership::view()).
 struct MemberInfo {
   std::string id;
-  std::string address;        // gossip address, "host:port"
+  std::string address;  // gossip address, "host:port"
   MemberState state = MemberState::kAlive;
   uint64_t incarnation = 0;
   uint64_t heartbeat = 0;

@@ -95,13 +95,13 @@ struct CheckReply : Decision {
 
 // What the client has seen since construction (monotonic counts).
 struct ClientCounters {
-  uint64_t daemon_replies = 0;  // checks decided by the daemon
+  uint64_t daemon_replies = 0;    // checks decided by the daemon
   uint64_t fallback_replies = 0;  // checks decided by fail_open (kFailOpen or kFailClosed)
-  uint64_t late_replies = 0;    // answers that arrived after their caller had given up
-  uint64_t connects = 0;        // connections established
+  uint64_t late_replies = 0;      // answers that arrived after their caller had given up
+  uint64_t connects = 0;          // connections established
   uint64_t connect_failures = 0;  // connection attempts that failed
-  uint64_t disconnects = 0;     // established connections lost
-  uint64_t direct_calls = 0;    // sync calls answered over a caller-thread connection
+  uint64_t disconnects = 0;       // established connections lost
+  uint64_t direct_calls = 0;      // sync calls answered over a caller-thread connection
 };
 
 class Client {

@@ -13,14 +13,14 @@ namespace tollgate {
 inline constexpr int64_t kRetryNever = INT64_MAX;
 
 enum class DenyReason : uint8_t {
-  kNone = 0,           // allowed
-  kInsufficientTokens, // not enough tokens now; retry_after_ns says when there will be
-  kCostExceedsBurst,   // cost > burst: no amount of waiting makes it fit
-  kInvalidCost,        // cost < 0
-  kKeyTooLong,         // key longer than the key table accepts
-  kOtherCheckDenied,   // all or nothing (KeyTable::allow_all): this check would have passed, but
-                       // another of the same request did not, so nothing was charged
-  kReservedKey,        // a key only Envoy's rate limit service may charge (is_reserved_key, api.h)
+  kNone = 0,            // allowed
+  kInsufficientTokens,  // not enough tokens now; retry_after_ns says when there will be
+  kCostExceedsBurst,    // cost > burst: no amount of waiting makes it fit
+  kInvalidCost,         // cost < 0
+  kKeyTooLong,          // key longer than the key table accepts
+  kOtherCheckDenied,    // all or nothing (KeyTable::allow_all): this check would have passed, but
+                        // another of the same request did not, so nothing was charged
+  kReservedKey,         // a key only Envoy's rate limit service may charge (is_reserved_key, api.h)
 };
 
 // Human-readable reason, e.g. "cost exceeds burst". Never null.

@@ -74,7 +74,7 @@ struct MemberOptions {
   // check on Zipf keys cost 1.6x the bare key table's; on uniform keys over 100k, 1.29x at
   // 16,384, 1.23x at 65,536 and 1.19x with no early sealing (docs/results.md).
   size_t early_seal_keys = 65'536;
-  uint64_t incarnation = 0;    // 0: from the wall clock, as tollgated
+  uint64_t incarnation = 0;  // 0: from the wall clock, as tollgated
   // As tollgated's --state-dir: balances that are not full are kept in STATE_DIR/state (every 10 s
   // and when the member is destroyed) and read back when a member of the same node_id starts, so a
   // spent daily limit stays spent across the service's restarts. A state file that cannot be

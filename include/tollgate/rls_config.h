@@ -39,7 +39,16 @@ namespace tollgate {
 
 // RateLimitResponse.RateLimit.Unit's numbers. MONTH is 30 days and YEAR 365, as in the
 // reference server.
-enum class RlsUnit : uint8_t { kUnknown = 0, kSecond = 1, kMinute = 2, kHour = 3, kDay = 4, kMonth = 5, kYear = 6, kWeek = 7 };
+enum class RlsUnit : uint8_t {
+  kUnknown = 0,
+  kSecond = 1,
+  kMinute = 2,
+  kHour = 3,
+  kDay = 4,
+  kMonth = 5,
+  kYear = 6,
+  kWeek = 7
+};
 
 // Seconds in one unit; 0 for kUnknown.
 int64_t rls_unit_seconds(RlsUnit unit);
@@ -58,16 +67,16 @@ inline constexpr size_t kRlsMaxKeyPathBytes = 192;
 
 // A `rate_limit` block as configured, with the bucket it becomes.
 struct RlsLimit {
-  std::string name;                  // `name`; "" when not given
-  bool unlimited = false;            // `unlimited: true`: always OK, never counted
-  uint32_t requests_per_unit = 0;    // 0 blocks every request that costs anything
+  std::string name;                // `name`; "" when not given
+  bool unlimited = false;          // `unlimited: true`: always OK, never counted
+  uint32_t requests_per_unit = 0;  // 0 blocks every request that costs anything
   RlsUnit unit = RlsUnit::kUnknown;
-  uint32_t unit_multiplier = 1;      // `unit_multiplier`: the period is this many units
-  std::vector<std::string> replaces; // names of limits this one replaces within a request
+  uint32_t unit_multiplier = 1;       // `unit_multiplier`: the period is this many units
+  std::vector<std::string> replaces;  // names of limits this one replaces within a request
   // tollgate's extensions: `burst` (default requests_per_unit) and `max_debt` (default burst).
   std::optional<int64_t> burst;
   std::optional<int64_t> max_debt;
-  bool charge_when_over = false;     // tollgate: charge a denied cost all the same (Limit)
+  bool charge_when_over = false;  // tollgate: charge a denied cost all the same (Limit)
   // The token bucket: rate requests_per_unit per (unit x unit_multiplier), set by RlsConfig.
   // Meaningful only when limited().
   Limit bucket;
@@ -80,12 +89,12 @@ struct RlsDescriptor {
   std::string key;
   std::optional<std::string> value;  // absent: any value; ending in '*': a prefix wildcard
   std::optional<RlsLimit> rate_limit;
-  bool shadow_mode = false;          // counted as usual, never denies
-  bool detailed_metric = false;      // accepted for compatibility: affects metric names only
-  bool value_to_metric = false;      // likewise
-  bool share_threshold = false;      // only with a wildcard value: all matching values share one bucket
+  bool shadow_mode = false;      // counted as usual, never denies
+  bool detailed_metric = false;  // accepted for compatibility: affects metric names only
+  bool value_to_metric = false;  // likewise
+  bool share_threshold = false;  // only with a wildcard value: all matching values share one bucket
   std::vector<RlsDescriptor> descriptors;
-  int line = 0;                      // where it came from (1-based), for error messages
+  int line = 0;  // where it came from (1-based), for error messages
   int column = 0;
 };
 

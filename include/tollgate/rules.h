@@ -33,7 +33,7 @@ namespace tollgate {
 struct Rule {
   std::string match;  // exact key, or glob with '*'
   Limit limit;
-  int line = 0;       // 1-based line in the rules file it came from, 0 if built in code
+  int line = 0;  // 1-based line in the rules file it came from, 0 if built in code
 };
 
 // True if `key` matches `pattern`, where '*' matches any run of characters.

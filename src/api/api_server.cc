@@ -52,14 +52,16 @@ PeerIdentity identify_peer(GenericStream::socket& socket, bool tcp) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return {"unix client", "unix"};
-  return {"pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")", "uid " + std::to_string(cred.uid)};
+  return {"pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")",
+          "uid " + std::to_string(cred.uid)};
 }
 
 // How often open connections are checked for idle_timeout and stalled writes.
 std::chrono::milliseconds sweep_interval(const ApiServerOptions& o) {
   auto shortest = o.frame_timeout;
   if (o.idle_timeout.count() > 0) shortest = std::min(shortest, o.idle_timeout);
-  return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
+                                               std::chrono::milliseconds(1000));
 }
 
 // An accepted connection's descriptor on its way to another server's thread: closed if it never
@@ -250,7 +252,8 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
         best = s;
         least = l;
       }
-      if (s->client_count(group) < s->options_.max_connections_per_client && (!best_with_room || l <= least_with_room)) {
+      if (s->client_count(group) < s->options_.max_connections_per_client &&
+          (!best_with_room || l <= least_with_room)) {
         best_with_room = s;
         least_with_room = l;
       }
@@ -389,9 +392,9 @@ class ApiServer::Impl final : public ConnectionHost, public std::enable_shared_f
   ApiServerCounters counters_;
   Dispatch dispatch_;
   bool stopped_ = false;
-  bool draining_ = false;              // listeners closed: accept nothing more
-  bool answered_since_slice_ = false;  // an answer was written since the last slice began
-  size_t output_bytes_ = 0;            // answers held by all connections, not yet taken
+  bool draining_ = false;                                    // listeners closed: accept nothing more
+  bool answered_since_slice_ = false;                        // an answer was written since the last slice began
+  size_t output_bytes_ = 0;                                  // answers held by all connections, not yet taken
   std::vector<std::weak_ptr<Connection>> waiting_for_room_;  // for output_bytes_ to fall below the budget
   std::vector<std::shared_ptr<Listener>> listeners_;
   std::unordered_map<Connection*, Entry> connections_;
@@ -436,32 +439,44 @@ using ApiStat = StatField<ApiServerCounters, RelaxedCounter>;
 
 // The client API's stats (docs/operations.md, section 7), each with the counter it reads.
 const ApiStat kApiStats[] = {
-    {{"api.connections_accepted", StatKind::kCounter, "Client API connections served"}, &ApiServerCounters::connections_accepted},
-    {{"api.connections_rejected", StatKind::kCounter, "Connections closed at once: a limit reached, none idle to make room"},
+    {{"api.connections_accepted", StatKind::kCounter, "Client API connections served"},
+     &ApiServerCounters::connections_accepted},
+    {{"api.connections_rejected", StatKind::kCounter,
+      "Connections closed at once: a limit reached, none idle to make room"},
      &ApiServerCounters::connections_rejected},
     {{"api.connections_evicted", StatKind::kCounter, "Idle connections closed to make room for a newcomer"},
      &ApiServerCounters::connections_evicted},
-    {{"api.connections_timed_out", StatKind::kCounter, "Connections closed: half a frame, then nothing for the frame timeout"},
+    {{"api.connections_timed_out", StatKind::kCounter,
+      "Connections closed: half a frame, then nothing for the frame timeout"},
      &ApiServerCounters::connections_timed_out},
-    {{"api.connections_write_stalled", StatKind::kCounter, "Connections closed: answers not read for the frame timeout"},
+    {{"api.connections_write_stalled", StatKind::kCounter,
+      "Connections closed: answers not read for the frame timeout"},
      &ApiServerCounters::connections_write_stalled},
-    {{"api.connections_idle_closed", StatKind::kCounter, "Connections closed after --api-idle-timeout without a request"},
+    {{"api.connections_idle_closed", StatKind::kCounter,
+      "Connections closed after --api-idle-timeout without a request"},
      &ApiServerCounters::connections_idle_closed},
     {{"api.connections_open", StatKind::kGauge, "Client API connections open"}, &ApiServerCounters::connections_open},
-    {{"api.accept_errors", StatKind::kCounter, "accept() failures (e.g. out of descriptors)"}, &ApiServerCounters::accept_errors},
+    {{"api.accept_errors", StatKind::kCounter, "accept() failures (e.g. out of descriptors)"},
+     &ApiServerCounters::accept_errors},
     {{"api.requests", StatKind::kCounter, "Request frames read, valid or not"}, &ApiServerCounters::requests},
     {{"api.checks", StatKind::kCounter, "Checks answered through the client API"}, &ApiServerCounters::checks},
     {{"api.errors.frame_too_large", StatKind::kCounter, "Frames over the limit (connection closed)"},
      &ApiServerCounters::errors_frame_too_large},
-    {{"api.errors.malformed", StatKind::kCounter, "Frames that did not parse (connection closed)"}, &ApiServerCounters::errors_malformed},
+    {{"api.errors.malformed", StatKind::kCounter, "Frames that did not parse (connection closed)"},
+     &ApiServerCounters::errors_malformed},
     {{"api.errors.unsupported_version", StatKind::kCounter, "Requests of another protocol version"},
      &ApiServerCounters::errors_unsupported_version},
-    {{"api.errors.batch_too_large", StatKind::kCounter, "Batches over the check limit"}, &ApiServerCounters::errors_batch_too_large},
-    {{"api.errors.empty_request", StatKind::kCounter, "Requests with no body or no checks"}, &ApiServerCounters::errors_empty_request},
-    {{"api.errors.internal", StatKind::kCounter, "Requests whose handler threw (answered INTERNAL)"}, &ApiServerCounters::errors_internal},
-    {{"api.busy_yields", StatKind::kCounter, "CPU given away before a slice of a large batch, answers having been written"},
+    {{"api.errors.batch_too_large", StatKind::kCounter, "Batches over the check limit"},
+     &ApiServerCounters::errors_batch_too_large},
+    {{"api.errors.empty_request", StatKind::kCounter, "Requests with no body or no checks"},
+     &ApiServerCounters::errors_empty_request},
+    {{"api.errors.internal", StatKind::kCounter, "Requests whose handler threw (answered INTERNAL)"},
+     &ApiServerCounters::errors_internal},
+    {{"api.busy_yields", StatKind::kCounter,
+      "CPU given away before a slice of a large batch, answers having been written"},
      &ApiServerCounters::busy_yields},
-    {{"api.pending_output_high_water_bytes", StatKind::kGauge, "Most answer bytes one connection has held", StatUnit::kBytes},
+    {{"api.pending_output_high_water_bytes", StatKind::kGauge, "Most answer bytes one connection has held",
+      StatUnit::kBytes},
      &ApiServerCounters::pending_output_high_water},
     {{"api.output_bytes", StatKind::kGauge, "Answer bytes all connections hold, not yet taken", StatUnit::kBytes},
      &ApiServerCounters::output_bytes},

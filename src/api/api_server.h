@@ -17,8 +17,8 @@
 #ifndef TOLLGATE_SRC_API_API_SERVER_H_
 #define TOLLGATE_SRC_API_API_SERVER_H_
 
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,8 +28,8 @@
 #include "api/endpoint.h"
 #include "api/framing.h"
 #include "api/request_handler.h"
-#include "util/stat_def.h"
 #include "core/offense_limiter.h"
+#include "util/stat_def.h"
 
 namespace boost::asio {
 class io_context;
@@ -87,15 +87,15 @@ struct ApiServerOptions {
 
 // Monotonic counts since construction (connections_open is a gauge), with the dispatch's.
 struct ApiServerCounters : DispatchCounters {
-  RelaxedCounter connections_accepted = 0;  // served (not counting rejected ones)
-  RelaxedCounter connections_rejected = 0;  // closed at once: a connection limit reached, none evictable
-  RelaxedCounter connections_evicted = 0;   // idle, closed to make room for a newcomer
-  RelaxedCounter connections_timed_out = 0; // closed: a frame did not complete within frame_timeout
+  RelaxedCounter connections_accepted = 0;       // served (not counting rejected ones)
+  RelaxedCounter connections_rejected = 0;       // closed at once: a connection limit reached, none evictable
+  RelaxedCounter connections_evicted = 0;        // idle, closed to make room for a newcomer
+  RelaxedCounter connections_timed_out = 0;      // closed: a frame did not complete within frame_timeout
   RelaxedCounter connections_write_stalled = 0;  // closed: answers not taken within frame_timeout
   RelaxedCounter connections_idle_closed = 0;    // closed: no request for idle_timeout
-  RelaxedCounter connections_open = 0;      // gauge
-  RelaxedCounter accept_errors = 0;         // accept() failed (e.g. out of file descriptors)
-  RelaxedCounter busy_yields = 0;      // CPU given away before a slice, answers having been written
+  RelaxedCounter connections_open = 0;           // gauge
+  RelaxedCounter accept_errors = 0;              // accept() failed (e.g. out of file descriptors)
+  RelaxedCounter busy_yields = 0;                // CPU given away before a slice, answers having been written
   // The most answer bytes one connection has held, unwritten or not yet taken by its client:
   // max_pending_output_bytes plus at most one answer.
   RelaxedCounter pending_output_high_water = 0;

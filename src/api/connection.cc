@@ -71,10 +71,8 @@ void Connection::read() {
   if (reading_ || closed_ || close_after_flush_ || draining_ || sliced_) return;
   if (!room_to_answer()) return;  // resumed by on_write or resume()
   reading_ = true;
-  socket_.async_read_some(asio::buffer(read_buffer_),
-                          [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
-                            self->on_read(ec, n);
-                          });
+  socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                                  size_t n) { self->on_read(ec, n); });
 }
 
 void Connection::on_read(const boost::system::error_code& ec, size_t n) {

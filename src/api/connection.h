@@ -3,8 +3,8 @@
 // connection reading nothing meanwhile; a connection whose unwritten answers exceed the output
 // cap stops answering (even frames already read) and reading until they drain; a frame that
 // does not complete within the frame timeout closes it. The server sweeps for connections idle
-// too long or whose answers the client does not take (idle_since(), write_stalled_since()). Runs on the server's io_context; owned by the server's connection set and by its
-// own in-flight handlers.
+// too long or whose answers the client does not take (idle_since(), write_stalled_since()). Runs on the server's
+// io_context; owned by the server's connection set and by its own in-flight handlers.
 #ifndef TOLLGATE_SRC_API_CONNECTION_H_
 #define TOLLGATE_SRC_API_CONNECTION_H_
 
@@ -109,14 +109,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static constexpr size_t kKeepOutputCapacity = 16 * 1024;
 
  private:
-
   std::shared_ptr<ConnectionHost> host_;
   Socket socket_;
   FrameReader decoder_;
   std::array<char, kReadChunkBytes> read_buffer_{};
-  std::string pending_out_;  // framed responses not yet handed to a write
-  std::string writing_;      // the buffer of the write in flight
-  size_t reported_output_ = 0;  // output_bytes() as the server last heard it
+  std::string pending_out_;        // framed responses not yet handed to a write
+  std::string writing_;            // the buffer of the write in flight
+  size_t reported_output_ = 0;     // output_bytes() as the server last heard it
   bool waiting_for_room_ = false;  // registered with the server (wait_for_output_room)
   bool slice_held_ = false;        // a slice waits for room to answer (on_write or resume() goes on)
   bool reading_ = false;
@@ -127,7 +126,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<std::chrono::steady_clock::time_point> partial_since_;  // a frame has begun
   std::unique_ptr<SlicedBatch> sliced_;  // a large check batch being answered (no reading meanwhile)
   bool draining_ = false;                // drain(): answer what has been read, read no more
-  std::string peer_;  // who the client is, for offense reports
+  std::string peer_;                     // who the client is, for offense reports
   TimePoint last_active_{};
   TimePoint write_started_{};
 };

@@ -18,13 +18,20 @@ namespace {
 
 pb::DenyReason to_proto(DenyReason reason) {
   switch (reason) {
-    case DenyReason::kNone: return pb::DENY_REASON_NONE;
-    case DenyReason::kInsufficientTokens: return pb::DENY_REASON_INSUFFICIENT_TOKENS;
-    case DenyReason::kCostExceedsBurst: return pb::DENY_REASON_COST_EXCEEDS_BURST;
-    case DenyReason::kInvalidCost: return pb::DENY_REASON_INVALID_COST;
-    case DenyReason::kKeyTooLong: return pb::DENY_REASON_KEY_TOO_LONG;
-    case DenyReason::kReservedKey: return pb::DENY_REASON_RESERVED_KEY;
-    case DenyReason::kOtherCheckDenied: return pb::DENY_REASON_OTHER_CHECK_DENIED;
+    case DenyReason::kNone:
+      return pb::DENY_REASON_NONE;
+    case DenyReason::kInsufficientTokens:
+      return pb::DENY_REASON_INSUFFICIENT_TOKENS;
+    case DenyReason::kCostExceedsBurst:
+      return pb::DENY_REASON_COST_EXCEEDS_BURST;
+    case DenyReason::kInvalidCost:
+      return pb::DENY_REASON_INVALID_COST;
+    case DenyReason::kKeyTooLong:
+      return pb::DENY_REASON_KEY_TOO_LONG;
+    case DenyReason::kReservedKey:
+      return pb::DENY_REASON_RESERVED_KEY;
+    case DenyReason::kOtherCheckDenied:
+      return pb::DENY_REASON_OTHER_CHECK_DENIED;
   }
   return pb::DENY_REASON_NONE;
 }
@@ -168,8 +175,8 @@ Dispatch::Outcome Dispatch::answer(std::string_view payload, std::string& out, s
   pb::Request& request = *google::protobuf::Arena::CreateMessage<pb::Request>(arena.get());
   if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     ++counters_.errors_malformed;
-    write_frame(error_response(0, pb::Error::MALFORMED, "frame is not a tollgate.v1.api.Request; closing the connection"),
-                out);
+    write_frame(
+        error_response(0, pb::Error::MALFORMED, "frame is not a tollgate.v1.api.Request; closing the connection"), out);
     return Outcome::kClose;
   }
   const uint64_t id = request.id();

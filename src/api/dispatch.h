@@ -60,7 +60,9 @@ class Dispatch {
  public:
   // `handler` and `counters` must outlive the dispatch.
   Dispatch(RequestHandler& handler, size_t max_checks_per_batch, uint32_t max_frame_bytes, DispatchCounters& counters)
-      : handler_(handler), max_checks_per_batch_(max_checks_per_batch), max_frame_bytes_(max_frame_bytes),
+      : handler_(handler),
+        max_checks_per_batch_(max_checks_per_batch),
+        max_frame_bytes_(max_frame_bytes),
         counters_(counters) {}
 
   enum class Outcome : uint8_t {

@@ -5,7 +5,6 @@
 #include <arpa/inet.h>
 #include <sys/un.h>
 
-
 namespace tollgate::api {
 namespace {
 
@@ -55,9 +54,9 @@ std::optional<Endpoint> parse_endpoint(std::string_view text, std::string* error
       return fail(error, text, "the socket path contains a NUL byte");
     }
     if (ep.path.size() > kMaxUnixPathBytes) {
-      return fail(error, text, "the socket path is " + std::to_string(ep.path.size()) +
-                                   " bytes long; Unix sockets allow at most " +
-                                   std::to_string(kMaxUnixPathBytes));
+      return fail(error, text,
+                  "the socket path is " + std::to_string(ep.path.size()) + " bytes long; Unix sockets allow at most " +
+                      std::to_string(kMaxUnixPathBytes));
     }
     return ep;
   }
@@ -76,8 +75,8 @@ std::optional<Endpoint> parse_endpoint(std::string_view text, std::string* error
     }
     if (ep.host == "localhost") ep.host = "127.0.0.1";
     if (!is_ipv4(ep.host)) {
-      return fail(error, text, "the host must be an IP address or localhost (names are not resolved), got \"" +
-                                   ep.host + "\"");
+      return fail(error, text,
+                  "the host must be an IP address or localhost (names are not resolved), got \"" + ep.host + "\"");
     }
     return ep;
   }

@@ -13,9 +13,9 @@ namespace tollgate::api {
 struct Endpoint {
   enum class Kind : uint8_t { kUnix, kTcp };
   Kind kind = Kind::kUnix;
-  std::string path;  // kUnix: the socket file path (as given; may be relative)
-  std::string host;  // kTcp: an IPv4 or IPv6 address literal, without brackets
-  uint16_t port = 0; // kTcp: 0 asks the server for an ephemeral port
+  std::string path;   // kUnix: the socket file path (as given; may be relative)
+  std::string host;   // kTcp: an IPv4 or IPv6 address literal, without brackets
+  uint16_t port = 0;  // kTcp: 0 asks the server for an ephemeral port
 
   // "unix:/run/x.sock", "tcp:127.0.0.1:7070", "tcp:[::1]:7070": parse_endpoint reads it back.
   std::string to_string() const;

@@ -6,8 +6,7 @@
 
 namespace tollgate::api {
 
-bool append_frame(const google::protobuf::MessageLite& message, uint32_t max_frame_bytes,
-                  std::string& out) {
+bool append_frame(const google::protobuf::MessageLite& message, uint32_t max_frame_bytes, std::string& out) {
   const size_t size = message.ByteSizeLong();
   if (size > max_frame_bytes || size > std::numeric_limits<uint32_t>::max()) return false;
   const size_t start = out.size();

@@ -30,8 +30,7 @@ inline constexpr uint32_t kMaxResponseFrameBytes = 16 * 1024 * 1024;
 
 // Appends one frame holding `message` to `out`. Returns false, leaving `out` unchanged, if the
 // serialized message is larger than `max_frame_bytes` (or than 4 GiB - 1) or fails to serialize.
-bool append_frame(const google::protobuf::MessageLite& message, uint32_t max_frame_bytes,
-                  std::string& out);
+bool append_frame(const google::protobuf::MessageLite& message, uint32_t max_frame_bytes, std::string& out);
 
 }  // namespace tollgate::api
 

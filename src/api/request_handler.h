@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "tollgate/api.h"
 #include "core/node.h"
+#include "tollgate/api.h"
 
 namespace tollgate {
 

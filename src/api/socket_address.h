@@ -15,7 +15,7 @@ namespace tollgate::api {
 
 // The socket address of `ep`, or nullopt (and why in *error) when its host is not an address.
 inline std::optional<boost::asio::generic::stream_protocol::endpoint> socket_address(const Endpoint& ep,
-                                                                                       std::string* error) {
+                                                                                     std::string* error) {
   namespace asio = boost::asio;
   if (ep.kind == Endpoint::Kind::kUnix) return asio::local::stream_protocol::endpoint(ep.path);
   boost::system::error_code ec;

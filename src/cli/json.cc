@@ -18,14 +18,14 @@ size_t utf8_sequence_length(std::string_view text, size_t i) {
   if (c >= 0xC2 && c <= 0xDF) return left >= 2 && is_continuation(byte(1)) ? 2 : 0;
   if (c >= 0xE0 && c <= 0xEF) {
     if (left < 3 || !is_continuation(byte(1)) || !is_continuation(byte(2))) return 0;
-    if (c == 0xE0 && byte(1) < 0xA0) return 0;   // overlong
-    if (c == 0xED && byte(1) > 0x9F) return 0;   // UTF-16 surrogates
+    if (c == 0xE0 && byte(1) < 0xA0) return 0;  // overlong
+    if (c == 0xED && byte(1) > 0x9F) return 0;  // UTF-16 surrogates
     return 3;
   }
   if (c >= 0xF0 && c <= 0xF4) {
     if (left < 4 || !is_continuation(byte(1)) || !is_continuation(byte(2)) || !is_continuation(byte(3))) return 0;
-    if (c == 0xF0 && byte(1) < 0x90) return 0;   // overlong
-    if (c == 0xF4 && byte(1) > 0x8F) return 0;   // above U+10FFFF
+    if (c == 0xF0 && byte(1) < 0x90) return 0;  // overlong
+    if (c == 0xF4 && byte(1) > 0x8F) return 0;  // above U+10FFFF
     return 4;
   }
   return 0;  // a continuation byte out of place, or 0xC0, 0xC1, 0xF5..0xFF
@@ -51,13 +51,27 @@ void append_json_string(std::string& out, std::string_view text) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += "\\u00";

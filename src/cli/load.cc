@@ -43,9 +43,11 @@ int main(int argc, char** argv) {
   bool zipf = false;
   std::string duration_text = "10s", every_text = "10s", deadline_text = "20ms", prefix = "k";
   size_t batch = 0;
-  app.add_option("--endpoint", endpoints, "Daemon endpoints (unix:PATH or tcp:HOST:PORT); repeat for several")->required();
+  app.add_option("--endpoint", endpoints, "Daemon endpoints (unix:PATH or tcp:HOST:PORT); repeat for several")
+      ->required();
   app.add_option("--rate", rate, "Checks per second, over all endpoints")->check(CLI::Range(1.0, 10'000'000.0));
-  app.add_option("--keys", keys, "Distinct keys, named PREFIX0..PREFIX{N-1}")->check(CLI::Range(size_t(1), size_t(1) << 40));
+  app.add_option("--keys", keys, "Distinct keys, named PREFIX0..PREFIX{N-1}")
+      ->check(CLI::Range(size_t(1), size_t(1) << 40));
   app.add_flag("--zipf", zipf, "Zipf(1) key popularity instead of uniform");
   app.add_option("--prefix", prefix, "Key name prefix");
   app.add_option("--duration", duration_text, "How long to run, e.g. 10m");

@@ -25,10 +25,10 @@
 #include "codec/cluster_key.h"
 #include "config/content_version.h"
 #include "config/read_file.h"
-#include "tollgate/rls_config_file.h"
-#include "tollgate/rules_file.h"
 #include "tollgate/client.h"
 #include "tollgate/duration.h"
+#include "tollgate/rls_config_file.h"
+#include "tollgate/rules_file.h"
 #include "util/closest.h"
 
 namespace {
@@ -50,9 +50,10 @@ std::vector<std::string> without_empty(std::vector<std::string> ids) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tollgate: ask the local tollgated for admission decisions, members and stats.\n"
-               "Exit status: 0 success (check: allowed), 1 check denied, 2 error (including an\n"
-               "unreachable daemon: the CLI never falls back to a made-up decision)."};
+  CLI::App app{
+      "tollgate: ask the local tollgated for admission decisions, members and stats.\n"
+      "Exit status: 0 success (check: allowed), 1 check denied, 2 error (including an\n"
+      "unreachable daemon: the CLI never falls back to a made-up decision)."};
   app.name("tollgate");
   app.set_version_flag("--version", "tollgate " TOLLGATE_VERSION);
   app.require_subcommand(1);
@@ -64,7 +65,8 @@ int main(int argc, char** argv) {
       ->envname(std::string(tollgate::kEndpointEnvVar))
       ->capture_default_str();
   std::string timeout_text = "1s";
-  app.add_option("--timeout", timeout_text, "How long to wait for the daemon: a whole number and a unit (ms, s, m; also ns, us, h), e.g. 500ms")
+  app.add_option("--timeout", timeout_text,
+                 "How long to wait for the daemon: a whole number and a unit (ms, s, m; also ns, us, h), e.g. 500ms")
       ->capture_default_str();
 
   bool json = false;
@@ -108,25 +110,27 @@ int main(int argc, char** argv) {
 
   CLI::App* admin = app.add_subcommand("admin", "Administrative commands");
   admin->require_subcommand(1);
-  CLI::App* faults = admin->add_subcommand("faults", "Set the daemon's fault injection (tests and simulation); "
-                                                     "replaces all previous settings");
+  CLI::App* faults = admin->add_subcommand("faults",
+                                           "Set the daemon's fault injection (tests and simulation); "
+                                           "replaces all previous settings");
   std::vector<std::string> drop_to;
   std::vector<std::string> drop_from;
   double loss = 0;
   double duplicate = 0;
   std::string delay_text;
   bool clear = false;
-  auto* drop_to_opt = faults->add_option("--drop-to", drop_to, "Node ids to stop sending to (comma-separated)")
-                          ->delimiter(',');
-  auto* drop_from_opt = faults->add_option("--drop-from", drop_from, "Node ids whose messages to drop (comma-separated)")
-                            ->delimiter(',');
+  auto* drop_to_opt =
+      faults->add_option("--drop-to", drop_to, "Node ids to stop sending to (comma-separated)")->delimiter(',');
+  auto* drop_from_opt =
+      faults->add_option("--drop-from", drop_from, "Node ids whose messages to drop (comma-separated)")->delimiter(',');
   auto* loss_opt = faults->add_option("--loss", loss, "Probability in [0, 1] that a message is dropped")
                        ->check(CLI::Range(0.0, 1.0));
   auto* delay_opt = faults->add_option("--delay", delay_text,
                                        "Delay added to every message sent: a duration (100ms, 1s) or a number "
                                        "of milliseconds; whole milliseconds (finer is rounded down)");
-  auto* duplicate_opt = faults->add_option("--duplicate", duplicate, "Probability in [0, 1] that a message is sent twice")
-                            ->check(CLI::Range(0.0, 1.0));
+  auto* duplicate_opt =
+      faults->add_option("--duplicate", duplicate, "Probability in [0, 1] that a message is sent twice")
+          ->check(CLI::Range(0.0, 1.0));
   std::string jitter_text;
   auto* jitter_opt = faults->add_option("--jitter", jitter_text,
                                         "Plus a random delay in [0, JITTER] per message, so messages arrive out of "
@@ -174,8 +178,8 @@ int main(int argc, char** argv) {
       if (rules_rls) {
         const auto config = tollgate::load_rls_config(rules_path);
         std::cout << rules_path << ": valid RLS config: " << config->domains().size() << " domain"
-                  << (config->domains().size() == 1 ? "" : "s") << ", " << config->limit_count() << " limited descriptor"
-                  << (config->limit_count() == 1 ? "" : "s") << "\n";
+                  << (config->domains().size() == 1 ? "" : "s") << ", " << config->limit_count()
+                  << " limited descriptor" << (config->limit_count() == 1 ? "" : "s") << "\n";
         return 0;
       }
       const std::string text = tollgate::read_config_file(rules_path, "rules file");
@@ -245,8 +249,8 @@ int main(int argc, char** argv) {
               << " refused (the rules in force stayed)\n";
     if (value("rules_polls") > 0) {
       std::cout << "rules service polls: " << value("rules_polls") << ", " << value("rules_polls_not_modified")
-                << " unchanged, " << value("rules_poll_failures") << " failed; cache writes failed: "
-                << value("rules_cache_write_failures") << "\n";
+                << " unchanged, " << value("rules_poll_failures")
+                << " failed; cache writes failed: " << value("rules_cache_write_failures") << "\n";
     }
     return 0;
   }

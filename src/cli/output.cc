@@ -23,7 +23,8 @@ std::string shown(std::string_view text) {
   bool c1 = false;  // DEL, or a C1 control (U+0080..U+009F, UTF-8 C2 80..C2 9F): JSON lets them through
   for (size_t i = 0; i < text.size(); ++i) {
     const auto b = static_cast<unsigned char>(text[i]);
-    c1 = c1 || b == 0x7f || (b == 0xc2 && i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xe0) == 0x80);
+    c1 = c1 || b == 0x7f ||
+         (b == 0xc2 && i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xe0) == 0x80);
   }
   if (!c1 && quoted.size() == text.size() + 2 && quoted.compare(1, text.size(), text) == 0 &&
       text.find_first_of("\"\\") == std::string_view::npos) {
@@ -123,8 +124,12 @@ std::string format_members_text(const std::vector<MemberInfo>& members) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"ID", "ADDRESS", "STATE", "INCARNATION", "LAST-HEARD"});
   for (const MemberInfo& m : members) {
-    rows.push_back({shown(m.id) + (m.self ? " (self)" : ""), shown(m.address), member_state_name(m.state), std::to_string(m.incarnation),
-                    m.self ? "-" : format_duration_human(std::clamp<int64_t>(m.last_heard_ns / 1'000'000, 0, kMaxMillis) * 1'000'000) + " ago"});
+    rows.push_back(
+        {shown(m.id) + (m.self ? " (self)" : ""), shown(m.address), member_state_name(m.state),
+         std::to_string(m.incarnation),
+         m.self ? "-"
+                : format_duration_human(std::clamp<int64_t>(m.last_heard_ns / 1'000'000, 0, kMaxMillis) * 1'000'000) +
+                      " ago"});
   }
   std::vector<size_t> widths(rows.front().size(), 0);
   for (const auto& row : rows) {
@@ -145,7 +150,8 @@ std::string format_members_json(const std::vector<MemberInfo>& members) {
     const MemberInfo& m = members[i];
     if (i > 0) out += ", ";
     out += "{\"id\": " + json_string(m.id) + ", \"address\": " + json_string(m.address) +
-           ", \"state\": " + json_string(member_state_name(m.state)) + ", \"incarnation\": " + std::to_string(m.incarnation) +
+           ", \"state\": " + json_string(member_state_name(m.state)) +
+           ", \"incarnation\": " + std::to_string(m.incarnation) +
            ", \"last_heard_ms\": " + std::to_string(m.last_heard_ns / 1'000'000) + "}";
   }
   return out + "]}\n";

@@ -28,9 +28,12 @@ namespace pb = ::tollgate::v1::api;
 
 const char* reply_source_name(ReplySource source) {
   switch (source) {
-    case ReplySource::kDaemon: return "daemon";
-    case ReplySource::kFailOpen: return "fail-open";
-    case ReplySource::kFailClosed: return "fail-closed";
+    case ReplySource::kDaemon:
+      return "daemon";
+    case ReplySource::kFailOpen:
+      return "fail-open";
+    case ReplySource::kFailClosed:
+      return "fail-closed";
   }
   return "unknown";
 }
@@ -114,7 +117,8 @@ class Client::Impl {
     if (options_.direct_connections == 0 || !io_.connected()) return std::nullopt;
     const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
     std::string frame;
-    if (!client::frame_request(request, id, options_.max_request_bytes, &frame)) return std::nullopt;  // the io path says why
+    if (!client::frame_request(request, id, options_.max_request_bytes, &frame))
+      return std::nullopt;  // the io path says why
     // A pooled connection the daemon closed while it sat idle (it restarted) fails before
     // anything is sent: then one more, perhaps fresh, connection is tried.
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -133,7 +137,8 @@ class Client::Impl {
         case client::DirectConnection::Outcome::kFailed:
           direct_.discard();
           return convert(nullptr, "lost the connection to " + endpoint_.to_string() + ": " + error);
-        case client::DirectConnection::Outcome::kAnswered: break;
+        case client::DirectConnection::Outcome::kAnswered:
+          break;
       }
       pb::Response response;
       const ResponseCheck check = client::validate_response(payload, &response);
@@ -252,8 +257,9 @@ std::vector<CheckReply> Client::Impl::check_many(std::span<const CheckItem> item
   const size_t count = items.size();
   Impl* impl = this;
   std::vector<CheckReply> replies = impl->call<std::vector<CheckReply>>(
-      request, deadline, [impl, count](const pb::Response* response, const std::string& error) {
-        return impl->check_replies(response, error, count);
+      request, deadline,
+      [impl, count](const pb::Response* response, const std::string& error) {
+    return impl->check_replies(response, error, count);
       },
       /*direct=*/true);
   impl->count(replies);
@@ -268,10 +274,10 @@ void Client::check_async(std::string_view key, int64_t cost, CheckCallback done)
   Impl* impl = impl_.get();
   impl->submit(request, deadline_after(impl->options_.deadline),
                [impl, done = std::move(done)](const pb::Response* response, const std::string& error) {
-                 std::vector<CheckReply> replies = impl->check_replies(response, error, 1);
-                 impl->count(replies);
-                 done(std::move(replies.front()));
-               });
+    std::vector<CheckReply> replies = impl->check_replies(response, error, 1);
+    impl->count(replies);
+    done(std::move(replies.front()));
+  });
 }
 
 std::optional<std::vector<MemberInfo>> Client::members(std::string* error) {
@@ -306,14 +312,16 @@ std::optional<StatsList> Client::stats(std::string* error) {
   pb::Request request;
   request.mutable_stats();
   using Result = std::pair<std::optional<StatsList>, std::string>;
-  Result result = impl_->call<Result>(
-      request, impl_->options_.admin_timeout, [](const pb::Response* response, const std::string& why) -> Result {
-        if (response == nullptr) return {std::nullopt, why};
-        if (!response->has_stats()) return {std::nullopt, client::unexpected_body(*response, "stats")};
-        StatsList stats;
-        for (const pb::Counter& c : response->stats().counters()) stats.emplace_back(c.name(), c.value());
-        return {std::move(stats), std::string()};
-      });
+  Result result = impl_->call<Result>(request, impl_->options_.admin_timeout,
+                                      [](const pb::Response* response, const std::string& why) -> Result {
+                                        if (response == nullptr) return {std::nullopt, why};
+                                        if (!response->has_stats())
+                                          return {std::nullopt, client::unexpected_body(*response, "stats")};
+                                        StatsList stats;
+                                        for (const pb::Counter& c : response->stats().counters())
+                                          stats.emplace_back(c.name(), c.value());
+                                        return {std::move(stats), std::string()};
+                                      });
   if (!result.first && error) *error = std::move(result.second);
   return std::move(result.first);
 }
@@ -327,12 +335,13 @@ std::string Client::set_faults(const FaultSettings& faults) {
   f.set_delay_ms(faults.delay_ms);
   f.set_duplicate(faults.duplicate);
   f.set_jitter_ms(faults.jitter_ms);
-  return impl_->call<std::string>(
-      request, impl_->options_.admin_timeout, [](const pb::Response* response, const std::string& why) -> std::string {
-        if (response == nullptr) return why;
-        if (!response->has_faults()) return client::unexpected_body(*response, "faults result");
-        return response->faults().error();
-      });
+  return impl_->call<std::string>(request, impl_->options_.admin_timeout,
+                                  [](const pb::Response* response, const std::string& why) -> std::string {
+                                    if (response == nullptr) return why;
+                                    if (!response->has_faults())
+                                      return client::unexpected_body(*response, "faults result");
+                                    return response->faults().error();
+                                  });
 }
 
 bool Client::connected() const { return impl_->io_.connected(); }

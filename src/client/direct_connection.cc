@@ -7,10 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <cerrno>
+#include <cstring>
 
 namespace tollgate::client {
 
@@ -22,7 +22,8 @@ std::string system_error(const char* what, int error) { return std::string(what)
 
 // Connects the non-blocking `fd` to `address`, by `deadline` (a Unix socket connects at once or
 // not at all; TCP may be in progress).
-bool connect_by(int fd, const boost::asio::generic::stream_protocol::endpoint& address, DirectConnection::TimePoint deadline, std::string* error) {
+bool connect_by(int fd, const boost::asio::generic::stream_protocol::endpoint& address,
+                DirectConnection::TimePoint deadline, std::string* error) {
   if (::connect(fd, address.data(), static_cast<socklen_t>(address.size())) == 0) return true;
   if (errno != EINPROGRESS) {
     *error = system_error("cannot connect", errno);
@@ -83,7 +84,7 @@ bool DirectConnection::wait(short events, TimePoint deadline) {
     const timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
     pollfd p{fd_, events, 0};
     const int n = ::ppoll(&p, 1, &ts, nullptr);
-    if (n > 0) return true;  // ready, or an error the next send/recv reports
+    if (n > 0) return true;                    // ready, or an error the next send/recv reports
     if (n < 0 && errno != EINTR) return true;  // let the send/recv say what is wrong
   }
 }
@@ -107,11 +108,13 @@ DirectConnection::Outcome DirectConnection::exchange(std::string_view frame, Tim
   }
   for (;;) {
     switch (decoder_.next(payload)) {
-      case FrameReader::Status::kFrame: return Outcome::kAnswered;
+      case FrameReader::Status::kFrame:
+        return Outcome::kAnswered;
       case FrameReader::Status::kTooLarge:
         *error = oversized_frame_error(decoder_.rejected_length());
         return Outcome::kFailed;
-      case FrameReader::Status::kNeedMore: break;
+      case FrameReader::Status::kNeedMore:
+        break;
     }
     const ssize_t n = ::recv(fd_, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
     if (n > 0) {

@@ -15,9 +15,9 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "api/endpoint.h"
 #include "api/framing.h"
@@ -30,8 +30,7 @@ class DirectConnection {
 
   // Connects to `endpoint` (non-blocking, finished by `deadline`). Returns null and says why in
   // *error when it cannot.
-  static std::unique_ptr<DirectConnection> open(const api::Endpoint& endpoint, TimePoint deadline,
-                                                std::string* error);
+  static std::unique_ptr<DirectConnection> open(const api::Endpoint& endpoint, TimePoint deadline, std::string* error);
   ~DirectConnection();
   DirectConnection(const DirectConnection&) = delete;
   DirectConnection& operator=(const DirectConnection&) = delete;

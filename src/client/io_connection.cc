@@ -71,7 +71,7 @@ class IoConnection::Impl {
     kWaiting,     // not connected; a reconnect is scheduled. Calls fail at once.
     kConnecting,  // a connect is in flight. Calls queue and are sent once it succeeds.
     kConnected,
-    kStopped,     // the Client is being destroyed
+    kStopped,  // the Client is being destroyed
   };
 
   void enqueue(uint64_t id, TimePoint deadline, std::string frame, Completion done) {
@@ -238,14 +238,14 @@ class IoConnection::Impl {
     write_in_flight_ = true;
     asio::async_write(socket_, asio::buffer(writing_),
                       [this, generation = generation_](const boost::system::error_code& ec, size_t) {
-                        if (generation != generation_) return;
-                        write_in_flight_ = false;
-                        if (ec) {
-                          connection_failed("write failed: " + ec.message());
-                          return;
-                        }
-                        flush();
-                      });
+      if (generation != generation_) return;
+      write_in_flight_ = false;
+      if (ec) {
+        connection_failed("write failed: " + ec.message());
+        return;
+      }
+      flush();
+    });
   }
 
   void read() {
@@ -253,10 +253,10 @@ class IoConnection::Impl {
     reading_ = true;
     socket_.async_read_some(asio::buffer(read_buffer_),
                             [this, generation = generation_](const boost::system::error_code& ec, size_t n) {
-                              if (generation != generation_) return;
-                              reading_ = false;
-                              on_read(ec, n);
-                            });
+      if (generation != generation_) return;
+      reading_ = false;
+      on_read(ec, n);
+    });
   }
 
   void on_read(const boost::system::error_code& ec, size_t n) {
@@ -349,8 +349,7 @@ void IoConnection::fail(Completion done, std::string error) { impl_->fail(std::m
 
 bool IoConnection::wait_connected(std::chrono::nanoseconds timeout) {
   std::unique_lock lock(connected_mutex_);
-  return connected_cv_.wait_until(lock, deadline_after(timeout),
-                                  [this] { return connected_.load(); });
+  return connected_cv_.wait_until(lock, deadline_after(timeout), [this] { return connected_.load(); });
 }
 
 bool IoConnection::on_io_thread() const { return impl_->on_io_thread(); }

@@ -7,14 +7,22 @@ namespace {
 
 DenyReason deny_reason(pb::DenyReason reason, bool allowed) {
   switch (reason) {
-    case pb::DENY_REASON_NONE: return DenyReason::kNone;
-    case pb::DENY_REASON_INSUFFICIENT_TOKENS: return DenyReason::kInsufficientTokens;
-    case pb::DENY_REASON_COST_EXCEEDS_BURST: return DenyReason::kCostExceedsBurst;
-    case pb::DENY_REASON_INVALID_COST: return DenyReason::kInvalidCost;
-    case pb::DENY_REASON_KEY_TOO_LONG: return DenyReason::kKeyTooLong;
-    case pb::DENY_REASON_RESERVED_KEY: return DenyReason::kReservedKey;
-    case pb::DENY_REASON_OTHER_CHECK_DENIED: return DenyReason::kOtherCheckDenied;
-    default: break;
+    case pb::DENY_REASON_NONE:
+      return DenyReason::kNone;
+    case pb::DENY_REASON_INSUFFICIENT_TOKENS:
+      return DenyReason::kInsufficientTokens;
+    case pb::DENY_REASON_COST_EXCEEDS_BURST:
+      return DenyReason::kCostExceedsBurst;
+    case pb::DENY_REASON_INVALID_COST:
+      return DenyReason::kInvalidCost;
+    case pb::DENY_REASON_KEY_TOO_LONG:
+      return DenyReason::kKeyTooLong;
+    case pb::DENY_REASON_RESERVED_KEY:
+      return DenyReason::kReservedKey;
+    case pb::DENY_REASON_OTHER_CHECK_DENIED:
+      return DenyReason::kOtherCheckDenied;
+    default:
+      break;
   }
   // A reason added by a newer daemon: the closest thing this client knows.
   return allowed ? DenyReason::kNone : DenyReason::kInsufficientTokens;
@@ -68,8 +76,9 @@ std::string unexpected_body(const pb::Response& response, const char* expected) 
 std::string oversized_frame_error(uint64_t length) {
   std::string error = "the daemon sent a frame of " + std::to_string(length) + " bytes";
   if (length == 0x48545450) {  // "HTTP", read as a big-endian length prefix
-    error += " (\"HTTP\": this endpoint is an HTTP server, tollgated's --http-listen perhaps; the client API "
-             "is what --listen serves)";
+    error +=
+        " (\"HTTP\": this endpoint is an HTTP server, tollgated's --http-listen perhaps; the client API "
+        "is what --listen serves)";
   }
   return error;
 }

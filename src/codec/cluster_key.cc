@@ -85,7 +85,8 @@ ClusterKeys parse_cluster_keys(std::string_view text, const std::string& source)
     const std::string_view hex = line.substr(first, last - first + 1);
 
     if (keys.size() == ClusterKeys::kMaxKeys) {
-      throw ConfigError(source, line_no, 0, "more than two keys (the first signs, both verify; remove the retired one)");
+      throw ConfigError(source, line_no, 0,
+                        "more than two keys (the first signs, both verify; remove the retired one)");
     }
     for (size_t i = 0; i < hex.size(); ++i) {
       if (hex_value(hex[i]) < 0) {

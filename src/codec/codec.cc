@@ -160,8 +160,7 @@ std::string seal_envelope(const pb::Gossip& gossip, const ClusterKeys& keys) {
   envelope.set_version_minor(kProtocolVersionMinor);
   envelope.set_payload(gossip.SerializeAsString());
   if (!keys.empty()) {
-    const auto mac = envelope_mac(keys.signing_key(), kProtocolVersionMajor, kProtocolVersionMinor,
-                                  envelope.payload());
+    const auto mac = envelope_mac(keys.signing_key(), kProtocolVersionMajor, kProtocolVersionMinor, envelope.payload());
     envelope.set_mac(mac.data(), mac.size());
   }
   return envelope.SerializeAsString();
@@ -388,13 +387,20 @@ DecodeResult fail(DecodeError e) {
 
 const char* decode_error_name(DecodeError e) {
   switch (e) {
-    case DecodeError::kNone: return "none";
-    case DecodeError::kMalformed: return "malformed";
-    case DecodeError::kUnknownVersion: return "unknown_version";
-    case DecodeError::kBadMac: return "bad_mac";
-    case DecodeError::kMissingMac: return "missing_mac";
-    case DecodeError::kTooLarge: return "too_large";
-    case DecodeError::kInvalidContent: return "invalid_content";
+    case DecodeError::kNone:
+      return "none";
+    case DecodeError::kMalformed:
+      return "malformed";
+    case DecodeError::kUnknownVersion:
+      return "unknown_version";
+    case DecodeError::kBadMac:
+      return "bad_mac";
+    case DecodeError::kMissingMac:
+      return "missing_mac";
+    case DecodeError::kTooLarge:
+      return "too_large";
+    case DecodeError::kInvalidContent:
+      return "invalid_content";
   }
   return "unknown";
 }
@@ -503,8 +509,7 @@ std::vector<std::vector<ConsumptionEntry>> split_for_sealing(std::vector<Consump
   std::vector<std::vector<ConsumptionEntry>> runs;
   size_t body = base;
   for (ConsumptionEntry& e : entries) {
-    const size_t entry_body =
-        bytes_field_bytes(e.key.size()) + varint_field_bytes(static_cast<uint64_t>(e.tokens));
+    const size_t entry_body = bytes_field_bytes(e.key.size()) + varint_field_bytes(static_cast<uint64_t>(e.tokens));
     const size_t bytes = field_bytes(entry_body);
     if (runs.empty() || (body > base && field_bytes(body + bytes) > max_batch_bytes)) {
       runs.emplace_back();

@@ -55,13 +55,13 @@ inline constexpr size_t kDefaultMaxFrameBytes = size_t{1} << 20;  // TCP: envelo
 inline constexpr size_t kMaxMessageBytes = size_t{4} << 20;
 
 // Sizes the decoder accepts; the encoder never produces more.
-inline constexpr size_t kMaxNodeIdBytes = 256;   // origins, member ids
+inline constexpr size_t kMaxNodeIdBytes = 256;  // origins, member ids
 // A sender's id, at most: a relaying node's batches are named by its id and kRelayOriginSuffix,
 // which must fit kMaxNodeIdBytes (tollgated's --node-id is limited to this too).
 inline constexpr size_t kMaxSenderIdBytes = kMaxNodeIdBytes - kRelayOriginSuffix.size();
 inline constexpr uint32_t kMaxRelayGroups = 65536;  // Gossip.relay_groups at most (--relay-groups)
-inline constexpr size_t kMaxAddressBytes = 256;  // "host:port"
-inline constexpr size_t kMaxKeyBytes = 256;      // as KeyTableOptions::max_key_bytes's default
+inline constexpr size_t kMaxAddressBytes = 256;     // "host:port"
+inline constexpr size_t kMaxKeyBytes = 256;         // as KeyTableOptions::max_key_bytes's default
 inline constexpr size_t kMaxBatchesPerMessage = 16384;
 inline constexpr size_t kMaxEntriesPerMessage = 65536;  // over all batches of one message
 inline constexpr size_t kMaxMembersPerMessage = 16384;
@@ -92,8 +92,8 @@ std::vector<std::string> encode_datagrams(const GossipMessage& message, const Cl
 // max_datagram_bytes). Usually one frame; a message larger than that (a big repair) is split the
 // same way, so a peer's FrameReader with the same limit never has to refuse it.
 std::vector<std::string> encode_frames(const GossipMessage& message, const ClusterKeys& keys,
-                                       size_t max_frame_bytes = kDefaultMaxFrameBytes,
-                                       EncodeStats* stats = nullptr, uint64_t sent_at_s = 0);
+                                       size_t max_frame_bytes = kDefaultMaxFrameBytes, EncodeStats* stats = nullptr,
+                                       uint64_t sent_at_s = 0);
 
 // A reader of TCP gossip frames (util/frame_reader.h) with a limit of `max_frame_bytes`. Throws
 // std::invalid_argument when that exceeds kMaxMessageBytes, what decode() accepts.
@@ -101,13 +101,13 @@ FrameReader gossip_frame_reader(size_t max_frame_bytes = kDefaultMaxFrameBytes);
 
 enum class DecodeError : uint8_t {
   kNone,
-  kMalformed,        // not a protobuf Envelope/Gossip, or no version at all
-  kUnknownVersion,   // an envelope of a major version other than kProtocolVersionMajor
-  kBadMac,           // signed, but by none of our keys (or the bytes were changed)
-  kMissingMac,       // we have a key and the message is unsigned (a node without the key file?)
-  kTooLarge,         // over kMaxMessageBytes, or over a per-message count cap
-  kInvalidContent,   // parses, but breaks a rule of the format (gossip.proto): empty or
-                     // over-long id, over-long key, seq 0, tokens <= 0, unsorted digest, ...
+  kMalformed,       // not a protobuf Envelope/Gossip, or no version at all
+  kUnknownVersion,  // an envelope of a major version other than kProtocolVersionMajor
+  kBadMac,          // signed, but by none of our keys (or the bytes were changed)
+  kMissingMac,      // we have a key and the message is unsigned (a node without the key file?)
+  kTooLarge,        // over kMaxMessageBytes, or over a per-message count cap
+  kInvalidContent,  // parses, but breaks a rule of the format (gossip.proto): empty or
+                    // over-long id, over-long key, seq 0, tokens <= 0, unsorted digest, ...
 };
 // A short lowercase name with underscores ("bad_mac"), for counters and logs.
 const char* decode_error_name(DecodeError e);

@@ -34,7 +34,8 @@ Mac envelope_mac(std::string_view key, uint32_t major, uint32_t minor, std::stri
   char version[8];
   store_be32(major, version);
   store_be32(minor, version + 4);
-  return hmac_sha256(key, {std::string_view(kContext, sizeof kContext), std::string_view(version, sizeof version), payload});
+  return hmac_sha256(key,
+                     {std::string_view(kContext, sizeof kContext), std::string_view(version, sizeof version), payload});
 }
 
 Mac hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {

@@ -22,48 +22,49 @@ std::string parse_choice(std::string_view text, std::string_view a, E ea, std::s
   return why;
 }
 
-#define TOLLGATE_DURATION_FIELD(FLAG, MEMBER, MIN_NS, HELP)                                                  \
-  NodeSettingField {                                                                                              \
-    FLAG, HELP, "DURATION",                                                                                  \
-        [](std::string_view t, NodeSettings& s) { return parse_duration_setting(t, MIN_NS, s.MEMBER); },          \
-        [](const NodeSettings& s) { return format_duration(s.MEMBER); }                                           \
+#define TOLLGATE_DURATION_FIELD(FLAG, MEMBER, MIN_NS, HELP)                                              \
+  NodeSettingField {                                                                                     \
+    FLAG, HELP, "DURATION",                                                                              \
+        [](std::string_view t, NodeSettings& s) { return parse_duration_setting(t, MIN_NS, s.MEMBER); }, \
+        [](const NodeSettings& s) { return format_duration(s.MEMBER); }                                  \
   }
-#define TOLLGATE_WHOLE_FIELD(FLAG, MEMBER, MIN, MAX, HELP)                                           \
-  NodeSettingField {                                                                                      \
-    FLAG, HELP, #MIN ".." #MAX,                                                                      \
-        [](std::string_view t, NodeSettings& s) { return parse_whole(t, MIN, MAX, s.MEMBER); },           \
-        [](const NodeSettings& s) { return std::to_string(s.MEMBER); }                                    \
+#define TOLLGATE_WHOLE_FIELD(FLAG, MEMBER, MIN, MAX, HELP)                                      \
+  NodeSettingField {                                                                            \
+    FLAG, HELP, #MIN ".." #MAX,                                                                 \
+        [](std::string_view t, NodeSettings& s) { return parse_whole(t, MIN, MAX, s.MEMBER); }, \
+        [](const NodeSettings& s) { return std::to_string(s.MEMBER); }                          \
   }
 
-const NodeSettingField kFields[] = {
-    {"mode",
-     "Dissemination: auto (gossip below 256 members, relay from 256), gossip (fan-out to random peers), mesh "
-     "(everyone) or relay (two hops over groups of about sqrt(N) members); docs/operations.md 3.1",
-     "{auto,mesh,gossip,relay}",
-     [](std::string_view t, NodeSettings& s) {
-       for (DisseminationMode m : {DisseminationMode::kAuto, DisseminationMode::kMesh, DisseminationMode::kGossip,
-                                   DisseminationMode::kRelay}) {
-         if (t == dissemination_mode_name(m)) {
-           s.mode = m;
-           return std::string();
-         }
-       }
-       return "must be auto, mesh, gossip or relay, got " + quoted(t);
-     },
-     [](const NodeSettings& s) { return std::string(dissemination_mode_name(s.mode)); }},
-    {"membership", "static (--peers-file) or heartbeat (--seeds)", "{static,heartbeat}",
-     [](std::string_view t, NodeSettings& s) {
-       return parse_choice(t, "static", MembershipKind::kStatic, "heartbeat", MembershipKind::kHeartbeat, s.membership);
-     },
-     [](const NodeSettings& s) {
-       return std::string(s.membership == MembershipKind::kStatic ? "static" : "heartbeat");
-     }},
+const NodeSettingField kFields[] =
+    {
+        {"mode",
+         "Dissemination: auto (gossip below 256 members, relay from 256), gossip (fan-out to random peers), mesh "
+         "(everyone) or relay (two hops over groups of about sqrt(N) members); docs/operations.md 3.1",
+         "{auto,mesh,gossip,relay}",
+         [](std::string_view t, NodeSettings& s) {
+  for (DisseminationMode m :
+       {DisseminationMode::kAuto, DisseminationMode::kMesh, DisseminationMode::kGossip, DisseminationMode::kRelay}) {
+    if (t == dissemination_mode_name(m)) {
+      s.mode = m;
+      return std::string();
+    }
+  }
+  return "must be auto, mesh, gossip or relay, got " + quoted(t);
+         },
+         [](const NodeSettings& s) { return std::string(dissemination_mode_name(s.mode)); }},
+        {"membership", "static (--peers-file) or heartbeat (--seeds)", "{static,heartbeat}",
+         [](std::string_view t, NodeSettings& s) {
+  return parse_choice(t, "static", MembershipKind::kStatic, "heartbeat", MembershipKind::kHeartbeat, s.membership);
+         },
+         [](const NodeSettings& s) {
+  return std::string(s.membership == MembershipKind::kStatic ? "static" : "heartbeat");
+        }},
     {"partition-policy",
      "open: every reachable group enforces the full limit; proportional: refill scaled by reachable/known members",
      "{open,proportional}",
      [](std::string_view t, NodeSettings& s) {
-       return parse_choice(t, "open", PartitionPolicy::kOpen, "proportional", PartitionPolicy::kProportional,
-                           s.partition_policy);
+  return parse_choice(t, "open", PartitionPolicy::kOpen, "proportional", PartitionPolicy::kProportional,
+                      s.partition_policy);
      },
      [](const NodeSettings& s) { return std::string(partition_policy_name(s.partition_policy)); }},
     TOLLGATE_DURATION_FIELD("interval", interval_ns, kNanosPerMilli, "Dissemination round"),
@@ -75,8 +76,9 @@ const NodeSettingField kFields[] = {
                          "Membership rows each gossip message carries (this node's included), rotating through the "
                          "members: more spread heartbeats faster in large clusters, at the cost of bytes "
                          "(docs/operations.md)"),
-    TOLLGATE_DURATION_FIELD("fail-after", fail_after_ns, 1,
-                            "A member silent this long is suspect (heartbeat) or unreachable (static); dead after twice that"),
+    TOLLGATE_DURATION_FIELD(
+        "fail-after", fail_after_ns, 1,
+        "A member silent this long is suspect (heartbeat) or unreachable (static); dead after twice that"),
     TOLLGATE_DURATION_FIELD("forget-after", forget_after_ns, 1,
                             "Heartbeat: a dead member is forgotten after this long"),
     TOLLGATE_DURATION_FIELD("probe-interval", probe_interval_ns, 1,
@@ -88,7 +90,7 @@ const NodeSettingField kFields[] = {
     TOLLGATE_WHOLE_FIELD("retransmit-mult", retransmit_mult, 1, 16,
                          "Gossip: each node sends a batch to mult x ceil(log10(N + 1)) peers in all (N members); "
                          "more copies reach every node sooner and under more loss, at the cost of bytes"),
-};
+    };
 
 #undef TOLLGATE_DURATION_FIELD
 #undef TOLLGATE_WHOLE_FIELD

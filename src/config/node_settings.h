@@ -21,16 +21,16 @@ struct NodeSettings {
   DisseminationMode mode = DisseminationMode::kAuto;
   MembershipKind membership = MembershipKind::kStatic;
   PartitionPolicy partition_policy = PartitionPolicy::kOpen;
-  int64_t interval_ns = 50 * kNanosPerMilli;           // one dissemination round
-  size_t fanout = 3;                                   // gossip: peers per round
-  size_t relay_groups = 0;                             // relay: groups (0: from the cluster's size)
-  size_t member_rows = 64;                             // membership rows per message, ours included
-  int64_t fail_after_ns = 2 * kNanosPerSecond;         // silent this long: suspect / unreachable
-  int64_t forget_after_ns = 60 * kNanosPerSecond;      // heartbeat: a dead member is forgotten
-  int64_t probe_interval_ns = 1 * kNanosPerSecond;     // dead and unreachable members are probed
-  int64_t push_pull_interval_ns = 1 * kNanosPerSecond; // anti-entropy with one random peer
-  size_t max_keys = 1'000'000;                         // buckets held at most
-  size_t retransmit_mult = 4;                          // gossip: copies of a batch = mult x ceil(log10(N + 1))
+  int64_t interval_ns = 50 * kNanosPerMilli;            // one dissemination round
+  size_t fanout = 3;                                    // gossip: peers per round
+  size_t relay_groups = 0;                              // relay: groups (0: from the cluster's size)
+  size_t member_rows = 64;                              // membership rows per message, ours included
+  int64_t fail_after_ns = 2 * kNanosPerSecond;          // silent this long: suspect / unreachable
+  int64_t forget_after_ns = 60 * kNanosPerSecond;       // heartbeat: a dead member is forgotten
+  int64_t probe_interval_ns = 1 * kNanosPerSecond;      // dead and unreachable members are probed
+  int64_t push_pull_interval_ns = 1 * kNanosPerSecond;  // anti-entropy with one random peer
+  size_t max_keys = 1'000'000;                          // buckets held at most
+  size_t retransmit_mult = 4;                           // gossip: copies of a batch = mult x ceil(log10(N + 1))
 
   // Sets these settings' part of `o` (a member dead after twice fail_after, ...).
   void apply_to(NodeOptions& o) const;

@@ -27,15 +27,19 @@ std::vector<PeerSpec> parse_peers(std::string_view text, const std::string& sour
     std::istringstream fields(line);
     std::string id, address, extra;
     if (!(fields >> id)) continue;  // blank or comment
-    if (!(fields >> address)) throw ConfigError(source, line_no, 0, "peer \"" + id + "\" has no address (expected: id host:port)");
-    if (fields >> extra) throw ConfigError(source, line_no, 0, "unexpected \"" + extra + "\" after the address (expected: id host:port)");
+    if (!(fields >> address))
+      throw ConfigError(source, line_no, 0, "peer \"" + id + "\" has no address (expected: id host:port)");
+    if (fields >> extra)
+      throw ConfigError(source, line_no, 0, "unexpected \"" + extra + "\" after the address (expected: id host:port)");
     std::string why;
     if (!split_host_port(address, nullptr, nullptr, &why)) throw ConfigError(source, line_no, 0, why);
     if (auto [it, fresh] = id_line.emplace(id, line_no); !fresh) {
-      throw ConfigError(source, line_no, 0, "peer id \"" + id + "\" already listed at line " + std::to_string(it->second));
+      throw ConfigError(source, line_no, 0,
+                        "peer id \"" + id + "\" already listed at line " + std::to_string(it->second));
     }
     if (auto [it, fresh] = address_line.emplace(address, line_no); !fresh) {
-      throw ConfigError(source, line_no, 0, "address " + address + " already listed at line " + std::to_string(it->second));
+      throw ConfigError(source, line_no, 0,
+                        "address " + address + " already listed at line " + std::to_string(it->second));
     }
     peers.push_back({id, address});
   }

@@ -20,13 +20,15 @@ class RlsParser {
 
   RlsDomain parse(std::string_view text) {
     const YAML::Node root = yaml::load(text, source_);
-    if (root.IsNull()) yaml::fail(source_, YAML::Mark::null_mark(), "empty file: expected `domain:` and `descriptors:`");
+    if (root.IsNull())
+      yaml::fail(source_, YAML::Mark::null_mark(), "empty file: expected `domain:` and `descriptors:`");
     if (!root.IsMap()) fail(root, "expected a mapping with `domain:` and `descriptors:`");
     RlsDomain d;
     d.source = source_;
     bool has_domain = false;
     static constexpr std::string_view kFields[] = {"domain", "descriptors"};
-    yaml::for_each_field(source_, root, kFields, [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
+    yaml::for_each_field(source_, root, kFields,
+                         [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
       at_ = at.Mark();
       if (name == "domain") {
         has_domain = true;
@@ -76,9 +78,11 @@ class RlsParser {
     d.line = node.Mark().line + 1;
     d.column = node.Mark().column + 1;
     bool has_key = false;
-    static constexpr std::string_view kFields[] = {"key",         "value",          "rate_limit",      "descriptors",
-                                                   "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"};
-    yaml::for_each_field(source_, node, kFields, [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
+    static constexpr std::string_view kFields[] = {
+        "key",         "value",           "rate_limit",      "descriptors",
+        "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"};
+    yaml::for_each_field(source_, node, kFields,
+                         [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
       at_ = at.Mark();
       if (name == "key") {
         has_key = true;
@@ -110,10 +114,11 @@ class RlsParser {
     RlsLimit l;
     bool has_rpu = false;
     std::optional<YAML::Mark> unit_at;
-    static constexpr std::string_view kFields[] = {"requests_per_unit", "unit",     "unit_multiplier",
-                                                   "name",              "replaces", "unlimited",
-                                                   "burst",             "max_debt", "charge_when_over"};
-    yaml::for_each_field(source_, node, kFields, [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
+    static constexpr std::string_view kFields[] = {"requests_per_unit", "unit",      "unit_multiplier", "name",
+                                                   "replaces",          "unlimited", "burst",           "max_debt",
+                                                   "charge_when_over"};
+    yaml::for_each_field(source_, node, kFields,
+                         [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
       at_ = at.Mark();
       if (name == "requests_per_unit") {
         has_rpu = true;
@@ -153,7 +158,8 @@ class RlsParser {
       if (!item.IsMap()) fail(item, "each `replaces` entry must be a mapping `name: LIMIT`");
       static constexpr std::string_view kFields[] = {"name"};
       bool has_name = false;
-      yaml::for_each_field(source_, item, kFields, [&](const std::string&, const YAML::Node& value, const YAML::Node& at) {
+      yaml::for_each_field(source_, item, kFields,
+                           [&](const std::string&, const YAML::Node& value, const YAML::Node& at) {
         at_ = at.Mark();
         has_name = true;
         std::string name = scalar(value, "name");
@@ -188,15 +194,15 @@ class RlsParser {
     }
     if (n < min || n > max) {
       fail_value(value, std::string("`") + field + "` must be between " + std::to_string(min) + " and " +
-                      std::to_string(max) + ", got " + text);
+                            std::to_string(max) + ", got " + text);
     }
     return n;
   }
 
   const std::string& source_;
   mutable YAML::Mark at_ = YAML::Mark::null_mark();  // the name of the field being read
-  mutable size_t depth_ = 0;        // descriptor lists open
-  mutable size_t descriptors_ = 0;  // descriptors read
+  mutable size_t depth_ = 0;                         // descriptor lists open
+  mutable size_t descriptors_ = 0;                   // descriptors read
 };
 
 std::vector<std::filesystem::path> config_files(const std::string& path) {

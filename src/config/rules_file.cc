@@ -27,7 +27,8 @@ class RulesParser {
     // Nothing but blanks and comments: a file being rewritten, truncated, or the wrong path. Taken
     // as rules it would lift every limit; `rules: []` is how a file says "no rules".
     if (root.IsNull()) {
-      throw ConfigError(source_, 0, 0, "holds no rules (empty, or comments only): refused; write `rules: []` to mean none");
+      throw ConfigError(source_, 0, 0,
+                        "holds no rules (empty, or comments only): refused; write `rules: []` to mean none");
     }
     if (!root.IsMap()) fail(root, "expected a mapping with `rules:` and optionally `default:`");
 
@@ -41,7 +42,8 @@ class RulesParser {
         default_limit = parse_limit(value, /*with_match=*/false, nullptr).limit;
       }
     });
-    if (!root["rules"] && !root["default"]) fail(root, "has neither `rules:` nor `default:` (write `rules: []` to mean none)");
+    if (!root["rules"] && !root["default"])
+      fail(root, "has neither `rules:` nor `default:` (write `rules: []` to mean none)");
     return std::make_shared<RuleSet>(std::move(rules), std::move(default_limit));
   }
 
@@ -68,16 +70,18 @@ class RulesParser {
 
   // Parses one rule (with_match) or the default limit. `first_line` detects duplicate patterns.
   Rule parse_limit(const YAML::Node& node, bool with_match, std::unordered_map<std::string, int>* first_line) const {
-    if (!node.IsMap()) fail(node, with_match ? "a rule must be a mapping with match, rate and burst"
-                                             : "`default` must be a mapping with rate and burst");
+    if (!node.IsMap())
+      fail(node, with_match ? "a rule must be a mapping with match, rate and burst"
+                            : "`default` must be a mapping with rate and burst");
     Rule rule;
     rule.line = node.Mark().line + 1;
     bool has_match = false, has_rate = false, has_burst = false, has_debt = false;
     // Arrays with static storage: an initializer_list chosen by ?: would dangle.
-    static constexpr std::string_view kRuleFields[] = {"match", "rate", "burst", "max_debt", "charge_when_over", "shadow"};
+    static constexpr std::string_view kRuleFields[] = {"match", "rate", "burst", "max_debt", "charge_when_over",
+                                                       "shadow"};
     static constexpr std::string_view kDefaultFields[] = {"rate", "burst", "max_debt", "charge_when_over", "shadow"};
-    const std::span<const std::string_view> fields = with_match ? std::span<const std::string_view>(kRuleFields)
-                                                                : std::span<const std::string_view>(kDefaultFields);
+    const std::span<const std::string_view> fields =
+        with_match ? std::span<const std::string_view>(kRuleFields) : std::span<const std::string_view>(kDefaultFields);
     for_each_field(node, fields, [&](const std::string& name, const YAML::Node& value) {
       if (name == "match") {
         has_match = true;

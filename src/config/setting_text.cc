@@ -15,12 +15,14 @@ std::string parse_duration_setting(std::string_view text, int64_t min_ns, int64_
     if (max_ns != kMaxSettingDurationNs) return range;
     return min_ns <= 1 ? "must be longer than 0s" : "must be at least " + format_duration(min_ns);
   }
-  if (*ns > max_ns) return min_ns <= 1 || max_ns == kMaxSettingDurationNs ? "must be at most " + format_duration(max_ns) : range;
+  if (*ns > max_ns)
+    return min_ns <= 1 || max_ns == kMaxSettingDurationNs ? "must be at most " + format_duration(max_ns) : range;
   out = *ns;
   return {};
 }
 
-std::string parse_choice_setting(std::string_view text, std::initializer_list<std::string_view> choices, size_t& index) {
+std::string parse_choice_setting(std::string_view text, std::initializer_list<std::string_view> choices,
+                                 size_t& index) {
   std::string list;
   size_t i = 0;
   for (std::string_view c : choices) {

@@ -5,13 +5,20 @@ namespace tollgate {
 
 const char* deny_reason_name(DenyReason reason) {
   switch (reason) {
-    case DenyReason::kNone: return "allowed";
-    case DenyReason::kInsufficientTokens: return "insufficient tokens";
-    case DenyReason::kCostExceedsBurst: return "cost exceeds burst";
-    case DenyReason::kInvalidCost: return "invalid cost (negative)";
-    case DenyReason::kKeyTooLong: return "key too long";
-    case DenyReason::kReservedKey: return "key reserved for Envoy's rate limit service (first byte 0x1E)";
-    case DenyReason::kOtherCheckDenied: return "another check of the request was denied";
+    case DenyReason::kNone:
+      return "allowed";
+    case DenyReason::kInsufficientTokens:
+      return "insufficient tokens";
+    case DenyReason::kCostExceedsBurst:
+      return "cost exceeds burst";
+    case DenyReason::kInvalidCost:
+      return "invalid cost (negative)";
+    case DenyReason::kKeyTooLong:
+      return "key too long";
+    case DenyReason::kReservedKey:
+      return "key reserved for Envoy's rate limit service (first byte 0x1E)";
+    case DenyReason::kOtherCheckDenied:
+      return "another check of the request was denied";
   }
   return "unknown";
 }
@@ -26,11 +33,16 @@ Decision reserved_key_denial() {
 
 const char* member_state_name(MemberState s) {
   switch (s) {
-    case MemberState::kAlive: return "alive";
-    case MemberState::kSuspect: return "suspect";
-    case MemberState::kDead: return "dead";
-    case MemberState::kUnreachable: return "unreachable";
-    case MemberState::kLeft: return "left";
+    case MemberState::kAlive:
+      return "alive";
+    case MemberState::kSuspect:
+      return "suspect";
+    case MemberState::kDead:
+      return "dead";
+    case MemberState::kUnreachable:
+      return "unreachable";
+    case MemberState::kLeft:
+      return "left";
   }
   return "unknown";
 }

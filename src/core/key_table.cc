@@ -4,13 +4,13 @@
 #include <time.h>
 
 #include <algorithm>
-#include <cassert>
 #include <atomic>
 #include <bit>
+#include <cassert>
 #include <cstring>
 #include <deque>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -27,7 +27,6 @@ namespace {
 constexpr uint32_t kNil = UINT32_MAX;
 // __extension__ keeps -Wpedantic quiet about the GCC/Clang builtin type.
 __extension__ typedef __int128 Wide;
-
 
 void add_to(RuleCounters& into, const RuleCounters& c) {
   into.checks += c.checks;
@@ -264,7 +263,8 @@ class Shard {
   // KeyTable::for_each_unfull over entries [from, from + max): the next entry to visit, or
   // the entry count once all are. Entries keep their place until evicted, so a walk in
   // slices sees each key that stays.
-  size_t for_each_unfull(MonoNanos now, size_t from, size_t max, const std::function<void(std::string_view, int64_t)>& f) {
+  size_t for_each_unfull(MonoNanos now, size_t from, size_t max,
+                         const std::function<void(std::string_view, int64_t)>& f) {
     const size_t to = std::min(slots_.size(), from + max);
     for (size_t i = from; i < to; ++i) {
       Entry& e = slots_[i];
@@ -295,7 +295,9 @@ class Shard {
   }
 
   void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
-    take_pending_each(max_keys, [&](std::string_view key, int64_t tokens) { out.push_back({std::string(key), tokens}); });
+    take_pending_each(max_keys, [&](std::string_view key, int64_t tokens) {
+      out.push_back({std::string(key), tokens});
+    });
   }
 
   // The same, each key and its tokens handed to `take(key, tokens)`: a concurrent table copies
@@ -443,7 +445,8 @@ class Shard {
     s.longest_probe = index_.longest_probe();
     s.remembered = remembered_.size();
     const size_t chunks = (slots_.size() + EntryStore::kChunk - 1) / EntryStore::kChunk;
-    size_t bytes = chunks * EntryStore::kChunk * sizeof(Entry) + (free_.capacity() + dirty_.capacity()) * sizeof(uint32_t);
+    size_t bytes =
+        chunks * EntryStore::kChunk * sizeof(Entry) + (free_.capacity() + dirty_.capacity()) * sizeof(uint32_t);
     // Long keys' buffers and the orphans, kept as they change: stats are asked for by every
     // `tollgate stats`, /v1/stats and /metrics, and walking a million keys on the node's thread
     // (under the shard's lock) for them held checks up (issue 34, finding 4).
@@ -473,12 +476,12 @@ class Shard {
   static constexpr size_t kOrderSlack = 1024;  // stale remembered-order entries before a compaction
   struct alignas(64) Entry {
     TokenBucket bucket;
-    int64_t pending = 0;         // tokens admitted here since the last take_pending()
-    uint32_t rule = 0;           // index into rules_
+    int64_t pending = 0;  // tokens admitted here since the last take_pending()
+    uint32_t rule = 0;    // index into rules_
     uint16_t key_size = 0;
-    bool dirty = false;          // on the dirty list (the slot had pending since the last take)
-    bool live = false;           // holds a key (false: on the free list)
-    bool referenced = false;     // used since the clock hand last passed (see evict_lru)
+    bool dirty = false;       // on the dirty list (the slot had pending since the last take)
+    bool live = false;        // holds a key (false: on the free list)
+    bool referenced = false;  // used since the clock hand last passed (see evict_lru)
     char key_inline[kInlineKey];
     std::unique_ptr<char[]> key_heap;  // keys longer than kInlineKey
 
@@ -790,19 +793,19 @@ class Shard {
   EntryStore slots_;
   std::shared_ptr<const RuleSet> rules_;
   int64_t scale_num_ = 1, scale_den_ = 1;  // refill at num/den of each rule's rate
-  std::vector<RuleCounters> counts_;  // by the rules' index (the counts themselves on the heap)
+  std::vector<RuleCounters> counts_;       // by the rules' index (the counts themselves on the heap)
   std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
-  size_t heap_key_bytes_ = 0;  // the buffers of keys longer than kInlineKey (stats)
-  size_t orphan_bytes_ = 0;    // what orphan_pending_'s entries hold (stats)
-  Refine refine_;  // read by every check (is there a precise clock?)
+  size_t heap_key_bytes_ = 0;                                    // the buffers of keys longer than kInlineKey (stats)
+  size_t orphan_bytes_ = 0;                                      // what orphan_pending_'s entries hold (stats)
+  Refine refine_;                                                // read by every check (is there a precise clock?)
   alignas(64) CheckCounts totals_;
   std::vector<uint32_t> dirty_;  // slots with pending (or left dirty by erase), most recent last
   alignas(64) KeyTableOptions options_;
   std::vector<uint32_t> free_;
-  size_t clock_hand_ = 0;  // next slot evict_lru() examines
-  size_t sweep_hand_ = 0;  // next slot sweep_idle() examines
-  const KeyedHash& hash_;  // the table's (KeyTable::Impl::hash_)
-  RememberedMap remembered_;                                      // by key hash
+  size_t clock_hand_ = 0;     // next slot evict_lru() examines
+  size_t sweep_hand_ = 0;     // next slot sweep_idle() examines
+  const KeyedHash& hash_;     // the table's (KeyTable::Impl::hash_)
+  RememberedMap remembered_;  // by key hash
   // (hash, generation), oldest first: balances with more than half the burst left, and the rest.
   std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
   uint64_t remembered_generation_ = 0;
@@ -935,7 +938,8 @@ class KeyTable::Impl {
         refine_{options.precise_clock, options.coarse_lag_ns},
         hash_(options.hash_key.value_or(KeyedHash::Key{})) {
     const size_t n = shard_count(options);
-    for (size_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<LockedShard>(rules, shard_options(options, n, i), hash_));
+    for (size_t i = 0; i < n; ++i)
+      shards_.push_back(std::make_unique<LockedShard>(rules, shard_options(options, n, i), hash_));
   }
 
   static size_t shard_count(const KeyTableOptions& options) {
@@ -986,8 +990,8 @@ class KeyTable::Impl {
     if (shards_.size() == 1) {
       LockedShard& s = *shards_[0];
       ShardLock lock(s, concurrent_);
-      const bool all = allow_all_in([&](std::string_view) -> Shard& { return s.shard; }, items, out, now,
-                                    refine_, probes);
+      const bool all =
+          allow_all_in([&](std::string_view) -> Shard& { return s.shard; }, items, out, now, refine_, probes);
       note_pending(s);
       return all;
     }
@@ -1139,7 +1143,8 @@ class KeyTable::Impl {
         }
       }
     }
-    gone.insert(gone.begin(), std::make_move_iterator(still_retired.begin()), std::make_move_iterator(still_retired.end()));
+    gone.insert(gone.begin(), std::make_move_iterator(still_retired.begin()),
+                std::make_move_iterator(still_retired.end()));
     // Retired by label, summed; beyond kMaxRetired labels the series of a rule gone for good
     // stops (Prometheus reads that as its end).
     std::unordered_map<std::string, size_t> at;
@@ -1362,13 +1367,13 @@ class KeyTable::Impl {
   static constexpr int64_t kPublishEvery = 16;
 
   static constexpr size_t kMaxRetired = 1024;
-  std::shared_ptr<const RuleSet> rules_;  // the owner's (rules() and reloads are its)
+  std::shared_ptr<const RuleSet> rules_;                       // the owner's (rules() and reloads are its)
   std::vector<std::pair<std::string, RuleCounters>> retired_;  // counts of labels not in force (owner's)
   const bool concurrent_;
-  const Refine refine_;  // KeyTableOptions::precise_clock
+  const Refine refine_;   // KeyTableOptions::precise_clock
   const KeyedHash hash_;  // KeyTableOptions::hash_key's; before the shards, which keep a reference
   std::vector<std::unique_ptr<LockedShard>> shards_;
-  size_t take_cursor_ = 0;  // the shard take_pending starts with
+  size_t take_cursor_ = 0;                       // the shard take_pending starts with
   alignas(64) std::atomic<int64_t> pending_{0};  // its own line (alignas rounds Impl up, too)
 };
 
@@ -1378,7 +1383,9 @@ KeyTable::~KeyTable() = default;
 KeyTable::KeyTable(KeyTable&&) noexcept = default;
 KeyTable& KeyTable::operator=(KeyTable&&) noexcept = default;
 
-Decision KeyTable::allow(std::string_view key, int64_t cost, MonoNanos now_ns) { return impl_->allow(key, cost, now_ns); }
+Decision KeyTable::allow(std::string_view key, int64_t cost, MonoNanos now_ns) {
+  return impl_->allow(key, cost, now_ns);
+}
 bool KeyTable::allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns) {
   return impl_->allow_all(items, out, now_ns);
 }

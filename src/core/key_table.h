@@ -20,11 +20,11 @@
 // hashed into up to 64 shards, each with its own lock, held for one key's operation (allow_all:
 // the request's shards, in ascending order, for the whole decision). Everything above holds per
 // shard (max_keys and max_remembered are split evenly, adding up to the table's exactly, with at
-// least one each: only more shards than max_keys go beyond it). take_pending, replace_rules, set_rate_scale, rules() and rule_counters()
-// belong to one owner thread at a time (the node's), though checks may run meanwhile:
-// take_pending holds a lock for at most 32 keys, sweep_idle for max_scan / shards, and
-// replace_rules and set_rate_scale visit every key, one shard at a time. pending_keys() is then
-// approximate (each shard adds its changes 16 at a time; 0 once drained).
+// least one each: only more shards than max_keys go beyond it). take_pending, replace_rules, set_rate_scale, rules()
+// and rule_counters() belong to one owner thread at a time (the node's), though checks may run meanwhile: take_pending
+// holds a lock for at most 32 keys, sweep_idle for max_scan / shards, and replace_rules and set_rate_scale visit every
+// key, one shard at a time. pending_keys() is then approximate (each shard adds its changes 16 at a time; 0 once
+// drained).
 #ifndef TOLLGATE_SRC_CORE_KEY_TABLE_H_
 #define TOLLGATE_SRC_CORE_KEY_TABLE_H_
 
@@ -40,10 +40,10 @@
 #include <utility>
 #include <vector>
 
-#include "tollgate/api.h"
 #include "core/clock.h"
 #include "core/consumption.h"
 #include "core/token_bucket.h"
+#include "tollgate/api.h"
 
 namespace tollgate {
 
@@ -92,15 +92,15 @@ struct KeyTableOptions {
 };
 
 struct KeyTableStats {
-  size_t keys = 0;                // buckets held now
-  size_t bytes = 0;               // estimated heap bytes held by the table, remembered balances included
-  uint64_t evictions = 0;         // keys evicted (CLOCK) because the table was at max_keys
-  uint64_t idle_removed = 0;      // keys removed by sweep_idle() because their bucket had refilled
-  uint64_t rejected_keys = 0;     // checks refused because the key was too long
-  size_t remembered = 0;          // evicted balances remembered now
-  uint64_t restored = 0;          // keys re-created at a remembered balance rather than full
-  uint64_t forgotten_debts = 0;   // remembered balances dropped before refilling (memory bound)
-  uint64_t remote_ignored = 0;    // remote charges ignored: no rule governs the key here, or too long
+  size_t keys = 0;               // buckets held now
+  size_t bytes = 0;              // estimated heap bytes held by the table, remembered balances included
+  uint64_t evictions = 0;        // keys evicted (CLOCK) because the table was at max_keys
+  uint64_t idle_removed = 0;     // keys removed by sweep_idle() because their bucket had refilled
+  uint64_t rejected_keys = 0;    // checks refused because the key was too long
+  size_t remembered = 0;         // evicted balances remembered now
+  uint64_t restored = 0;         // keys re-created at a remembered balance rather than full
+  uint64_t forgotten_debts = 0;  // remembered balances dropped before refilling (memory bound)
+  uint64_t remote_ignored = 0;   // remote charges ignored: no rule governs the key here, or too long
   // Evicted keys whose consumption was dropped unreported: too many evicted keys were waiting
   // for take_pending (see above; a member's thread stuck under a key flood).
   uint64_t pending_dropped = 0;

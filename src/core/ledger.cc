@@ -20,11 +20,16 @@ size_t batch_bytes(const Batch& batch) {
 
 const char* merge_result_name(MergeResult r) {
   switch (r) {
-    case MergeResult::kApplied: return "applied";
-    case MergeResult::kDuplicate: return "duplicate";
-    case MergeResult::kStaleIncarnation: return "stale incarnation";
-    case MergeResult::kTooManyOrigins: return "too many origins";
-    case MergeResult::kSelf: return "claims our node id";
+    case MergeResult::kApplied:
+      return "applied";
+    case MergeResult::kDuplicate:
+      return "duplicate";
+    case MergeResult::kStaleIncarnation:
+      return "stale incarnation";
+    case MergeResult::kTooManyOrigins:
+      return "too many origins";
+    case MergeResult::kSelf:
+      return "claims our node id";
   }
   return "unknown";
 }
@@ -148,7 +153,9 @@ class Ledger::Impl {
     own.current.incarnation = incarnation_;
   }
 
-  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now) { return seal_as(self_, last_seq_, std::move(entries), now); }
+  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now) {
+    return seal_as(self_, last_seq_, std::move(entries), now);
+  }
 
   BatchPtr seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now) {
     // The window of our relay batches is made at the first one, not at start: other modes never
@@ -389,11 +396,20 @@ class Ledger::Impl {
 
   void count(MergeResult r) {
     switch (r) {
-      case MergeResult::kDuplicate: ++stats_.duplicates; break;
-      case MergeResult::kStaleIncarnation: ++stats_.stale; break;
-      case MergeResult::kTooManyOrigins: ++stats_.origin_overflow; break;
-      case MergeResult::kSelf: ++stats_.self_conflicts; break;
-      case MergeResult::kApplied: break;
+      case MergeResult::kDuplicate:
+        ++stats_.duplicates;
+        break;
+      case MergeResult::kStaleIncarnation:
+        ++stats_.stale;
+        break;
+      case MergeResult::kTooManyOrigins:
+        ++stats_.origin_overflow;
+        break;
+      case MergeResult::kSelf:
+        ++stats_.self_conflicts;
+        break;
+      case MergeResult::kApplied:
+        break;
     }
   }
 
@@ -443,8 +459,8 @@ Digest Ledger::digest() const { return impl_->digest({}); }
 Digest Ledger::own_positions() const { return impl_->own_positions(); }
 void Ledger::restore(const Digest& positions) { impl_->restore(positions); }
 Digest Ledger::digest(const OriginFilter& include) const { return impl_->digest(include); }
-std::vector<BatchPtr> Ledger::missing_for(const Digest& peer, const NodeId& from,
-                                          const std::optional<NodeId>& until, const OriginFilter& include) const {
+std::vector<BatchPtr> Ledger::missing_for(const Digest& peer, const NodeId& from, const std::optional<NodeId>& until,
+                                          const OriginFilter& include) const {
   return impl_->missing_for(peer, from, until, include);
 }
 void Ledger::expire(MonoNanos now_ns) { impl_->expire(now_ns); }

@@ -61,18 +61,18 @@ enum class MergeResult : uint8_t {
 const char* merge_result_name(MergeResult r);
 
 struct LedgerStats {
-  uint64_t sealed = 0;               // batches this node sealed
-  uint64_t applied = 0;              // remote batches applied
-  uint64_t duplicates = 0;           // remote batches dropped as already applied
-  uint64_t stale = 0;                // dropped: older incarnation
-  uint64_t origin_overflow = 0;      // dropped: max_origins reached
-  uint64_t self_conflicts = 0;       // dropped: claims our node id with a life or seq we never had
-  uint64_t abandoned = 0;            // seqs given up because they slid out of a window unseen
-  uint64_t entries_applied = 0;      // (key, tokens) entries charged from remote batches
-  size_t origins = 0;                // origins tracked now
-  size_t retained_batches = 0;       // batches held for repair and relay now
+  uint64_t sealed = 0;           // batches this node sealed
+  uint64_t applied = 0;          // remote batches applied
+  uint64_t duplicates = 0;       // remote batches dropped as already applied
+  uint64_t stale = 0;            // dropped: older incarnation
+  uint64_t origin_overflow = 0;  // dropped: max_origins reached
+  uint64_t self_conflicts = 0;   // dropped: claims our node id with a life or seq we never had
+  uint64_t abandoned = 0;        // seqs given up because they slid out of a window unseen
+  uint64_t entries_applied = 0;  // (key, tokens) entries charged from remote batches
+  size_t origins = 0;            // origins tracked now
+  size_t retained_batches = 0;   // batches held for repair and relay now
   size_t retained_bytes = 0;
-  size_t bytes = 0;                  // estimated heap bytes: windows plus retained batches
+  size_t bytes = 0;  // estimated heap bytes: windows plus retained batches
 };
 
 class Ledger {

@@ -39,8 +39,7 @@ std::optional<Rate> parse_rate(std::string_view text, std::string* error) {
   int64_t tokens = 0;
   const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), tokens);
   if (number.empty() || ec != std::errc() || end != number.data() + number.size()) {
-    return fail("rate " + shown + ": \"" + std::string(number) +
-                "\" is not a whole number of tokens");
+    return fail("rate " + shown + ": \"" + std::string(number) + "\" is not a whole number of tokens");
   }
   if (tokens < 1 || tokens > kMaxTokens) {
     return fail("rate " + shown + ": tokens must be between 1 and " + std::to_string(kMaxTokens));

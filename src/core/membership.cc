@@ -71,11 +71,15 @@ MonoNanos Membership::deadline(const Member& m) const {
   constexpr MonoNanos kNever = std::numeric_limits<MonoNanos>::max();
   const MonoNanos heard = m.view.last_heard_ns;
   switch (m.view.state) {
-    case MemberState::kAlive: return heard + options_.fail_after_ns;
-    case MemberState::kSuspect: return options_.kind == MembershipKind::kStatic ? kNever : heard + options_.dead_after_ns;
+    case MemberState::kAlive:
+      return heard + options_.fail_after_ns;
+    case MemberState::kSuspect:
+      return options_.kind == MembershipKind::kStatic ? kNever : heard + options_.dead_after_ns;
     case MemberState::kDead:
-    case MemberState::kLeft: return options_.kind == MembershipKind::kStatic ? kNever : heard + options_.forget_after_ns;
-    case MemberState::kUnreachable: return kNever;
+    case MemberState::kLeft:
+      return options_.kind == MembershipKind::kStatic ? kNever : heard + options_.forget_after_ns;
+    case MemberState::kUnreachable:
+      return kNever;
   }
   return kNever;
 }
@@ -151,7 +155,8 @@ void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten) {
     Member& m = members_[i];
     const int64_t silent = now - m.view.last_heard_ns;
     if (options_.kind == MembershipKind::kStatic) {
-      if (m.view.state == MemberState::kAlive && silent >= options_.fail_after_ns) set_state(m, MemberState::kUnreachable);
+      if (m.view.state == MemberState::kAlive && silent >= options_.fail_after_ns)
+        set_state(m, MemberState::kUnreachable);
       next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
       ++i;
       continue;
@@ -278,7 +283,8 @@ std::vector<MemberRecord> Membership::rows_for_message(size_t max_rows) {
     const Member& m = members_[(rotate_ + scanned) % n];
     // Only members heard recently: a dead member's row must stop circulating so that it can be
     // forgotten everywhere.
-    if (m.view.state != MemberState::kAlive && m.view.state != MemberState::kSuspect && m.view.state != MemberState::kLeft) {
+    if (m.view.state != MemberState::kAlive && m.view.state != MemberState::kSuspect &&
+        m.view.state != MemberState::kLeft) {
       continue;
     }
     rows.push_back({m.view.id, m.view.address, m.view.incarnation, m.view.heartbeat, m.left});

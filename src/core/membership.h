@@ -63,14 +63,14 @@ struct PeerSpec {
 };
 
 struct MembershipStats {
-  uint64_t joined = 0;       // members added (heartbeat: learned; static: listed)
-  uint64_t failed = 0;       // transitions to suspect or unreachable
-  uint64_t recovered = 0;    // back to alive from suspect, dead or unreachable
-  uint64_t restarted = 0;    // members seen with a higher incarnation
-  uint64_t forgotten = 0;    // dead or departed members removed
-  uint64_t unknown_rows = 0; // static: rows about members not in the peers file, ignored
-  uint64_t refuted = 0;      // rows about a newer life of ours: we took a higher incarnation
-  uint64_t implausible = 0;  // rows and departures with an incarnation above kMaxIncarnation, ignored
+  uint64_t joined = 0;        // members added (heartbeat: learned; static: listed)
+  uint64_t failed = 0;        // transitions to suspect or unreachable
+  uint64_t recovered = 0;     // back to alive from suspect, dead or unreachable
+  uint64_t restarted = 0;     // members seen with a higher incarnation
+  uint64_t forgotten = 0;     // dead or departed members removed
+  uint64_t unknown_rows = 0;  // static: rows about members not in the peers file, ignored
+  uint64_t refuted = 0;       // rows about a newer life of ours: we took a higher incarnation
+  uint64_t implausible = 0;   // rows and departures with an incarnation above kMaxIncarnation, ignored
 };
 
 class Membership {
@@ -147,7 +147,7 @@ class Membership {
 
  private:
   struct Member {
-    MemberInfo view;             // last_heard_ns here holds the local time of the last advance
+    MemberInfo view;  // last_heard_ns here holds the local time of the last advance
     bool left = false;
     // A row of its own has been taken: a peers-file member starts unheard, and its first row is
     // neither a recovery nor a restart (a fresh cluster would count one of each per peer).
@@ -170,7 +170,7 @@ class Membership {
 
   MemberRecord self_;
   MembershipOptions options_;
-  std::vector<Member> members_;                  // not self
+  std::vector<Member> members_;  // not self
   // id -> position in members_, with a copy of the member's (incarnation, heartbeat): most rows
   // of a message are no news, and are dropped without touching members_ (one cache miss per
   // row instead of two; rows are the most frequent lookup in a large cluster).

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "tollgate/api.h"
 #include "core/consumption.h"
+#include "tollgate/api.h"
 
 namespace tollgate {
 
@@ -22,7 +22,7 @@ struct MemberRecord {
   std::string address;  // gossip address, "host:port"
   uint64_t incarnation = 0;
   uint64_t heartbeat = 0;
-  bool left = false;    // the member announced that it leaves (this incarnation)
+  bool left = false;  // the member announced that it leaves (this incarnation)
   friend bool operator==(const MemberRecord&, const MemberRecord&) = default;
 };
 
@@ -33,18 +33,18 @@ inline constexpr uint64_t kMaxSentAtSeconds = (uint64_t{1} << 35) - 1;
 struct GossipMessage {
   NodeId sender;
   uint64_t sender_incarnation = 0;
-  std::string sender_address;           // where the sender listens for gossip
-  std::vector<BatchPtr> batches;        // consumption: the sender's own and relayed
-  std::vector<MemberRecord> members;    // membership rows (heartbeat gossip)
-  std::optional<Digest> digest;         // push-pull: what the sender has applied
+  std::string sender_address;         // where the sender listens for gossip
+  std::vector<BatchPtr> batches;      // consumption: the sender's own and relayed
+  std::vector<MemberRecord> members;  // membership rows (heartbeat gossip)
+  std::optional<Digest> digest;       // push-pull: what the sender has applied
   // Which origins `digest` speaks for: a large digest travels in parts, each covering a range of
   // origin ids (o with digest_from <= o, and o < *digest_until when set). Within the range, an
   // origin the digest does not list is one the sender has never seen; outside it, nothing is
   // said. The whole digest: "" and nullopt.
   NodeId digest_from;
   std::optional<NodeId> digest_until;
-  bool digest_reply_wanted = false;     // push-pull request: answer with your digest too
-  bool leaving = false;                 // the sender is shutting down
+  bool digest_reply_wanted = false;  // push-pull request: answer with your digest too
+  bool leaving = false;              // the sender is shutting down
   // Relay mode: the sender's group count (0: another mode), and whether the receiver, a member
   // of another group, is asked to relay the sender's own batches to its group.
   uint32_t relay_groups = 0;

@@ -21,10 +21,14 @@ constexpr size_t kMaxRelayRows = 4096;
 
 const char* dissemination_mode_name(DisseminationMode m) {
   switch (m) {
-    case DisseminationMode::kMesh: return "mesh";
-    case DisseminationMode::kGossip: return "gossip";
-    case DisseminationMode::kRelay: return "relay";
-    case DisseminationMode::kAuto: return "auto";
+    case DisseminationMode::kMesh:
+      return "mesh";
+    case DisseminationMode::kGossip:
+      return "gossip";
+    case DisseminationMode::kRelay:
+      return "relay";
+    case DisseminationMode::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -50,13 +54,11 @@ struct Node::RelayPlan {
   uint64_t live_version = ~uint64_t{0};
   uint32_t groups = 0;
   uint32_t group = 0;
-  std::vector<const MemberInfo*> mates;  // our group's members, but dead or departed ones
+  std::vector<const MemberInfo*> mates;     // our group's members, but dead or departed ones
   std::vector<const MemberInfo*> contacts;  // by group: our contact (null: none, or ours)
 };
 
-const char* partition_policy_name(PartitionPolicy p) {
-  return p == PartitionPolicy::kOpen ? "open" : "proportional";
-}
+const char* partition_policy_name(PartitionPolicy p) { return p == PartitionPolicy::kOpen ? "open" : "proportional"; }
 
 // The key table's options as the node runs it: a table whose checks only ask for early sealing
 // (concurrent) keeps evicted keys' consumption for twice the early sealing threshold at least,
@@ -404,7 +406,8 @@ void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
   // the rows of the other groups' members that sent us theirs since. So every member's row
   // reaches every other member, in two hops, about 5 times per fail_after. Other rounds' messages
   // carry batches only.
-  const int64_t rows_every = std::max<int64_t>(1, options_.membership.fail_after_ns / (5 * std::max<int64_t>(1, options_.interval_ns)));
+  const int64_t rows_every =
+      std::max<int64_t>(1, options_.membership.fail_after_ns / (5 * std::max<int64_t>(1, options_.interval_ns)));
   const bool rows_round = relay_round_++ % uint64_t(rows_every) == 0;
   std::vector<BatchPtr> relayed;
   seal_relay(now, relayed);
@@ -415,7 +418,8 @@ void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
     if (rows_round) {
       // The newest row of each sender (a sender may have sent several times since).
       std::sort(relay_rows_.begin(), relay_rows_.end(), [](const MemberRecord& a, const MemberRecord& b) {
-        return a.id != b.id ? a.id < b.id : std::pair(a.incarnation, a.heartbeat) > std::pair(b.incarnation, b.heartbeat);
+        return a.id != b.id ? a.id < b.id
+                            : std::pair(a.incarnation, a.heartbeat) > std::pair(b.incarnation, b.heartbeat);
       });
       for (size_t i = 0; i < relay_rows_.size(); ++i) {
         if (i == 0 || relay_rows_[i].id != m->members.back().id) m->members.push_back(relay_rows_[i]);
@@ -606,15 +610,17 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
       answered.window_start = now;
       answered.repairs_in_window = 0;
     }
-    const size_t budget = 2 * options_.max_repair_batches - std::min(answered.repairs_in_window, 2 * options_.max_repair_batches);
+    const size_t budget =
+        2 * options_.max_repair_batches - std::min(answered.repairs_in_window, 2 * options_.max_repair_batches);
     // Relay: only our group's origins, which the asker applies only if it is in our group too;
     // and to any member, its own batches (a restarted one relearns its past life's consumption
     // from whoever holds it, even alone in its group: it never gets them summed by a relay).
     const bool relay_mode = mode_ == DisseminationMode::kRelay;
     const bool same_group = relay_mode && in_our_group(m.sender);
     std::vector<BatchPtr> missing =
-        relay_mode ? ledger_.missing_for(*m.digest, m.digest_from, m.digest_until,
-                                         [&](const NodeId& o) { return (same_group && in_our_group(o)) || origin_node(o) == m.sender; })
+        relay_mode ? ledger_.missing_for(
+                         *m.digest, m.digest_from, m.digest_until,
+                         [&](const NodeId& o) { return (same_group && in_our_group(o)) || origin_node(o) == m.sender; })
                    : ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
     if (missing.size() > options_.max_repair_batches) missing.resize(options_.max_repair_batches);
     if (missing.size() > budget) {
@@ -708,7 +714,9 @@ void Node::leave(MonoNanos now) {
   for (const MemberInfo* v : membership_.live()) send(v->address, m);
 }
 
-void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) { table_.replace_rules(std::move(rules), now); }
+void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
+  table_.replace_rules(std::move(rules), now);
+}
 
 NodeState Node::export_state(MonoNanos now) {
   NodeState s = begin_export();

@@ -164,7 +164,7 @@ struct NodeStats {
 // batches already counted in them are not applied again (its own previous life's included).
 struct NodeState {
   NodeId node_id;
-  uint64_t incarnation = 0;  // the life that exported it
+  uint64_t incarnation = 0;                               // the life that exported it
   std::vector<std::pair<std::string, int64_t>> balances;  // key, balance in microtokens
   Digest positions;
 };
@@ -285,7 +285,7 @@ class Node {
   KeyTable table_;
   Ledger ledger_;
   Membership membership_;
-  std::deque<Queued> queue_;     // gossip retransmit queue
+  std::deque<Queued> queue_;  // gossip retransmit queue
   MonoNanos next_push_pull_ns_ = 0;
   MonoNanos next_seed_probe_ns_ = 0;
   bool first_round_ = true;
@@ -300,7 +300,7 @@ class Node {
   uint64_t message_seq_ = 0;               // of the last message built
   // By sender; an entry goes when membership forgets the sender, so this is bounded by it.
   std::unordered_map<NodeId, DigestsAnswered> digests_answered_;
-  std::vector<BatchPtr> sealed_;           // sealed since the last round, not sent yet
+  std::vector<BatchPtr> sealed_;  // sealed since the last round, not sent yet
 
   // Relay (DisseminationMode::kRelay).
   struct RelayPlan;  // who our group is and whom we send to in each other group
@@ -318,10 +318,10 @@ class Node {
   uint32_t groups_ = 0;
   uint32_t our_group_ = 0;
   std::unique_ptr<RelayPlan> plan_;
-  DisseminationMode mode_;  // in use: never kAuto
-  std::vector<BatchPtr> relay_parts_;        // other groups' batches applied, not relayed yet
-  std::vector<MemberRecord> relay_rows_;     // their senders' own rows, for our group
-  std::vector<BatchPtr> previous_fresh_;     // our batches of the last round, sent once to...
+  DisseminationMode mode_;                                      // in use: never kAuto
+  std::vector<BatchPtr> relay_parts_;                           // other groups' batches applied, not relayed yet
+  std::vector<MemberRecord> relay_rows_;                        // their senders' own rows, for our group
+  std::vector<BatchPtr> previous_fresh_;                        // our batches of the last round, sent once to...
   std::vector<std::pair<NodeId, uint64_t>> previous_contacts_;  // ...these contacts (id, life; by group)
   uint64_t relay_round_ = 0;
 };

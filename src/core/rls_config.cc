@@ -32,28 +32,44 @@ bool is_wildcard(const std::optional<std::string>& value) { return value && !val
 
 int64_t rls_unit_seconds(RlsUnit unit) {
   switch (unit) {
-    case RlsUnit::kSecond: return 1;
-    case RlsUnit::kMinute: return 60;
-    case RlsUnit::kHour: return 3600;
-    case RlsUnit::kDay: return 86400;
-    case RlsUnit::kWeek: return 7 * 86400;
-    case RlsUnit::kMonth: return 30 * 86400;
-    case RlsUnit::kYear: return 365 * 86400;
-    case RlsUnit::kUnknown: break;
+    case RlsUnit::kSecond:
+      return 1;
+    case RlsUnit::kMinute:
+      return 60;
+    case RlsUnit::kHour:
+      return 3600;
+    case RlsUnit::kDay:
+      return 86400;
+    case RlsUnit::kWeek:
+      return 7 * 86400;
+    case RlsUnit::kMonth:
+      return 30 * 86400;
+    case RlsUnit::kYear:
+      return 365 * 86400;
+    case RlsUnit::kUnknown:
+      break;
   }
   return 0;
 }
 
 const char* rls_unit_name(RlsUnit unit) {
   switch (unit) {
-    case RlsUnit::kSecond: return "second";
-    case RlsUnit::kMinute: return "minute";
-    case RlsUnit::kHour: return "hour";
-    case RlsUnit::kDay: return "day";
-    case RlsUnit::kWeek: return "week";
-    case RlsUnit::kMonth: return "month";
-    case RlsUnit::kYear: return "year";
-    case RlsUnit::kUnknown: break;
+    case RlsUnit::kSecond:
+      return "second";
+    case RlsUnit::kMinute:
+      return "minute";
+    case RlsUnit::kHour:
+      return "hour";
+    case RlsUnit::kDay:
+      return "day";
+    case RlsUnit::kWeek:
+      return "week";
+    case RlsUnit::kMonth:
+      return "month";
+    case RlsUnit::kYear:
+      return "year";
+    case RlsUnit::kUnknown:
+      break;
   }
   return "unknown";
 }
@@ -73,10 +89,10 @@ bool parse_rls_unit(std::string_view text, RlsUnit* out) {
 
 struct RlsConfig::Node {
   const RlsDescriptor* descriptor = nullptr;
-  std::string path;          // prefix, domain and the node path: the key up to (not including) 0x1D
-  std::string label;         // "domain.key_value.key": RlsConfig::label
-  bool value_in_key = false; // the request's value at this level goes into the key's values
-  StringMap<Node*> exact;    // "key" 0x01 "value"
+  std::string path;           // prefix, domain and the node path: the key up to (not including) 0x1D
+  std::string label;          // "domain.key_value.key": RlsConfig::label
+  bool value_in_key = false;  // the request's value at this level goes into the key's values
+  StringMap<Node*> exact;     // "key" 0x01 "value"
   struct Wildcard {
     std::string key, prefix;
     Node* node;
@@ -87,8 +103,8 @@ struct RlsConfig::Node {
 
 struct RlsConfig::Tree {
   std::deque<Node> nodes;
-  StringMap<Node*> roots;        // by domain
-  StringMap<uint32_t> by_path;   // Node::path of each limited node -> index into limits_
+  StringMap<Node*> roots;       // by domain
+  StringMap<uint32_t> by_path;  // Node::path of each limited node -> index into limits_
 };
 
 RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domains)), tree_(std::make_unique<Tree>()) {
@@ -108,8 +124,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
     tree_->roots.emplace(d.domain, &root);
 
     // Depth-first: compile each descriptor under its parent.
-    std::function<void(std::vector<RlsDescriptor>&, Node&)> add = [&](std::vector<RlsDescriptor>& list,
-                                                                             Node& parent) {
+    std::function<void(std::vector<RlsDescriptor>&, Node&)> add = [&](std::vector<RlsDescriptor>& list, Node& parent) {
       std::unordered_set<std::string> seen;
       for (RlsDescriptor& desc : list) {
         auto at = [&](const std::string& problem) { fail(d, desc.line, desc.column, problem); };

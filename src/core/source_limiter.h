@@ -21,10 +21,10 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/id_map.h"
 #include "core/clock.h"
-#include "tollgate/limit.h"
+#include "core/id_map.h"
 #include "core/token_bucket.h"
+#include "tollgate/limit.h"
 
 namespace tollgate {
 

@@ -24,8 +24,7 @@ int64_t whole_tokens(int64_t micro) {
 TokenBucket::TokenBucket(const Limit& limit, MonoNanos now_ns)
     : balance_(cap_micro(limit)), remainder_(0), last_ns_(now_ns) {}
 
-TokenBucket TokenBucket::with_balance(const Limit& limit, int64_t balance_microtokens,
-                                      MonoNanos now_ns) {
+TokenBucket TokenBucket::with_balance(const Limit& limit, int64_t balance_microtokens, MonoNanos now_ns) {
   TokenBucket b(limit, now_ns);
   b.balance_ = std::clamp(balance_microtokens, floor_micro(limit), cap_micro(limit));
   return b;

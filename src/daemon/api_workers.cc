@@ -34,7 +34,7 @@ class WorkerHandler final : public RequestHandler {
   }
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override {
     return on_node_thread<std::vector<std::pair<std::string, RuleCounters>>>([this] { return node_.rule_counters(); },
-                                                                              {});
+                                                                             {});
   }
   std::string set_faults(const FaultSettings& faults) override {
     return on_node_thread<std::string>([this, &faults] { return node_.set_faults(faults); },

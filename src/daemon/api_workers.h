@@ -31,7 +31,8 @@ class ApiWorkers {
   // `node` answers on the node's thread, which runs `node_io`; its check and check_all must be
   // safe from any thread. Both outlive the workers. Threads start at once; the servers accept
   // nothing until the node thread's server hands them connections.
-  ApiWorkers(size_t count, boost::asio::io_context& node_io, RequestHandler& node, const api::ApiServerOptions& options);
+  ApiWorkers(size_t count, boost::asio::io_context& node_io, RequestHandler& node,
+             const api::ApiServerOptions& options);
   // Stops every server and joins every thread (call node_loop_ended() first if the node's
   // thread has stopped running node_io).
   ~ApiWorkers();

@@ -2,19 +2,19 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <prometheus/histogram.h>
+#include <chrono>
 
 #include "api/endpoint.h"
 #include "bind_address.h"
 #include "daemon/api_workers.h"  // current_api_thread
 #include "daemon/descriptor_limit.h"
 #include "daemon/front_end.h"
-#include "http/routes.h"
+#include "daemon/memory_bound.h"
 #include "fault_injection.h"
 #include "host/node_host.h"
+#include "http/routes.h"
 #include "retriever/rules_feed.h"
-#include "daemon/memory_bound.h"
 #include "tcp_transport.h"
 
 namespace tollgate {
@@ -33,8 +33,8 @@ bool is_loopback_bind(const std::string& bind) {
 struct DaemonHistograms {
   explicit DaemonHistograms(size_t threads) {
     for (size_t i = 0; i < std::max<size_t>(threads, 1); ++i) {
-      check.push_back(std::make_unique<prometheus::Histogram>(
-          prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2}));
+      check.push_back(std::make_unique<prometheus::Histogram>(prometheus::Histogram::BucketBoundaries{
+          1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2}));
     }
   }
   // A check (one request's items), 1 us to 10 ms: one histogram per client API thread
@@ -61,7 +61,8 @@ struct DaemonHistograms {
              "Time spent deciding one request's checks (any front end, every client API thread)",
              prometheus::MetricType::Histogram,
              {collect_checks()}},
-            {"tollgate_round_duration_seconds", "Time one gossip round takes on the node's thread",
+            {"tollgate_round_duration_seconds",
+             "Time one gossip round takes on the node's thread",
              prometheus::MetricType::Histogram,
              {round.Collect()}}};
   }
@@ -73,9 +74,12 @@ double seconds(MonoNanos ns) { return double(ns) / 1e9; }
 // The host's log lines go to spdlog.
 void log_to_spdlog(LogLevel level, const std::string& line) {
   switch (level) {
-    case LogLevel::kInfo: return spdlog::info("{}", line);
-    case LogLevel::kWarn: return spdlog::warn("{}", line);
-    case LogLevel::kError: return spdlog::error("{}", line);
+    case LogLevel::kInfo:
+      return spdlog::info("{}", line);
+    case LogLevel::kWarn:
+      return spdlog::warn("{}", line);
+    case LogLevel::kError:
+      return spdlog::error("{}", line);
   }
 }
 
@@ -119,7 +123,8 @@ Daemon::Daemon(DaemonOptions options)
   host.on_round = [h = histograms_.get()](int64_t round_ns) { h->round.Observe(seconds(round_ns)); };
   std::string rules_etag;
   if (!options_.rules_url.empty()) {
-    InitialRules initial = RulesFeed::load_initial({options_.rules_url, options_.rules_cache, options_.rules_ca, options_.rules_poll_ns});
+    InitialRules initial =
+        RulesFeed::load_initial({options_.rules_url, options_.rules_cache, options_.rules_ca, options_.rules_poll_ns});
     host.rules_text = std::move(initial.text);
     host.rules_origin = std::move(initial.origin);
     rules_etag = std::move(initial.etag);
@@ -134,15 +139,17 @@ Daemon::Daemon(DaemonOptions options)
   if (options_.cluster_key_file.empty()) {
     // --insecure-gossip: said at every start, loopback included (there every local user can reach
     // the gossip port, and so bypass the API socket's permissions).
-    spdlog::warn("gossip is not authenticated (--insecure-gossip): anyone who can send to {} can charge, deny or "
-                 "evict at will{}",
-                 options_.bind, all_loopback ? " (on loopback: every local user)" : "");
+    spdlog::warn(
+        "gossip is not authenticated (--insecure-gossip): anyone who can send to {} can charge, deny or "
+        "evict at will{}",
+        options_.bind, all_loopback ? " (on loopback: every local user)" : "");
   }
 
   // Descriptors for every connection the limits allow, plus outbound connections to peers (a
   // thousand counted) and files.
   const TcpTransportOptions tcp_options;
-  uint64_t descriptors = options_.api_max_connections + 64 + (options_.http_listen.empty() ? 0 : options_.http_max_connections) +
+  uint64_t descriptors = options_.api_max_connections + 64 +
+                         (options_.http_listen.empty() ? 0 : options_.http_max_connections) +
                          (options_.metrics_listen.empty() ? 0 : options_.http_max_connections);
   if (options_.transport == TransportKind::kTcp) descriptors += tcp_options.max_inbound_connections + 1024;
   if (std::string warning = ensure_descriptor_limit(descriptors); !warning.empty()) spdlog::warn("{}", warning);
@@ -161,8 +168,8 @@ Daemon::Daemon(DaemonOptions options)
   spdlog::info("tollgated {} (incarnation {}): {} on {} over {}, {} membership; client API on {} ({} thread{})",
                host_->node_id(), host_->incarnation(), dissemination_mode_name(options_.node.mode), host_->bind(),
                options_.transport == TransportKind::kUdp ? "udp" : "tcp",
-               options_.node.membership == MembershipKind::kStatic ? "static" : "heartbeat", fmt::join(options_.listen, ", "),
-               options_.threads, options_.threads == 1 ? "" : "s");
+               options_.node.membership == MembershipKind::kStatic ? "static" : "heartbeat",
+               fmt::join(options_.listen, ", "), options_.threads, options_.threads == 1 ? "" : "s");
 }
 
 Daemon::~Daemon() {

@@ -71,7 +71,6 @@ class YamlConfig : public CLI::Config {
   mutable std::map<std::string, YAML::Mark> marks_;
 };
 
-
 bool on_command_line(int argc, char** argv, const std::string& flag) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view word = argv[i];
@@ -167,8 +166,8 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     // A value from the file is named by its file, line and column; one from a flag by the flag.
     const std::optional<YAML::Mark> mark = yaml_config->where(row.flag);
     if (mark && !on_command_line(argc, argv, flag)) {
-      std::cerr << "tollgated: " << ConfigError(o->config_file, mark->line + 1, mark->column + 1,
-                                                "\"" + row.flag + "\" " + why).what()
+      std::cerr << "tollgated: "
+                << ConfigError(o->config_file, mark->line + 1, mark->column + 1, "\"" + row.flag + "\" " + why).what()
                 << "\n";
       return 2;
     }
@@ -186,7 +185,8 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     return 2;
   };
   if (!o->rules_file.empty() && !o->rules_url.empty()) {
-    return usage_error("--rules and --rules-url contradict each other: the rules come from a file or from a rules service");
+    return usage_error(
+        "--rules and --rules-url contradict each other: the rules come from a file or from a rules service");
   }
   if (!o->rules_url.empty()) {
     std::string why;
@@ -194,16 +194,18 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     if (!url) return usage_error("--rules-url " + o->rules_url + " " + why);
     if (!o->rules_ca.empty() && !url->tls) return usage_error("--rules-ca is for an https:// --rules-url");
     if (o->rules_cache.empty()) {
-      return usage_error("--rules-url needs --rules-cache FILE: the last good rules, so that a restart while the rules "
-                         "service is down still starts with rules");
+      return usage_error(
+          "--rules-url needs --rules-cache FILE: the last good rules, so that a restart while the rules "
+          "service is down still starts with rules");
     }
   } else if (!o->rules_cache.empty() || !o->rules_ca.empty()) {
     return usage_error(std::string(o->rules_cache.empty() ? "--rules-ca" : "--rules-cache") +
                        " is for --rules-url (a --rules file is its own copy)");
   }
   if (o->rules_file.empty() && o->rules_url.empty() && o->rls_config.empty()) {
-    return usage_error("--rules FILE or --rules-url URL is required (or --rls-config PATH, to serve Envoy's rate limit "
-                       "service only)");
+    return usage_error(
+        "--rules FILE or --rules-url URL is required (or --rls-config PATH, to serve Envoy's rate limit "
+        "service only)");
   }
   if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
   const bool rls_tls = !o->rls_tls_cert.empty() || !o->rls_tls_key.empty() || !o->rls_tls_client_ca.empty();
@@ -217,25 +219,30 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     return usage_error("--rls-tls-client-ca (mutual TLS) needs the server's own --rls-tls-cert and --rls-tls-key");
   }
   if (o->rls_insecure && !o->rls_tls_client_ca.empty()) {
-    return usage_error("--rls-insecure and --rls-tls-client-ca contradict each other: clients need a certificate or do not");
+    return usage_error(
+        "--rls-insecure and --rls-tls-client-ca contradict each other: clients need a certificate or do not");
   }
   if (o->http_listen.empty() && (!o->http_token_file.empty() || o->http_insecure)) {
-    return usage_error(std::string(o->http_insecure ? "--http-insecure" : "--http-token-file") + " is for --http-listen");
+    return usage_error(std::string(o->http_insecure ? "--http-insecure" : "--http-token-file") +
+                       " is for --http-listen");
   }
   if (o->http_insecure && !o->http_token_file.empty()) {
     return usage_error("--http-insecure and --http-token-file contradict each other: HTTP needs a token or does not");
   }
   if (o->rls_listen.empty() && o->http_listen.empty() && !o->rls_config.empty()) {
-    return usage_error("--rls-config is used by the rate limit service: give --rls-listen HOST:PORT (gRPC) or "
-                       "--http-listen HOST:PORT (POST /json) too");
+    return usage_error(
+        "--rls-config is used by the rate limit service: give --rls-listen HOST:PORT (gRPC) or "
+        "--http-listen HOST:PORT (POST /json) too");
   }
   if (o->node.membership == MembershipKind::kStatic && o->peers_file.empty()) {
     return usage_error("--membership static needs --peers-file FILE");
   }
   if (o->node.membership == MembershipKind::kHeartbeat && o->seeds.empty()) {
-    return usage_error("--membership heartbeat needs --seeds HOST:PORT,... (list this node's own address to start a cluster)");
+    return usage_error(
+        "--membership heartbeat needs --seeds HOST:PORT,... (list this node's own address to start a cluster)");
   }
-  if (const SettingProblem p = validate(o->node, SettingNames::kFlags); !p.message.empty()) return usage_error(p.message);
+  if (const SettingProblem p = validate(o->node, SettingNames::kFlags); !p.message.empty())
+    return usage_error(p.message);
   if (o->listen.empty()) return usage_error("--listen needs at least one endpoint");
   // A departed member is forgotten after --forget-after; a message of its from before must be
   // stale by then, or a replay would bring it back.
@@ -245,8 +252,9 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
                        format_duration(o->node.forget_after_ns) + ")");
   }
   if (!o->cluster_key_file.empty() && o->insecure_gossip) {
-    return usage_error("--insecure-gossip and --cluster-key-file contradict each other: give one (the flag or the "
-                       "config file's key)");
+    return usage_error(
+        "--insecure-gossip and --cluster-key-file contradict each other: give one (the flag or the "
+        "config file's key)");
   }
   if (o->cluster_key_file.empty() && !o->insecure_gossip) {
     return usage_error(

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "config/node_settings.h"
-#include "host/node_host_options.h"
 #include "core/node.h"
+#include "host/node_host_options.h"
 
 namespace tollgate {
 
@@ -29,27 +29,27 @@ struct DaemonOptions {
   std::string bind = "127.0.0.1:7946";  // gossip address: UDP and TCP on this port
   // Client API endpoints; the default is the client library's (tollgate::kDefaultEndpoint).
   std::vector<std::string> listen = {"unix:/run/tollgate/tollgated.sock"};
-  std::string rules_file;               // required unless rls_config is given
+  std::string rules_file;  // required unless rls_config is given
   // The rules retriever: polls rules_url instead of reading rules_file (one or the other), and
   // keeps the last good copy in rules_cache (required with rules_url).
-  std::string rules_url;                // http://HOST[:PORT]/PATH
+  std::string rules_url;  // http://HOST[:PORT]/PATH
   int64_t rules_poll_ns = 10 * kNanosPerSecond;
   std::string rules_cache;
-  std::string state_dir;                // balances across restarts: DIR/state; "" none
+  std::string state_dir;                             // balances across restarts: DIR/state; "" none
   int64_t state_interval_ns = 10 * kNanosPerSecond;  // how often the state is written
-  std::string rules_ca;                 // https: the CAs to trust (PEM); empty: the system's
+  std::string rules_ca;                              // https: the CAs to trust (PEM); empty: the system's
   std::string config_file;
-  NodeSettings node;                    // mode, membership, interval, ... (config/node_settings.h)
+  NodeSettings node;  // mode, membership, interval, ... (config/node_settings.h)
   TransportKind transport = TransportKind::kUdp;
-  std::string peers_file;               // static membership
-  std::vector<std::string> seeds;       // heartbeat membership
+  std::string peers_file;          // static membership
+  std::vector<std::string> seeds;  // heartbeat membership
   std::string cluster_key_file;
   std::string log_level = "info";
-  size_t max_datagram = 1400;           // bytes per UDP datagram, MAC included
+  size_t max_datagram = 1400;                      // bytes per UDP datagram, MAC included
   int64_t gossip_peer_bytes_per_second = 4 << 20;  // per source address, before decoding
-  uint64_t incarnation = 0;             // 0: derived from the wall clock at start-up
-  bool enable_fault_injection = false;  // admin faults requests are refused unless set
-  bool insecure_gossip = false;         // run without --cluster-key-file (refused unless set)
+  uint64_t incarnation = 0;                        // 0: derived from the wall clock at start-up
+  bool enable_fault_injection = false;             // admin faults requests are refused unless set
+  bool insecure_gossip = false;                    // run without --cluster-key-file (refused unless set)
   // The client API's connection limits (api::ApiServerOptions).
   size_t api_max_connections = 1024;
   size_t api_max_connections_per_client = 512;
@@ -58,22 +58,22 @@ struct DaemonOptions {
   // but one, at least 1 and at most 4). Above 1 the key table is concurrent (KeyTableOptions::concurrent).
   size_t threads = 0;
   // The Envoy rate limit service (gRPC): off unless rls_listen is given, which needs rls_config.
-  std::string rls_listen;               // "HOST:PORT" or "unix:PATH"
-  std::string rls_config;               // envoyproxy/ratelimit YAML: a file or a directory
-  bool rls_response_headers = false;    // RateLimit-Policy, RateLimit, Retry-After in responses
-  size_t rls_max_pending = 4096;        // calls waiting for the node at most
+  std::string rls_listen;                 // "HOST:PORT" or "unix:PATH"
+  std::string rls_config;                 // envoyproxy/ratelimit YAML: a file or a directory
+  bool rls_response_headers = false;      // RateLimit-Policy, RateLimit, Retry-After in responses
+  size_t rls_max_pending = 4096;          // calls waiting for the node at most
   std::string rls_tls_cert, rls_tls_key;  // PEM: serve TLS
-  std::string rls_tls_client_ca;        // PEM: and require client certificates it signed (mTLS)
-  bool rls_insecure = false;            // allow a non-loopback --rls-listen without mutual TLS
+  std::string rls_tls_client_ca;          // PEM: and require client certificates it signed (mTLS)
+  bool rls_insecure = false;              // allow a non-loopback --rls-listen without mutual TLS
   // The HTTP front end: off unless http_listen is given.
-  std::string http_listen;              // "HOST:PORT"
-  size_t http_max_connections = 512;    // open at once (HttpServerOptions)
-  size_t http_max_connections_per_client = 256;  // from one IP address
+  std::string http_listen;                         // "HOST:PORT"
+  size_t http_max_connections = 512;               // open at once (HttpServerOptions)
+  size_t http_max_connections_per_client = 256;    // from one IP address
   int64_t http_timeout_ns = 10 * kNanosPerSecond;  // to read a request (or wait for the next), or write an answer
-  std::string http_token_file;          // a bearer token every HTTP endpoint but health needs; "" none
-  bool http_insecure = false;           // allow a non-loopback --http-listen without a token
-  std::string memory_limit = "auto";   // SIZE, auto (the cgroup's memory.max) or none
-  std::string metrics_listen;           // "HOST:PORT": /metrics, /healthz, /readyz only; "" none
+  std::string http_token_file;                     // a bearer token every HTTP endpoint but health needs; "" none
+  bool http_insecure = false;                      // allow a non-loopback --http-listen without a token
+  std::string memory_limit = "auto";               // SIZE, auto (the cgroup's memory.max) or none
+  std::string metrics_listen;                      // "HOST:PORT": /metrics, /healthz, /readyz only; "" none
   // Gossip further than this from our wall clock is dropped as stale (replays; Transport).
   int64_t max_message_age_ns = 30'000'000'000;
 };
@@ -84,7 +84,7 @@ enum class SettingShape : uint8_t { kValue, kList, kSwitch };
 
 // One row of the settings table.
 struct DaemonSetting {
-  std::string flag;       // "rules-poll": the flag --rules-poll and the config file's key
+  std::string flag;  // "rules-poll": the flag --rules-poll and the config file's key
   SettingShape shape = SettingShape::kValue;
   std::string type_name;  // for --help: "DURATION", "FILE", "{udp,tcp}" (the fuzz dictionary takes the choices)
   std::string help;

@@ -43,43 +43,52 @@ std::string a_memory_limit(std::string_view text) {
 }
 
 DaemonSetting text(std::string flag, Text member, std::string type_name, std::string help, Check check = any_text) {
-  return {std::move(flag), SettingShape::kValue, std::move(type_name), std::move(help),
+  return {std::move(flag),
+          SettingShape::kValue,
+          std::move(type_name),
+          std::move(help),
           [member, check](std::string_view t, DaemonOptions& o) {
-            std::string why = check(t);
-            if (why.empty()) o.*member = std::string(t);
-            return why;
+    std::string why = check(t);
+    if (why.empty()) o.*member = std::string(t);
+    return why;
           },
           [member](const DaemonOptions& o) { return o.*member; }};
 }
 
 DaemonSetting list(std::string flag, std::vector<std::string> DaemonOptions::*member, std::string type_name,
                    std::string help, Check check = any_text) {
-  return {std::move(flag), SettingShape::kList, std::move(type_name), std::move(help),
+  return {std::move(flag),
+          SettingShape::kList,
+          std::move(type_name),
+          std::move(help),
           [member, check](std::string_view t, DaemonOptions& o) {
-            std::vector<std::string> items;
-            for (size_t start = 0;;) {
-              const size_t comma = t.find(',', start);
-              const std::string_view item = t.substr(start, comma == std::string_view::npos ? t.npos : comma - start);
-              if (std::string why = check(item); !why.empty()) return quoted(item) + ": " + why;
-              items.emplace_back(item);
-              if (comma == std::string_view::npos) break;
-              start = comma + 1;
-            }
-            o.*member = std::move(items);
-            return std::string();
+    std::vector<std::string> items;
+    for (size_t start = 0;;) {
+      const size_t comma = t.find(',', start);
+      const std::string_view item = t.substr(start, comma == std::string_view::npos ? t.npos : comma - start);
+      if (std::string why = check(item); !why.empty()) return quoted(item) + ": " + why;
+      items.emplace_back(item);
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    o.*member = std::move(items);
+    return std::string();
           },
           [member](const DaemonOptions& o) {
-            std::string joined;
-            for (const std::string& item : o.*member) joined += (joined.empty() ? "" : ",") + item;
-            return joined;
-          }};
+    std::string joined;
+    for (const std::string& item : o.*member) joined += (joined.empty() ? "" : ",") + item;
+    return joined;
+  }};
 }
 
 DaemonSetting on_off(std::string flag, bool DaemonOptions::*member, std::string help) {
-  return {std::move(flag), SettingShape::kSwitch, "", std::move(help),
+  return {std::move(flag),
+          SettingShape::kSwitch,
+          "",
+          std::move(help),
           [member](std::string_view t, DaemonOptions& o) {
-            o.*member = t == "true";
-            return std::string();
+    o.*member = t == "true";
+    return std::string();
           },
           [member](const DaemonOptions& o) { return std::string(o.*member ? "true" : "false"); }};
 }
@@ -87,23 +96,33 @@ DaemonSetting on_off(std::string flag, bool DaemonOptions::*member, std::string 
 template <class T>
 DaemonSetting whole(std::string flag, T DaemonOptions::*member, T min, T max, std::string help) {
   std::string type_name = std::to_string(min) + ".." + std::to_string(max);
-  return {std::move(flag), SettingShape::kValue, std::move(type_name), std::move(help),
-          [member, min, max](std::string_view t, DaemonOptions& o) { return parse_whole_setting(t, min, max, o.*member); },
-          [member](const DaemonOptions& o) { return std::to_string(o.*member); }};
+  return {
+      std::move(flag),
+      SettingShape::kValue,
+      std::move(type_name),
+      std::move(help),
+      [member, min, max](std::string_view t, DaemonOptions& o) { return parse_whole_setting(t, min, max, o.*member); },
+      [member](const DaemonOptions& o) { return std::to_string(o.*member); }};
 }
 
 DaemonSetting duration(std::string flag, int64_t DaemonOptions::*member, int64_t min_ns, int64_t max_ns,
                        std::string help) {
-  return {std::move(flag), SettingShape::kValue, "DURATION", std::move(help),
+  return {std::move(flag),
+          SettingShape::kValue,
+          "DURATION",
+          std::move(help),
           [member, min_ns, max_ns](std::string_view t, DaemonOptions& o) {
-            return parse_duration_setting(t, min_ns, max_ns, o.*member);
+    return parse_duration_setting(t, min_ns, max_ns, o.*member);
           },
           [member](const DaemonOptions& o) { return format_duration(o.*member); }};
 }
 
 // A node setting (config/node_settings.h) as a row of this table.
 DaemonSetting node_row(const NodeSettingField& f) {
-  return {std::string(f.flag), SettingShape::kValue, std::string(f.type_name), std::string(f.help),
+  return {std::string(f.flag),
+          SettingShape::kValue,
+          std::string(f.type_name),
+          std::string(f.help),
           [&f](std::string_view t, DaemonOptions& o) { return f.parse(t, o.node); },
           [&f](const DaemonOptions& o) { return f.format(o.node); }};
 }
@@ -117,10 +136,10 @@ std::vector<DaemonSetting> make_rows() {
            "Gossip address (an IP peers can reach, never 0.0.0.0): the --transport listens on this port", an_address));
   add({"transport", SettingShape::kValue, "{udp,tcp}", "Gossip transport: udp or tcp",
        [](std::string_view t, DaemonOptions& o) {
-         size_t i = 0;
-         std::string why = parse_choice_setting(t, {"udp", "tcp"}, i);
-         if (why.empty()) o.transport = i == 0 ? TransportKind::kUdp : TransportKind::kTcp;
-         return why;
+    size_t i = 0;
+    std::string why = parse_choice_setting(t, {"udp", "tcp"}, i);
+    if (why.empty()) o.transport = i == 0 ? TransportKind::kUdp : TransportKind::kTcp;
+    return why;
        },
        [](const DaemonOptions& o) { return std::string(o.transport == TransportKind::kTcp ? "tcp" : "udp"); }});
   add(text("peers-file", &DaemonOptions::peers_file, "FILE",
@@ -264,10 +283,10 @@ std::vector<DaemonSetting> make_rows() {
   add({"log-level", SettingShape::kValue, "{trace,debug,info,warn,error,critical,off}",
        "trace, debug, info, warn, error, critical or off",
        [](std::string_view t, DaemonOptions& o) {
-         size_t i = 0;
-         std::string why = parse_choice_setting(t, {"trace", "debug", "info", "warn", "error", "critical", "off"}, i);
-         if (why.empty()) o.log_level = std::string(t);
-         return why;
+    size_t i = 0;
+    std::string why = parse_choice_setting(t, {"trace", "debug", "info", "warn", "error", "critical", "off"}, i);
+    if (why.empty()) o.log_level = std::string(t);
+    return why;
        },
        [](const DaemonOptions& o) { return o.log_level; }});
   return rows;

@@ -10,7 +10,8 @@ namespace tollgate {
 
 std::string ensure_descriptor_limit(uint64_t needed) {
   rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return std::string("cannot read the descriptor limit: ") + std::strerror(errno);
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
+    return std::string("cannot read the descriptor limit: ") + std::strerror(errno);
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed) {
     rlimit raised = limit;
     raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? rlim_t(needed) : std::min<rlim_t>(limit.rlim_max, needed);

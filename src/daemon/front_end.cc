@@ -51,7 +51,8 @@ class ClientApi final : public FrontEnd {
       std::string why;
       auto ep = api::parse_endpoint(l, &why);
       if (!ep) throw std::runtime_error("--listen " + why);
-      if (!ep->is_loopback()) spdlog::warn("client API listens on {}, which is not loopback: the API has no authentication", l);
+      if (!ep->is_loopback())
+        spdlog::warn("client API listens on {}, which is not loopback: the API has no authentication", l);
       api.listen.push_back(*ep);
     }
     api.max_connections = o.api_max_connections;
@@ -104,7 +105,8 @@ class ClientApi final : public FrontEnd {
     for (size_t t = 1; t < per_thread.size(); ++t) {
       for (size_t i = 0; i < total.size(); ++i) {
         const bool high_water = total[i].first.find("high_water") != std::string::npos;
-        total[i].second = high_water ? std::max(total[i].second, per_thread[t][i].second) : total[i].second + per_thread[t][i].second;
+        total[i].second =
+            high_water ? std::max(total[i].second, per_thread[t][i].second) : total[i].second + per_thread[t][i].second;
       }
     }
     s.insert(s.end(), total.begin(), total.end());
@@ -152,8 +154,10 @@ class RateLimitService final : public FrontEnd {
                    server_->address());
     }
     spdlog::info("rate limit service (gRPC{}) on {}, {} domains from {}",
-                 server_->is_mutual_tls() ? ", mutual TLS" : server_->is_tls() ? ", TLS" : "", server_->address(),
-                 config->domains().size(), o.rls_config);
+                 server_->is_mutual_tls() ? ", mutual TLS"
+                 : server_->is_tls()      ? ", TLS"
+                                          : "",
+                 server_->address(), config->domains().size(), o.rls_config);
     host.on_rls_config([rls = server_.get()](std::shared_ptr<const RlsConfig> c) { rls->set_config(std::move(c)); });
   }
   void drain() override { server_->drain(); }  // health NOT_SERVING; calls are still answered
@@ -205,10 +209,12 @@ class Http final : public FrontEnd {
       return;
     }
     if (!server_->is_loopback() && token.empty()) {
-      spdlog::warn("HTTP front end listens on {}, which is not loopback, without a token (--http-insecure)", server_->address());
+      spdlog::warn("HTTP front end listens on {}, which is not loopback, without a token (--http-insecure)",
+                   server_->address());
     }
     spdlog::info("HTTP on {}{}", server_->address(), token.empty() ? "" : " (bearer token required)");
-    host.on_rls_config([http = server_.get()](std::shared_ptr<const RlsConfig> c) { http->set_rls_config(std::move(c)); });
+    host.on_rls_config(
+        [http = server_.get()](std::shared_ptr<const RlsConfig> c) { http->set_rls_config(std::move(c)); });
   }
 
   // The token file again. A bad one is logged and the token in force stays (an operator rotating
@@ -265,7 +271,8 @@ std::vector<std::unique_ptr<FrontEnd>> make_front_ends(const DaemonOptions& opti
   if (!options.rls_listen.empty()) all.push_back(std::make_unique<RateLimitService>(options, io, handler, host));
   if (!options.http_listen.empty()) all.push_back(std::make_unique<Http>(options, io, handler, host, routes, false));
   if (!options.metrics_listen.empty()) all.push_back(std::make_unique<Http>(options, io, handler, host, routes, true));
-  if (!options.rules_url.empty()) all.push_back(std::make_unique<RulesService>(options, io, host, std::move(rules_etag)));
+  if (!options.rules_url.empty())
+    all.push_back(std::make_unique<RulesService>(options, io, host, std::move(rules_etag)));
   return all;
 }
 

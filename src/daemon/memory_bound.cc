@@ -6,13 +6,13 @@
 #include "api/api_server.h"
 #include "api/connection.h"
 #include "api/framing.h"
-#include "daemon/daemon_options.h"
-#include "http/http_server.h"
-#include "host/node_host.h"
-#include "rls/rls_server.h"
-#include "tcp_transport.h"
 #include "config/peers_file.h"
 #include "core/ledger.h"
+#include "daemon/daemon_options.h"
+#include "host/node_host.h"
+#include "http/http_server.h"
+#include "rls/rls_server.h"
+#include "tcp_transport.h"
 
 namespace tollgate {
 namespace {
@@ -57,10 +57,10 @@ std::vector<MemoryPart> memory_bound(const DaemonOptions& o) {
         // The host reports a broken peers file, with its line; 64 stands here.
       }
     }
-    parts.push_back({"TCP gossip", tcp.max_inbound_connections * (tcp.max_frame_bytes + 16 * 1024) + peers * tcp.max_queue_bytes,
-                     std::to_string(tcp.max_inbound_connections) + " inbound connections, " +
-                         mebibytes(tcp.max_queue_bytes) + " queued for each of " + std::to_string(peers) + " peers" +
-                         assumed});
+    parts.push_back(
+        {"TCP gossip", tcp.max_inbound_connections * (tcp.max_frame_bytes + 16 * 1024) + peers * tcp.max_queue_bytes,
+         std::to_string(tcp.max_inbound_connections) + " inbound connections, " + mebibytes(tcp.max_queue_bytes) +
+             " queued for each of " + std::to_string(peers) + " peers" + assumed});
   }
   {
     // A connection: its own object (the 16 KiB read buffer inside), a frame being read, and the
@@ -68,16 +68,18 @@ std::vector<MemoryPart> memory_bound(const DaemonOptions& o) {
     // doubling: twice) and one answer more per thread.
     const api::ApiServerOptions defaults;
     const size_t threads = std::max<size_t>(o.threads, 1);
-    const uint64_t per_connection =
-        sizeof(api::Connection) + defaults.max_frame_bytes + 16 * 1024 + 2 * api::Connection::kKeepOutputCapacity + 2048;
-    parts.push_back({"client API",
-                     o.api_max_connections * per_connection + 2 * defaults.max_output_bytes + threads * kLargestAnswerBytes,
-                     "--api-max-connections " + std::to_string(o.api_max_connections)});
+    const uint64_t per_connection = sizeof(api::Connection) + defaults.max_frame_bytes + 16 * 1024 +
+                                    2 * api::Connection::kKeepOutputCapacity + 2048;
+    parts.push_back(
+        {"client API",
+         o.api_max_connections * per_connection + 2 * defaults.max_output_bytes + threads * kLargestAnswerBytes,
+         "--api-max-connections " + std::to_string(o.api_max_connections)});
   }
   auto http_part = [&](const std::string& name, size_t connections) {
     const http::HttpServerOptions defaults;
     // Read buffer (headers and one read), a body, and an answer being written.
-    const uint64_t per_connection = defaults.max_header_bytes + 64 * 1024 + defaults.max_body_bytes + kLargestAnswerBytes / 4 + 4096;
+    const uint64_t per_connection =
+        defaults.max_header_bytes + 64 * 1024 + defaults.max_body_bytes + kLargestAnswerBytes / 4 + 4096;
     parts.push_back({name, connections * per_connection + defaults.max_pending * 512,
                      "--http-max-connections " + std::to_string(connections)});
   };

@@ -5,6 +5,7 @@
 // ask the owner to seal early when a flood of keys piles up (NodeOptions::seal_wanted).
 #include "tollgate/member.h"
 
+#include <time.h>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -13,20 +14,20 @@
 #include <future>
 #include <mutex>
 #include <stdexcept>
-#include <time.h>
 #include <thread>
 
 #include "config/node_settings.h"
+#include "core/node.h"
 #include "fault_injection.h"
 #include "host/node_host.h"
 #include "rls/decide.h"
-#include "core/node.h"
 
 namespace tollgate {
 namespace {
 
 MonoNanos steady_now() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // The time a check is decided at: the kernel's coarse monotonic clock (up to two ticks behind
@@ -82,7 +83,8 @@ NodeSettings parse_settings(const std::vector<std::pair<std::string, std::string
     }
     if (!field) {
       std::string known;
-      for (const NodeSettingField& f : node_setting_fields()) known += (known.empty() ? "" : ", ") + std::string(f.flag);
+      for (const NodeSettingField& f : node_setting_fields())
+        known += (known.empty() ? "" : ", ") + std::string(f.flag);
       throw std::invalid_argument("tollgate::Member: unknown setting \"" + name + "\" (known: " + known + ")");
     }
     if (std::string why = field->parse(value, s); !why.empty()) {
@@ -138,7 +140,7 @@ NodeHostOptions host_options(const MemberOptions& o, const NodeSettings& setting
   h.coarse_lag_ns = check_now_lag();
   if (o.log) {
     h.log = [log = o.log](LogLevel level, const std::string& line) {
-      log(level == LogLevel::kError ? MemberLogLevel::kError
+      log(level == LogLevel::kError  ? MemberLogLevel::kError
           : level == LogLevel::kWarn ? MemberLogLevel::kWarn
                                      : MemberLogLevel::kInfo,
           line);
@@ -165,7 +167,8 @@ class Member::Impl {
       throw std::invalid_argument("tollgate::Member: give the rules as rules_file or as rules_yaml, not both");
     }
     if (options_.rules_file.empty() && options_.rules_yaml.empty() && options_.rls_config.empty()) {
-      throw std::invalid_argument("tollgate::Member: give the rules (rules_file or rules_yaml), an rls_config, or both");
+      throw std::invalid_argument(
+          "tollgate::Member: give the rules (rules_file or rules_yaml), an rls_config, or both");
     }
     const NodeSettings settings = parse_settings(options_.settings);
     if (settings.membership == MembershipKind::kStatic && options_.peers_file.empty()) {
@@ -208,7 +211,8 @@ class Member::Impl {
 
   // Keys only should_rate_limit may charge (is_reserved_key) are denied, as at every door.
   Decision check(std::string_view key, int64_t cost) {
-    if (is_reserved_key(key)) [[unlikely]] return reserved_key_denial();
+    if (is_reserved_key(key)) [[unlikely]]
+      return reserved_key_denial();
     return host_->node().check(key, cost, check_now());
   }
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) {
@@ -263,7 +267,8 @@ class Member::Impl {
     const rls::Code code = rls::decide(*checks_, plan, results);
     out.clear();
     for (const rls::DescriptorResult& r : results) {
-      out.push_back({r.code == rls::Code::kOverLimit, r.limit, r.remaining, r.until_full_ns, r.retry_after_ns, r.shadow_over});
+      out.push_back(
+          {r.code == rls::Code::kOverLimit, r.limit, r.remaining, r.until_full_ns, r.retry_after_ns, r.shadow_over});
     }
     return code == rls::Code::kOverLimit;
   }

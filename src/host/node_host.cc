@@ -11,12 +11,12 @@
 #include "codec/cluster_key.h"
 #include "codec/codec.h"
 #include "config/content_version.h"
+#include "config/peers_file.h"
 #include "config/read_file.h"
 #include "fault_injection.h"
 #include "state/snapshot.h"
-#include "tollgate/config_error.h"
 #include "tcp_transport.h"
-#include "config/peers_file.h"
+#include "tollgate/config_error.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 #include "udp_transport.h"
@@ -42,7 +42,8 @@ uint64_t incarnation_from_wall_clock() {
 
 // The wall clock, for the one thing that must span a restart: how long the node was down.
 int64_t wall_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 MonoNanos steady_now() {
@@ -173,8 +174,9 @@ void NodeHost::load_state() {
   }
   const state::Loaded loaded = state::decode(*bytes, *keys_, path);
   if (loaded.state.node_id != options_.node_id) {
-    throw ConfigError(path, 0, 0, "written by node " + printable(loaded.state.node_id) + ", this is node " +
-                                      printable(options_.node_id) + ": each node needs its own --state-dir");
+    throw ConfigError(path, 0, 0,
+                      "written by node " + printable(loaded.state.node_id) + ", this is node " +
+                          printable(options_.node_id) + ": each node needs its own --state-dir");
   }
   // (A written time in the future, a clock set back, refills nothing; one absurdly far in the
   // past, from a file forged with the empty key of --insecure-gossip, no more than ten years.)
@@ -203,7 +205,8 @@ NodeHost::StateWrite encode_and_write(const NodeState& s, const ClusterKeys& key
   }
   w.error = write_file_atomically(path, bytes);
   w.bytes = bytes.size();
-  w.ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  w.ns =
+      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   return w;
 }
 
@@ -219,7 +222,8 @@ void NodeHost::collect_state_write() {
   const std::string path = options_.state_dir + "/state";
   if (!w.error.empty()) {
     ++state_.write_failures;
-    if (!state_.failing) log(LogLevel::kError, "state not written to " + path + ": " + w.error + " (logged once until it works)");
+    if (!state_.failing)
+      log(LogLevel::kError, "state not written to " + path + ": " + w.error + " (logged once until it works)");
     state_.failing = true;
     return;
   }
@@ -231,7 +235,8 @@ void NodeHost::collect_state_write() {
 }
 
 void NodeHost::start_state_write() {
-  if (exporting_ || (state_writer_.valid() && state_writer_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
+  if (exporting_ ||
+      (state_writer_.valid() && state_writer_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
     ++state_.skipped;
     return;
   }
@@ -314,7 +319,6 @@ NodeOptions NodeHost::node_options(const NodeHostOptions& options, uint64_t inca
 }
 
 MonoNanos NodeHost::now_ns() const { return steady_now(); }
-
 
 void NodeHost::log(LogLevel level, const std::string& line) const {
   // Lines carry text from files and fetched documents (a field name, a peer's address): escaped.
@@ -414,8 +418,7 @@ void NodeHost::put_rules_in_force() {
   }
 }
 
-void NodeHost::offer_rules(std::string text, const std::string& origin,
-                           std::function<void(const std::string&)> done) {
+void NodeHost::offer_rules(std::string text, const std::string& origin, std::function<void(const std::string&)> done) {
   LoadRequest r;
   r.offered = true;
   r.offered_text = std::move(text);
@@ -580,7 +583,7 @@ void NodeHost::reload_peers_if_changed() {
   if (options_.node.membership != MembershipKind::kStatic) return;
   const std::string now = file_fingerprint(options_.peers_file);
   if (now == peers_fingerprint_ || now == "missing") return;  // missing: being replaced; next second
-  peers_fingerprint_ = now;  // a broken file is reported once, not every second
+  peers_fingerprint_ = now;                                   // a broken file is reported once, not every second
   try {
     const auto peers = load_peers_file(options_.peers_file);
     check_own_peers_line(peers);
@@ -687,8 +690,10 @@ struct HostStat {
   int64_t (*get)(const HostStatSources&);
 };
 
-#define TOLLGATE_STAT(name, kind, unit, help, expr) \
-  HostStat { StatDef{name, StatKind::kind, help, StatUnit::unit}, [](const HostStatSources& s) { return int64_t(expr); } }
+#define TOLLGATE_STAT(name, kind, unit, help, expr)                                                             \
+  HostStat {                                                                                                    \
+    StatDef{name, StatKind::kind, help, StatUnit::unit}, [](const HostStatSources& s) { return int64_t(expr); } \
+  }
 
 // The host's stats, in the order `tollgate stats` lists them (docs/operations.md, section 7).
 const HostStat kHostStats[] = {
@@ -698,36 +703,50 @@ const HostStat kHostStats[] = {
     TOLLGATE_STAT("rounds", kCounter, kNone, "Gossip rounds run", s.n.rounds),
     TOLLGATE_STAT("rules_version", kGauge, kNone, "Version (content hash) of the rules in force", s.rules_version),
     TOLLGATE_STAT("rules_reloads", kCounter, kNone, "New rules put in force", s.r.rules),
-    TOLLGATE_STAT("rules_reload_failures", kCounter, kNone, "Rules refused (the previous stayed in force)", s.r.rules_failed),
+    TOLLGATE_STAT("rules_reload_failures", kCounter, kNone, "Rules refused (the previous stayed in force)",
+                  s.r.rules_failed),
     TOLLGATE_STAT("cluster_key_reloads", kCounter, kNone, "Cluster key files read again", s.r.keys),
-    TOLLGATE_STAT("cluster_key_reload_failures", kCounter, kNone, "Cluster key files refused (the keys in force stayed)", s.r.keys_failed),
+    TOLLGATE_STAT("cluster_key_reload_failures", kCounter, kNone,
+                  "Cluster key files refused (the keys in force stayed)", s.r.keys_failed),
     TOLLGATE_STAT("rls_config_reloads", kCounter, kNone, "RLS configs put in force", s.r.rls),
-    TOLLGATE_STAT("rls_config_reload_failures", kCounter, kNone, "RLS configs refused (the previous stayed)", s.r.rls_failed),
+    TOLLGATE_STAT("rls_config_reload_failures", kCounter, kNone, "RLS configs refused (the previous stayed)",
+                  s.r.rls_failed),
     TOLLGATE_STAT("peers_reloads", kCounter, kNone, "Peers files read again", s.r.peers),
-    TOLLGATE_STAT("peers_reload_failures", kCounter, kNone, "Peers files refused (the list in force stayed)", s.r.peers_failed),
-    TOLLGATE_STAT("peers_self_mismatch", kGauge, kNone, "1 when the peers file does not list this node as it binds", s.peers_problem),
+    TOLLGATE_STAT("peers_reload_failures", kCounter, kNone, "Peers files refused (the list in force stayed)",
+                  s.r.peers_failed),
+    TOLLGATE_STAT("peers_self_mismatch", kGauge, kNone, "1 when the peers file does not list this node as it binds",
+                  s.peers_problem),
     TOLLGATE_STAT("keys", kGauge, kNone, "Buckets held", s.k.keys),
     TOLLGATE_STAT("key_bytes", kGauge, kBytes, "Estimated memory of the key table", s.k.bytes),
     TOLLGATE_STAT("key_evictions", kCounter, kNone, "Keys evicted at --max-keys", s.k.evictions),
     TOLLGATE_STAT("keys_idle_removed", kCounter, kNone, "Full buckets swept away", s.k.idle_removed),
-    TOLLGATE_STAT("keys_rejected_too_long", kCounter, kNone, "Checks refused for keys over the length limit", s.k.rejected_keys),
-    TOLLGATE_STAT("keys_restored_from_eviction", kCounter, kNone, "Keys re-created at a remembered balance rather than full", s.k.restored),
-    TOLLGATE_STAT("keys_pending_dropped", kCounter, kNone, "Evicted keys' consumption dropped before it was sent", s.k.pending_dropped),
-    TOLLGATE_STAT("keys_longest_probe", kGauge, kNone, "Farthest an index entry sits from its home slot", s.k.longest_probe),
+    TOLLGATE_STAT("keys_rejected_too_long", kCounter, kNone, "Checks refused for keys over the length limit",
+                  s.k.rejected_keys),
+    TOLLGATE_STAT("keys_restored_from_eviction", kCounter, kNone,
+                  "Keys re-created at a remembered balance rather than full", s.k.restored),
+    TOLLGATE_STAT("keys_pending_dropped", kCounter, kNone, "Evicted keys' consumption dropped before it was sent",
+                  s.k.pending_dropped),
+    TOLLGATE_STAT("keys_longest_probe", kGauge, kNone, "Farthest an index entry sits from its home slot",
+                  s.k.longest_probe),
     TOLLGATE_STAT("state_writes", kCounter, kNone, "State files written (--state-dir)", s.state_writes),
     TOLLGATE_STAT("state_write_failures", kCounter, kNone, "State files not written", s.state_write_failures),
-    TOLLGATE_STAT("state_keys_restored", kGauge, kNone, "Balances read back from the state file at start", s.state_restored),
+    TOLLGATE_STAT("state_keys_restored", kGauge, kNone, "Balances read back from the state file at start",
+                  s.state_restored),
     TOLLGATE_STAT("state_bytes", kGauge, kBytes, "Size of the last state file", s.state_bytes),
     TOLLGATE_STAT("state_write_ns", kGauge, kNanoseconds, "Time the last state write took", s.state_write_ns),
     TOLLGATE_STAT("state_export_slice_ns", kGauge, kNanoseconds,
                   "Longest slice of the last state copy on the node's thread", s.state_export_slice_ns),
-    TOLLGATE_STAT("state_writes_skipped", kCounter, kNone, "State writes skipped, the previous one still running", s.state_skipped),
+    TOLLGATE_STAT("state_writes_skipped", kCounter, kNone, "State writes skipped, the previous one still running",
+                  s.state_skipped),
     TOLLGATE_STAT("batches_sealed", kCounter, kNone, "Own consumption batches sealed", s.l.sealed),
     TOLLGATE_STAT("batches_applied", kCounter, kNone, "Remote batches charged", s.l.applied),
     TOLLGATE_STAT("batches_duplicate", kCounter, kNone, "Batch copies dropped as already charged", s.l.duplicates),
-    TOLLGATE_STAT("batches_stale_incarnation", kCounter, kNone, "Batches from an older life of their origin", s.l.stale),
-    TOLLGATE_STAT("batches_origin_overflow", kCounter, kNone, "Batches dropped beyond the origins tracked", s.l.origin_overflow),
-    TOLLGATE_STAT("batches_claiming_our_id", kCounter, kNone, "Batches from another process using this node's id", s.l.self_conflicts),
+    TOLLGATE_STAT("batches_stale_incarnation", kCounter, kNone, "Batches from an older life of their origin",
+                  s.l.stale),
+    TOLLGATE_STAT("batches_origin_overflow", kCounter, kNone, "Batches dropped beyond the origins tracked",
+                  s.l.origin_overflow),
+    TOLLGATE_STAT("batches_claiming_our_id", kCounter, kNone, "Batches from another process using this node's id",
+                  s.l.self_conflicts),
     TOLLGATE_STAT("seqs_abandoned", kCounter, kNone, "Lost batches given up, never charged", s.l.abandoned),
     TOLLGATE_STAT("ledger_origins", kGauge, kNone, "Origins whose batches the ledger tracks", s.l.origins),
     TOLLGATE_STAT("ledger_bytes", kGauge, kBytes, "Memory of the ledger's windows and retained batches", s.l.bytes),
@@ -736,35 +755,51 @@ const HostStat kHostStats[] = {
     TOLLGATE_STAT("members_recovered", kCounter, kNone, "Members back to alive", s.m.recovered),
     TOLLGATE_STAT("members_restarted", kCounter, kNone, "Members seen with a higher incarnation", s.m.restarted),
     TOLLGATE_STAT("members_forgotten", kCounter, kNone, "Dead or departed members removed", s.m.forgotten),
-    TOLLGATE_STAT("members_unknown_rows", kCounter, kNone, "Rows about members not in the peers file", s.m.unknown_rows),
+    TOLLGATE_STAT("members_unknown_rows", kCounter, kNone, "Rows about members not in the peers file",
+                  s.m.unknown_rows),
     TOLLGATE_STAT("members_refuted", kCounter, kNone, "Times this node outbid a claim about itself", s.m.refuted),
-    TOLLGATE_STAT("members_implausible_incarnation", kCounter, kNone, "Rows with an incarnation too far ahead, ignored", s.m.implausible),
-    TOLLGATE_STAT("gossip_messages_sent", kCounter, kNone, "Gossip messages handed to the transport", s.n.messages_sent),
+    TOLLGATE_STAT("members_implausible_incarnation", kCounter, kNone, "Rows with an incarnation too far ahead, ignored",
+                  s.m.implausible),
+    TOLLGATE_STAT("gossip_messages_sent", kCounter, kNone, "Gossip messages handed to the transport",
+                  s.n.messages_sent),
     TOLLGATE_STAT("gossip_messages_received", kCounter, kNone, "Gossip message parts accepted", s.n.messages_received),
-    TOLLGATE_STAT("gossip_dropped_unknown_sender", kCounter, kNone, "Messages from a sender not in the peers file", s.n.dropped_unknown_sender),
+    TOLLGATE_STAT("gossip_dropped_unknown_sender", kCounter, kNone, "Messages from a sender not in the peers file",
+                  s.n.dropped_unknown_sender),
     TOLLGATE_STAT("gossip_dropped_own_id", kCounter, kNone, "Messages claiming this node's id", s.n.dropped_self),
-    TOLLGATE_STAT("gossip_queue_overflow", kCounter, kNone, "Batches pushed out of the retransmit queue", s.n.queue_overflow),
+    TOLLGATE_STAT("gossip_queue_overflow", kCounter, kNone, "Batches pushed out of the retransmit queue",
+                  s.n.queue_overflow),
     TOLLGATE_STAT("push_pulls", kCounter, kNone, "Digests sent to a peer for repair", s.n.push_pulls),
     TOLLGATE_STAT("repairs_sent", kCounter, kNone, "Batches sent in answer to a digest", s.n.repairs_sent),
-    TOLLGATE_STAT("early_seals", kCounter, kNone, "Times a check sealed before the round (a key flood)", s.n.early_seals),
-    TOLLGATE_STAT("gossip_queue_expired", kCounter, kNone, "Queued batches older than retention, unsent", s.n.queue_expired),
-    TOLLGATE_STAT("gossip_dropped_wrong_source", kCounter, kNone, "Messages not from their sender's gossip address", s.n.dropped_wrong_source),
-    TOLLGATE_STAT("digests_ignored", kCounter, kNone, "Digest requests already answered (replays)", s.n.digests_ignored),
-    TOLLGATE_STAT("repairs_capped", kCounter, kNone, "Repair batches left out, the sender's budget spent", s.n.repairs_capped),
+    TOLLGATE_STAT("early_seals", kCounter, kNone, "Times a check sealed before the round (a key flood)",
+                  s.n.early_seals),
+    TOLLGATE_STAT("gossip_queue_expired", kCounter, kNone, "Queued batches older than retention, unsent",
+                  s.n.queue_expired),
+    TOLLGATE_STAT("gossip_dropped_wrong_source", kCounter, kNone, "Messages not from their sender's gossip address",
+                  s.n.dropped_wrong_source),
+    TOLLGATE_STAT("digests_ignored", kCounter, kNone, "Digest requests already answered (replays)",
+                  s.n.digests_ignored),
+    TOLLGATE_STAT("repairs_capped", kCounter, kNone, "Repair batches left out, the sender's budget spent",
+                  s.n.repairs_capped),
     TOLLGATE_STAT("relayed", kCounter, kNone, "Other groups' batches summed for this node's group", s.n.relayed),
-    TOLLGATE_STAT("relay_mismatch", kCounter, kNone, "Messages whose sender counts other relay groups", s.n.relay_mismatch),
-    TOLLGATE_STAT("relay_regroupings", kCounter, kNone, "Changes of mode or of the count of relay groups", s.n.regroupings),
+    TOLLGATE_STAT("relay_mismatch", kCounter, kNone, "Messages whose sender counts other relay groups",
+                  s.n.relay_mismatch),
+    TOLLGATE_STAT("relay_regroupings", kCounter, kNone, "Changes of mode or of the count of relay groups",
+                  s.n.regroupings),
     TOLLGATE_STAT("relay_groups", kGauge, kNone, "Relay groups in use (0: not relaying)", s.relay_groups),
     TOLLGATE_STAT("transport_sent", kCounter, kNone, "Datagrams or frames written", s.t.messages_sent),
     TOLLGATE_STAT("transport_bytes_sent", kCounter, kBytes, "Bytes of datagrams or frames written", s.t.bytes_sent),
-    TOLLGATE_STAT("transport_received", kCounter, kNone, "Datagrams or frames that decoded and authenticated", s.t.messages_received),
+    TOLLGATE_STAT("transport_received", kCounter, kNone, "Datagrams or frames that decoded and authenticated",
+                  s.t.messages_received),
     TOLLGATE_STAT("transport_bytes_received", kCounter, kBytes, "Bytes received, all of them", s.t.bytes_received),
-    TOLLGATE_STAT("transport_send_errors", kCounter, kNone, "Sends the kernel refused, or failed writes", s.t.send_errors),
+    TOLLGATE_STAT("transport_send_errors", kCounter, kNone, "Sends the kernel refused, or failed writes",
+                  s.t.send_errors),
     TOLLGATE_STAT("transport_send_dropped", kCounter, kNone, "Sends dropped at a full queue", s.t.send_dropped),
     TOLLGATE_STAT("transport_unresolved", kCounter, kNone, "Sends to an address that did not resolve", s.t.unresolved),
-    TOLLGATE_STAT("transport_encode_dropped", kCounter, kNone, "Batches, rows or digest origins the encoder left out", s.t.encode_dropped),
+    TOLLGATE_STAT("transport_encode_dropped", kCounter, kNone, "Batches, rows or digest origins the encoder left out",
+                  s.t.encode_dropped),
     TOLLGATE_STAT("faults_dropped_to", kCounter, kNone, "Fault injection: messages dropped to a peer", s.f.dropped_to),
-    TOLLGATE_STAT("faults_dropped_from", kCounter, kNone, "Fault injection: messages dropped from a peer", s.f.dropped_from),
+    TOLLGATE_STAT("faults_dropped_from", kCounter, kNone, "Fault injection: messages dropped from a peer",
+                  s.f.dropped_from),
     TOLLGATE_STAT("faults_lost", kCounter, kNone, "Fault injection: messages lost", s.f.lost),
     TOLLGATE_STAT("faults_duplicated", kCounter, kNone, "Fault injection: messages duplicated", s.f.duplicated),
     TOLLGATE_STAT("faults_delayed", kCounter, kNone, "Fault injection: messages delayed", s.f.delayed),

@@ -22,11 +22,11 @@
 #include <string_view>
 #include <vector>
 
+#include "core/node.h"
 #include "core/offense_limiter.h"
+#include "core/random.h"
 #include "host/node_host_options.h"
 #include "tollgate/api.h"
-#include "core/node.h"
-#include "core/random.h"
 #include "util/stat_def.h"
 
 namespace boost::asio {
@@ -43,8 +43,7 @@ class Transport;
 
 // Reloads done and refused (the previous file stays in force).
 struct HostReloads {
-  uint64_t rules = 0, rules_failed = 0, keys = 0, keys_failed = 0, rls = 0, rls_failed = 0, peers = 0,
-           peers_failed = 0;
+  uint64_t rules = 0, rules_failed = 0, keys = 0, keys_failed = 0, rls = 0, rls_failed = 0, peers = 0, peers_failed = 0;
 };
 
 class NodeHost {
@@ -140,10 +139,10 @@ class NodeHost {
   void put_rules_in_force();
   void load_state();
   void schedule_state();
-  void start_state_write();    // exports in slices, then writes off the node's thread
+  void start_state_write();  // exports in slices, then writes off the node's thread
   void export_slice(uint64_t generation);
   void launch_state_writer(std::shared_ptr<NodeState> s);  // never throws
-  void collect_state_write();  // the last write's outcome, into state_ (waits for it)
+  void collect_state_write();                              // the last write's outcome, into state_ (waits for it)
 
   boost::asio::io_context& io_;
   NodeHostOptions options_;
@@ -169,19 +168,19 @@ class NodeHost {
   bool peers_problem_ = false;
   OffenseLimiter offenses_;
   std::mutex offenses_mu_;
-  std::unique_ptr<ClusterKeys> keys_;  // the transport's, for the state file's MAC
-  std::unique_ptr<boost::asio::thread_pool> loader_;  // one thread: parses rules and RLS configs
-  std::unique_ptr<LoadRequest> loading_, next_load_;   // the load under way, and the one after it
+  std::unique_ptr<ClusterKeys> keys_;                       // the transport's, for the state file's MAC
+  std::unique_ptr<boost::asio::thread_pool> loader_;        // one thread: parses rules and RLS configs
+  std::unique_ptr<LoadRequest> loading_, next_load_;        // the load under way, and the one after it
   std::shared_ptr<char> alive_ = std::make_shared<char>();  // a load's answer finds the host gone without it
-  std::future<StateWrite> state_writer_;  // the state write under way, if any
-  std::shared_ptr<NodeState> exporting_;  // the export under way, if any
+  std::future<StateWrite> state_writer_;                    // the state write under way, if any
+  std::shared_ptr<NodeState> exporting_;                    // the export under way, if any
   uint64_t export_cursor_ = 0;
   uint64_t export_generation_ = 0;
   bool node_id_from_port_zero_ = false;  // the id is "host:port" of a port the kernel chose
   struct StateCounters {
     uint64_t writes = 0, write_failures = 0, restored = 0, bytes = 0, write_ns = 0, skipped = 0;
     uint64_t export_slice_ns = 0;  // the longest slice of the last export on the node's thread
-    bool failing = false;  // the last write failed (logged once per streak)
+    bool failing = false;          // the last write failed (logged once per streak)
   } state_;
   boost::asio::steady_timer tick_timer_, watch_timer_, leave_timer_, state_timer_;
   bool stopped_ = false;

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "config/node_settings.h"
-#include "host/transport_kind.h"
 #include "core/clock.h"
+#include "host/transport_kind.h"
 
 namespace tollgate {
 

@@ -10,10 +10,10 @@
 #include <array>
 #include <atomic>
 #include <list>
-#include <span>
-#include <unordered_map>
 #include <optional>
+#include <span>
 #include <thread>
+#include <unordered_map>
 
 #include "api/endpoint.h"
 #include "api/node_queue.h"
@@ -31,7 +31,8 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
       : node_io_(node_io),
         handler_(handler),
         options_(std::move(options)),
-        routes_([this](NodeJob job, const Reply& reply) { return run_on_node(std::move(job), reply); }, options_.routes),
+        routes_([this](NodeJob job, const Reply& reply) { return run_on_node(std::move(job), reply); },
+                options_.routes),
         queue_(node_io_, options_.max_pending),
         acceptor_(io_),
         retry_timer_(io_) {}
@@ -86,13 +87,18 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
         {{"http.connections_accepted", StatKind::kCounter, "HTTP connections served"}, &Impl::accepted_},
         {{"http.connections_rejected", StatKind::kCounter, "HTTP connections refused: every one busy with a request"},
          &Impl::rejected_},
-        {{"http.connections_timed_out", StatKind::kCounter, "HTTP connections closed after --http-timeout"}, &Impl::timed_out_},
+        {{"http.connections_timed_out", StatKind::kCounter, "HTTP connections closed after --http-timeout"},
+         &Impl::timed_out_},
         {{"http.connections_open", StatKind::kGauge, "HTTP connections open"}, &Impl::open_},
-        {{"http.connections_evicted", StatKind::kCounter, "HTTP connections closed to make room for a newcomer"}, &Impl::evicted_},
-        {{"http.requests_too_large", StatKind::kCounter, "Requests refused 413 or 431 by the parser"}, &Impl::too_large_},
+        {{"http.connections_evicted", StatKind::kCounter, "HTTP connections closed to make room for a newcomer"},
+         &Impl::evicted_},
+        {{"http.requests_too_large", StatKind::kCounter, "Requests refused 413 or 431 by the parser"},
+         &Impl::too_large_},
         {{"http.requests_malformed", StatKind::kCounter, "Requests refused 400 by the parser"}, &Impl::malformed_},
-        {{"http.node_busy", StatKind::kCounter, "Checks answered 503 at once: the queue for the node full"}, &Impl::busy_},
-        {{"http.node_wait_expired", StatKind::kCounter, "Checks answered 503 after waiting too long for the node (not charged)"},
+        {{"http.node_busy", StatKind::kCounter, "Checks answered 503 at once: the queue for the node full"},
+         &Impl::busy_},
+        {{"http.node_wait_expired", StatKind::kCounter,
+          "Checks answered 503 after waiting too long for the node (not charged)"},
          &Impl::wait_expired_},
     };
     return kStats;
@@ -123,22 +129,26 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
     using Outcome = api::NodeQueue::Outcome;
     const bool queued = queue_.submit(
         [ticket](Outcome outcome) mutable {
-          // kShutDown: the HTTP thread has stopped too; nothing is answered, and the ticket
-          // goes here (no HTTP handler runs any more).
-          if (outcome == Outcome::kShutDown) return;
-          Impl& self = *ticket->server;
-          std::function<void()> finish;
-          if (outcome == Outcome::kStopped) {
-            finish = [reply = ticket->reply] { reply(error_response(503, "tollgated is shutting down; the check was not decided")); };
-          } else if (outcome == Outcome::kExpired) {
-            ++self.wait_expired_;
-            finish = [reply = ticket->reply] { reply(error_response(503, "tollgated is overloaded; the check was not decided")); };
-          } else {
-            finish = ticket->job(self.handler_);
-          }
-          // The ticket goes with the continuation: every copy of `reply` (each holds the
-          // connection) is then dropped on the HTTP thread, where a connection's counts live.
-          asio::post(self.io_, [ticket = std::move(ticket), finish = std::move(finish)] { finish(); });
+      // kShutDown: the HTTP thread has stopped too; nothing is answered, and the ticket
+      // goes here (no HTTP handler runs any more).
+      if (outcome == Outcome::kShutDown) return;
+      Impl& self = *ticket->server;
+      std::function<void()> finish;
+      if (outcome == Outcome::kStopped) {
+        finish = [reply = ticket->reply] {
+          reply(error_response(503, "tollgated is shutting down; the check was not decided"));
+        };
+      } else if (outcome == Outcome::kExpired) {
+        ++self.wait_expired_;
+        finish = [reply = ticket->reply] {
+          reply(error_response(503, "tollgated is overloaded; the check was not decided"));
+        };
+      } else {
+        finish = ticket->job(self.handler_);
+      }
+      // The ticket goes with the continuation: every copy of `reply` (each holds the
+      // connection) is then dropped on the HTTP thread, where a connection's counts live.
+      asio::post(self.io_, [ticket = std::move(ticket), finish = std::move(finish)] { finish(); });
         },
         api::NodeQueue::Clock::now() + options_.node_wait);
     if (!queued) ++busy_;
@@ -178,7 +188,10 @@ size_t read_buffer_bytes(const HttpServerOptions& options) { return options.max_
 class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Impl& server, tcp::socket socket, std::string client)
-      : server_(server), stream_(std::move(socket)), buffer_(read_buffer_bytes(server.options_)), client_(std::move(client)) {
+      : server_(server),
+        stream_(std::move(socket)),
+        buffer_(read_buffer_bytes(server.options_)),
+        client_(std::move(client)) {
     ++server_.open_;
     ++server_.live_;
     ++server_.per_client_[client_];
@@ -231,38 +244,40 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(uint32_t(server_.options_.max_header_bytes));
     parser_->body_limit(server_.options_.max_body_bytes);
     stream_.expires_after(server_.options_.io_timeout);
-    bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
     // Evicted to make room for a newcomer (its read may have completed just before): nothing
     // more is read, decided or counted for it.
     if (evicted_ || ec == asio::error::operation_aborted) return close();
-    if (ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::eof) return close();
+    if (ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::eof)
+      return close();
     if (ec == beast::error::timeout) {
       ++server_.timed_out_;
       return close();
     }
     if (ec == bhttp::error::body_limit) {
       ++server_.too_large_;
-      return answer_and_close(error_response(413, "the body is larger than " + std::to_string(server_.options_.max_body_bytes) + " bytes"));
+      return answer_and_close(
+          error_response(413, "the body is larger than " + std::to_string(server_.options_.max_body_bytes) + " bytes"));
     }
     if (ec == bhttp::error::buffer_overflow) {
       // A line the parser must see whole (the request line or a header before the header limit
       // is reached, a chunk-size line or its extensions, a trailer) grew past the read buffer.
       ++server_.too_large_;
       if (!parser_->is_header_done()) {
-        return answer_and_close(error_response(
-            431, "the request line and headers are larger than " + std::to_string(server_.options_.max_header_bytes) + " bytes"));
+        return answer_and_close(error_response(431, "the request line and headers are larger than " +
+                                                        std::to_string(server_.options_.max_header_bytes) + " bytes"));
       }
-      return answer_and_close(error_response(
-          400, "a chunk-size line, chunk extension or trailer is longer than the " + std::to_string(buffer_.max_size()) +
-                   "-byte read buffer"));
+      return answer_and_close(error_response(400, "a chunk-size line, chunk extension or trailer is longer than the " +
+                                                      std::to_string(buffer_.max_size()) + "-byte read buffer"));
     }
     if (ec == bhttp::error::header_limit) {
       ++server_.too_large_;
-      return answer_and_close(
-          error_response(431, "the request line and headers are larger than " + std::to_string(server_.options_.max_header_bytes) + " bytes"));
+      return answer_and_close(error_response(431, "the request line and headers are larger than " +
+                                                      std::to_string(server_.options_.max_header_bytes) + " bytes"));
     }
     if (ec) {
       ++server_.malformed_;
@@ -299,14 +314,16 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   void discard(size_t so_far) {
     constexpr size_t kMaxDiscard = 1 << 20;
     if (so_far >= kMaxDiscard) return stream_.close();
-    stream_.async_read_some(asio::buffer(scratch_), [self = shared_from_this(), so_far](beast::error_code ec, size_t n) {
+    stream_.async_read_some(asio::buffer(scratch_),
+                            [self = shared_from_this(), so_far](beast::error_code ec, size_t n) {
       if (ec) return self->stream_.close();
       self->discard(so_far + n);
     });
   }
 
   void write(HttpResponse r) {
-    auto response = std::make_shared<bhttp::response<bhttp::string_body>>(bhttp::status(r.status), version_ ? version_ : 11);
+    auto response =
+        std::make_shared<bhttp::response<bhttp::string_body>>(bhttp::status(r.status), version_ ? version_ : 11);
     response->set(bhttp::field::server, "tollgated");
     response->set(bhttp::field::content_type, r.content_type);
     for (const auto& [name, value] : r.headers) response->set(name, value);

@@ -28,15 +28,15 @@
 namespace tollgate::http {
 
 struct HttpServerOptions {
-  std::string listen;                           // "HOST:PORT" (or "tcp:HOST:PORT"); port 0: any
-  size_t max_connections = 512;                 // open at once
+  std::string listen;            // "HOST:PORT" (or "tcp:HOST:PORT"); port 0: any
+  size_t max_connections = 512;  // open at once
   // Open at once from one client (one IP address; every local process is 127.0.0.1).
   size_t max_connections_per_client = 256;
-  size_t max_header_bytes = 8 * 1024;           // request line and headers
-  size_t max_body_bytes = 64 * 1024;            // a POST body
-  std::chrono::milliseconds io_timeout{10'000}; // to read a request (or wait for the next one), or write an answer
-  size_t max_pending = 4096;                    // node jobs queued at once
-  std::chrono::milliseconds node_wait{1'000};   // a job still waiting for the node after this: 503, uncharged
+  size_t max_header_bytes = 8 * 1024;            // request line and headers
+  size_t max_body_bytes = 64 * 1024;             // a POST body
+  std::chrono::milliseconds io_timeout{10'000};  // to read a request (or wait for the next one), or write an answer
+  size_t max_pending = 4096;                     // node jobs queued at once
+  std::chrono::milliseconds node_wait{1'000};    // a job still waiting for the node after this: 503, uncharged
   RoutesOptions routes;
 };
 

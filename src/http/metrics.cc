@@ -53,8 +53,10 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
                            const std::vector<std::pair<std::string, RuleCounters>>& rules,
                            std::vector<prometheus::MetricFamily> extra) {
   std::vector<prom::MetricFamily> families;
-  prom::MetricFamily checks{"tollgate_checks_total", "Checks decided by this node, by decision (every front end)",
-                            prom::MetricType::Counter, {}};
+  prom::MetricFamily checks{"tollgate_checks_total",
+                            "Checks decided by this node, by decision (every front end)",
+                            prom::MetricType::Counter,
+                            {}};
   for (const auto& [name, value] : stats) {
     if (name == "checks") continue;  // the sum of the two below
     if (name == "checks_allowed" || name == "checks_denied") {
@@ -68,8 +70,8 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
     // A duration in nanoseconds is a gauge in Prometheus's base unit.
     const bool nanos = def && def->unit == StatUnit::kNanoseconds && family.ends_with("_ns");
     const bool is_g = nanos || (def && def->kind == StatKind::kGauge);
-    const std::string fname =
-        nanos ? metric_name(family.substr(0, family.size() - 3)) + "_seconds" : metric_name(family) + (is_g ? "" : "_total");
+    const std::string fname = nanos ? metric_name(family.substr(0, family.size() - 3)) + "_seconds"
+                                    : metric_name(family) + (is_g ? "" : "_total");
     const double shown = nanos ? double(value) / 1e9 : double(value);
     prom::ClientMetric metric = is_g ? gauge(shown, labels) : counter(shown, labels);
     // One family per name: a thread's share joins the family of the thread listed before it.
@@ -77,12 +79,16 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
       families.back().metric.push_back(std::move(metric));
       continue;
     }
-    families.push_back({fname, def ? def->help : "tollgated stat " + family + " (undeclared)",
-                        is_g ? prom::MetricType::Gauge : prom::MetricType::Counter, {std::move(metric)}});
+    families.push_back({fname,
+                        def ? def->help : "tollgated stat " + family + " (undeclared)",
+                        is_g ? prom::MetricType::Gauge : prom::MetricType::Counter,
+                        {std::move(metric)}});
   }
   families.push_back(std::move(checks));
-  prom::MetricFamily by_state{"tollgate_members", "Cluster members as this node sees them (itself included), by state",
-                              prom::MetricType::Gauge, {}};
+  prom::MetricFamily by_state{"tollgate_members",
+                              "Cluster members as this node sees them (itself included), by state",
+                              prom::MetricType::Gauge,
+                              {}};
   for (const MemberState s : {MemberState::kAlive, MemberState::kSuspect, MemberState::kDead, MemberState::kUnreachable,
                               MemberState::kLeft}) {
     const auto n = std::count_if(members.begin(), members.end(), [s](const MemberInfo& m) { return m.state == s; });
@@ -105,7 +111,8 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
        &RuleCounters::near_limit}};
   for (const PerRule& p : kPerRule) {
     prom::MetricFamily f{p.name, p.help, prom::MetricType::Counter, {}};
-    for (const auto& [label, counters] : rules) f.metric.push_back(counter(double(counters.*(p.field)), {{"rule", label}}));
+    for (const auto& [label, counters] : rules)
+      f.metric.push_back(counter(double(counters.*(p.field)), {{"rule", label}}));
     if (!f.metric.empty()) families.push_back(std::move(f));
   }
   for (prom::MetricFamily& f : extra) families.push_back(std::move(f));

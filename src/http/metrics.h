@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tollgate/api.h"
 #include "core/node.h"
+#include "tollgate/api.h"
 #include "util/stat_def.h"
 
 namespace tollgate::http {

@@ -11,11 +11,11 @@
 #include <optional>
 
 #include "cli/output.h"
+#include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "http/metrics.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
-#include "core/clock.h"
 #include "tollgate/http/v1/http.pb.h"
 
 namespace tollgate::http {
@@ -85,7 +85,8 @@ void add_ratelimit_fields(const Decision& d, HttpResponse& response) {
 }
 
 // The query's parameters, decoded (uriparser); nullopt and `error` when malformed.
-std::optional<std::vector<std::pair<std::string, std::string>>> parse_query(const std::string& query, std::string* error) {
+std::optional<std::vector<std::pair<std::string, std::string>>> parse_query(const std::string& query,
+                                                                            std::string* error) {
   std::vector<std::pair<std::string, std::string>> out;
   if (query.empty()) return out;
   // uriparser decodes into C strings: an encoded NUL would cut a key short, silently.
@@ -106,8 +107,10 @@ std::optional<std::vector<std::pair<std::string, std::string>>> parse_query(cons
   uriFreeQueryListA(list);
   // The answer is JSON, which carries text: a key that is not UTF-8 could not be echoed back.
   for (const auto& [name, value] : out) {
-    if (!google::protobuf::internal::IsStructurallyValidUTF8(name) || !google::protobuf::internal::IsStructurallyValidUTF8(value)) {
-      *error = "the query decodes to bytes that are not UTF-8; keys over HTTP are text (the native API takes any bytes)";
+    if (!google::protobuf::internal::IsStructurallyValidUTF8(name) ||
+        !google::protobuf::internal::IsStructurallyValidUTF8(value)) {
+      *error =
+          "the query decodes to bytes that are not UTF-8; keys over HTTP are text (the native API takes any bytes)";
       return std::nullopt;
     }
   }
@@ -191,14 +194,16 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
   const bool get = request.method == "GET";
   const bool health = path == "/healthz" || path == "/readyz";
   if (options_.metrics_only && !health && path != "/metrics") {
-    return counted(error_response(404, "no such endpoint here: " + path +
-                                           " (this listener, --metrics-listen, serves /metrics, /healthz and /readyz)"));
+    return counted(
+        error_response(404, "no such endpoint here: " + path +
+                                " (this listener, --metrics-listen, serves /metrics, /healthz and /readyz)"));
   }
   // Health answers are for load balancers and probes, which carry no credential; they say
   // nothing about keys.
   if (!health && !authorized(request.authorization)) {
     ++unauthorized_;
-    HttpResponse r = error_response(401, "this endpoint needs Authorization: Bearer TOKEN (tollgated's --http-token-file)");
+    HttpResponse r =
+        error_response(401, "this endpoint needs Authorization: Bearer TOKEN (tollgated's --http-token-file)");
     r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tollgate\"");
     return counted(std::move(r));
   }
@@ -207,7 +212,8 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
     if (request.method == "POST") return check_post(request.body, std::move(counted));
   } else if (path == "/json") {
     if (request.method == "POST") return rls_json(request.body, std::move(counted));
-  } else if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/v1/members" || path == "/v1/stats") {
+  } else if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/v1/members" ||
+             path == "/v1/stats") {
     if (get) {
       if (path == "/metrics") return metrics(std::move(counted));
       if (path == "/readyz") return readyz(std::move(counted));
@@ -219,8 +225,9 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
       return counted(std::move(ok));
     }
   } else {
-    return counted(error_response(404, "no such endpoint: " + path +
-                                           " (endpoints: /v1/check, /json, /metrics, /healthz, /readyz, /v1/members, /v1/stats)"));
+    return counted(
+        error_response(404, "no such endpoint: " + path +
+                                " (endpoints: /v1/check, /json, /metrics, /healthz, /readyz, /v1/members, /v1/stats)"));
   }
   HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
   r.headers.emplace_back("Allow", path == "/v1/check" ? "GET, POST" : path == "/json" ? "POST" : "GET");
@@ -250,7 +257,8 @@ bool Routes::authorized(const std::string& authorization) const {
 }
 
 void Routes::on_node(NodeJob job, const Reply& reply) {
-  if (!run_on_node_(std::move(job), reply)) reply(error_response(503, "tollgated is busy or stopping; the request was not decided"));
+  if (!run_on_node_(std::move(job), reply))
+    reply(error_response(503, "tollgated is busy or stopping; the request was not decided"));
 }
 
 void Routes::check_get(const std::string& query, Reply reply) {
@@ -272,19 +280,22 @@ void Routes::check_get(const std::string& query, Reply reply) {
       key = value;
     } else if (name == "cost") {
       if (!parse_int(value, &cost) || cost < 0 || cost > kMaxTokens) {
-        return reply(error_response(400, "cost must be a whole number from 0 to " + std::to_string(kMaxTokens) + ", got \"" + value + "\""));
+        return reply(error_response(
+            400, "cost must be a whole number from 0 to " + std::to_string(kMaxTokens) + ", got \"" + value + "\""));
       }
     } else if (name == "deny_status") {
       if (value != "429" && value != "403") {
-        return reply(error_response(400, "deny_status must be 429 or 403 (nginx's auth_request passes 401 and 403 only), got \"" +
-                                             value + "\""));
+        return reply(error_response(
+            400,
+            "deny_status must be 429 or 403 (nginx's auth_request passes 401 and 403 only), got \"" + value + "\""));
       }
       deny_status = value == "403" ? 403 : kTooManyRequests;
     } else {
       return reply(error_response(400, "unknown parameter \"" + name + "\" (expected key, cost, deny_status)"));
     }
   }
-  if (!key || key->empty()) return reply(error_response(400, "a check needs a non-empty key: /v1/check?key=K[&cost=N]"));
+  if (!key || key->empty())
+    return reply(error_response(400, "a check needs a non-empty key: /v1/check?key=K[&cost=N]"));
   if (key->size() > options_.max_key_bytes) {
     return reply(error_response(400, "the key is " + std::to_string(key->size()) + " bytes; at most " +
                                          std::to_string(options_.max_key_bytes)));
@@ -402,7 +413,8 @@ void Routes::rls_json(const std::string& body, Reply reply) {
   hv1::RlsJsonRequest text;
   if (std::string why = from_json(body, text); !why.empty()) return reply(error_response(400, why));
   rpb::RateLimitRequest request;
-  if (!request.ParseFromString(text.SerializeAsString())) return reply(error_response(400, "the request cannot be read"));
+  if (!request.ParseFromString(text.SerializeAsString()))
+    return reply(error_response(400, "the request cannot be read"));
   auto plan = std::make_shared<rls::Plan>();
   if (std::string why = rls::plan_from_message(request, config, options_.max_key_bytes, *plan); !why.empty()) {
     return reply(error_response(400, why));
@@ -434,8 +446,9 @@ void Routes::metrics(Reply reply) {
           HttpResponse r;
           r.content_type = "text/plain; version=0.0.4; charset=utf-8";
           static const StatCatalog kNone;
-          r.body = render_metrics(*stats, options_.stat_catalog ? *options_.stat_catalog : kNone, *members, *rules,
-                                  options_.extra_metrics ? options_.extra_metrics() : std::vector<prometheus::MetricFamily>{});
+          r.body = render_metrics(
+              *stats, options_.stat_catalog ? *options_.stat_catalog : kNone, *members, *rules,
+              options_.extra_metrics ? options_.extra_metrics() : std::vector<prometheus::MetricFamily>{});
           reply(std::move(r));
         };
       },
@@ -451,7 +464,8 @@ void Routes::readyz(Reply reply) {
                                        [](const MemberInfo& m) { return !m.self && m.state == MemberState::kAlive; });
         const bool ready = heard || options_.alone_long_enough();
         return [reply, ready] {
-          if (!ready) return reply(error_response(503, "not ready: no member heard from yet, and not alone for fail_after"));
+          if (!ready)
+            return reply(error_response(503, "not ready: no member heard from yet, and not alone for fail_after"));
           HttpResponse ok;
           ok.content_type = "text/plain; charset=utf-8";
           ok.body = "ready\n";

@@ -64,10 +64,10 @@ using NodeJob = std::function<std::function<void()>(RequestHandler&)>;
 using NodeRunner = std::function<bool(NodeJob job, const Reply& reply)>;
 
 struct RoutesOptions {
-  size_t max_batch = 1000;       // checks per POST /v1/check
-  size_t max_key_bytes = 256;    // the key table's: longer /v1/check keys are 400; RLS keys beyond are digested
-  bool rls_headers = true;       // RateLimit fields in /json's response_headers_to_add
-  bool metrics_only = false;     // serve /metrics, /healthz and /readyz only (404 for the rest)
+  size_t max_batch = 1000;     // checks per POST /v1/check
+  size_t max_key_bytes = 256;  // the key table's: longer /v1/check keys are 400; RLS keys beyond are digested
+  bool rls_headers = true;     // RateLimit fields in /json's response_headers_to_add
+  bool metrics_only = false;   // serve /metrics, /healthz and /readyz only (404 for the rest)
   // True once the node has been up for fail_after (then it is ready even alone).
   std::function<bool()> alone_long_enough = [] { return true; };
   // More /metrics families, collected on the HTTP thread (thread-safe: prometheus-cpp's
@@ -119,7 +119,8 @@ class Routes {
   std::shared_ptr<const RlsConfig> rls_config_;
   std::shared_ptr<const std::string> token_;  // under config_mu_; null: none required
   bool authorized(const std::string& authorization) const;
-  std::atomic<int64_t> requests_{0}, responses_2xx_{0}, responses_4xx_{0}, responses_5xx_{0}, checks_{0}, unauthorized_{0};
+  std::atomic<int64_t> requests_{0}, responses_2xx_{0}, responses_4xx_{0}, responses_5xx_{0}, checks_{0},
+      unauthorized_{0};
 };
 
 // A JSON error body: {"error": "..."} (protobuf's JSON writer does the escaping).

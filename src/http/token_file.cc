@@ -36,9 +36,9 @@ std::string read_token_file(const std::string& path) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     char shown[8];
     std::snprintf(shown, sizeof shown, c >= 0x21 && c < 0x7f ? "'%c'" : "0x%02X", c);
-    throw ConfigError(path, 1, int(i) + 1,
-                      std::string("the token may hold A-Z a-z 0-9 - . _ ~ + / and then '=' only (one line); found ") +
-                          shown);
+    throw ConfigError(
+        path, 1, int(i) + 1,
+        std::string("the token may hold A-Z a-z 0-9 - . _ ~ + / and then '=' only (one line); found ") + shown);
   }
   return text;
 }

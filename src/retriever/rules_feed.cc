@@ -39,9 +39,10 @@ InitialRules RulesFeed::load_initial(const RulesFeedOptions& options) {
     boost::system::error_code not_ip;
     const auto host = boost::asio::ip::make_address(source.url.host, not_ip);
     if (source.url.host != "localhost" && (not_ip || !host.is_loopback())) {
-      spdlog::warn("rules come over plain http from {}: whoever can alter that traffic sets this cluster's limits; "
-                   "use https:// (or keep the rules service on a trusted network)",
-                   source.url.host_header);
+      spdlog::warn(
+          "rules come over plain http from {}: whoever can alter that traffic sets this cluster's limits; "
+          "use https:// (or keep the rules service on a trusted network)",
+          source.url.host_header);
     }
   }
   // The cache first: a restart while the rules service is down starts with the last good rules,
@@ -92,8 +93,8 @@ void RulesFeed::stop() { retriever_->stop(); }
 void RulesFeed::apply(const std::string& body) {
   const int64_t before = host_.rules_version();
   const int64_t offered = content_version(body);
-  host_.offer_rules(body, options_.url, [this, before, offered, body, alive = std::weak_ptr<char>(alive_)](
-                                            const std::string& refused) {
+  host_.offer_rules(body, options_.url,
+                    [this, before, offered, body, alive = std::weak_ptr<char>(alive_)](const std::string& refused) {
     if (alive.expired() || !refused.empty()) return;  // refused: logged and counted by the host
     if (host_.rules_version() == offered && offered != before) write_cache(body);
   });
@@ -112,9 +113,10 @@ void RulesFeed::write_cache(const std::string& body) {
   }
   ++cache_write_failures_;
   if (!cache_stale_) {  // logged once; retried every second
-    spdlog::error("the rules in force are not cached (a restart while the rules service is down would start with "
-                  "older rules), retrying every second: {}",
-                  failed);
+    spdlog::error(
+        "the rules in force are not cached (a restart while the rules service is down would start with "
+        "older rules), retrying every second: {}",
+        failed);
   }
   cache_stale_ = true;
 }

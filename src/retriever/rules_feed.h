@@ -60,7 +60,8 @@ class RulesFeed {
   std::unique_ptr<RulesRetriever> retriever_;
   bool cache_stale_ = false;  // the last cache write failed: retried every second
   uint64_t cache_write_failures_ = 0;
-  std::shared_ptr<char> alive_ = std::make_shared<char>();  // the host's answer to an offer finds the feed gone without it
+  std::shared_ptr<char> alive_ =
+      std::make_shared<char>();  // the host's answer to an offer finds the feed gone without it
 };
 
 }  // namespace tollgate

@@ -5,12 +5,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <type_traits>
 
@@ -51,8 +51,12 @@ class Fetch : public std::enable_shared_from_this<Fetch<Stream>> {
   template <class... StreamArgs>
   Fetch(boost::asio::io_context& io, const HttpUrl& url, const std::string& if_none_match, const FetchLimits& limits,
         std::function<void(FetchResult)> done, StreamArgs&&... stream_args)
-      : url_(url), limits_(limits), done_(std::move(done)), resolver_(io),
-        stream_(std::forward<StreamArgs>(stream_args)...), deadline_(io) {
+      : url_(url),
+        limits_(limits),
+        done_(std::move(done)),
+        resolver_(io),
+        stream_(std::forward<StreamArgs>(stream_args)...),
+        deadline_(io) {
     request_.version(11);
     request_.method(http::verb::get);
     request_.target(url_.target);
@@ -82,21 +86,26 @@ class Fetch : public std::enable_shared_from_this<Fetch<Stream>> {
       }
       stream_.set_verify_callback(boost::asio::ssl::host_name_verification(url_.host));
     }
-    resolver_.async_resolve(url_.host, url_.port, [self](const boost::system::error_code& resolved, tcp::resolver::results_type results) {
-      if (resolved || self->timed_out_) return self->fail("cannot resolve " + self->url_.host + ": " + resolved.message());
-      beast::get_lowest_layer(self->stream_).async_connect(results, [self](const boost::system::error_code& connected, const tcp::endpoint&) {
-        if (connected || self->timed_out_) {
-          return self->fail("cannot connect to " + self->url_.host_header + ": " + connected.message());
-        }
-        if constexpr (kTls) {
-          self->stream_.async_handshake(boost::asio::ssl::stream_base::client, [self](const boost::system::error_code& shaken) {
-            if (shaken || self->timed_out_) return self->fail("TLS handshake with " + self->url_.host_header + " failed: " + shaken.message());
+    resolver_.async_resolve(url_.host, url_.port,
+                            [self](const boost::system::error_code& resolved, tcp::resolver::results_type results) {
+      if (resolved || self->timed_out_)
+        return self->fail("cannot resolve " + self->url_.host + ": " + resolved.message());
+      beast::get_lowest_layer(self->stream_)
+          .async_connect(results, [self](const boost::system::error_code& connected, const tcp::endpoint&) {
+            if (connected || self->timed_out_) {
+              return self->fail("cannot connect to " + self->url_.host_header + ": " + connected.message());
+            }
+            if constexpr (kTls) {
+              self->stream_.async_handshake(boost::asio::ssl::stream_base::client,
+                                            [self](const boost::system::error_code& shaken) {
+            if (shaken || self->timed_out_)
+              return self->fail("TLS handshake with " + self->url_.host_header + " failed: " + shaken.message());
             self->send();
+              });
+            } else {
+              self->send();
+            }
           });
-        } else {
-          self->send();
-        }
-      });
     });
   }
 
@@ -133,7 +142,8 @@ class Fetch : public std::enable_shared_from_this<Fetch<Stream>> {
       return fail("the body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
     }
     if (ec == http::error::header_limit) return fail("the response's header is larger than 16 KiB");
-    if (ec == http::error::buffer_overflow) return fail("a line of the response (a chunk size or a trailer) is over 64 KiB");
+    if (ec == http::error::buffer_overflow)
+      return fail("a line of the response (a chunk size or a trailer) is over 64 KiB");
     // Over TLS, a body that ends at the connection's end is complete only with the server's
     // close_notify: without it (stream_truncated) an attacker could have cut it short.
     if (ec) return fail("cannot read the response: " + ec.message());
@@ -144,8 +154,9 @@ class Fetch : public std::enable_shared_from_this<Fetch<Stream>> {
       // A body that ends where the connection does would look complete if the connection were
       // cut: rules cut short could parse as fewer rules, and lift limits.
       if (!parser_.content_length() && !parser_.chunked()) {
-        return fail("the answer has neither a Content-Length nor chunked encoding (a cut connection would look "
-                    "complete)");
+        return fail(
+            "the answer has neither a Content-Length nor chunked encoding (a cut connection would look "
+            "complete)");
       }
       // Nothing but blanks and comments: a file being rewritten, or a misconfigured server.
       // Taken as rules, it would lift every limit on every node at once.
@@ -272,7 +283,7 @@ void fetch_http(boost::asio::io_context& io, const HttpUrl& url, const std::stri
     return;
   }
   std::make_shared<Fetch<beast::ssl_stream<beast::tcp_stream>>>(io, url, if_none_match, limits, std::move(done), io,
-                                                                 *limits.tls)
+                                                                *limits.tls)
       ->start();
 }
 
@@ -285,7 +296,11 @@ FetchResult fetch_http_now(const HttpUrl& url, const FetchLimits& limits) {
 }
 
 RulesRetriever::RulesRetriever(boost::asio::io_context& io, Options options, Apply apply)
-    : io_(io), options_(std::move(options)), apply_(std::move(apply)), timer_(io), alive_(std::make_shared<bool>(true)) {
+    : io_(io),
+      options_(std::move(options)),
+      apply_(std::move(apply)),
+      timer_(io),
+      alive_(std::make_shared<bool>(true)) {
   // At least every ten minutes.
   const auto polls = std::chrono::minutes(10) / std::max(options_.poll, std::chrono::milliseconds(1));
   full_fetch_every_ = uint64_t(std::max<int64_t>(1, polls));

@@ -22,10 +22,10 @@ namespace tollgate {
 
 // An http:// or https:// URL split for a request.
 struct HttpUrl {
-  bool tls = false;    // https
-  std::string host;    // name or IP address (an IPv6 address without its brackets)
-  std::string port;    // "80" unless given
-  std::string target;  // path and query, "/" at least
+  bool tls = false;         // https
+  std::string host;         // name or IP address (an IPv6 address without its brackets)
+  std::string port;         // "80" unless given
+  std::string target;       // path and query, "/" at least
   std::string host_header;  // the Host field: host[:port], IPv6 in brackets
 };
 
@@ -43,7 +43,7 @@ struct FetchResult {
 
 struct FetchLimits {
   std::chrono::milliseconds timeout{5000};  // resolve, connect, handshake, send and receive, in all
-  size_t max_body_bytes = 4u << 20;          // a larger body fails the fetch
+  size_t max_body_bytes = 4u << 20;         // a larger body fails the fetch
   // For https://: verifies the server's certificate chain and that it names the URL's host.
   std::shared_ptr<boost::asio::ssl::context> tls;
 };
@@ -108,9 +108,9 @@ class RulesRetriever {
   uint64_t polls_since_full_ = 0;
   uint64_t full_fetch_every_ = 1;
   int64_t last_body_version_ = 0;  // content_version of that body
-  std::string last_problem_;     // the failure last logged: the same one is not logged again
-  bool in_flight_ = false;       // a fetch has started and not answered
-  bool again_ = false;           // poll_now() during a fetch: poll once more when it answers
+  std::string last_problem_;       // the failure last logged: the same one is not logged again
+  bool in_flight_ = false;         // a fetch has started and not answered
+  bool again_ = false;             // poll_now() during a fetch: poll once more when it answers
   RulesRetrieverStats stats_;
 };
 

@@ -41,7 +41,6 @@ int64_t nanos_to_hold(const Decision& d, int64_t tokens) {
 
 bool refills(const Decision& d) { return d.has_limit() && d.limit.rate.tokens > 0; }
 
-
 // When `cost` could pass, or kRetryNever.
 int64_t retry_after_ns(const Decision& d, int64_t cost) {
   return refills(d) && cost <= d.limit.burst ? nanos_to_hold(d, cost) : kRetryNever;
@@ -170,8 +169,8 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     }
     r.until_full_ns = until_full_ns(d);
     const bool charged = plan.descriptors[where[k]].match.limit->bucket.charge_when_over;
-    const bool has_room = blocked && !charged ? d.remaining >= items[k].cost
-                                              : d.allowed || d.reason == DenyReason::kOtherCheckDenied;
+    const bool has_room =
+        blocked && !charged ? d.remaining >= items[k].cost : d.allowed || d.reason == DenyReason::kOtherCheckDenied;
     if (has_room) {
       r.remaining = clamp_remaining(d.remaining);
     } else {
@@ -192,7 +191,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       r.shadow_over = shadow && p.hits > 0;
       continue;
     }
-    if (!shadow && r.code == Code::kOverLimit) continue;  // in debt: decided above
+    if (!shadow && r.code == Code::kOverLimit) continue;         // in debt: decided above
     const bool pay = allowed || limit->bucket.charge_when_over;  // charge_when_over: paid whatever the answer
     const CheckItem item{p.match.key, shadow && pay ? p.hits : 0};
     Decision d;

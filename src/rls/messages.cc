@@ -53,7 +53,8 @@ void add_ratelimit_headers(const std::vector<DescriptorResult>& results, pb::Rat
   const RlsLimit& l = *pick->limit;
   const std::string name = header_name(l.name);
   add_header(response, "RateLimit-Policy",
-             name + ";q=" + std::to_string(l.bucket.burst) + ";w=" + std::to_string(l.bucket.rate.period_ns / kNanosPerSecond));
+             name + ";q=" + std::to_string(l.bucket.burst) +
+                 ";w=" + std::to_string(l.bucket.rate.period_ns / kNanosPerSecond));
   const int64_t reset_ns = pick->code == Code::kOverLimit ? pick->retry_after_ns : pick->until_full_ns;
   std::string fields = name + ";r=" + std::to_string(pick->remaining);
   if (reset_ns != kRetryNever) fields += ";t=" + std::to_string(ceil_seconds(reset_ns));
@@ -72,9 +73,11 @@ std::string plan_from_message(const pb::RateLimitRequest& request, std::shared_p
   std::vector<DescriptorInput> inputs(size_t(std::min(request.descriptors_size(), int(kMaxDescriptors) + 1)));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const pb::RateLimitDescriptor& d = request.descriptors(int(i));
-    if (d.is_negative_hits()) return "descriptor " + std::to_string(i) + ": refunds (is_negative_hits) are not supported";
+    if (d.is_negative_hits())
+      return "descriptor " + std::to_string(i) + ": refunds (is_negative_hits) are not supported";
     if (d.has_limit()) {
-      return "descriptor " + std::to_string(i) + ": limit overrides are not supported; configure the limit in the RLS config instead";
+      return "descriptor " + std::to_string(i) +
+             ": limit overrides are not supported; configure the limit in the RLS config instead";
     }
     DescriptorInput& in = inputs[i];
     in.entries.reserve(size_t(std::min(d.entries_size(), int(kMaxEntries) + 1)));
@@ -89,7 +92,8 @@ std::string plan_from_message(const pb::RateLimitRequest& request, std::shared_p
   return plan_request(std::move(config), request.domain(), request.hits_addend(), inputs, max_key_bytes, plan);
 }
 
-void fill_response(Code overall, const std::vector<DescriptorResult>& results, bool headers, pb::RateLimitResponse& response) {
+void fill_response(Code overall, const std::vector<DescriptorResult>& results, bool headers,
+                   pb::RateLimitResponse& response) {
   response.set_overall_code(overall == Code::kOk ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
   for (const DescriptorResult& r : results) {
     pb::RateLimitResponse::DescriptorStatus* s = response.add_statuses();

@@ -13,11 +13,11 @@
 #include <sys/stat.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -27,13 +27,13 @@
 #include <vector>
 
 #include "api/endpoint.h"
-#include "api/node_queue.h"
 #include "api/listener.h"
+#include "api/node_queue.h"
 #include "config/read_file.h"
+#include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
-#include "core/clock.h"
 
 namespace tollgate::rls {
 namespace {
@@ -79,7 +79,8 @@ std::string check_pem_files(const std::string& cert, const std::string& key, con
   if (std::string e = read_pem(cert, "certificate", PEM_read_bio_X509, X509_free, &n, &certs); !e.empty()) return e;
   std::vector<void*> keys;
   std::string error = read_pem(key, "private key", PEM_read_bio_PrivateKey, EVP_PKEY_free, &n, &keys);
-  if (error.empty() && X509_check_private_key(static_cast<X509*>(certs.front()), static_cast<EVP_PKEY*>(keys.front())) != 1) {
+  if (error.empty() &&
+      X509_check_private_key(static_cast<X509*>(certs.front()), static_cast<EVP_PKEY*>(keys.front())) != 1) {
     ERR_clear_error();
     error = key + ": this private key is not the key of " + cert + "'s certificate";
   }
@@ -208,13 +209,19 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     static const Stat kStats[] = {
         {{"rls_calls", StatKind::kCounter, "ShouldRateLimit calls received"}, &Impl::calls_},
         {{"rls_calls_over_limit", StatKind::kCounter, "Calls answered OVER_LIMIT"}, &Impl::over_limit_},
-        {{"rls_invalid_argument", StatKind::kCounter, "Calls refused as malformed (INVALID_ARGUMENT)"}, &Impl::invalid_},
-        {{"rls_busy", StatKind::kCounter, "Calls refused RESOURCE_EXHAUSTED: the queue for the node full"}, &Impl::busy_},
-        {{"rls_deadline_expired", StatKind::kCounter, "Calls whose deadline passed before the node reached them (not charged)"},
+        {{"rls_invalid_argument", StatKind::kCounter, "Calls refused as malformed (INVALID_ARGUMENT)"},
+         &Impl::invalid_},
+        {{"rls_busy", StatKind::kCounter, "Calls refused RESOURCE_EXHAUSTED: the queue for the node full"},
+         &Impl::busy_},
+        {{"rls_deadline_expired", StatKind::kCounter,
+          "Calls whose deadline passed before the node reached them (not charged)"},
          &Impl::deadline_expired_},
-        {{"rls_cancelled", StatKind::kCounter, "Calls cancelled before the node reached them (not charged)"}, &Impl::cancelled_},
-        {{"rls_unavailable", StatKind::kCounter, "Calls answered UNAVAILABLE while shutting down (not charged)"}, &Impl::unavailable_},
-        {{"rls_shadow_over_limit", StatKind::kCounter, "Descriptors a shadow-mode limit would have put over"}, &Impl::shadow_over_},
+        {{"rls_cancelled", StatKind::kCounter, "Calls cancelled before the node reached them (not charged)"},
+         &Impl::cancelled_},
+        {{"rls_unavailable", StatKind::kCounter, "Calls answered UNAVAILABLE while shutting down (not charged)"},
+         &Impl::unavailable_},
+        {{"rls_shadow_over_limit", StatKind::kCounter, "Descriptors a shadow-mode limit would have put over"},
+         &Impl::shadow_over_},
     };
     return kStats;
   }

@@ -23,9 +23,9 @@
 #include <string>
 
 #include "api/request_handler.h"
-#include "util/stat_def.h"
 #include "tollgate/api.h"
 #include "tollgate/rls_config.h"
+#include "util/stat_def.h"
 
 namespace tollgate::rls {
 
@@ -77,7 +77,7 @@ class RlsServer {
   // "127.0.0.1:8081" or "unix:/run/x.sock", the port chosen if 0 was asked; valid after start().
   const std::string& address() const;
   bool is_loopback() const;
-  bool is_tls() const;       // serves TLS (tls_cert given)
+  bool is_tls() const;         // serves TLS (tls_cert given)
   bool is_mutual_tls() const;  // and requires a client certificate (tls_client_ca given)
 
   // The config later calls resolve against (any thread).

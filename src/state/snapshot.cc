@@ -79,7 +79,8 @@ std::string encode(const NodeState& s, int64_t written_unix_ns, const ClusterKey
   out.replace(0, kMagic.size(), kMagic);
   store_be32(kFormatVersion, out.data() + kMagic.size());
   if (!m.AppendToString(&out)) throw std::runtime_error("the state cannot be serialized");
-  const codec_internal::Mac mac = state_mac(keys_of(keys).front(), kFormatVersion, std::string_view(out).substr(kHeaderBytes));
+  const codec_internal::Mac mac =
+      state_mac(keys_of(keys).front(), kFormatVersion, std::string_view(out).substr(kHeaderBytes));
   out.replace(kMagic.size() + 4, kMacBytes, reinterpret_cast<const char*>(mac.data()), kMacBytes);
   return out;
 }
@@ -102,11 +103,13 @@ Loaded decode(std::string_view bytes, const ClusterKeys& keys, const std::string
     verified = verified || CRYPTO_memcmp(expected.data(), mac.data(), kMacBytes) == 0;
   }
   if (!verified) {
-    fail("its checksum does not verify: it is truncated or corrupted, or was written under another cluster key "
-         "(or without one); nothing of it was used. Move it aside to start without it");
+    fail(
+        "its checksum does not verify: it is truncated or corrupted, or was written under another cluster key "
+        "(or without one); nothing of it was used. Move it aside to start without it");
   }
   pb::Snapshot m;
-  if (!m.ParseFromArray(payload.data(), int(payload.size()))) fail("its contents cannot be read; nothing of it was used");
+  if (!m.ParseFromArray(payload.data(), int(payload.size())))
+    fail("its contents cannot be read; nothing of it was used");
   Loaded out;
   out.written_unix_ns = m.written_unix_ns();
   out.state.node_id = m.node_id();
@@ -133,7 +136,8 @@ std::optional<std::string> read_file(const std::string& path) {
   } else if (!S_ISREG(st.st_mode)) {
     error = "not a regular file";
   } else if (size_t(st.st_size) > kMaxStateFileBytes) {
-    error = std::to_string(st.st_size) + " bytes, more than a state file holds (" + std::to_string(kMaxStateFileBytes) + ")";
+    error = std::to_string(st.st_size) + " bytes, more than a state file holds (" + std::to_string(kMaxStateFileBytes) +
+            ")";
   } else {
     bytes.resize(size_t(st.st_size));
     size_t got = 0;

@@ -9,8 +9,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "tollgate/api.h"
 #include "core/random.h"
+#include "tollgate/api.h"
 #include "transport.h"
 
 namespace tollgate {

@@ -1,9 +1,9 @@
 #include "tcp_transport.h"
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -22,7 +22,12 @@ using boost::asio::ip::tcp;
 class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
  public:
   Outbound(TcpTransport& t, std::string address)
-      : t_(t), alive_(t.alive_), address_(std::move(address)), socket_(t.io_), timer_(t.io_), resolver_(t.io_),
+      : t_(t),
+        alive_(t.alive_),
+        address_(std::move(address)),
+        socket_(t.io_),
+        timer_(t.io_),
+        resolver_(t.io_),
         backoff_ms_(t.options_.backoff_initial_ms) {}
 
   // False once the transport is stopped or gone: handlers check this before touching t_.
@@ -66,24 +71,24 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
       ++t_.stats_.unresolved;
       return retry_later();
     }
-    resolver_.async_resolve(host, std::to_string(port),
-                            [self = shared_from_this()](const boost::system::error_code& ec, tcp::resolver::results_type r) {
-                              if (!self->live()) return;
-                              if (ec) {
-                                ++self->t_.stats_.unresolved;
-                                return self->retry_later();
-                              }
-                              boost::asio::async_connect(self->socket_, r,
-                                                         [self](const boost::system::error_code& cec, const tcp::endpoint&) {
-                                                           if (!self->live()) return;
-                                                           if (cec) return self->retry_later();
-                                                           boost::system::error_code ignored;
-                                                           self->socket_.set_option(tcp::no_delay(true), ignored);
-                                                           self->state_ = State::kConnected;
-                                                           self->backoff_ms_ = self->t_.options_.backoff_initial_ms;
-                                                           self->write();
-                                                         });
-                            });
+    resolver_.async_resolve(
+        host, std::to_string(port),
+        [self = shared_from_this()](const boost::system::error_code& ec, tcp::resolver::results_type r) {
+      if (!self->live()) return;
+      if (ec) {
+        ++self->t_.stats_.unresolved;
+        return self->retry_later();
+      }
+      boost::asio::async_connect(self->socket_, r, [self](const boost::system::error_code& cec, const tcp::endpoint&) {
+        if (!self->live()) return;
+        if (cec) return self->retry_later();
+        boost::system::error_code ignored;
+        self->socket_.set_option(tcp::no_delay(true), ignored);
+        self->state_ = State::kConnected;
+        self->backoff_ms_ = self->t_.options_.backoff_initial_ms;
+        self->write();
+      });
+        });
   }
 
   void retry_later() {
@@ -119,17 +124,17 @@ class TcpTransport::Outbound : public std::enable_shared_from_this<Outbound> {
     const Frame& f = queue_.front();
     boost::asio::async_write(socket_, boost::asio::buffer(f.bytes()),
                              [self = shared_from_this()](const boost::system::error_code& ec, size_t bytes) {
-                               if (!self->live()) return;
-                               if (ec) {
-                                 ++self->t_.stats_.send_errors;
-                                 return self->retry_later();  // the frame stays queued and goes again
-                               }
-                               ++self->t_.stats_.messages_sent;
-                               self->t_.stats_.bytes_sent += bytes;
-                               self->queued_bytes_ -= self->queue_.front().bytes().size();
-                               self->queue_.pop_front();
-                               self->write();
-                             });
+      if (!self->live()) return;
+      if (ec) {
+        ++self->t_.stats_.send_errors;
+        return self->retry_later();  // the frame stays queued and goes again
+      }
+      ++self->t_.stats_.messages_sent;
+      self->t_.stats_.bytes_sent += bytes;
+      self->queued_bytes_ -= self->queue_.front().bytes().size();
+      self->queue_.pop_front();
+      self->write();
+    });
   }
 
   TcpTransport& t_;
@@ -163,8 +168,8 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
         last_read_(accepted_at_) {}
 
   void read() {
-    socket_.async_read_some(boost::asio::buffer(buffer_), [self = shared_from_this()](const boost::system::error_code& ec,
-                                                                                      size_t n) {
+    socket_.async_read_some(boost::asio::buffer(buffer_),
+                            [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
       if (!*self->alive_ || self->closed_) return;
       if (ec) return self->close();
       self->on_bytes(n);
@@ -258,7 +263,8 @@ class TcpTransport::Inbound : public std::enable_shared_from_this<Inbound> {
   char buffer_[16384];
 };
 
-TcpTransport::TcpTransport(boost::asio::io_context& io, const std::string& bind, ClusterKeys keys, TcpTransportOptions options)
+TcpTransport::TcpTransport(boost::asio::io_context& io, const std::string& bind, ClusterKeys keys,
+                           TcpTransportOptions options)
     : io_(io),
       acceptor_(io),
       keys_(std::move(keys)),
@@ -358,15 +364,16 @@ void TcpTransport::proven(Inbound* in, NodeId sender) {
     if (raw != in && raw->proven() && raw->sender() == sender) same.push_back(raw);
   }
   if (same.size() >= kMaxConnectionsPerSender) {
-    Inbound* oldest = *std::min_element(same.begin(), same.end(),
-                                        [](const Inbound* a, const Inbound* b) { return a->proven_at() < b->proven_at(); });
+    Inbound* oldest = *std::min_element(
+        same.begin(), same.end(), [](const Inbound* a, const Inbound* b) { return a->proven_at() < b->proven_at(); });
     ++dropped_["inbound_sender_replaced"];
     const std::shared_ptr<Inbound> keep = inbound_.at(oldest);
     keep->close();
   }
   in->prove(std::move(sender));
   --unproven_;
-  if (auto it = unproven_by_ip_.find(in->ip()); it != unproven_by_ip_.end() && --it->second == 0) unproven_by_ip_.erase(it);
+  if (auto it = unproven_by_ip_.find(in->ip()); it != unproven_by_ip_.end() && --it->second == 0)
+    unproven_by_ip_.erase(it);
 }
 
 void TcpTransport::forget(Inbound* in) {
@@ -374,7 +381,8 @@ void TcpTransport::forget(Inbound* in) {
   if (it == inbound_.end()) return;
   if (!in->proven()) {
     --unproven_;
-    if (auto ip = unproven_by_ip_.find(in->ip()); ip != unproven_by_ip_.end() && --ip->second == 0) unproven_by_ip_.erase(ip);
+    if (auto ip = unproven_by_ip_.find(in->ip()); ip != unproven_by_ip_.end() && --ip->second == 0)
+      unproven_by_ip_.erase(ip);
   }
   inbound_.erase(it);
 }
@@ -431,7 +439,8 @@ std::shared_ptr<const std::vector<std::string>> TcpTransport::encoded(const Goss
     EncodeStats encode_stats;
     last_encoded_ = std::make_shared<const std::vector<std::string>>(
         encode_frames(*message, keys_, options_.send_frame_bytes, &encode_stats, wall_now_s()));
-    stats_.encode_dropped += encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
+    stats_.encode_dropped +=
+        encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
   }
   return last_encoded_;
 }

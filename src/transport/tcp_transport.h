@@ -37,10 +37,10 @@ struct TcpTransportOptions {
   // fresh captured frame, so both stay small: 1,024 connections hold at most ~80 MiB.
   size_t max_frame_bytes = size_t{64} << 10;
   size_t send_frame_bytes = size_t{64} << 10;
-  size_t max_queue_bytes = size_t{4} << 20;       // per peer, not yet written
-  int64_t backoff_initial_ms = 100;               // first reconnect delay
-  int64_t backoff_max_ms = 5000;                  // cap; each delay is jittered to [d/2, d]
-  size_t max_inbound_connections = 1024;          // beyond: the oldest stranger goes, or the newcomer
+  size_t max_queue_bytes = size_t{4} << 20;  // per peer, not yet written
+  int64_t backoff_initial_ms = 100;          // first reconnect delay
+  int64_t backoff_max_ms = 5000;             // cap; each delay is jittered to [d/2, d]
+  size_t max_inbound_connections = 1024;     // beyond: the oldest stranger goes, or the newcomer
   size_t max_unproven_connections = 256;
   size_t max_unproven_per_ip = 32;
   std::chrono::milliseconds auth_timeout{5'000};

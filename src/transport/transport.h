@@ -13,24 +13,24 @@
 
 #include "codec/cluster_key.h"
 #include "core/message.h"
-#include "core/outbox.h"
 #include "core/offense_limiter.h"
+#include "core/outbox.h"
 #include "core/source_limiter.h"
 
 namespace tollgate {
 
 // Counters every transport keeps, reported by `tollgate stats`.
 struct TransportStats {
-  uint64_t messages_sent = 0;     // datagrams or frames handed to the kernel
+  uint64_t messages_sent = 0;  // datagrams or frames handed to the kernel
   uint64_t bytes_sent = 0;
-  uint64_t messages_received = 0; // decoded and authenticated
+  uint64_t messages_received = 0;  // decoded and authenticated
   uint64_t bytes_received = 0;
-  uint64_t send_errors = 0;       // the kernel refused, or no route
-  uint64_t send_dropped = 0;      // a queue was full, or the peer was not connected
-  uint64_t unresolved = 0;        // sends to an address that could not be resolved
+  uint64_t send_errors = 0;   // the kernel refused, or no route
+  uint64_t send_dropped = 0;  // a queue was full, or the peer was not connected
+  uint64_t unresolved = 0;    // sends to an address that could not be resolved
   // Received and dropped, by decode_error_name() ("bad_mac", "unknown_version", ...); a reason
   // appears once it has happened.
-  uint64_t encode_dropped = 0;    // batches, rows or digest origins the encoder left out (codec.h)
+  uint64_t encode_dropped = 0;  // batches, rows or digest origins the encoder left out (codec.h)
   std::vector<std::pair<std::string, uint64_t>> dropped;
 };
 
@@ -55,7 +55,9 @@ class Transport : public Outbox {
   // A message whose sender's clock (GossipMessage::sent_at_s) is further than this from ours,
   // either way, is dropped as "stale": a replay, or clocks that disagree (docs/design.md,
   // "Replay"). 0 turns the check off.
-  void set_max_message_age(std::chrono::seconds age) { max_message_age_s_ = uint64_t(std::max<int64_t>(age.count(), 0)); }
+  void set_max_message_age(std::chrono::seconds age) {
+    max_message_age_s_ = uint64_t(std::max<int64_t>(age.count(), 0));
+  }
 
   // Queued messages older than this are not worth sending (half the age at which they are stale).
   std::chrono::steady_clock::duration stale_after() const {

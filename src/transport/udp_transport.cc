@@ -74,14 +74,14 @@ bool UdpTransport::endpoint_for(const std::string& address, udp::endpoint* out) 
     auto resolver = std::make_shared<udp::resolver>(io_);
     resolver->async_resolve(host, std::to_string(port),
                             [this, resolver, address, alive = alive_](const boost::system::error_code& rec,
-                                                                        udp::resolver::results_type results) {
-                              if (!*alive) return;
-                              resolving_[address] = false;
-                              if (!rec && !results.empty()) {
-                                endpoints_[address] = results.begin()->endpoint();
-                                member_sources_.insert(source_key(results.begin()->endpoint()));
-                              }
-                            });
+                                                                      udp::resolver::results_type results) {
+      if (!*alive) return;
+      resolving_[address] = false;
+      if (!rec && !results.empty()) {
+        endpoints_[address] = results.begin()->endpoint();
+        member_sources_.insert(source_key(results.begin()->endpoint()));
+      }
+    });
   }
   return false;
 }
@@ -92,7 +92,8 @@ std::shared_ptr<const std::vector<std::string>> UdpTransport::encoded(const Goss
     EncodeStats encode_stats;
     last_encoded_ = std::make_shared<const std::vector<std::string>>(
         encode_datagrams(*message, keys_, max_datagram_, &encode_stats, wall_now_s()));
-    stats_.encode_dropped += encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
+    stats_.encode_dropped +=
+        encode_stats.dropped_batches + encode_stats.dropped_members + encode_stats.dropped_digest_origins;
   }
   return last_encoded_;
 }
@@ -112,45 +113,45 @@ void UdpTransport::send(const std::string& address, const GossipMessagePtr& mess
     ++in_flight_;
     socket_.async_send_to(boost::asio::buffer(d), to,
                           [this, datagrams, alive = alive_](const boost::system::error_code& ec, size_t bytes) {
-                            if (!*alive) return;
-                            --in_flight_;
-                            if (ec) {
-                              ++stats_.send_errors;
-                            } else {
-                              ++stats_.messages_sent;
-                              stats_.bytes_sent += bytes;
-                            }
-                          });
+      if (!*alive) return;
+      --in_flight_;
+      if (ec) {
+        ++stats_.send_errors;
+      } else {
+        ++stats_.messages_sent;
+        stats_.bytes_sent += bytes;
+      }
+    });
   }
 }
 
 void UdpTransport::receive() {
   socket_.async_receive_from(boost::asio::buffer(buffer_.get(), kReceiveBuffer), from_,
                              [this, alive = alive_](const boost::system::error_code& ec, size_t bytes) {
-                               if (!*alive || ec == boost::asio::error::operation_aborted) return;
-                               const std::string from = source_key(from_);
-                               const bool member = member_sources_.count(from) != 0;
-                               const std::string ip = member ? std::string() : from_.address().to_string();
-                               if (!ec && admit_source(member ? from : ip, member ? SourceKind::kMember : SourceKind::kOther,
-                                                       bytes, dropped_)) {
-                                 stats_.bytes_received += bytes;
-                                 DecodeResult r = decode(std::string_view(buffer_.get(), bytes), keys_);
-                                 if (r.message && fresh(*r.message, from, dropped_)) {
-                                   ++stats_.messages_received;
-                                   r.message->digest_from = r.digest_range.from;
-                                   r.message->digest_until = r.digest_range.until;
-                                   r.message->received_from = received_from(from_, from, *r.message);
-                                   if (receiver_) receiver_(std::move(*r.message));
-                                 } else if (!r.message) {
-                                   ++dropped_[decode_error_name(r.error)];
-                                   report_offense(from, std::string("gossip datagram dropped: ") + decode_error_name(r.error));
-                                 }
-                               }
-                               receive();
-                             });
+    if (!*alive || ec == boost::asio::error::operation_aborted) return;
+    const std::string from = source_key(from_);
+    const bool member = member_sources_.count(from) != 0;
+    const std::string ip = member ? std::string() : from_.address().to_string();
+    if (!ec && admit_source(member ? from : ip, member ? SourceKind::kMember : SourceKind::kOther, bytes, dropped_)) {
+      stats_.bytes_received += bytes;
+      DecodeResult r = decode(std::string_view(buffer_.get(), bytes), keys_);
+      if (r.message && fresh(*r.message, from, dropped_)) {
+        ++stats_.messages_received;
+        r.message->digest_from = r.digest_range.from;
+        r.message->digest_until = r.digest_range.until;
+        r.message->received_from = received_from(from_, from, *r.message);
+        if (receiver_) receiver_(std::move(*r.message));
+      } else if (!r.message) {
+        ++dropped_[decode_error_name(r.error)];
+        report_offense(from, std::string("gossip datagram dropped: ") + decode_error_name(r.error));
+      }
+    }
+    receive();
+  });
 }
 
-std::string UdpTransport::received_from(const udp::endpoint& source, const std::string& key, const GossipMessage& m) const {
+std::string UdpTransport::received_from(const udp::endpoint& source, const std::string& key,
+                                        const GossipMessage& m) const {
   // The address the sender gives for itself, as it wrote it, when the datagram came from there
   // (compared as endpoints: "10.0.0.2:7946" and a peers file's host name are the same place).
   std::string host, why;

@@ -193,7 +193,7 @@ class FlatTable {
   }
 
   static inline const Slot kEmptySlot{};
-  std::vector<Slot> slots_;  // size 0 or a power of two, at most half used
+  std::vector<Slot> slots_;          // size 0 or a power of two, at most half used
   const Slot* probe_ = &kEmptySlot;  // slots_.data(), or kEmptySlot while slots_ is empty
   size_t mask_ = 0;                  // slots_.size() - 1, or 0 while slots_ is empty
   std::vector<std::conditional_t<kHasValues, Value, char>> values_;  // values_[i] belongs to slots_[i]

@@ -37,7 +37,8 @@ inline bool split_host_port(std::string_view address, std::string* host, uint16_
   if (h.empty()) return fail("missing host");
   unsigned value = 0;
   const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), value);
-  if (p.empty() || ec != std::errc() || end != p.data() + p.size() || (value == 0 && !allow_port_zero) || value > 65535) {
+  if (p.empty() || ec != std::errc() || end != p.data() + p.size() || (value == 0 && !allow_port_zero) ||
+      value > 65535) {
     return fail(allow_port_zero ? "port must be a number from 0 to 65535" : "port must be a number from 1 to 65535");
   }
   if (host) *host = std::string(h);

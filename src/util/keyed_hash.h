@@ -25,11 +25,11 @@ class KeyedHash {
  public:
   using Key = std::array<uint64_t, 2>;
 
-  explicit KeyedHash(const Key& key) {
-    XXH3_generateSecret(secret_, sizeof secret_, key.data(), sizeof(Key));
-  }
+  explicit KeyedHash(const Key& key) { XXH3_generateSecret(secret_, sizeof secret_, key.data(), sizeof(Key)); }
 
-  uint64_t operator()(std::string_view s) const { return XXH3_64bits_withSecret(s.data(), s.size(), secret_, sizeof secret_); }
+  uint64_t operator()(std::string_view s) const {
+    return XXH3_64bits_withSecret(s.data(), s.size(), secret_, sizeof secret_);
+  }
 
  private:
   alignas(64) unsigned char secret_[192];  // XXH3's own default secret's size (>= XXH3_SECRET_SIZE_MIN)

@@ -59,7 +59,8 @@ class StatCatalog {
     StatUnit unit;
   };
   void add(std::span<const StatDef> defs, std::string_view prefix = "") {
-    for (const StatDef& d : defs) entries_.push_back({std::string(prefix) + std::string(d.name), d.kind, std::string(d.help), d.unit});
+    for (const StatDef& d : defs)
+      entries_.push_back({std::string(prefix) + std::string(d.name), d.kind, std::string(d.help), d.unit});
   }
   // The declaration of `name`: an exact one, else a family whose prefix and suffix it has; null
   // when none declares it.
@@ -73,7 +74,8 @@ class StatCatalog {
       }
       const std::string_view prefix = std::string_view(e.name).substr(0, star);
       const std::string_view suffix = std::string_view(e.name).substr(star + 1);
-      if (name.size() > prefix.size() + suffix.size() && name.starts_with(prefix) && name.ends_with(suffix)) family = &e;
+      if (name.size() > prefix.size() + suffix.size() && name.starts_with(prefix) && name.ends_with(suffix))
+        family = &e;
     }
     return family;
   }

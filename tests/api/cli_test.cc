@@ -80,7 +80,8 @@ TEST_F(CliTest, MembersAndStats) {
 }
 
 TEST_F(CliTest, AdminFaults) {
-  CliRun set = run(endpoint_ + " admin faults --drop-to b,c --drop-from d --loss 0.5 --delay 1500ms --duplicate 0.1 --jitter 20");
+  CliRun set = run(endpoint_ +
+                   " admin faults --drop-to b,c --drop-from d --loss 0.5 --delay 1500ms --duplicate 0.1 --jitter 20");
   EXPECT_EQ(set.exit_code, 0) << set.out;
   auto faults = handler_.faults();
   ASSERT_TRUE(faults);
@@ -120,8 +121,8 @@ TEST(CliErrors, AreExitTwo) {
   EXPECT_EQ(bad_timeout.exit_code, 2);
   EXPECT_NE(bad_timeout.out.find("missing unit"), std::string::npos) << bad_timeout.out;
 
-  EXPECT_EQ(run("").exit_code, 2);               // no subcommand
-  EXPECT_EQ(run("check").exit_code, 2);          // no key
+  EXPECT_EQ(run("").exit_code, 2);       // no subcommand
+  EXPECT_EQ(run("check").exit_code, 2);  // no key
   EXPECT_EQ(run("frobnicate").exit_code, 2);
   // A mistyped command names the one it was probably meant to be (issue 37, item 13).
   CliRun typo = run("chek k");

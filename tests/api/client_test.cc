@@ -472,7 +472,6 @@ TEST_F(ClientTest, ReconnectsAfterTheDaemonRestarts) {
   EXPECT_GE(client.counters().disconnects, 1u);
 }
 
-
 // --- the caller-thread path (ClientOptions::direct_connections) -------------------------------
 
 TEST_F(ClientTest, SyncChecksAreAnsweredOnTheCallersOwnConnection) {

@@ -63,7 +63,8 @@ TEST(Framing, FramesRoundTripWhenFedOneByteAtATime) {
 
 TEST(Framing, ManyFramesInOnePieceComeOutInOrder) {
   std::string stream;
-  for (uint64_t id = 1; id <= 50; ++id) ASSERT_TRUE(append_frame(sample_request(id, "k"), kDefaultMaxFrameBytes, stream));
+  for (uint64_t id = 1; id <= 50; ++id)
+    ASSERT_TRUE(append_frame(sample_request(id, "k"), kDefaultMaxFrameBytes, stream));
   FrameReader decoder(kDefaultMaxFrameBytes);
   decoder.append(std::string_view(stream.data(), stream.size()));
   std::string_view payload;

@@ -112,11 +112,11 @@ TEST(Json, EscapesQuotesBackslashesAndControlCharacters) {
 TEST(Json, PassesValidUtf8AndReplacesInvalidBytes) {
   EXPECT_EQ(json_string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
   EXPECT_EQ(json_string("\xff"), "\"\\ufffd\"");
-  EXPECT_EQ(json_string("a\x80z"), "\"a\\ufffdz\"");                 // stray continuation byte
-  EXPECT_EQ(json_string("\xc3"), "\"\\ufffd\"");                     // truncated sequence
-  EXPECT_EQ(json_string("\xc0\xaf"), "\"\\ufffd\\ufffd\"");          // overlong '/'
-  EXPECT_EQ(json_string("\xe0\x80\xaf"), "\"\\ufffd\\ufffd\\ufffd\"");  // overlong
-  EXPECT_EQ(json_string("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");  // UTF-16 surrogate
+  EXPECT_EQ(json_string("a\x80z"), "\"a\\ufffdz\"");                               // stray continuation byte
+  EXPECT_EQ(json_string("\xc3"), "\"\\ufffd\"");                                   // truncated sequence
+  EXPECT_EQ(json_string("\xc0\xaf"), "\"\\ufffd\\ufffd\"");                        // overlong '/'
+  EXPECT_EQ(json_string("\xe0\x80\xaf"), "\"\\ufffd\\ufffd\\ufffd\"");             // overlong
+  EXPECT_EQ(json_string("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");             // UTF-16 surrogate
   EXPECT_EQ(json_string("\xf4\x90\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");  // above U+10FFFF
 }
 
@@ -132,7 +132,8 @@ TEST(CliOutput, MembersJsonHasExactlyTheDocumentedFields) {
 
 // Node ids and addresses come from the network: a terminal escape in one is shown, not obeyed.
 TEST(CliOutput, MembersTableEscapesControlCharactersFromTheNetwork) {
-  std::vector<MemberInfo> members = {{"evil\x1b[2J\x1b]0;owned\x07", "127.0.0.1:7\n01", MemberState::kAlive, 1, 1, 0, false}};
+  std::vector<MemberInfo> members = {
+      {"evil\x1b[2J\x1b]0;owned\x07", "127.0.0.1:7\n01", MemberState::kAlive, 1, 1, 0, false}};
   const std::string text = format_members_text(members);
   EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
   EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
@@ -140,7 +141,11 @@ TEST(CliOutput, MembersTableEscapesControlCharactersFromTheNetwork) {
   EXPECT_NE(text.find("\"127.0.0.1:7\\n01\""), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;  // header and one row
   // DEL and the C1 controls (U+009B is CSI to some terminals) pass JSON's escaping: escaped too.
-  const std::string c1 = format_members_text({{"a\x7f" "b\xc2\x9b" "2J", "h:1", MemberState::kAlive, 1, 1, 0, false}});
+  const std::string c1 =
+      format_members_text({{"a\x7f"
+                            "b\xc2\x9b"
+                            "2J",
+                            "h:1", MemberState::kAlive, 1, 1, 0, false}});
   EXPECT_EQ(c1.find('\x7f'), std::string::npos) << c1;
   EXPECT_EQ(c1.find("\xc2\x9b"), std::string::npos) << c1;
   EXPECT_NE(c1.find("\"a\\u007fb\\u009b2J\""), std::string::npos) << c1;
@@ -184,7 +189,8 @@ TEST(CliOutput, CheckTextAndJson) {
   CheckReply unlimited;
   unlimited.allowed = true;
   unlimited.limited = false;
-  EXPECT_EQ(format_check_text("free\n", 1, unlimited), "allowed \"free\\n\" cost 1: not limited (no rule governs the key)\n");
+  EXPECT_EQ(format_check_text("free\n", 1, unlimited),
+            "allowed \"free\\n\" cost 1: not limited (no rule governs the key)\n");
   EXPECT_NE(format_check_json("free", 1, unlimited).find("\"limited\": false, \"limit\": null}"), std::string::npos);
 }
 

@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
 
 #include "test_support.h"
 
@@ -136,7 +136,9 @@ TEST_F(ApiServerTest, AnAllOrNothingBatchIsDecidedTogether) {
 // (where nothing is charged).
 TEST_F(ApiServerTest, EnvoyBucketKeysAreDeniedWithoutReachingTheNode) {
   auto c = connect();
-  const std::string rls_key = "\x1e" "web\x1fpath\x1d/a";
+  const std::string rls_key =
+      "\x1e"
+      "web\x1fpath\x1d/a";
   ASSERT_TRUE(c->send_request(check_request(7, {{"a", 1}, {rls_key, 1}, {"b", 1}})));
   pb::Response r;
   ASSERT_EQ(c->read_response(&r), Status::kFrame);
@@ -283,7 +285,7 @@ TEST_F(ApiServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
   ASSERT_EQ(server_.start_unix(socket_path_, options), "");
   auto first = connect();
   auto second = connect();
-  expect_served(*first, 1);   // both accepted and registered before the third arrives
+  expect_served(*first, 1);  // both accepted and registered before the third arrives
   expect_served(*second, 1);
 
   auto third = connect();  // the kernel accepts the connect; the server closes it
@@ -336,7 +338,7 @@ TEST_F(ApiServerTest, HalfAFrameThenSilenceIsClosedAfterTheFrameTimeoutAndOthers
   ASSERT_TRUE(append_frame(check_request(2, {{"k", 1}}), UINT32_MAX, frame));
   ASSERT_TRUE(slow->send_bytes(std::string_view(frame).substr(0, frame.size() / 2)));
   auto other = connect();
-  expect_served(*other, 3);  // answered while the slow client holds half a frame
+  expect_served(*other, 3);        // answered while the slow client holds half a frame
   EXPECT_TRUE(slow->reads_eof());  // blocks until the server closes it (or the 20 s socket timeout)
   EXPECT_EQ(server_.counters().connections_timed_out, 1u);
   expect_served(*idle, 4);  // idle longer than the timeout, and still served
@@ -391,7 +393,8 @@ TEST_F(ApiServerTest, PipelinedFramesAreAnsweredOnlyWhileTheOutputIsUnderTheCap)
   auto c = connect();
   constexpr uint64_t kRequests = 20'000;
   std::string burst;
-  for (uint64_t id = 1; id <= kRequests; ++id) ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
+  for (uint64_t id = 1; id <= kRequests; ++id)
+    ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
   // Sent from another thread: the server stops reading while the answers back up, so one
   // thread that first sends everything and then reads would wait on itself.
   std::thread sender([&] { EXPECT_TRUE(c->send_bytes(burst)); });
@@ -419,7 +422,8 @@ TEST_F(ApiServerTest, ConnectionsThatDoNotReadShareOneOutputBudget) {
   constexpr size_t kClients = 6;
   constexpr uint64_t kRequests = 20'000;  // ~500 KB of answers each
   std::string burst;
-  for (uint64_t id = 1; id <= kRequests; ++id) ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
+  for (uint64_t id = 1; id <= kRequests; ++id)
+    ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
   std::vector<std::unique_ptr<RawConnection>> clients;
   for (size_t i = 0; i < kClients; ++i) clients.push_back(connect());
   std::vector<std::thread> senders;
@@ -457,7 +461,8 @@ TEST_F(ApiServerTest, AClientThatNeverReadsItsAnswersIsClosedAfterTheFrameTimeou
   ASSERT_EQ(server_.start_unix(socket_path_, options), "");
   auto deaf = connect();
   std::string burst;
-  for (uint64_t id = 1; id <= 200'000; ++id) ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
+  for (uint64_t id = 1; id <= 200'000; ++id)
+    ASSERT_TRUE(append_frame(check_request(id, {{"k", 1}}), UINT32_MAX, burst));
   // ~5 MB of requests: far more than the socket buffers and the cap take, so the send blocks
   // until the server gives up on the connection.
   EXPECT_FALSE(deaf->send_bytes(burst));
@@ -697,14 +702,27 @@ TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
   const StatsList stats = server_.stats();
   std::vector<std::string> names;
   for (const auto& [name, value] : stats) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "api.connections_accepted", "api.connections_rejected", "api.connections_evicted",
-                       "api.connections_timed_out", "api.connections_write_stalled", "api.connections_idle_closed",
-                       "api.connections_open", "api.accept_errors", "api.requests", "api.checks", "api.errors.frame_too_large",
-                       "api.errors.malformed", "api.errors.unsupported_version", "api.errors.batch_too_large",
-                       "api.errors.empty_request", "api.errors.internal", "api.busy_yields",
-                       "api.pending_output_high_water_bytes", "api.output_bytes", "api.output_high_water_bytes",
-                       "api.output_budget_waits"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"api.connections_accepted",
+                                             "api.connections_rejected",
+                                             "api.connections_evicted",
+                                             "api.connections_timed_out",
+                                             "api.connections_write_stalled",
+                                             "api.connections_idle_closed",
+                                             "api.connections_open",
+                                             "api.accept_errors",
+                                             "api.requests",
+                                             "api.checks",
+                                             "api.errors.frame_too_large",
+                                             "api.errors.malformed",
+                                             "api.errors.unsupported_version",
+                                             "api.errors.batch_too_large",
+                                             "api.errors.empty_request",
+                                             "api.errors.internal",
+                                             "api.busy_yields",
+                                             "api.pending_output_high_water_bytes",
+                                             "api.output_bytes",
+                                             "api.output_high_water_bytes",
+                                             "api.output_budget_waits"}));
   auto stat = [&](const std::string& name) {
     for (const auto& [n, value] : stats) {
       if (n == name) return value;
@@ -716,7 +734,7 @@ TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
   EXPECT_EQ(stat("api.connections_open"), 1);
   EXPECT_EQ(stat("api.requests"), 1);
   EXPECT_EQ(stat("api.checks"), 1);
-  EXPECT_EQ(stat("api.busy_yields"), 0);  // nothing else was queued when it answered
+  EXPECT_EQ(stat("api.busy_yields"), 0);                      // nothing else was queued when it answered
   EXPECT_GT(stat("api.pending_output_high_water_bytes"), 0);  // the one answer
   // Each declared beside the server (util/stat_def.h), in the order reported.
   const std::vector<StatDef> defs = ApiServer::stat_defs();
@@ -742,7 +760,7 @@ TEST(ApiServerShared, ConnectionsSpreadOverTheServersAndEachClosesItsOwnIdleOnes
   std::thread worker_thread([&] { worker_io.run(); });
   ApiServerOptions o;
   o.listen = {Endpoint{Endpoint::Kind::kUnix, dir.file("api.sock"), "", 0}};
-  o.max_connections_per_client = 2;  // per server: this test's uid may hold 4 in all
+  o.max_connections_per_client = 2;               // per server: this test's uid may hold 4 in all
   o.evict_idle_after = std::chrono::seconds(30);  // nobody is idle long enough to make room
   o.idle_timeout = std::chrono::milliseconds(1500);
   std::unique_ptr<ApiServer> worker;

@@ -4,10 +4,10 @@
 #ifndef TOLLGATE_TESTS_API_TEST_SUPPORT_H_
 #define TOLLGATE_TESTS_API_TEST_SUPPORT_H_
 
-#include <gtest/gtest.h>
-#include <stdlib.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "api/api_server.h"
-#include "api/request_handler.h"
 #include "api/framing.h"
+#include "api/request_handler.h"
 #include "net_test_util.h"
 #include "tollgate/v1/api.pb.h"
 
@@ -173,7 +173,9 @@ class ServerHarness {
     });
   }
   void stop() {
-    on_io([this] { if (server_) server_->stop(); });
+    on_io([this] {
+      if (server_) server_->stop();
+    });
   }
   ApiServerCounters counters() {
     return on_io([this] { return server_->counters(); });
@@ -190,7 +192,6 @@ class ServerHarness {
     return run_on(io_, std::move(f));
   }
   boost::asio::io_context& io() { return io_; }
-
 
  private:
   RequestHandler& handler_;

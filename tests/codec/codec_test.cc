@@ -56,7 +56,8 @@ GossipMessage big_message(size_t batches, size_t members, size_t origins) {
     m.batches.push_back(batch("node-" + std::to_string(i % 17), 1 + i % 3, 1 + i, std::move(entries)));
   }
   for (size_t i = 0; i < members; ++i) {
-    m.members.push_back({"node-" + std::to_string(i), "10.1.2." + std::to_string(i % 250) + ":7946", i, i * 31, i % 5 == 0});
+    m.members.push_back(
+        {"node-" + std::to_string(i), "10.1.2." + std::to_string(i % 250) + ":7946", i, i * 31, i % 5 == 0});
   }
   Digest d;
   for (size_t i = 0; i < origins; ++i) {
@@ -249,12 +250,12 @@ TEST(Codec, ABatchTooLargeForAnyDatagramIsLeftOutAndCounted) {
 TEST(Codec, InvalidItemsAreLeftOutOfEncodingAndCounted) {
   GossipMessage m;
   m.sender = "node-a";
-  m.batches.push_back(batch("node-a", 1, 0, {{"k", 1}}));                          // seq 0
-  m.batches.push_back(batch("node-a", 1, 1, {{"k", 0}}));                          // tokens 0
-  m.batches.push_back(batch("", 1, 1, {{"k", 1}}));                                // no origin
-  m.batches.push_back(batch("node-a", 1, 2, {{std::string(257, 'k'), 1}}));        // key too long
+  m.batches.push_back(batch("node-a", 1, 0, {{"k", 1}}));                    // seq 0
+  m.batches.push_back(batch("node-a", 1, 1, {{"k", 0}}));                    // tokens 0
+  m.batches.push_back(batch("", 1, 1, {{"k", 1}}));                          // no origin
+  m.batches.push_back(batch("node-a", 1, 2, {{std::string(257, 'k'), 1}}));  // key too long
   m.batches.push_back(nullptr);
-  m.batches.push_back(batch("node-a", 1, 3, {{"k", 1}}));                          // fine
+  m.batches.push_back(batch("node-a", 1, 3, {{"k", 1}}));  // fine
   m.members.push_back({"", "a:1", 1, 1, false});
   m.members.push_back({"node-b", std::string(257, 'a'), 1, 1, false});
   m.members.push_back({"node-c", "c:1", 1, 1, false});
@@ -507,10 +508,18 @@ TEST(Codec, RandomAndMutatedInputsAreRejectedOrValidNeverACrash) {
     for (int k = 0; k < edits && !d.empty(); ++k) {
       const size_t at = rng() % d.size();
       switch (rng() % 4) {
-        case 0: d[at] ^= static_cast<char>(1 << (rng() % 8)); break;
-        case 1: d[at] = static_cast<char>(rng()); break;
-        case 2: d.insert(at, 1, static_cast<char>(rng())); break;
-        default: d.erase(at, 1); break;
+        case 0:
+          d[at] ^= static_cast<char>(1 << (rng() % 8));
+          break;
+        case 1:
+          d[at] = static_cast<char>(rng());
+          break;
+        case 2:
+          d.insert(at, 1, static_cast<char>(rng()));
+          break;
+        default:
+          d.erase(at, 1);
+          break;
       }
     }
     const DecodeResult r = decode(d, with_key ? key_a() : ClusterKeys{});
@@ -524,8 +533,8 @@ TEST(Codec, RandomAndMutatedInputsAreRejectedOrValidNeverACrash) {
     }
   }
   // The fuzzing reached past the envelope into every kind of rejection.
-  for (DecodeError e : {DecodeError::kMalformed, DecodeError::kBadMac, DecodeError::kInvalidContent,
-                        DecodeError::kUnknownVersion}) {
+  for (DecodeError e :
+       {DecodeError::kMalformed, DecodeError::kBadMac, DecodeError::kInvalidContent, DecodeError::kUnknownVersion}) {
     EXPECT_GT(seen[e], 0) << decode_error_name(e);
   }
   EXPECT_GT(accepted_unsigned, 0);
@@ -536,50 +545,51 @@ TEST(Codec, InvalidContentIsRejected) {
     const char* what;
     void (*breaks)(v1::Gossip&);
   };
-  const Case cases[] = {
-      {"no sender", [](v1::Gossip& g) { g.clear_sender(); }},
-      {"sender too long", [](v1::Gossip& g) { g.set_sender(std::string(257, 's')); }},
-      {"address too long", [](v1::Gossip& g) { g.set_sender_address(std::string(257, 'a')); }},
-      {"seq 0", [](v1::Gossip& g) { g.mutable_batches(0)->set_seq(0); }},
-      {"tokens 0", [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_tokens(0); }},
-      {"negative tokens", [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_tokens(-5); }},
-      {"empty origin", [](v1::Gossip& g) { g.mutable_batches(0)->clear_origin(); }},
-      {"origin too long", [](v1::Gossip& g) { g.mutable_batches(0)->set_origin(std::string(257, 'o')); }},
-      {"key too long",
-       [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_key(std::string(257, 'k')); }},
-      {"member without id", [](v1::Gossip& g) { g.add_members()->set_address("a:1"); }},
-      {"member address too long",
-       [](v1::Gossip& g) {
-         v1::Member* m = g.add_members();
-         m->set_id("m");
-         m->set_address(std::string(257, 'a'));
-       }},
-      {"window of five words",
-       [](v1::Gossip& g) {
-         v1::OriginDigest* o = g.mutable_digest()->add_origins();
-         o->set_origin("o");
-         for (int i = 0; i < 5; ++i) o->mutable_current()->add_above(1);
-       }},
-      {"digest origin empty", [](v1::Gossip& g) { g.mutable_digest()->add_origins(); }},
-      {"digest origins out of order",
-       [](v1::Gossip& g) {
-         g.mutable_digest()->add_origins()->set_origin("b");
-         g.mutable_digest()->add_origins()->set_origin("a");
-       }},
+  const Case cases[] =
+      {
+          {"no sender", [](v1::Gossip& g) { g.clear_sender(); }},
+          {"sender too long", [](v1::Gossip& g) { g.set_sender(std::string(257, 's')); }},
+          {"address too long", [](v1::Gossip& g) { g.set_sender_address(std::string(257, 'a')); }},
+          {"seq 0", [](v1::Gossip& g) { g.mutable_batches(0)->set_seq(0); }},
+          {"tokens 0", [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_tokens(0); }},
+          {"negative tokens", [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_tokens(-5); }},
+          {"empty origin", [](v1::Gossip& g) { g.mutable_batches(0)->clear_origin(); }},
+          {"origin too long", [](v1::Gossip& g) { g.mutable_batches(0)->set_origin(std::string(257, 'o')); }},
+          {"key too long",
+           [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_key(std::string(257, 'k')); }},
+          {"member without id", [](v1::Gossip& g) { g.add_members()->set_address("a:1"); }},
+          {"member address too long",
+           [](v1::Gossip& g) {
+    v1::Member* m = g.add_members();
+    m->set_id("m");
+    m->set_address(std::string(257, 'a'));
+           }},
+          {"window of five words",
+           [](v1::Gossip& g) {
+    v1::OriginDigest* o = g.mutable_digest()->add_origins();
+    o->set_origin("o");
+    for (int i = 0; i < 5; ++i) o->mutable_current()->add_above(1);
+           }},
+             {"digest origin empty", [](v1::Gossip& g) { g.mutable_digest()->add_origins(); }},
+             {"digest origins out of order",
+              [](v1::Gossip& g) {
+    g.mutable_digest()->add_origins()->set_origin("b");
+    g.mutable_digest()->add_origins()->set_origin("a");
+              }},
       {"digest origin twice",
        [](v1::Gossip& g) {
-         g.mutable_digest()->add_origins()->set_origin("a");
-         g.mutable_digest()->add_origins()->set_origin("a");
+    g.mutable_digest()->add_origins()->set_origin("a");
+    g.mutable_digest()->add_origins()->set_origin("a");
        }},
       {"range starting at a first origin that is not there",
        [](v1::Gossip& g) { g.mutable_digest()->set_starts_at_first_origin(true); }},
       {"range ending at or before its last origin",
        [](v1::Gossip& g) {
-         g.mutable_digest()->add_origins()->set_origin("b");
-         g.mutable_digest()->set_ends_before("b");
+    g.mutable_digest()->add_origins()->set_origin("b");
+    g.mutable_digest()->set_ends_before("b");
        }},
       {"range ending with an empty id", [](v1::Gossip& g) { g.mutable_digest()->set_ends_before(""); }},
-  };
+      };
   for (const Case& c : cases) {
     v1::Gossip g = valid_gossip();
     c.breaks(g);
@@ -618,9 +628,8 @@ TEST(Codec, MessagesOverTheSizeOrCountCapsAreTooLarge) {
 
 TEST(Codec, DecodeErrorsHaveDistinctNames) {
   std::set<std::string> names;
-  for (DecodeError e : {DecodeError::kNone, DecodeError::kMalformed, DecodeError::kUnknownVersion,
-                        DecodeError::kBadMac, DecodeError::kMissingMac, DecodeError::kTooLarge,
-                        DecodeError::kInvalidContent}) {
+  for (DecodeError e : {DecodeError::kNone, DecodeError::kMalformed, DecodeError::kUnknownVersion, DecodeError::kBadMac,
+                        DecodeError::kMissingMac, DecodeError::kTooLarge, DecodeError::kInvalidContent}) {
     names.insert(decode_error_name(e));
   }
   EXPECT_EQ(names.size(), 7u);

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "codec_test_util.h"
 #include "codec/codec.h"
+#include "codec_test_util.h"
 
 namespace tollgate {
 namespace {

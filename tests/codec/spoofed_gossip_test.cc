@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "codec_test_util.h"
 #include "codec/codec.h"
+#include "codec_test_util.h"
 #include "core/node.h"
 #include "tollgate/rules.h"
 
@@ -117,7 +117,7 @@ TEST(SpoofedGossip, ReplaysOfAPreviousLifeAfterARestartChargeNothing) {
   const std::vector<std::string> old_life = h.a_round();
   h.deliver_to_b(old_life);
   ASSERT_EQ(h.charged_at_b("k1"), 30);
-  h.a = h.make("a", 2, h.a_wire);  // a restarts
+  h.a = h.make("a", 2, h.a_wire);                           // a restarts
   for (int r = 0; r < 3; ++r) h.deliver_to_b(h.a_round());  // b and the new a find each other
   ASSERT_TRUE(h.a->check("k1", 5, h.now).allowed);
   h.deliver_to_b(h.a_round());

@@ -376,14 +376,29 @@ TEST(RlsConfigKeys, ValuelessNodesGiveEachValueItsOwnSelfDescribingKey) {
   const RlsMatch a = match(*c, "d", {{"k", "abc"}});
   const RlsMatch b = match(*c, "d", {{"k", "abd"}});
   // 0x1E domain 0x1F key 0x1D "LEN:VALUE" (rls_config.h).
-  EXPECT_EQ(a.key, std::string("\x1e" "d" "\x1f" "k" "\x1d" "3:abc"));
+  EXPECT_EQ(a.key, std::string("\x1e"
+                               "d"
+                               "\x1f"
+                               "k"
+                               "\x1d"
+                               "3:abc"));
   EXPECT_EQ(a.path_bytes, 5u);
-  EXPECT_EQ(b.key, std::string("\x1e" "d" "\x1f" "k" "\x1d" "3:abd"));
+  EXPECT_EQ(b.key, std::string("\x1e"
+                               "d"
+                               "\x1f"
+                               "k"
+                               "\x1d"
+                               "3:abd"));
   EXPECT_NE(a.key, b.key);
   // The same value, the same key.
   EXPECT_EQ(match(*c, "d", {{"k", "abc"}}).key, a.key);
   // An empty value is a value too.
-  EXPECT_EQ(match(*c, "d", {{"k", ""}}).key, std::string("\x1e" "d" "\x1f" "k" "\x1d" "0:"));
+  EXPECT_EQ(match(*c, "d", {{"k", ""}}).key, std::string("\x1e"
+                                                         "d"
+                                                         "\x1f"
+                                                         "k"
+                                                         "\x1d"
+                                                         "0:"));
 }
 
 TEST(RlsConfigKeys, ExactValueNodesPutNothingIntoTheValuesPart) {
@@ -454,9 +469,25 @@ descriptors:
 )");
   // Value pairs that collide under naive joining (concatenation, '_' or ':' separators).
   const std::pair<std::string, std::string> pairs[] = {
-      {"ab", "c"},   {"a", "bc"},   {"a:b", "c"},   {"a", "b:c"},     {"1:a", ""},       {"", "1:a"},
-      {"", ""},      {"0:", ""},    {"", "0:"},     {"a_b", "c"},     {"a", "b_c"},      {"a\x1d", "b"},
-      {"a", "\x1d" "b"}, {"2:ab", ""}, {"1:a1:b", ""}, {"1:a", "1:b"}, {std::string(10, 'z'), ""},
+      {"ab", "c"},
+      {"a", "bc"},
+      {"a:b", "c"},
+      {"a", "b:c"},
+      {"1:a", ""},
+      {"", "1:a"},
+      {"", ""},
+      {"0:", ""},
+      {"", "0:"},
+      {"a_b", "c"},
+      {"a", "b_c"},
+      {"a\x1d", "b"},
+      {"a",
+       "\x1d"
+       "b"},
+      {"2:ab", ""},
+      {"1:a1:b", ""},
+      {"1:a", "1:b"},
+      {std::string(10, 'z'), ""},
       {"9", std::string(9, 'z')},
   };
   std::set<std::string> keys;
@@ -532,7 +563,11 @@ TEST(RlsConfigKeys, LimitIndexFindsTheLimitFromThePathAlone) {
   EXPECT_EQ(c->limit_count(), 15u);
 
   // A request value with separator bytes still resolves to its limit.
-  const std::string odd("a\x1d" "b\x1e" "c\x1f", 6);
+  const std::string odd(
+      "a\x1d"
+      "b\x1e"
+      "c\x1f",
+      6);
   const RlsMatch m = c->match("d", std::vector<RlsEntry>{{"k", odd}});
   ASSERT_NE(m.limit, nullptr);
   EXPECT_EQ(m.key.substr(m.path_bytes), "6:" + odd);
@@ -540,17 +575,39 @@ TEST(RlsConfigKeys, LimitIndexFindsTheLimitFromThePathAlone) {
   EXPECT_EQ(&c->limit(*c->limit_index(m.key)), m.limit);
 
   // Not one of this config's keys.
-  for (const std::string& key :
-       {std::string(""), std::string("user:1"), std::string("d\x1f" "k\x1d"), std::string("\x1e"),
-        std::string("\x1e" "d"), std::string("\x1e" "d\x1f" "k"),     // no 0x1D
-        std::string("\x1e" "d\x1f" "nope\x1d"),                        // unknown key
-        std::string("\x1e" "e\x1f" "k\x1d" "3:abc"),                   // unknown domain
-        std::string("\x1e" "d\x1f" "k\x1f" "k\x1d"),                   // deeper than the tree
-        std::string("\x1e" "d\x1f" "ldap\x1d" "1:x"),                  // unlimited: no bucket
-        std::string("\x1e" "d\x1d")}) {                                // the domain itself
+  for (const std::string& key : {std::string(""), std::string("user:1"),
+                                 std::string("d\x1f"
+                                             "k\x1d"),
+                                 std::string("\x1e"),
+                                 std::string("\x1e"
+                                             "d"),
+                                 std::string("\x1e"
+                                             "d\x1f"
+                                             "k"),  // no 0x1D
+                                 std::string("\x1e"
+                                             "d\x1f"
+                                             "nope\x1d"),  // unknown key
+                                 std::string("\x1e"
+                                             "e\x1f"
+                                             "k\x1d"
+                                             "3:abc"),  // unknown domain
+                                 std::string("\x1e"
+                                             "d\x1f"
+                                             "k\x1f"
+                                             "k\x1d"),  // deeper than the tree
+                                 std::string("\x1e"
+                                             "d\x1f"
+                                             "ldap\x1d"
+                                             "1:x"),  // unlimited: no bucket
+                                 std::string("\x1e"
+                                             "d\x1d")}) {  // the domain itself
     EXPECT_FALSE(c->limit_index(key).has_value()) << key;
   }
-  EXPECT_FALSE(parse_rls_config({})->limit_index("\x1e" "d\x1f" "k\x1d").has_value());
+  EXPECT_FALSE(parse_rls_config({})
+                   ->limit_index("\x1e"
+                                 "d\x1f"
+                                 "k\x1d")
+                   .has_value());
 }
 
 TEST(RlsConfigKeys, RuleSetRoutesRlsKeysToTheRlsConfig) {
@@ -577,7 +634,11 @@ TEST(RlsConfigKeys, RuleSetRoutesRlsKeysToTheRlsConfig) {
   EXPECT_EQ(rs.limit(rs.match(k.key)), (Limit{Rate{10, kSec}, 10, 10}));
   // A 0x1E key the config does not claim goes by the ordinary rules: its first byte never lets
   // it through unlimited (a native client could otherwise dodge every limit with it).
-  EXPECT_EQ(rs.match("\x1e" "d\x1f" "nope\x1d" "1:x"), 0u);
+  EXPECT_EQ(rs.match("\x1e"
+                     "d\x1f"
+                     "nope\x1d"
+                     "1:x"),
+            0u);
   EXPECT_EQ(rs.match("\x1e"), 0u);
   // Other keys keep the ordinary rules.
   EXPECT_EQ(rs.match("user:1"), 0u);
@@ -592,7 +653,11 @@ TEST(RlsConfigKeys, RuleSetRoutesRlsKeysToTheRlsConfig) {
   EXPECT_EQ(only_default.match(m.key), 0u);  // the default's index
   EXPECT_EQ(only_default.match("user:1"), 0u);
   const RuleSet nothing({}, std::nullopt, c);
-  EXPECT_EQ(nothing.match("\x1e" "d\x1f" "nope\x1d" "1:x"), RuleSet::kUnlimited);  // no rule, no default
+  EXPECT_EQ(nothing.match("\x1e"
+                          "d\x1f"
+                          "nope\x1d"
+                          "1:x"),
+            RuleSet::kUnlimited);  // no rule, no default
 }
 
 // --- replaces ----------------------------------------------------------------------------------
@@ -671,45 +736,45 @@ TEST(RlsConfigFile, ErrorsNameFileLineAndProblem) {
       {d + "  - key: ''\n    value: v\n", "rls.yaml:3:10:", "descriptor `key` must not be empty"},
       {d + "  - value: v\n", "rls.yaml:3:5:", "descriptor has no `key`"},
       // TestDuplicateKey: the same key and value twice at one level
-      {d + "  - key: a\n    value: b\n  - key: a\n    value: b\n", "rls.yaml:5:5:",
-       "duplicate descriptor: key \"a\" value \"b\" is already defined at this level"},
+      {d + "  - key: a\n    value: b\n  - key: a\n    value: b\n",
+       "rls.yaml:5:5:", "duplicate descriptor: key \"a\" value \"b\" is already defined at this level"},
       {d + "  - key: a\n  - key: a\n", "rls.yaml:4:5:", "duplicate descriptor: key \"a\" is already defined"},
       {d + "  - key: a\n  - key: a\n    value: \"\"\n", "rls.yaml:4:5:", "duplicate descriptor"},  // "" = none
       {d + "  - key: a\n    descriptors:\n      - key: b\n        value: x*\n      - key: b\n        value: x*\n",
        "rls.yaml:7:9:", "duplicate descriptor: key \"b\" value \"x*\""},
       // TestBadLimitUnit
-      {a + "      unit: fortnight\n      requests_per_unit: 1\n", "rls.yaml:5:13:",
-       "unknown unit \"fortnight\" (expected second, minute, hour, day, week, month or year)"},
+      {a + "      unit: fortnight\n      requests_per_unit: 1\n",
+       "rls.yaml:5:13:", "unknown unit \"fortnight\" (expected second, minute, hour, day, week, month or year)"},
       {a + "      unit: unknown\n      requests_per_unit: 1\n", "rls.yaml:5:13:", "unknown unit \"unknown\""},
       {a + "      unit: seconds\n      requests_per_unit: 1\n", "rls.yaml:5:13:", "unknown unit \"seconds\""},
       // TestMisspelledKey (x2), and keys in the wrong place
-      {d + "  - key: a\n    ratelimit:\n      unit: second\n      requests_per_unit: 5\n", "rls.yaml:4:5:",
-       "unknown field \"ratelimit\""},
+      {d + "  - key: a\n    ratelimit:\n      unit: second\n      requests_per_unit: 5\n",
+       "rls.yaml:4:5:", "unknown field \"ratelimit\""},
       {a + "      unit: second\n      requests_per_unti: 5\n", "rls.yaml:6:7:", "unknown field \"requests_per_unti\""},
       {"domian: d\n", "rls.yaml:1:1:", "unknown field \"domian\""},
       {d + "  - key: a\n    unit: second\n", "rls.yaml:4:5:", "unknown field \"unit\""},
-      {a + "      unit: second\n      requests_per_unit: 5\n      domain: d\n", "rls.yaml:7:7:",
-       "unknown field \"domain\""},
-      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: [{name: b, nam: c}]\n", "rls.yaml:7:",
-       "unknown field \"nam\""},
+      {a + "      unit: second\n      requests_per_unit: 5\n      domain: d\n",
+       "rls.yaml:7:7:", "unknown field \"domain\""},
+      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: [{name: b, nam: c}]\n",
+       "rls.yaml:7:", "unknown field \"nam\""},
       // TestNonStringKey: map keys that are not field names, fields that are not single values
       {d + "  - key: a\n    0.25: b\n", "rls.yaml:4:5:", "unknown field \"0.25\""},
       {"? [a, b]\n: c\n", "rls.yaml:1:", "unknown field \"\""},
       {d + "  - key: [a, b]\n", "rls.yaml:3:10:", "`key` must be a single value"},
       {d + "  - key: {a: b}\n", "rls.yaml:3:10:", "`key` must be a single value"},
       {d + "  - key: a\n    value: [b]\n", "rls.yaml:4:12:", "`value` must be a single value"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      name: [n]\n", "rls.yaml:7:13:",
-       "`name` must be a single value"},
+      {a + "      unit: second\n      requests_per_unit: 5\n      name: [n]\n",
+       "rls.yaml:7:13:", "`name` must be a single value"},
       // TestNonMapList: descriptors not a list, items not mappings
       {d + "  key: a\n", "rls.yaml:3:3:", "`descriptors` must be a list"},
       {d + "  - key: a\n    descriptors: b\n", "rls.yaml:4:18:", "`descriptors` must be a list"},
       {d + "  - a\n  - b\n", "rls.yaml:3:5:", "a descriptor must be a mapping"},
       {d + "  - [key, a]\n", "rls.yaml:3:5:", "a descriptor must be a mapping"},
       {d + "  - key: a\n    rate_limit: 5\n", "rls.yaml:4:17:", "`rate_limit` must be a mapping"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: base\n", "rls.yaml:7:17:",
-       "`replaces` must be a list"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: [base]\n", "rls.yaml:7:18:",
-       "each `replaces` entry must be a mapping"},
+      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: base\n",
+       "rls.yaml:7:17:", "`replaces` must be a list"},
+      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: [base]\n",
+       "rls.yaml:7:18:", "each `replaces` entry must be a mapping"},
       {"- domain: d\n", "rls.yaml:1:1:", "expected a mapping"},
       {"just text\n", "rls.yaml:1:1:", "expected a mapping"},
       // TestUnlimitedWithRateLimitUnit, whichever comes first
@@ -718,15 +783,15 @@ TEST(RlsConfigFile, ErrorsNameFileLineAndProblem) {
       // TestReplacesSelf / TestReplacesEmpty
       {a + "      name: self\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: self}]\n",
        "rls.yaml:3:5:", "limit \"self\" cannot replace itself"},
-      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{name: \"\"}]\n", "rls.yaml:7:",
-       "`replaces` needs a non-empty `name`"},
-      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{name: }]\n", "rls.yaml:7:",
-       "`replaces` needs a non-empty `name`"},
-      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{}]\n", "rls.yaml:7:",
-       "`replaces` entry has no `name`"},
+      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{name: \"\"}]\n",
+       "rls.yaml:7:", "`replaces` needs a non-empty `name`"},
+      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{name: }]\n",
+       "rls.yaml:7:", "`replaces` needs a non-empty `name`"},
+      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{}]\n",
+       "rls.yaml:7:", "`replaces` entry has no `name`"},
       // a limit without a unit or without requests_per_unit
-      {d + "  - key: a\n    rate_limit: {requests_per_unit: 5}\n", "rls.yaml:4:17:",
-       "`rate_limit` has no `unit` (e.g. unit: second)"},
+      {d + "  - key: a\n    rate_limit: {requests_per_unit: 5}\n",
+       "rls.yaml:4:17:", "`rate_limit` has no `unit` (e.g. unit: second)"},
       {a + "      requests_per_unit: 5\n", "rls.yaml:5:7:", "`rate_limit` has no `unit`"},
       {a + "      unlimited: false\n      requests_per_unit: 5\n", "rls.yaml:5:7:", "`rate_limit` has no `unit`"},
       {a + "      unit: second\n", "rls.yaml:5:7:", "`rate_limit` has no `requests_per_unit`"},
@@ -736,32 +801,33 @@ TEST(RlsConfigFile, ErrorsNameFileLineAndProblem) {
       {d + "  - key: \"a\\x7f\"\n", "rls.yaml:3:5:", "must not contain control characters"},
       {"domain: \"d\\x1f\"\n", "rls.yaml:1:9:", "`domain` must not contain control characters"},
       // share_threshold needs a wildcard value
-      {d + "  - key: a\n    value: b\n    share_threshold: true\n", "rls.yaml:3:5:",
-       "`share_threshold` needs a wildcard `value` ending in '*'"},
+      {d + "  - key: a\n    value: b\n    share_threshold: true\n",
+       "rls.yaml:3:5:", "`share_threshold` needs a wildcard `value` ending in '*'"},
       {d + "  - key: a\n    share_threshold: true\n", "rls.yaml:3:5:", "`share_threshold` needs a wildcard"},
-      {d + "  - key: a\n    value: b*c\n    share_threshold: true\n", "rls.yaml:3:5:",
-       "`share_threshold` needs a wildcard"},
+      {d + "  - key: a\n    value: b*c\n    share_threshold: true\n",
+       "rls.yaml:3:5:", "`share_threshold` needs a wildcard"},
       // numbers out of range
-      {a + "      unit: second\n      requests_per_unit: 5\n      burst: 0\n", "rls.yaml:7:14:",
-       "`burst` must be between 1 and 1000000000000, got 0"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      burst: 1000000000001\n", "rls.yaml:7:",
-       "`burst` must be between 1 and 1000000000000"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      max_debt: -1\n", "rls.yaml:7:",
-       "`max_debt` must be between 0 and 1000000000000, got -1"},
-      {a + "      unit: second\n      requests_per_unit: 4294967296\n", "rls.yaml:6:26:",
-       "`requests_per_unit` must be between 0 and 4294967295, got 4294967296"},
-      {a + "      unit: second\n      requests_per_unit: -1\n", "rls.yaml:6:",
-       "`requests_per_unit` must be between 0 and 4294967295, got -1"},
-      {a + "      unit: second\n      requests_per_unit: 1.5\n", "rls.yaml:6:",
-       "`requests_per_unit` must be a whole number, got \"1.5\""},
+      {a + "      unit: second\n      requests_per_unit: 5\n      burst: 0\n",
+       "rls.yaml:7:14:", "`burst` must be between 1 and 1000000000000, got 0"},
+      {a + "      unit: second\n      requests_per_unit: 5\n      burst: 1000000000001\n",
+       "rls.yaml:7:", "`burst` must be between 1 and 1000000000000"},
+      {a + "      unit: second\n      requests_per_unit: 5\n      max_debt: -1\n",
+       "rls.yaml:7:", "`max_debt` must be between 0 and 1000000000000, got -1"},
+      {a + "      unit: second\n      requests_per_unit: 4294967296\n",
+       "rls.yaml:6:26:", "`requests_per_unit` must be between 0 and 4294967295, got 4294967296"},
+      {a + "      unit: second\n      requests_per_unit: -1\n",
+       "rls.yaml:6:", "`requests_per_unit` must be between 0 and 4294967295, got -1"},
+      {a + "      unit: second\n      requests_per_unit: 1.5\n",
+       "rls.yaml:6:", "`requests_per_unit` must be a whole number, got \"1.5\""},
       {a + "      unit: second\n      requests_per_unit: ten\n", "rls.yaml:6:", "must be a whole number, got \"ten\""},
-      {a + "      unit: second\n      requests_per_unit: 1\n      unit_multiplier: 0\n", "rls.yaml:7:",
-       "`unit_multiplier` must be between 1 and 4294967295, got 0"},
-      {a + "      unit: year\n      requests_per_unit: 1\n      unit_multiplier: 101\n", "rls.yaml:3:5:",
-       "exceeds 100 years"},
-      {a + "      unit: second\n      requests_per_unit: 0\n      burst: 5\n", "rls.yaml:3:5:",
-       "`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0"},
-      {a + "      unlimited: true\n      max_debt: 5\n", "rls.yaml:3:5:", "`burst`, `max_debt` and `charge_when_over` need"},
+      {a + "      unit: second\n      requests_per_unit: 1\n      unit_multiplier: 0\n",
+       "rls.yaml:7:", "`unit_multiplier` must be between 1 and 4294967295, got 0"},
+      {a + "      unit: year\n      requests_per_unit: 1\n      unit_multiplier: 101\n",
+       "rls.yaml:3:5:", "exceeds 100 years"},
+      {a + "      unit: second\n      requests_per_unit: 0\n      burst: 5\n",
+       "rls.yaml:3:5:", "`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0"},
+      {a + "      unlimited: true\n      max_debt: 5\n",
+       "rls.yaml:3:5:", "`burst`, `max_debt` and `charge_when_over` need"},
       {a + "      unlimited: true\n      charge_when_over: true\n", "rls.yaml:3:5:", "`charge_when_over` need"},
       // booleans
       {d + "  - key: a\n    shadow_mode: maybe\n", "rls.yaml:4:18:", "`shadow_mode` must be true or false"},
@@ -861,8 +927,9 @@ TEST(RlsConfigFile, PathLongerThanABucketKeyAllowsIsRejected) {
   EXPECT_NE(msg.find("more than 192 bytes: too long for a bucket key"), std::string::npos) << msg;
 
   // Nested: the path adds up over the levels, even without a limit on the way.
-  const std::string nested = "domain: d\ndescriptors:\n  - key: " + std::string(100, 'a') + "\n    value: " +
-                             std::string(50, 'b') + "\n    descriptors:\n      - key: " + std::string(40, 'c') + "\n";
+  const std::string nested = "domain: d\ndescriptors:\n  - key: " + std::string(100, 'a') +
+                             "\n    value: " + std::string(50, 'b') +
+                             "\n    descriptors:\n      - key: " + std::string(40, 'c') + "\n";
   const std::string nmsg = error_of(nested);
   EXPECT_EQ(nmsg.rfind("rls.yaml:6:9:", 0), 0u) << nmsg;
   EXPECT_NE(nmsg.find("too long for a bucket key"), std::string::npos) << nmsg;
@@ -938,8 +1005,8 @@ TEST(RlsConfigLoad, ErrorsInADirectoryNameTheFile) {
     load_rls_config(dir.path().string());
     ADD_FAILURE() << "duplicate domain loaded";
   } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()), dir.file("b.yaml") + ":1:9: domain \"one\" is already defined in " +
-                                         dir.file("a.yaml"));
+    EXPECT_EQ(std::string(e.what()),
+              dir.file("b.yaml") + ":1:9: domain \"one\" is already defined in " + dir.file("a.yaml"));
   }
 }
 
@@ -1023,8 +1090,8 @@ TEST(RlsConfigFile, TheShippedExampleLoadsAndMatchesAsCommented) {
   const RlsMatch a = match({{"api_key", "k1"}, {"path", "/upload/a"}});
   ASSERT_NE(a.limit, nullptr);
   EXPECT_EQ(a.limit->name, "uploads");
-  EXPECT_EQ(a.key, match({{"api_key", "k1"}, {"path", "/upload/b"}}).key);   // shared by the paths
-  EXPECT_NE(a.key, match({{"api_key", "k2"}, {"path", "/upload/a"}}).key);   // not by the keys
+  EXPECT_EQ(a.key, match({{"api_key", "k1"}, {"path", "/upload/b"}}).key);  // shared by the paths
+  EXPECT_NE(a.key, match({{"api_key", "k2"}, {"path", "/upload/a"}}).key);  // not by the keys
   EXPECT_TRUE(match({{"internal", "x"}}).limit->unlimited);
   const RlsMatch tenant = match({{"tenant", "t"}});
   EXPECT_TRUE(tenant.shadow_mode);
@@ -1046,8 +1113,8 @@ TEST(RlsConfigFile, CyclicAndExponentialAliasesAreErrors) {
 
   std::string chain = "domain: d\nx0: &l0 [{key: k}]\n";
   for (int i = 1; i <= 40; ++i) {
-    chain += "x" + std::to_string(i) + ": &l" + std::to_string(i) + " [{key: a, descriptors: *l" + std::to_string(i - 1) +
-             "}, {key: b, descriptors: *l" + std::to_string(i - 1) + "}]\n";
+    chain += "x" + std::to_string(i) + ": &l" + std::to_string(i) + " [{key: a, descriptors: *l" +
+             std::to_string(i - 1) + "}, {key: b, descriptors: *l" + std::to_string(i - 1) + "}]\n";
   }
   chain += "descriptors: *l40\n";
   // The x keys are unknown fields: the loader stops at the first. With them as descriptors of a
@@ -1055,8 +1122,9 @@ TEST(RlsConfigFile, CyclicAndExponentialAliasesAreErrors) {
   EXPECT_NE(error_of(chain).find("unknown field \"x0\""), std::string::npos);
   std::string nested = "domain: d\ndescriptors:\n  - key: root\n    descriptors: &l0 [{key: k}]\n";
   for (int i = 1; i <= 40; ++i) {
-    nested += "  - key: r" + std::to_string(i) + "\n    descriptors: &l" + std::to_string(i) + " [{key: a, descriptors: *l" +
-              std::to_string(i - 1) + "}, {key: b, descriptors: *l" + std::to_string(i - 1) + "}]\n";
+    nested += "  - key: r" + std::to_string(i) + "\n    descriptors: &l" + std::to_string(i) +
+              " [{key: a, descriptors: *l" + std::to_string(i - 1) + "}, {key: b, descriptors: *l" +
+              std::to_string(i - 1) + "}]\n";
   }
   const std::string exponential = error_of(nested);
   EXPECT_NE(exponential.find("more than 100000 descriptors in one file"), std::string::npos) << exponential;

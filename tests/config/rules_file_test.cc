@@ -51,16 +51,17 @@ default:                   # optional; without it a key that matches no rule is 
 }
 
 TEST(RulesFile, MaxDebtDefaultsToBurstAndMayBeZero) {
-  auto rs = parse_rules("rules:\n  - {match: a, rate: 1/min, burst: 7}\n  - {match: b, rate: 2/h, burst: 3, max_debt: 0}\n",
-                        "r.yaml");
+  auto rs = parse_rules(
+      "rules:\n  - {match: a, rate: 1/min, burst: 7}\n  - {match: b, rate: 2/h, burst: 3, max_debt: 0}\n", "r.yaml");
   EXPECT_EQ(rs->rules()[0].limit, (Limit{Rate{1, 60 * kNanosPerSecond}, 7, 7}));
   EXPECT_EQ(rs->rules()[1].limit, (Limit{Rate{2, 3600 * kNanosPerSecond}, 3, 0}));
 }
 
 TEST(RulesFile, ChargeWhenOverIsReadAndDefaultsToFalse) {
-  auto rs = parse_rules("rules:\n  - {match: a, rate: 1/s, burst: 1, charge_when_over: true}\n  - {match: b, rate: 1/s, burst: 1}\n"
-                        "default: {rate: 1/s, burst: 1, charge_when_over: yes}\n",
-                        "r.yaml");
+  auto rs = parse_rules(
+      "rules:\n  - {match: a, rate: 1/s, burst: 1, charge_when_over: true}\n  - {match: b, rate: 1/s, burst: 1}\n"
+      "default: {rate: 1/s, burst: 1, charge_when_over: yes}\n",
+      "r.yaml");
   EXPECT_TRUE(rs->rules()[0].limit.charge_when_over);
   EXPECT_FALSE(rs->rules()[1].limit.charge_when_over);
   EXPECT_TRUE(rs->default_limit()->charge_when_over);
@@ -70,9 +71,10 @@ TEST(RulesFile, ChargeWhenOverIsReadAndDefaultsToFalse) {
 }
 
 TEST(RulesFile, ShadowIsReadAndCannotBeChargedWhenOver) {
-  auto rs = parse_rules("rules:\n  - {match: a, rate: 1/s, burst: 1, shadow: true}\n  - {match: b, rate: 1/s, burst: 1}\n"
-                        "default: {rate: 1/s, burst: 1, shadow: yes}\n",
-                        "r.yaml");
+  auto rs = parse_rules(
+      "rules:\n  - {match: a, rate: 1/s, burst: 1, shadow: true}\n  - {match: b, rate: 1/s, burst: 1}\n"
+      "default: {rate: 1/s, burst: 1, shadow: yes}\n",
+      "r.yaml");
   EXPECT_TRUE(rs->rules()[0].limit.shadow);
   EXPECT_FALSE(rs->rules()[1].limit.shadow);
   EXPECT_TRUE(rs->default_limit()->shadow);
@@ -162,8 +164,8 @@ TEST(RulesFile, ErrorsNameFileLineAndProblem) {
       {"rules:\n  - match: a\n    burst: 10\n", "rules.yaml:2:", "no `rate`"},
       {"rules:\n  - match: a\n    rate: 1/s\n", "rules.yaml:2:", "no `burst`"},
       {"rules:\n  - rate: 1/s\n    burst: 1\n", "rules.yaml:2:", "no `match`"},
-      {"rules:\n  - {match: a, rate: 1/s, burst: 1}\n  - {match: a, rate: 2/s, burst: 1}\n", "rules.yaml:3:",
-       "already has a rule at line 2"},
+      {"rules:\n  - {match: a, rate: 1/s, burst: 1}\n  - {match: a, rate: 2/s, burst: 1}\n",
+       "rules.yaml:3:", "already has a rule at line 2"},
       {"rules:\n  - match: \"\"\n    rate: 1/s\n    burst: 1\n", "rules.yaml:2:", "must not be empty"},
       {"rules: {match: a}\n", "rules.yaml:1:", "must be a list"},
       {"default:\n  rate: 1/s\n  burst: 1\n  match: x\n", "rules.yaml:4:", "unknown field \"match\""},
@@ -185,8 +187,8 @@ TEST(RulesFile, LongMatchIsRejected) {
 }
 
 TEST(RulesFile, LoadsFromDiskAndReportsAMissingFile) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                     ("tollgate_rules_test_" + std::to_string(::getpid()) + ".yaml");
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("tollgate_rules_test_" + std::to_string(::getpid()) + ".yaml");
   {
     std::ofstream out(path);
     out << "rules:\n  - match: \"user:*\"\n    rate: 6000/min\n    burst: 50\n";

@@ -18,7 +18,8 @@ TEST(Duration, ParsesEveryUnit) {
 }
 
 TEST(Duration, RejectsWithAReason) {
-  for (const char* bad : {"", "50", "ms", "-1s", "1.5s", "5 s", "5sec", "10d", "99999999999999999999s", "9999999999h"}) {
+  for (const char* bad :
+       {"", "50", "ms", "-1s", "1.5s", "5 s", "5sec", "10d", "99999999999999999999s", "9999999999h"}) {
     std::string why;
     EXPECT_FALSE(parse_duration_ns(bad, &why).has_value()) << bad;
     EXPECT_NE(why.find("duration \""), std::string::npos) << bad << ": " << why;

@@ -2,8 +2,8 @@
 // executable because it replaces the global operator new to count calls.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <malloc.h>
+#include <atomic>
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "test_rules.h"
 #include "core/key_table.h"
+#include "test_rules.h"
 #include "tollgate/rules.h"
 
 namespace {
@@ -91,7 +91,8 @@ TEST(KeyTableHotPath, AllowOnAnExistingKeyOfAConcurrentTableDoesNotAllocate) { E
 // leaving a balance to remember. The heap is measured after every check.
 TEST(KeyTableMemoryBound, AFloodOfTheLongestKeysStaysWithinTheBound) {
   for (const bool concurrent : {false, true}) {
-    const KeyTableOptions o{.max_keys = 20'000, .max_key_bytes = 256, .max_remembered = 4'096, .concurrent = concurrent};
+    const KeyTableOptions o{
+        .max_keys = 20'000, .max_key_bytes = 256, .max_remembered = 4'096, .concurrent = concurrent};
     const int64_t bound = int64_t(KeyTable::memory_bound(o));
     const int64_t before = g_live_bytes.load();
     int64_t peak = 0;

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "test_rules.h"
 #include "core/key_table.h"
+#include "test_rules.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {
@@ -213,7 +213,8 @@ TEST(ConcurrentKeyTable, AKeyFloodFromManyThreadsStaysBoundedAndRemembersDebt) {
 // mix of checks, requests of several keys, remote charges, sealing and time, two rules.
 TEST(ConcurrentKeyTable, DecidesExactlyAsTheSingleOwnerTable) {
   const auto rules = std::make_shared<RuleSet>(
-      std::vector<Rule>{{"a*", per_second(5, 10, 5), 0}, {"b*", Limit{Rate{3, kNanosPerSecond}, 4, 4, true}, 0}}, std::nullopt);
+      std::vector<Rule>{{"a*", per_second(5, 10, 5), 0}, {"b*", Limit{Rate{3, kNanosPerSecond}, 4, 4, true}, 0}},
+      std::nullopt);
   KeyTable one(rules), many(rules, {.concurrent = true, .shards = 16});
   std::mt19937 rng(7);
   MonoNanos now = 0;

@@ -175,7 +175,7 @@ Limit charged_when_over(int64_t rate, int64_t burst, int64_t max_debt) {
 TEST(KeyTableChargeWhenOver, ADeniedCostIsChargedIntoDebtAndReportedWhole) {
   KeyTable t(one_rule("llm:*", charged_when_over(10, 10, 30)));
   ASSERT_TRUE(t.allow("llm:a", 4, 0).allowed);  // 6 left
-  const Decision d = t.allow("llm:a", 8, 0);     // the answer took 8 tokens: more than there are
+  const Decision d = t.allow("llm:a", 8, 0);    // the answer took 8 tokens: more than there are
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.reason, DenyReason::kInsufficientTokens);
   EXPECT_TRUE(d.charged_anyway);
@@ -361,7 +361,7 @@ TEST(KeyTable, RememberedBalancesAreBounded) {
   for (const char* k : {"k1", "k2", "k3", "k4"}) t.charge_remote(k, 20, 0);
   const KeyTableStats s = t.stats();
   EXPECT_EQ(s.remembered, 2u);
-  EXPECT_EQ(s.forgotten_debts, 1u);  // k1 was forgotten to make room for k3
+  EXPECT_EQ(s.forgotten_debts, 1u);          // k1 was forgotten to make room for k3
   EXPECT_TRUE(t.allow("k1", 1, 0).allowed);  // forgotten: back full (counted above)
   // k1 coming back evicted k4, whose remembered debt pushed out k2's: k3 and k4 remain.
   EXPECT_EQ(t.stats().forgotten_debts, 2u);
@@ -415,8 +415,8 @@ TEST(KeyTable, IdleKeysWhoseBucketRefilledAreSwept) {
   t.take_pending(ignore);
   EXPECT_EQ(t.sweep_idle(500 * kNanosPerMilli, 100), 1u);  // only "untouched" is full yet
   EXPECT_EQ(t.size(), 2u);
-  EXPECT_EQ(t.sweep_idle(1 * kSec, 100), 1u);              // "spent" refilled after 1 s
-  EXPECT_EQ(t.sweep_idle(2 * kSec - 1, 100), 0u);          // "indebt" needs 2 s
+  EXPECT_EQ(t.sweep_idle(1 * kSec, 100), 1u);      // "spent" refilled after 1 s
+  EXPECT_EQ(t.sweep_idle(2 * kSec - 1, 100), 0u);  // "indebt" needs 2 s
   EXPECT_EQ(t.sweep_idle(2 * kSec, 100), 1u);
   EXPECT_EQ(t.size(), 0u);
   EXPECT_EQ(t.stats().idle_removed, 3u);
@@ -434,7 +434,7 @@ TEST(KeyTable, PendingConsumptionIsReportedOncePerKeyAndReset) {
   t.allow("a", 3, 0);
   t.allow("b", 1, 0);
   t.allow("a", 2, 0);
-  t.allow("a", 1000, 0);  // denied: not consumption
+  t.allow("a", 1000, 0);       // denied: not consumption
   t.charge_remote("a", 7, 0);  // remote: not ours to report
   EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"a", 5}, {"b", 1}}));
   EXPECT_TRUE(drain(t).empty());
@@ -577,7 +577,7 @@ TEST(KeyTable, BytesOfLongKeysAndOrphansAreKeptAsTheyChange) {
   EXPECT_GE(with_long, short_only + 100 * 200);
   for (int i = 0; i < 300; ++i) {
     t.allow("t" + std::to_string(i), 1, 2);  // evicts the long keys, pending and all
-    if (i % 50 == 0) (void)t.stats();       // (the debug build compares with a walk here)
+    if (i % 50 == 0) (void)t.stats();        // (the debug build compares with a walk here)
   }
   t.take_pending(sink);
   EXPECT_EQ(t.stats().keys, 100u);
@@ -608,11 +608,10 @@ TEST(KeyTable, MemoryStaysBoundedUnderAFloodOfNewKeys) {
 // The proportional scale multiplies a rule's period by the number of known members: a slow
 // rule in a large cluster must not overflow (1/h x 4,096 members x 1,000 is 1.5e19 ns).
 TEST(KeyTable, ARateScaleThatOverflows64BitsStillScalesTheRate) {
-  auto rules = std::make_shared<RuleSet>(
-      std::vector<Rule>{{"slow", Limit{Rate{1, 3600 * kSec}, 10, 10}, 0},
-                        {"k", Limit{Rate{1000, 3600 * kSec}, 10, 10}, 0},
-                        {"seven", Limit{Rate{7, 3600 * kSec}, 10, 10}, 0}},
-      std::nullopt);
+  auto rules = std::make_shared<RuleSet>(std::vector<Rule>{{"slow", Limit{Rate{1, 3600 * kSec}, 10, 10}, 0},
+                                                           {"k", Limit{Rate{1000, 3600 * kSec}, 10, 10}, 0},
+                                                           {"seven", Limit{Rate{7, 3600 * kSec}, 10, 10}, 0}},
+                                         std::nullopt);
   KeyTable t(rules);
   t.set_rate_scale(0, 4096, 0);  // nobody reachable: 1/1000 of 1/4096 of the rate
   // 1000/h: exact once the fraction is reduced, one token every 4,096,000 h / 1000.
@@ -622,7 +621,8 @@ TEST(KeyTable, ARateScaleThatOverflows64BitsStillScalesTheRate) {
   // period, the time per token kept.
   const Limit seven = *t.limit_for("seven");
   const long double per_token = static_cast<long double>(seven.rate.period_ns) / seven.rate.tokens;
-  EXPECT_NEAR(per_token / (3600.0L * kSec * 4'096'000 / 7), 1.0L, 1e-12L) << seven.rate.tokens << "/" << seven.rate.period_ns;
+  EXPECT_NEAR(per_token / (3600.0L * kSec * 4'096'000 / 7), 1.0L, 1e-12L)
+      << seven.rate.tokens << "/" << seven.rate.period_ns;
   // 1/h: one token every 4,096,000 h cannot be written in 64 bits; it refills as slowly as can be.
   const Limit slow = *t.limit_for("slow");
   EXPECT_EQ(slow.rate, (Rate{1, INT64_MAX}));
@@ -719,8 +719,9 @@ TEST(KeyTableCoarseTime, DecisionsAgreeWithThePreciseTimesFromAnyStateAndCoarseT
     limit.shadow = !limit.charge_when_over && rng() % 4 == 0;
     const bool pacing = limit.rate.tokens * kTick >= limit.burst * kSec;
     CountingClock precise(0);
-    KeyTable with_precise(one_rule("k:*", limit),
-                          {.concurrent = trial % 2 == 1, .shards = 2, .precise_clock = &precise, .coarse_lag_ns = kTick});
+    KeyTable with_precise(
+        one_rule("k:*", limit),
+        {.concurrent = trial % 2 == 1, .shards = 2, .precise_clock = &precise, .coarse_lag_ns = kTick});
     KeyTable exact(one_rule("k:*", limit));
     MonoNanos t = int64_t(rng() % kSec);
     for (int op = int(rng() % 12); op > 0; --op) {
@@ -787,8 +788,8 @@ TEST(KeyTableCoarseTime, DecisionsAgreeWithThePreciseTimesFromAnyStateAndCoarseT
 // 4 ms, admits what the precise times admit, within a lag's refill, for a limit far above a
 // tick's refill and for pacing ones (which only the precise clock's second look keeps whole).
 TEST(KeyTableCoarseTime, AFloodAdmitsWhatThePreciseTimesAdmitWithinALagsRefill) {
-  for (const Limit& limit : {per_second(1000, 1000, 0), per_second(1000, 1, 0), per_second(2000, 5, 0),
-                             per_second(100, 5, 0)}) {
+  for (const Limit& limit :
+       {per_second(1000, 1000, 0), per_second(1000, 1, 0), per_second(2000, 5, 0), per_second(100, 5, 0)}) {
     SCOPED_TRACE(std::to_string(limit.rate.tokens) + "/s burst " + std::to_string(limit.burst));
     CountingClock precise(0);
     KeyTable coarse(one_rule("k:*", limit), {.precise_clock = &precise, .coarse_lag_ns = kTick});
@@ -837,11 +838,11 @@ TEST(KeyTableCoarseTime, AllOrNothingIsDecidedAgainAtThePreciseTime) {
 TEST(KeyTableCoarseTime, ADeniedRequestChargesItsChargeWhenOverCostsAtThePreciseTime) {
   Limit over = per_second(500, 10, 10);
   over.charge_when_over = true;
-  auto rules = std::make_shared<RuleSet>(std::vector<Rule>{{"c:*", over, 0}, {"p:*", per_second(500, 10, 10), 1}},
-                                         std::nullopt);
+  auto rules =
+      std::make_shared<RuleSet>(std::vector<Rule>{{"c:*", over, 0}, {"p:*", per_second(500, 10, 10), 1}}, std::nullopt);
   CountingClock precise(kTick);
   KeyTable t(rules, {.precise_clock = &precise, .coarse_lag_ns = 2 * kTick});
-  ASSERT_TRUE(t.allow("p:y", 10, 0).allowed);  // empty; 500/s does not refill 10 within the lag
+  ASSERT_TRUE(t.allow("p:y", 10, 0).allowed);          // empty; 500/s does not refill 10 within the lag
   const CheckItem items[] = {{"c:x", 5}, {"p:y", 5}};  // (p:y has 2 by the precise time)
   Decision out[2];
   EXPECT_FALSE(t.allow_all(items, out, 0));
@@ -864,8 +865,9 @@ TEST(KeyTableCoarseTime, AllOrNothingAgreesWithThePreciseTimeFromRandomStates) {
     Limit limit = per_second(int64_t(1 + rng() % 2000), int64_t(1 + rng() % 20), int64_t(rng() % 20));
     limit.charge_when_over = rng() % 3 == 0;
     CountingClock precise(0);
-    KeyTable a(one_rule("k:*", limit), {.max_keys = 2, .concurrent = trial % 2 == 1, .shards = 1,
-                                        .precise_clock = &precise, .coarse_lag_ns = kTick});
+    KeyTable a(
+        one_rule("k:*", limit),
+        {.max_keys = 2, .concurrent = trial % 2 == 1, .shards = 1, .precise_clock = &precise, .coarse_lag_ns = kTick});
     KeyTable b(one_rule("k:*", limit), {.max_keys = 2});
     MonoNanos t = int64_t(rng() % kSec);
     for (int op = int(rng() % 16); op > 0; --op) {

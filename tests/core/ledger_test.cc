@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "test_rules.h"
 #include "core/key_table.h"
+#include "test_rules.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {
@@ -102,7 +102,7 @@ TEST(Ledger, SealCombinesEntriesAndSkipsEmptyRounds) {
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->origin, "a");
   EXPECT_EQ(b->incarnation, 1u);
-  EXPECT_EQ(b->seq, 1u);  // empty rounds used no seq
+  EXPECT_EQ(b->seq, 1u);                               // empty rounds used no seq
   std::vector<ConsumptionEntry> entries = b->entries;  // in no promised order
   std::sort(entries.begin(), entries.end(), [](const auto& p, const auto& q) { return p.key < q.key; });
   EXPECT_EQ(entries, (std::vector<ConsumptionEntry>{{"x", 1}, {"y", 5}}));
@@ -185,7 +185,7 @@ TEST(Ledger, APartOfADigestIsAnsweredOnlyForTheOriginsItCovers) {
   const Digest empty = b.ledger.digest();
   std::vector<BatchPtr> first = relay.ledger.missing_for(empty, "", NodeId("n"));
   std::vector<BatchPtr> second = relay.ledger.missing_for(empty, "n", std::nullopt);
-  ASSERT_EQ(first.size(), 2u);  // a, m
+  ASSERT_EQ(first.size(), 2u);   // a, m
   ASSERT_EQ(second.size(), 1u);  // z
   EXPECT_EQ(second[0]->origin, "z");
   for (const BatchPtr& x : first) EXPECT_LT(x->origin, "n");

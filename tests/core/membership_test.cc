@@ -162,7 +162,7 @@ TEST(Membership, DepartureIsRecordedAndNotCountedAsMissingCapacity) {
   m.merge({row("b", 1, 5, /*left=*/true)}, kSec);
   EXPECT_EQ(state(m, "b"), MemberState::kLeft);
   EXPECT_EQ(m.reachable_fraction(), (std::pair<uint32_t, uint32_t>{2, 2}));  // self + c
-  m.merge({row("d", 1, 1, /*left=*/true)}, kSec);  // never learn of a member by its departure
+  m.merge({row("d", 1, 1, /*left=*/true)}, kSec);                            // never learn of a member by its departure
   EXPECT_EQ(m.find("d"), nullptr);
 }
 
@@ -208,7 +208,7 @@ TEST(Membership, ProbesPerRoundAreCappedAndEveryFailedMemberGetsItsTurn) {
     EXPECT_LE(due.size(), 3u);
     probed.insert(due.begin(), due.end());
   }
-  EXPECT_EQ(probed.size(), 10u);       // four rounds of three cover all ten
+  EXPECT_EQ(probed.size(), 10u);         // four rounds of three cover all ten
   EXPECT_TRUE(m.due_probes(5).empty());  // and none is due again within the interval
 }
 

@@ -290,7 +290,8 @@ TEST(Node, RelayChargesEveryNodeExactlyOnceForEveryBatch) {
 // member that restarts rejoins the same way.
 TEST(Node, RelayUnderHeartbeatMembershipEveryoneJoinsAndChargesOnce) {
   constexpr size_t kNodes = 40;  // 8 groups once everyone is known
-  VirtualCluster c({.nodes = kNodes, .mode = DisseminationMode::kRelay, .membership = MembershipKind::kHeartbeat, .seed = 6});
+  VirtualCluster c(
+      {.nodes = kNodes, .mode = DisseminationMode::kRelay, .membership = MembershipKind::kHeartbeat, .seed = 6});
   c.rounds(40);
   std::vector<uint64_t> mismatched_while_joining;
   for (size_t i = 0; i < kNodes; ++i) {
@@ -334,7 +335,8 @@ TEST(Node, RelayUnderLossNeverChargesTwice) {
   int64_t admitted = 0;
   for (int r = 0; r < 40; ++r) {
     for (size_t i = 0; i < kNodes; ++i) {
-      if (c.node(i).check("k" + std::to_string(r % 4), 1 + int64_t(i % 4), c.now()).allowed) admitted += 1 + int64_t(i % 4);
+      if (c.node(i).check("k" + std::to_string(r % 4), 1 + int64_t(i % 4), c.now()).allowed)
+        admitted += 1 + int64_t(i % 4);
     }
     c.round();
   }
@@ -417,7 +419,8 @@ bool ChargedExactlyOnceEverywhere(VirtualCluster& c, size_t nodes, const std::st
   int64_t admitted = 0;
   for (int r = 0; r < rounds; ++r) {
     for (size_t i = 0; i < nodes; ++i) {
-      if (c.node(i).check(prefix + std::to_string(i % 3), 1 + int64_t(i % 2), c.now()).allowed) admitted += 1 + int64_t(i % 2);
+      if (c.node(i).check(prefix + std::to_string(i % 3), 1 + int64_t(i % 2), c.now()).allowed)
+        admitted += 1 + int64_t(i % 2);
     }
     c.round();
   }
@@ -567,7 +570,8 @@ TEST(Node, RelayGroupsGrowAsTheSquareRootOfTheCluster) {
   EXPECT_EQ(relay_groups_for(5000), 64u);
   // Groups are a hash of the id: balanced, and a relay origin belongs to its node's group.
   std::vector<int> sizes(32);
-  for (int i = 0; i < 1000; ++i) ++sizes[relay_group_of("10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":7946", 32)];
+  for (int i = 0; i < 1000; ++i)
+    ++sizes[relay_group_of("10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":7946", 32)];
   for (int n : sizes) {
     EXPECT_GT(n, 12);
     EXPECT_LT(n, 55);
@@ -617,7 +621,7 @@ TEST(Node, StaticMembersThatStopAnsweringAreUnreachableThenRecover) {
   c.rounds(int(2 * kNanosPerSecond / kRound) + 2);
   EXPECT_EQ(c.node(0).membership().find("n2")->state, MemberState::kUnreachable);
   EXPECT_EQ(c.node(0).membership().live().size(), 1u);
-  c.start(2, 2);  // restarted: fresh state, higher incarnation
+  c.start(2, 2);                                // restarted: fresh state, higher incarnation
   c.rounds(int(kNanosPerSecond / kRound) + 2);  // within one probe interval
   const MemberInfo* v = c.node(0).membership().find("n2");
   EXPECT_EQ(v->state, MemberState::kAlive);
@@ -666,7 +670,9 @@ TEST(Node, HeartbeatMembersJoinThroughASeedFailAndAreForgotten) {
 }
 
 TEST(Node, RestartedNodeLearnsRecentConsumptionFromItsPeers) {
-  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kGossip, .membership = MembershipKind::kHeartbeat,
+  VirtualCluster c({.nodes = 3,
+                    .mode = DisseminationMode::kGossip,
+                    .membership = MembershipKind::kHeartbeat,
                     .limit = per_second(1, 100, 100)});
   c.rounds(20);
   ASSERT_TRUE(c.node(1).check("k", 60, c.now()).allowed);
@@ -719,7 +725,7 @@ TEST(Node, ARestartWithALowerIncarnationAfterBeingMarkedFailedRejoins) {
     ASSERT_NO_FATAL_FAILURE(crash_after_a_life_at_incarnation_1000(c));
     c.rounds(int(3 * kNanosPerSecond / kRound));  // past fail_after (and dead_after): failed everywhere
     for (size_t i : {0, 2}) ASSERT_NE(c.node(i).membership().find("n1")->state, MemberState::kAlive) << i;
-    c.start(1, 7);  // clock stepped back
+    c.start(1, 7);                                // clock stepped back
     c.rounds(int(3 * kNanosPerSecond / kRound));  // a few probe intervals
     EXPECT_EQ(c.node(1).membership().self_row().incarnation, 1001u) << int(kind);
     for (size_t i : {0, 2}) {
@@ -732,7 +738,9 @@ TEST(Node, ARestartWithALowerIncarnationAfterBeingMarkedFailedRejoins) {
 // Static membership: a node restarted after a crash asks for the recent consumption it lacks
 // with its very first probes, so within one round it is back in debt.
 TEST(Node, ARestartedStaticNodeRelearnsTheDebtWithinOneRound) {
-  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kGossip, .membership = MembershipKind::kStatic,
+  VirtualCluster c({.nodes = 3,
+                    .mode = DisseminationMode::kGossip,
+                    .membership = MembershipKind::kStatic,
                     .limit = per_second(1, 100, 100)});
   c.rounds(20);
   ASSERT_TRUE(c.node(0).check("hot", 100, c.now()).allowed);
@@ -772,7 +780,9 @@ TEST(Node, ALeavingNodeSendsWhatItAdmittedSinceItsLastRound) {
 }
 
 TEST(Node, ProportionalPolicyScalesRefillByReachableMembers) {
-  VirtualCluster c({.nodes = 4, .mode = DisseminationMode::kMesh, .policy = PartitionPolicy::kProportional,
+  VirtualCluster c({.nodes = 4,
+                    .mode = DisseminationMode::kMesh,
+                    .policy = PartitionPolicy::kProportional,
                     .limit = per_second(100, 100, 100)});
   c.rounds(2);
   c.partition({0, 1});
@@ -835,12 +845,12 @@ TEST(Node, CountsChecksPerRuleAndKeepsThemAcrossAReload) {
   NodeOptions o;
   o.id = "n";
   o.address = "127.0.0.1:1";
-  auto rules = std::make_shared<const RuleSet>(
-      std::vector<Rule>{{"a*", Limit{Rate{10, kNanosPerSecond}, 10, 10}, 0}, {"b", Limit{Rate{1, kNanosPerSecond}, 1, 1}, 0}},
-      std::nullopt);
+  auto rules = std::make_shared<const RuleSet>(std::vector<Rule>{{"a*", Limit{Rate{10, kNanosPerSecond}, 10, 10}, 0},
+                                                                 {"b", Limit{Rate{1, kNanosPerSecond}, 1, 1}, 0}},
+                                               std::nullopt);
   Node node(o, rules, out, random);
   for (int i = 0; i < 12; ++i) node.check("a1", 1, 0);  // 10 allowed (the 9th and 10th near the limit), 2 denied
-  node.check("zzz", 1, 0);                               // no rule: not counted
+  node.check("zzz", 1, 0);                              // no rule: not counted
   const CheckItem items[] = {{"b", 1}, {"a2", 1}};
   Decision d[2];
   node.check_all(items, d, 0);  // both allowed
@@ -854,11 +864,11 @@ TEST(Node, CountsChecksPerRuleAndKeepsThemAcrossAReload) {
   EXPECT_EQ(counted(all, "b", &RuleCounters::checks), 2u);
   EXPECT_EQ(counted(all, "b", &RuleCounters::near_limit), 1u);  // its only token taken
   // A reload that reorders the rules and drops b: a* keeps its counts at its new index, b's are kept.
-  node.replace_rules(std::make_shared<const RuleSet>(
-                         std::vector<Rule>{{"c", Limit{Rate{1, kNanosPerSecond}, 1, 1}, 0},
-                                           {"a*", Limit{Rate{10, kNanosPerSecond}, 10, 10}, 0}},
-                         std::nullopt),
-                     0);
+  node.replace_rules(
+      std::make_shared<const RuleSet>(std::vector<Rule>{{"c", Limit{Rate{1, kNanosPerSecond}, 1, 1}, 0},
+                                                        {"a*", Limit{Rate{10, kNanosPerSecond}, 10, 10}, 0}},
+                                      std::nullopt),
+      0);
   node.check("a1", 1, 10 * kNanosPerSecond);
   all = node.rule_counters();
   EXPECT_EQ(counted(all, "a*", &RuleCounters::checks), 15u);

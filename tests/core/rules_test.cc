@@ -22,8 +22,8 @@ TEST(ParseRate, AcceptsPerSecondMinuteHourDayWeekAndMonth) {
 }
 
 TEST(ParseRate, RejectsMalformedRatesWithAReason) {
-  for (const char* bad : {"", "100", "/s", "10/", "10/day", "10/m", "10/months", "10/D", "-1/s", "0/s", "1.5/s", "10 /s", "abc/s",
-                          "1000000000001/s", "99999999999999999999/s"}) {
+  for (const char* bad : {"", "100", "/s", "10/", "10/day", "10/m", "10/months", "10/D", "-1/s", "0/s", "1.5/s",
+                          "10 /s", "abc/s", "1000000000001/s", "99999999999999999999/s"}) {
     std::string why;
     EXPECT_FALSE(parse_rate(bad, &why).has_value()) << bad;
     EXPECT_FALSE(why.empty()) << bad;

@@ -11,7 +11,8 @@ constexpr int64_t kMs = kNanosPerMilli;
 constexpr auto kOther = SourceKind::kOther;
 constexpr auto kMember = SourceKind::kMember;
 
-SourceLimiterOptions options(int64_t rate, int64_t burst, size_t max_sources, MonoNanos forget_after = 60 * kNanosPerSecond) {
+SourceLimiterOptions options(int64_t rate, int64_t burst, size_t max_sources,
+                             MonoNanos forget_after = 60 * kNanosPerSecond) {
   SourceLimiterOptions o;
   o.bytes_per_second = rate;
   o.burst_bytes = burst;

@@ -119,7 +119,7 @@ TEST(TokenBucket, NeverRefillsAboveBurst) {
 TEST(TokenBucket, RemainingRoundsDownWhileInDebt) {
   const Limit limit = per_second(2, 10, 10);
   TokenBucket b(limit, 0);
-  b.consume_remote(limit, 11, 0);  // -1.0
+  b.consume_remote(limit, 11, 0);                         // -1.0
   const Decision d = b.try_acquire(limit, 1, 250 * kMs);  // -0.5
   EXPECT_EQ(d.remaining, -1);
 }
@@ -184,8 +184,9 @@ TEST(TokenBucket, ScaledRatesSurviveGapsOfCenturies) {
   TokenBucket s(slow, 0);
   ASSERT_TRUE(s.try_acquire(slow, kMaxTokens, 0).allowed);
   const int64_t t = (int64_t(1) << 62);  // ~146 years: 1,280,000-odd hours of refill
-  EXPECT_EQ(s.balance_microtokens(slow, t), (t / (3600 * kNanosPerSecond)) * kMicrotokensPerToken +
-                                                (t % (3600 * kNanosPerSecond)) * kMicrotokensPerToken / (3600 * kNanosPerSecond));
+  EXPECT_EQ(s.balance_microtokens(slow, t),
+            (t / (3600 * kNanosPerSecond)) * kMicrotokensPerToken +
+                (t % (3600 * kNanosPerSecond)) * kMicrotokensPerToken / (3600 * kNanosPerSecond));
 }
 
 TEST(ManualClock, MovesOnlyForward) {

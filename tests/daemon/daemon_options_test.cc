@@ -52,7 +52,8 @@ class DaemonOptionsTest : public ::testing::Test {
 };
 
 TEST_F(DaemonOptionsTest, FlagsAloneWithDefaults) {
-  const Parsed p = parse({"--rules", "r.yaml", "--peers-file", "peers.txt", "--bind", "127.0.0.1:7000", "--insecure-gossip"});
+  const Parsed p =
+      parse({"--rules", "r.yaml", "--peers-file", "peers.txt", "--bind", "127.0.0.1:7000", "--insecure-gossip"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
   EXPECT_EQ(p.options.node_id, "127.0.0.1:7000");  // defaults to the bind address
   EXPECT_EQ(p.options.node.mode, DisseminationMode::kAuto);
@@ -81,7 +82,7 @@ TEST_F(DaemonOptionsTest, ConfigFileSuppliesWhatFlagsDoNotAndFlagsWin) {
   ASSERT_FALSE(p.exit_code.has_value()) << p.stderr_text;
   EXPECT_EQ(p.options.node_id, "a");
   EXPECT_EQ(p.options.node.mode, DisseminationMode::kGossip);  // the flag
-  EXPECT_EQ(p.options.transport, TransportKind::kTcp);    // the file
+  EXPECT_EQ(p.options.transport, TransportKind::kTcp);         // the file
   EXPECT_EQ(p.options.node.membership, MembershipKind::kHeartbeat);
   EXPECT_EQ(p.options.seeds, (std::vector<std::string>{"127.0.0.1:7001", "127.0.0.1:7002"}));
   EXPECT_EQ(p.options.node.interval_ns, 20 * kNanosPerMilli);
@@ -121,23 +122,60 @@ TEST_F(DaemonOptionsTest, ConfigErrorsNameFileLineAndSetting) {
 TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
   const std::string key = write("cluster.key", std::string(64, 'b') + "\n");
   const std::map<std::string, std::string> values = {
-      {"node-id", "n1"}, {"bind", "127.0.0.2:7100"}, {"transport", "tcp"}, {"peers-file", "peers.txt"},
-      {"seeds", "127.0.0.1:7001,127.0.0.1:7002"}, {"mode", "relay"}, {"membership", "heartbeat"},
-      {"partition-policy", "proportional"}, {"interval", "20ms"}, {"fanout", "5"}, {"relay-groups", "16"},
-      {"member-rows", "100"}, {"fail-after", "3s"}, {"forget-after", "2m"}, {"probe-interval", "2s"},
-      {"push-pull-interval", "500ms"}, {"max-keys", "4096"}, {"retransmit-mult", "6"},
-      {"cluster-key-file", key}, {"insecure-gossip", "false"}, {"max-datagram", "9000"},
-      {"gossip-peer-rate", "1048576"}, {"max-message-age", "20s"}, {"incarnation", "12345"},
-      {"enable-fault-injection", "true"}, {"listen", "unix:/tmp/a.sock,tcp:127.0.0.1:7700"},
-      {"api-max-connections", "64"}, {"api-max-connections-per-client", "8"}, {"api-idle-timeout", "1m"},
-      {"threads", "2"}, {"rules", "r.yaml"}, {"rules-url", ""}, {"rules-poll", "30s"}, {"rules-cache", ""},
-      {"rules-ca", ""}, {"state-dir", "/var/lib/t"}, {"state-interval", "5s"},
-      {"rls-listen", "127.0.0.1:8081"}, {"rls-config", "rls.yaml"}, {"rls-response-headers", "true"},
-      {"rls-max-pending", "100"}, {"rls-tls-cert", "c.pem"}, {"rls-tls-key", "k.pem"},
-      {"rls-tls-client-ca", "ca.pem"}, {"rls-insecure", "false"}, {"http-listen", "127.0.0.1:8080"},
-      {"http-max-connections", "32"}, {"http-max-connections-per-client", "4"}, {"http-timeout", "3s"},
-      {"http-token-file", "token"}, {"http-insecure", "false"}, {"metrics-listen", "127.0.0.1:9090"},
-      {"memory-limit", "2G"}, {"log-level", "debug"},
+      {"node-id", "n1"},
+      {"bind", "127.0.0.2:7100"},
+      {"transport", "tcp"},
+      {"peers-file", "peers.txt"},
+      {"seeds", "127.0.0.1:7001,127.0.0.1:7002"},
+      {"mode", "relay"},
+      {"membership", "heartbeat"},
+      {"partition-policy", "proportional"},
+      {"interval", "20ms"},
+      {"fanout", "5"},
+      {"relay-groups", "16"},
+      {"member-rows", "100"},
+      {"fail-after", "3s"},
+      {"forget-after", "2m"},
+      {"probe-interval", "2s"},
+      {"push-pull-interval", "500ms"},
+      {"max-keys", "4096"},
+      {"retransmit-mult", "6"},
+      {"cluster-key-file", key},
+      {"insecure-gossip", "false"},
+      {"max-datagram", "9000"},
+      {"gossip-peer-rate", "1048576"},
+      {"max-message-age", "20s"},
+      {"incarnation", "12345"},
+      {"enable-fault-injection", "true"},
+      {"listen", "unix:/tmp/a.sock,tcp:127.0.0.1:7700"},
+      {"api-max-connections", "64"},
+      {"api-max-connections-per-client", "8"},
+      {"api-idle-timeout", "1m"},
+      {"threads", "2"},
+      {"rules", "r.yaml"},
+      {"rules-url", ""},
+      {"rules-poll", "30s"},
+      {"rules-cache", ""},
+      {"rules-ca", ""},
+      {"state-dir", "/var/lib/t"},
+      {"state-interval", "5s"},
+      {"rls-listen", "127.0.0.1:8081"},
+      {"rls-config", "rls.yaml"},
+      {"rls-response-headers", "true"},
+      {"rls-max-pending", "100"},
+      {"rls-tls-cert", "c.pem"},
+      {"rls-tls-key", "k.pem"},
+      {"rls-tls-client-ca", "ca.pem"},
+      {"rls-insecure", "false"},
+      {"http-listen", "127.0.0.1:8080"},
+      {"http-max-connections", "32"},
+      {"http-max-connections-per-client", "4"},
+      {"http-timeout", "3s"},
+      {"http-token-file", "token"},
+      {"http-insecure", "false"},
+      {"metrics-listen", "127.0.0.1:9090"},
+      {"memory-limit", "2G"},
+      {"log-level", "debug"},
   };
   std::vector<std::string> args;
   std::string config;
@@ -183,7 +221,7 @@ TEST_F(DaemonOptionsTest, AnUnknownFlagExitsTwoAndSuggestsTheNearestOne) {
   p = parse({"--rules", "r", "--peers-file", "p", "--frobnicate"});
   EXPECT_EQ(p.exit_code, 2);
   EXPECT_EQ(p.stderr_text.find("did you mean"), std::string::npos) << p.stderr_text;  // nothing near
-  p = parse({"--rules", "r", "--peers-file", "p", "--fanout", "x"});  // a bad value: 2 as well
+  p = parse({"--rules", "r", "--peers-file", "p", "--fanout", "x"});                  // a bad value: 2 as well
   EXPECT_EQ(p.exit_code, 2);
 }
 
@@ -222,13 +260,15 @@ TEST_F(DaemonOptionsTest, RlsTlsFlagsNeedTheListenerAndEachOther) {
     return p.stderr_text;
   };
   EXPECT_NE(error({"--http-listen", "127.0.0.1:1", "--rls-tls-cert", "c.pem", "--rls-tls-key", "k.pem"})
-                .find("--rls-tls-* is for --rls-listen"), std::string::npos);
+                .find("--rls-tls-* is for --rls-listen"),
+            std::string::npos);
   EXPECT_NE(error({"--rls-listen", "127.0.0.1:1", "--rls-tls-cert", "c.pem"}).find("go together"), std::string::npos);
   EXPECT_NE(error({"--rls-listen", "127.0.0.1:1", "--rls-tls-client-ca", "ca.pem"}).find("needs the server's own"),
             std::string::npos);
   EXPECT_NE(error({"--rls-listen", "0.0.0.0:1", "--rls-insecure", "--rls-tls-cert", "c", "--rls-tls-key", "k",
                    "--rls-tls-client-ca", "ca"})
-                .find("contradict"), std::string::npos);
+                .find("contradict"),
+            std::string::npos);
 }
 
 TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
@@ -253,7 +293,8 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
       {{"--rules", "r", "--rules-cache", "c", "--peers-file", "p"}, "--rules-cache is for --rules-url"},
       {{"--rules", "r", "--peers-file", "p", "--rls-listen", "127.0.0.1:8081"}, "--rls-listen needs --rls-config PATH"},
       {{"--peers-file", "p", "--rls-config", "c"}, "--rls-config is used by the rate limit service: give --rls-listen"},
-      {{"--peers-file", "p", "--rls-config", "c", "--rls-listen", "h:1", "--rls-max-pending", "0"}, "--rls-max-pending"},
+      {{"--peers-file", "p", "--rls-config", "c", "--rls-listen", "h:1", "--rls-max-pending", "0"},
+       "--rls-max-pending"},
       {{"--rules", "", "--peers-file", "p"}, "--rules must name a file"},
       {{"--rules", "r", "--peers-file", "p", "--fail-after", "60ms"}, "must be at least two --interval rounds"},
       {{"--rules", "r", "--peers-file", "p", "--forget-after", "5s"}, "at least 15s"},
@@ -275,7 +316,8 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
   for (const Case& c : cases) {
     const Parsed p = parse(c.args);
     EXPECT_TRUE(p.exit_code.has_value() && *p.exit_code != 0) << c.expected;
-    EXPECT_NE(p.stderr_text.find(c.expected), std::string::npos) << "expected \"" << c.expected << "\" in: " << p.stderr_text;
+    EXPECT_NE(p.stderr_text.find(c.expected), std::string::npos)
+        << "expected \"" << c.expected << "\" in: " << p.stderr_text;
   }
 }
 

@@ -11,7 +11,8 @@ namespace {
 TEST(DescriptorLimit, ASoftLimitBelowTheNeedIsRaisedAndAnUnreachableOneIsReported) {
   rlimit original{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &original), 0);
-  if (original.rlim_max != RLIM_INFINITY && original.rlim_max < 2048) GTEST_SKIP() << "hard limit " << original.rlim_max;
+  if (original.rlim_max != RLIM_INFINITY && original.rlim_max < 2048)
+    GTEST_SKIP() << "hard limit " << original.rlim_max;
   rlimit low = original;
   low.rlim_cur = 256;
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);

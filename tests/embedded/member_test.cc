@@ -50,7 +50,8 @@ MemberOptions options(const std::string& id, const std::string& seed) {
   o.insecure_gossip = true;
   o.rules_yaml = kRules;
   o.seeds = {seed};
-  o.settings = {{"membership", "heartbeat"}, {"interval", "20ms"}, {"fail-after", "1s"}, {"push-pull-interval", "200ms"}};
+  o.settings = {
+      {"membership", "heartbeat"}, {"interval", "20ms"}, {"fail-after", "1s"}, {"push-pull-interval", "200ms"}};
   return o;
 }
 
@@ -127,7 +128,8 @@ TEST(Member, TwoMembersCheckedFromManyThreadsChargeEachOthersConsumptionOnce) {
   const int64_t hot = 2 * kThreads * kChecks / 2;
   EXPECT_TRUE(eventually([&] {
     return a.check("k-hot", 0).remaining == 1'000'000 - hot && b.check("k-hot", 0).remaining == 1'000'000 - hot;
-  })) << a.check("k-hot", 0).remaining << " " << b.check("k-hot", 0).remaining;
+  })) << a.check("k-hot", 0).remaining
+      << " " << b.check("k-hot", 0).remaining;
   // One of the other member's own keys, at this member.
   EXPECT_TRUE(eventually([&] { return a.check("k5-0", 0).remaining == 999'999; }));
   EXPECT_TRUE(eventually([&] { return b.check("k0-0", 0).remaining == 999'999; }));
@@ -146,7 +148,8 @@ TEST(Member, APacingLimitsTokenIsThereWhenItRefillsNotAtTheNextTick) {
   timespec res{};
   ASSERT_EQ(::clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
   const int64_t tick_ns = int64_t(res.tv_sec) * 1'000'000'000 + res.tv_nsec;
-  if (tick_ns < 1'000'000) GTEST_SKIP() << "the coarse clock ticks every " << tick_ns << " ns: too fine to tell a tick from a check";
+  if (tick_ns < 1'000'000)
+    GTEST_SKIP() << "the coarse clock ticks every " << tick_ns << " ns: too fine to tell a tick from a check";
   const int64_t per_second = int64_t(4'000'000'000) / tick_ns;
   MemberOptions o = options("pace", "127.0.0.1:9");
   o.rules_yaml = "rules:\n  - {match: \"pace:*\", rate: " + std::to_string(per_second) + "/s, burst: 1}\n";
@@ -316,7 +319,8 @@ TEST(Member, RulesReloadedWhileThreadsCheckGiveTheOldOrTheNewLimit) {
     });
   }
   for (int i = 0; i < 20; ++i) {
-    replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burst: " + std::to_string(i % 2 ? 5 : 7) + "}\n");
+    replace_file(dir / "rules.yaml",
+                 "rules:\n  - {match: \"k*\", rate: 1/h, burst: " + std::to_string(i % 2 ? 5 : 7) + "}\n");
     ASSERT_TRUE(m.reload());
   }
   stop = true;
@@ -392,7 +396,10 @@ TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
     EXPECT_EQ(refused.find('\x1b'), std::string::npos) << refused;
   }
   // An Envoy bucket's key is should_rate_limit's alone: check() denies it, as every door does.
-  const Decision reserved = a.check("\x1e" "web\x1fpath\x1d/a", 1);
+  const Decision reserved = a.check(
+      "\x1e"
+      "web\x1fpath\x1d/a",
+      1);
   EXPECT_FALSE(reserved.allowed);
   EXPECT_EQ(reserved.reason, DenyReason::kReservedKey);
   EXPECT_EQ(a.stats().stopped_by, "");

@@ -21,8 +21,8 @@
 
 #include "api/dispatch.h"
 #include "api/framing.h"
-#include "fuzz_util.h"
 #include "core/key_table.h"
+#include "fuzz_util.h"
 #include "tollgate/rules.h"
 #include "tollgate/v1/api.pb.h"
 
@@ -32,7 +32,7 @@ namespace api = tollgate::api;
 namespace pb = ::tollgate::v1::api;
 
 constexpr size_t kMaxChecksPerBatch = 1000;  // ApiServerOptions::max_checks_per_batch's default
-constexpr size_t kMaxKeyBytes = 256;           // KeyTableOptions::max_key_bytes's default
+constexpr size_t kMaxKeyBytes = 256;         // KeyTableOptions::max_key_bytes's default
 
 // The daemon's request path over a KeyTable of its own ("*": 10/s, burst 5), its clock a
 // millisecond per check, so two handlers fed the same checks decide the same.
@@ -103,7 +103,8 @@ bool expect(std::string_view payload, std::vector<Answer>& answers) {
     if (checks.empty()) {
       a.error = pb::Error::EMPTY_REQUEST;
     } else if (static_cast<size_t>(checks.size()) > kMaxChecksPerBatch ||
-               (request.check().all_or_nothing() && static_cast<size_t>(checks.size()) > tollgate::kMaxAllOrNothingChecks)) {
+               (request.check().all_or_nothing() &&
+                static_cast<size_t>(checks.size()) > tollgate::kMaxAllOrNothingChecks)) {
       a.error = pb::Error::BATCH_TOO_LARGE;
     } else {
       a.results = static_cast<size_t>(checks.size());
@@ -114,11 +115,11 @@ bool expect(std::string_view payload, std::vector<Answer>& answers) {
       const bool none_decided = any_reserved && request.check().all_or_nothing();
       for (const pb::Check& check : checks) {
         const bool reserved = tollgate::is_reserved_key(check.key());
-        a.denied_by_rule.push_back(reserved                          ? pb::DENY_REASON_RESERVED_KEY
-                                   : none_decided                    ? pb::DENY_REASON_OTHER_CHECK_DENIED
+        a.denied_by_rule.push_back(reserved                            ? pb::DENY_REASON_RESERVED_KEY
+                                   : none_decided                      ? pb::DENY_REASON_OTHER_CHECK_DENIED
                                    : check.key().size() > kMaxKeyBytes ? pb::DENY_REASON_KEY_TOO_LONG
-                                   : check.cost() < 0                ? pb::DENY_REASON_INVALID_COST
-                                                                     : pb::DENY_REASON_NONE);
+                                   : check.cost() < 0                  ? pb::DENY_REASON_INVALID_COST
+                                                                       : pb::DENY_REASON_NONE);
         a.has_limit.push_back(!reserved && !none_decided && check.key().size() <= kMaxKeyBytes);
       }
     }
@@ -188,7 +189,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // --- The same stream in one pass: the frames must be the same, up to where the server stopped.
   const tollgate::fuzz::ReferenceFrames ref = tollgate::fuzz::reference_frames(in.stream, max_frame_bytes);
   FUZZ_CHECK(frames.size() <= ref.frames.size(), "more frames than the stream holds");
-  for (size_t i = 0; i < frames.size(); ++i) FUZZ_CHECK(frames[i] == ref.frames[i], "a frame differs from the stream's");
+  for (size_t i = 0; i < frames.size(); ++i)
+    FUZZ_CHECK(frames[i] == ref.frames[i], "a frame differs from the stream's");
   if (!close) {
     FUZZ_CHECK(frames.size() == ref.frames.size() && !ref.too_large, "frames depend on how the stream is split");
     FUZZ_CHECK(decoder.buffered() == ref.leftover, "buffered() disagrees with the stream");

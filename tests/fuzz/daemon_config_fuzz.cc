@@ -95,7 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(tollgate::split_host_port(seed, nullptr, nullptr, nullptr), "runs with an invalid seed");
     }
     FUZZ_CHECK(options.node.interval_ns >= kNanosPerMilli, "an interval below 1ms");
-    FUZZ_CHECK(options.node.fail_after_ns / 2 >= options.node.interval_ns, "fail-after below two intervals");  // no 2 * x: it may overflow
+    FUZZ_CHECK(options.node.fail_after_ns / 2 >= options.node.interval_ns,
+               "fail-after below two intervals");  // no 2 * x: it may overflow
     FUZZ_CHECK(options.node.forget_after_ns >= 15 * kNanosPerSecond, "forget-after below 15s");
     FUZZ_CHECK(options.node.fanout >= 1 && options.node.fanout <= 64, "fanout out of range");
     FUZZ_CHECK(options.max_datagram >= 1232 && options.max_datagram <= 65000, "max-datagram out of range");

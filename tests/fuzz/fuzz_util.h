@@ -13,12 +13,12 @@
 
 // Aborts with the broken contract when `cond` is false. Writes with fprintf, not std::cerr:
 // targets that call chatty code silence the iostreams.
-#define FUZZ_CHECK(cond, what)                                                                     \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
+#define FUZZ_CHECK(cond, what)                                                                           \
+  do {                                                                                                   \
+    if (!(cond)) {                                                                                       \
       std::fprintf(stderr, "fuzz contract broken at %s:%d: %s (%s)\n", __FILE__, __LINE__, what, #cond); \
-      std::abort();                                                                                \
-    }                                                                                              \
+      std::abort();                                                                                      \
+    }                                                                                                    \
   } while (false)
 
 namespace tollgate::fuzz {

@@ -129,7 +129,8 @@ void check_lossless(const GossipMessage& m, const ClusterKeys& keys) {
   FUZZ_CHECK(back.members == m.members, "members changed in a round trip");
   FUZZ_CHECK(back.digest.has_value() == m.digest.has_value(), "the digest appeared or vanished in a round trip");
   if (m.digest) FUZZ_CHECK(same_origins(back.digest->origins, m.digest->origins), "the digest changed in a round trip");
-  FUZZ_CHECK(back.reply_wanted_parts == (m.digest_reply_wanted ? 1u : 0u), "digest_reply_wanted changed in a round trip");
+  FUZZ_CHECK(back.reply_wanted_parts == (m.digest_reply_wanted ? 1u : 0u),
+             "digest_reply_wanted changed in a round trip");
 
   // The encoder is deterministic, so what it produced re-encodes to the same bytes.
   GossipMessage again = m;
@@ -165,7 +166,8 @@ void check_small_datagrams(const GossipMessage& m, const ClusterKeys& keys) {
   FUZZ_CHECK(j == back.batches.size(), "the parts hold batches out of order or not in the message");
   FUZZ_CHECK(back.members == m.members, "members changed across datagrams");
   FUZZ_CHECK(back.digest.has_value() == m.digest.has_value(), "the digest appeared or vanished across datagrams");
-  if (m.digest) FUZZ_CHECK(same_origins(back.digest->origins, m.digest->origins), "the digest changed across datagrams");
+  if (m.digest)
+    FUZZ_CHECK(same_origins(back.digest->origins, m.digest->origins), "the digest changed across datagrams");
   FUZZ_CHECK(back.reply_wanted_parts == (m.digest_reply_wanted ? 1u : 0u),
              "digest_reply_wanted is not on exactly one part");
 }
@@ -183,8 +185,8 @@ std::string seal_payload(std::string_view payload, const ClusterKeys& keys) {
   envelope.set_version_minor(kProtocolVersionMinor);
   envelope.set_payload(payload.data(), payload.size());
   if (!keys.empty()) {
-    const auto mac = codec_internal::envelope_mac(keys.signing_key(), kProtocolVersionMajor, kProtocolVersionMinor,
-                                                  payload);
+    const auto mac =
+        codec_internal::envelope_mac(keys.signing_key(), kProtocolVersionMajor, kProtocolVersionMinor, payload);
     envelope.set_mac(mac.data(), mac.size());
   }
   return envelope.SerializeAsString();

@@ -8,7 +8,8 @@
 #include "gossip_contract.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const tollgate::DecodeResult r = tollgate::fuzz::check_decode(tollgate::fuzz::as_text(data, size), tollgate::ClusterKeys());
+  const tollgate::DecodeResult r =
+      tollgate::fuzz::check_decode(tollgate::fuzz::as_text(data, size), tollgate::ClusterKeys());
   FUZZ_CHECK(r.error != tollgate::DecodeError::kBadMac && r.error != tollgate::DecodeError::kMissingMac,
              "a keyless node checked a MAC");
   return 0;

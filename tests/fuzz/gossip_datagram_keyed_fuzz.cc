@@ -11,7 +11,9 @@
 #include "gossip_contract.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const tollgate::DecodeResult r = tollgate::fuzz::check_decode(tollgate::fuzz::as_text(data, size), tollgate::fuzz::test_keys());
-  FUZZ_CHECK(r.error != tollgate::DecodeError::kNone || r.authenticated, "a keyed node accepted an unauthenticated message");
+  const tollgate::DecodeResult r =
+      tollgate::fuzz::check_decode(tollgate::fuzz::as_text(data, size), tollgate::fuzz::test_keys());
+  FUZZ_CHECK(r.error != tollgate::DecodeError::kNone || r.authenticated,
+             "a keyed node accepted an unauthenticated message");
   return 0;
 }

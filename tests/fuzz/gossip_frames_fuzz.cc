@@ -46,11 +46,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const tollgate::fuzz::ReferenceFrames ref = tollgate::fuzz::reference_frames(in.stream, max_frame_bytes);
   FUZZ_CHECK(too_large == ref.too_large, "kTooLarge depends on how the stream is split");
   FUZZ_CHECK(frames.size() == ref.frames.size(), "the number of frames depends on how the stream is split");
-  for (size_t i = 0; i < frames.size(); ++i) FUZZ_CHECK(frames[i] == ref.frames[i], "a frame differs from the stream's");
+  for (size_t i = 0; i < frames.size(); ++i)
+    FUZZ_CHECK(frames[i] == ref.frames[i], "a frame differs from the stream's");
   if (too_large) {
     reader.append("more bytes after the refusal");
     std::string_view frame;
-    FUZZ_CHECK(reader.next(&frame) == FrameReader::Status::kTooLarge && reader.buffered() == 0, "kTooLarge is not sticky");
+    FUZZ_CHECK(reader.next(&frame) == FrameReader::Status::kTooLarge && reader.buffered() == 0,
+               "kTooLarge is not sticky");
   } else {
     FUZZ_CHECK(reader.buffered() == ref.leftover, "buffered() disagrees with the bytes after the last frame");
   }

@@ -15,11 +15,11 @@
 #include <optional>
 #include <string>
 
-#include "fuzz_util.h"
-#include "table_handler.h"
-#include "http/routes.h"
-#include "tollgate/http/v1/http.pb.h"
 #include "core/key_table.h"
+#include "fuzz_util.h"
+#include "http/routes.h"
+#include "table_handler.h"
+#include "tollgate/http/v1/http.pb.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 
@@ -29,14 +29,16 @@ using namespace tollgate;
 
 std::shared_ptr<const RlsConfig> config() {
   static const auto c = parse_rls_config(
-      {{"rls.yaml", "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 2}\n"
-                    "    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 1}\n"}});
+      {{"rls.yaml",
+        "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 2}\n"
+        "    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 1}\n"}});
   return c;
 }
 
 std::shared_ptr<const RuleSet> rules() {
   return std::make_shared<const RuleSet>(
-      parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n  - {match: \"*\", rate: 1/s, burst: 1}\n", "rules.yaml")
+      parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n  - {match: \"*\", rate: 1/s, burst: 1}\n",
+                  "rules.yaml")
           ->rules(),
       std::nullopt, config());
 }
@@ -49,14 +51,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::TableHandler handler(rules());
   http::Routes routes(
       [&handler](http::NodeJob job, const http::Reply&) {
-        job(handler)();
-        return true;
+    job(handler)();
+    return true;
       },
       [] {
-        http::RoutesOptions o;
-        o.max_batch = 8;
-        return o;
-      }());
+    http::RoutesOptions o;
+    o.max_batch = 8;
+    return o;
+  }());
   routes.set_rls_config(config());
 
   const std::string_view text = fuzz::as_text(data, size);
@@ -82,10 +84,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(google::protobuf::util::JsonStringToMessage(response->body, &error).ok() && !error.error().empty(),
                "an error has a JSON body with a reason");
   }
-  if (s >= 400 && s < 500 && s != 429 && s != 403) FUZZ_CHECK(handler.calls == calls_before, "a refused request never reaches the node");
+  if (s >= 400 && s < 500 && s != 429 && s != 403)
+    FUZZ_CHECK(handler.calls == calls_before, "a refused request never reaches the node");
   if (request.method == "GET" && request.target.starts_with("/v1/check") && s == 200) {
     tollgate::http::v1::CheckResult result;
-    FUZZ_CHECK(google::protobuf::util::JsonStringToMessage(response->body, &result).ok(), "a check's answer is its JSON");
+    FUZZ_CHECK(google::protobuf::util::JsonStringToMessage(response->body, &result).ok(),
+               "a check's answer is its JSON");
     FUZZ_CHECK(result.allowed(), "200 only for an allowed check");
   }
   FUZZ_CHECK(handler.keys() <= 64, "the key table stays within its cap");

@@ -23,10 +23,10 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>

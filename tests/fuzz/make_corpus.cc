@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "api/framing.h"
-#include "gossip_contract.h"
 #include "codec/codec.h"
 #include "daemon/daemon_options.h"
+#include "gossip_contract.h"
 #include "tollgate/v1/api.pb.h"
 
 namespace {
@@ -139,13 +139,16 @@ std::vector<NamedMessage> gossip_messages() {
   out.push_back({"full-batch", sealed});
 
   // Ids and addresses at their limits, as the encoder allows them.
-  GossipMessage limits = header(std::string(kMaxSenderIdBytes, 'n'), UINT64_MAX, std::string(kMaxAddressBytes - 5, 'h') + ":7946");
-  limits.batches = {batch(std::string(kMaxNodeIdBytes, 'o'), UINT64_MAX, UINT64_MAX, {{std::string(kMaxKeyBytes, 'k'), INT64_MAX}})};
+  GossipMessage limits =
+      header(std::string(kMaxSenderIdBytes, 'n'), UINT64_MAX, std::string(kMaxAddressBytes - 5, 'h') + ":7946");
+  limits.batches = {
+      batch(std::string(kMaxNodeIdBytes, 'o'), UINT64_MAX, UINT64_MAX, {{std::string(kMaxKeyBytes, 'k'), INT64_MAX}})};
   out.push_back({"limits", limits});
 
   GossipMessage mesh = header("10.0.1.17:7946", kIncA, "10.0.1.17:7946");  // node id defaults to the bind address
   mesh.batches = {batch("10.0.1.17:7946", kIncA, 1, {{"api:login:bob", 1}})};
-  mesh.members = {{"10.0.1.18:7946", "10.0.1.18:7946", kIncB, 3, false}, {"[fd00::19]:7946", "[fd00::19]:7946", kIncC, 0, false}};
+  mesh.members = {{"10.0.1.18:7946", "10.0.1.18:7946", kIncB, 3, false},
+                  {"[fd00::19]:7946", "[fd00::19]:7946", kIncC, 0, false}};
   out.push_back({"mesh-ipv6", mesh});
   return out;
 }
@@ -157,7 +160,9 @@ GossipMessage big_digest() {
   for (int i = 0; i < 90; ++i) {
     char id[32];
     std::snprintf(id, sizeof id, "host-%03d.dc1.example:7946", i);
-    d.origins.push_back({id, window(kIncA + static_cast<uint64_t>(i), 40u + static_cast<uint64_t>(i), {uint64_t(i), 0, 0, 0}), SeenWindow{}});
+    d.origins.push_back(
+        {id, window(kIncA + static_cast<uint64_t>(i), 40u + static_cast<uint64_t>(i), {uint64_t(i), 0, 0, 0}),
+         SeenWindow{}});
   }
   m.digest = d;
   m.digest_reply_wanted = true;
@@ -211,11 +216,13 @@ void gossip_corpora() {
              std::string("\x0b\x01\x03\x11", 4) + frames(messages[0].message, key) + frames(messages[1].message, key) +
                  frames(messages[4].message, key));
   // The big digest as frames of at most kMinDatagramBytes, with that limit (bits 4-5 = 1).
-  write_seed("gossip_frames", "digest-parts", std::string(1, '\x18') + frames(big_digest(), key, kMinDatagramBytes).substr(0, 4000));
+  write_seed("gossip_frames", "digest-parts",
+             std::string(1, '\x18') + frames(big_digest(), key, kMinDatagramBytes).substr(0, 4000));
   write_seed("gossip_frames", "oversize-prefix", std::string(1, '\x00') + be32(0x7fffffff) + "junk");
   const std::string one = frames(messages[2].message, none);
   write_seed("gossip_frames", "half-frame", std::string(1, '\x00') + one.substr(0, one.size() / 2));
-  write_seed("gossip_frames", "limit-256-split", std::string("\x22\x05\x40", 3) + frames(messages[1].message, none) + one);
+  write_seed("gossip_frames", "limit-256-split",
+             std::string("\x22\x05\x40", 3) + frames(messages[1].message, none) + one);
 }
 
 // --- Client API -------------------------------------------------------------------------------
@@ -345,7 +352,8 @@ void file_corpora(const fs::path& root) {
              "web-19\t10.0.1.19:7946\n\n[fd00::20]:7946 [fd00::20]:7946\n");
   write_seed("peers_file", "crlf.txt", "node-a 127.0.0.1:7101\r\nnode-b 127.0.0.1:7102\r\n");
   std::string many;
-  for (int i = 0; i < 40; ++i) many += "host-" + std::to_string(i) + " 10.0." + std::to_string(i / 8) + "." + std::to_string(i) + ":7946\n";
+  for (int i = 0; i < 40; ++i)
+    many += "host-" + std::to_string(i) + " 10.0." + std::to_string(i / 8) + "." + std::to_string(i) + ":7946\n";
   write_seed("peers_file", "forty.txt", many);
 }
 
@@ -359,16 +367,13 @@ void node_state_corpus() {
   std::mt19937 rng(15);
   struct Mix {
     const char* name;
-    uint8_t flags;  // bit 0: heartbeat membership; bit 1: gossip dissemination
+    uint8_t flags;                // bit 0: heartbeat membership; bit 1: gossip dissemination
     std::vector<double> weights;  // per opcode 0..8
   };
   const std::vector<Mix> mixes = {
-      {"static_mesh", 0, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
-      {"heartbeat_mesh", 1, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
-      {"static_gossip", 2, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
-      {"heartbeat_gossip", 3, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
-      {"replays_and_restarts", 1, {4, 4, 3, 8, 2, 1, 10, 2, 3}},
-      {"lossy_time_jumps", 0, {5, 5, 4, 6, 4, 6, 3, 3, 1}},
+      {"static_mesh", 0, {6, 6, 4, 10, 3, 1, 4, 1, 1}},          {"heartbeat_mesh", 1, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
+      {"static_gossip", 2, {6, 6, 4, 10, 3, 1, 4, 1, 1}},        {"heartbeat_gossip", 3, {6, 6, 4, 10, 3, 1, 4, 1, 1}},
+      {"replays_and_restarts", 1, {4, 4, 3, 8, 2, 1, 10, 2, 3}}, {"lossy_time_jumps", 0, {5, 5, 4, 6, 4, 6, 3, 3, 1}},
   };
   for (const Mix& mix : mixes) {
     std::discrete_distribution<int> op(mix.weights.begin(), mix.weights.end());
@@ -404,9 +409,10 @@ void daemon_config_dict(const fs::path& root) {
     }
   }
   for (const std::string& c : choices) dict += "\"" + c + "\"\n";
-  for (const char* shape : {"ns", "us", "ms", "s", "m", "h", "K", "M", "G", "auto", "none", "true", "false", "unix:",
-                            "tcp:", "127.0.0.1:7946", "[::1]:7946", "http://", "https://", "- ", "[", "]", ",", "{",
-                            "}", "&a", "*a", "!!str", "'", "\\\"", "#"}) {
+  for (const char* shape : {"ns",         "us",      "ms",       "s",     "m",     "h",     "K",    "M",
+                            "G",          "auto",    "none",     "true",  "false", "unix:", "tcp:", "127.0.0.1:7946",
+                            "[::1]:7946", "http://", "https://", "- ",    "[",     "]",     ",",    "{",
+                            "}",          "&a",      "*a",       "!!str", "'",     "\\\"",  "#"}) {
     dict += "\"" + std::string(shape) + "\"\n";
   }
   std::ofstream out(root / "tests/fuzz/dicts/daemon_config.dict", std::ios::trunc);

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "codec/codec.h"
-#include "fuzz_util.h"
 #include "core/node.h"
+#include "fuzz_util.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {
@@ -65,7 +65,8 @@ class Net final : public Outbox {
 using MembershipView = std::vector<std::tuple<NodeId, std::string, uint64_t, uint64_t, int>>;
 
 struct World {
-  World(bool heartbeat_membership, DisseminationMode dissemination) : heartbeat(heartbeat_membership), mode(dissemination) {
+  World(bool heartbeat_membership, DisseminationMode dissemination)
+      : heartbeat(heartbeat_membership), mode(dissemination) {
     for (size_t i = 0; i < kNodes; ++i) nets.push_back(std::make_unique<Net>(*this, i));
     lives.assign(kNodes, 0);
     applied.resize(kNodes);
@@ -133,8 +134,8 @@ struct World {
   const DisseminationMode mode;
   MonoNanos now = kNanosPerSecond;
   SplitMix64 random{42};
-  std::shared_ptr<const RuleSet> rules = std::make_shared<RuleSet>(
-      std::vector<Rule>{{"k*", Limit{Rate{10, kNanosPerSecond}, 20, 20}, 0}}, std::nullopt);
+  std::shared_ptr<const RuleSet> rules =
+      std::make_shared<RuleSet>(std::vector<Rule>{{"k*", Limit{Rate{10, kNanosPerSecond}, 20, 20}, 0}}, std::nullopt);
   std::vector<std::unique_ptr<Net>> nets;
   std::vector<std::unique_ptr<Node>> nodes;
   std::vector<uint64_t> lives;
@@ -189,7 +190,8 @@ void forge(const uint8_t*& p, const uint8_t* end) {
   m.sender_address = address_of(who % kNodes);
   m.leaving = who & 0x10;
   m.message_seq = byte();
-  m.members.push_back({"n" + std::to_string(byte() % kNodes), "n9:1", uint64_t(byte()) << 56, byte(), bool(byte() & 1)});
+  m.members.push_back(
+      {"n" + std::to_string(byte() % kNodes), "n9:1", uint64_t(byte()) << 56, byte(), bool(byte() & 1)});
   m.batches.push_back(std::make_shared<const Batch>(
       Batch{"n" + std::to_string(byte() % kNodes), byte(), uint64_t(byte()) + 1, {{"k1", int64_t(byte()) + 1}}}));
   static const ClusterKeys cluster({std::string(32, 'A')});
@@ -211,8 +213,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // switch a node's mode and draw a send (the input is tests/fuzz/findings/node_state-auto-
   // replay-switches-mode, with byte 0's mode bits meaning auto; not replayed by the suite until
   // fixed: issue 39).
-  constexpr DisseminationMode kModes[] = {DisseminationMode::kMesh, DisseminationMode::kGossip, DisseminationMode::kRelay,
-                                          DisseminationMode::kRelay};
+  constexpr DisseminationMode kModes[] = {DisseminationMode::kMesh, DisseminationMode::kGossip,
+                                          DisseminationMode::kRelay, DisseminationMode::kRelay};
   World w(/*heartbeat=*/data[0] & 1, kModes[(data[0] >> 1) & 3]);
   const uint8_t* p = data + 1;
   const uint8_t* end = data + size;

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "config/peers_file.h"
 #include "fuzz_util.h"
 #include "tollgate/config_error.h"
-#include "config/peers_file.h"
 #include "util/host_port.h"
 
 namespace {
@@ -37,9 +37,7 @@ std::optional<std::vector<tollgate::PeerSpec>> parse(std::string_view text) {
   return std::nullopt;
 }
 
-bool has_blank_or_hash(const std::string& s) {
-  return s.find_first_of(" \t\n\v\f\r#") != std::string::npos;
-}
+bool has_blank_or_hash(const std::string& s) { return s.find_first_of(" \t\n\v\f\r#") != std::string::npos; }
 
 }  // namespace
 

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "core/key_table.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "fuzz_util.h"
-#include "table_handler.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
-#include "core/key_table.h"
+#include "table_handler.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules.h"
 
@@ -30,11 +30,11 @@ std::shared_ptr<const RlsConfig> config() {
       {{"rls.yaml",
         "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 2}\n"
         "    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 1}\n"
-        "  - key: tenant\n    value: \"t*\"\n    rate_limit: {unit: hour, requests_per_unit: 5}\n    shadow_mode: true\n"
+        "  - key: tenant\n    value: \"t*\"\n    rate_limit: {unit: hour, requests_per_unit: 5}\n    shadow_mode: "
+        "true\n"
         "  - key: open\n    rate_limit: {unlimited: true}\n"}});
   return c;
 }
-
 
 }  // namespace
 
@@ -50,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(handler.calls == calls_before, "an invalid request reached the node");
     return 0;
   }
-  FUZZ_CHECK(!plan.descriptors.empty() && plan.descriptors.size() <= rls::kMaxDescriptors, "a plan of no or too many descriptors");
+  FUZZ_CHECK(!plan.descriptors.empty() && plan.descriptors.size() <= rls::kMaxDescriptors,
+             "a plan of no or too many descriptors");
   std::vector<rls::DescriptorResult> results;
   const rls::Code overall = rls::decide(handler, plan, results);
   FUZZ_CHECK(results.size() == plan.descriptors.size(), "not one result per descriptor");

@@ -83,7 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // whose round trip is yaml-cpp's business), it parses to the same rules.
   if (!writable) return 0;
   std::string yaml = rules->rules().empty() ? "rules: []\n" : "rules:\n";
-  for (const tollgate::Rule& r : rules->rules()) yaml += "  - match: " + quoted(r.match) + "\n" + limit_fields(r.limit, "    ");
+  for (const tollgate::Rule& r : rules->rules())
+    yaml += "  - match: " + quoted(r.match) + "\n" + limit_fields(r.limit, "    ");
   if (rules->default_limit()) yaml += "default:\n" + limit_fields(*rules->default_limit(), "  ");
   const auto again = parse(yaml);
   FUZZ_CHECK(again != nullptr, "the rules written back do not parse");

@@ -106,7 +106,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(result.body.size() <= kMaxBody, "never a body over the limit");
       break;
     case FetchResult::Kind::kNotModified:
-      FUZZ_CHECK(stream.starts_with("HTTP/1.1 304") || stream.starts_with("HTTP/1.0 304"), "not modified only for a 304");
+      FUZZ_CHECK(stream.starts_with("HTTP/1.1 304") || stream.starts_with("HTTP/1.0 304"),
+                 "not modified only for a 304");
       break;
     case FetchResult::Kind::kFailed:
       FUZZ_CHECK(!result.error.empty(), "a failure says why");

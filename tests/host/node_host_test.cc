@@ -12,8 +12,8 @@
 #include <fstream>
 #include <future>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 namespace tollgate {
 namespace {
@@ -23,9 +23,8 @@ namespace fs = std::filesystem;
 class NodeHostLoads : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tollgate_node_host_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("tollgate_node_host_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
     write_rules(5);
   }
@@ -98,7 +97,8 @@ TEST_F(NodeHostLoads, ARefusedOfferKeepsTheRulesAndAnOfferMadeMeanwhileWaitsItsT
   EXPECT_NE(second.find("superseded"), std::string::npos) << second;
   release_.set_value();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (third == "unset" && std::chrono::steady_clock::now() < deadline) io.run_one_for(std::chrono::milliseconds(100));
+  while (third == "unset" && std::chrono::steady_clock::now() < deadline)
+    io.run_one_for(std::chrono::milliseconds(100));
   EXPECT_NE(first.find("brust"), std::string::npos) << first;  // refused, with the field it names
   EXPECT_EQ(third, "");
   EXPECT_EQ(burst(host), 9);
@@ -114,7 +114,7 @@ TEST_F(NodeHostLoads, ALoadUnderWayWhenTheHostGoesIsDroppedNotRunOnAGoneHost) {
     write_rules(7);
     host.reload([&] { reloaded = true; });
     release_.set_value();
-  }  // the destructor waits for the loader thread; its answer finds the host gone
+  }           // the destructor waits for the loader thread; its answer finds the host gone
   io.poll();  // whatever the loader posted before the join is ready now
   EXPECT_FALSE(reloaded);
 }
@@ -141,7 +141,8 @@ TEST_F(NodeHostLoads, ABrokenClusterKeyFileOnReloadKeepsTheKeysInForceAndIsCount
   EXPECT_EQ(host.reloads().keys_failed, 1u);
   EXPECT_EQ(host.reloads().keys, 0u);
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("cluster keys not reloaded, the previous keys stay in force"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("cluster keys not reloaded, the previous keys stay in force"), std::string::npos)
+      << errors[0];
   std::ofstream(key, std::ios::trunc) << std::string(64, 'b') << "\n";
   host.reload();
   EXPECT_EQ(host.reloads().keys, 1u);  // read at once: the next round is signed with it
@@ -169,7 +170,8 @@ TEST_F(NodeHostLoads, ABrokenPeersFileIsRefusedOnceAndCountedAndTheFixedOneIsTak
   EXPECT_EQ(host.node().membership().view(host.now_ns()).size(), 2u);  // the previous list
   std::ofstream(peers, std::ios::trunc) << "a 127.0.0.1:1\nb 127.0.0.1:2\nc 127.0.0.1:3\n";
   bool taken = false;
-  while (!(taken = host.reloads().peers > 0) && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(10)) {
+  while (!(taken = host.reloads().peers > 0) &&
+         std::chrono::steady_clock::now() < deadline + std::chrono::seconds(10)) {
     io.run_one_for(std::chrono::milliseconds(100));
   }
   ASSERT_TRUE(taken);

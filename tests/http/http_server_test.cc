@@ -105,7 +105,8 @@ class HttpServerNodeQueue : public ::testing::Test {
   void run_node_once() { ASSERT_EQ(node_io_.run_one_for(std::chrono::seconds(10)), 1u); }
 
   boost::asio::io_context node_io_;  // run by the test only
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_ = boost::asio::make_work_guard(node_io_);
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_ =
+      boost::asio::make_work_guard(node_io_);
   CountingHandler handler_;
   std::unique_ptr<HttpServer> server_;
 };

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "core/key_table.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "http/token_file.h"
 #include "tollgate/config_error.h"
 #include "tollgate/http/v1/http.pb.h"
-#include "core/key_table.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 
@@ -45,7 +45,8 @@ descriptors:
 class TableHandler : public RequestHandler {
  public:
   explicit TableHandler(std::shared_ptr<const RlsConfig> rls)
-      : table_(std::make_shared<const RuleSet>(parse_rules(kRules, "rules.yaml")->rules(), std::nullopt, std::move(rls))) {}
+      : table_(std::make_shared<const RuleSet>(parse_rules(kRules, "rules.yaml")->rules(), std::nullopt,
+                                               std::move(rls))) {}
   void check(std::span<const CheckItem> items, std::span<Decision> out) override {
     checks_ += items.size();
     for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
@@ -57,11 +58,18 @@ class TableHandler : public RequestHandler {
   size_t checks_seen() const { return checks_; }
   std::vector<MemberInfo> members() override { return members_list; }
   StatsList stats() override {
-    return {{"checks", 3},         {"checks_allowed", 2},   {"checks_denied", 1},
-            {"keys", 7},           {"api.requests", 9},     {"api.threads", 2},
-            {"api.thread.0.connections_open", 3}, {"api.thread.1.connections_open", 4},
-            {"api.thread.0.checks", 10},          {"api.thread.1.checks", 11},
-            {"state_write_ns", 1'500'000'000},     {"never_declared", 4}};
+    return {{"checks", 3},
+            {"checks_allowed", 2},
+            {"checks_denied", 1},
+            {"keys", 7},
+            {"api.requests", 9},
+            {"api.threads", 2},
+            {"api.thread.0.connections_open", 3},
+            {"api.thread.1.connections_open", 4},
+            {"api.thread.0.checks", 10},
+            {"api.thread.1.checks", 11},
+            {"state_write_ns", 1'500'000'000},
+            {"never_declared", 4}};
   }
   std::string set_faults(const FaultSettings&) override { return ""; }
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override {
@@ -100,10 +108,10 @@ class RoutesTest : public ::testing::Test {
     }
     routes_ = std::make_unique<Routes>(
         [this](NodeJob job, const Reply&) {
-          if (refuse_ || (refuse_after_ >= 0 && jobs_run_ >= refuse_after_)) return false;
-          ++jobs_run_;
-          job(handler_)();  // the node's part, then the HTTP thread's
-          return true;
+      if (refuse_ || (refuse_after_ >= 0 && jobs_run_ >= refuse_after_)) return false;
+      ++jobs_run_;
+      job(handler_)();  // the node's part, then the HTTP thread's
+      return true;
         },
         o);
     routes_->set_rls_config(parse_rls_config({{"rls.yaml", kRls}}));
@@ -228,7 +236,8 @@ TEST_F(RoutesTest, APostedBatchIsDecidedAloneOrAllOrNothing) {
   EXPECT_EQ(batch.results(1).cost(), 1);  // absent cost: 1
   EXPECT_EQ(batch.results(1).remaining(), 4);
   // k2 has 1 left: all or nothing charges neither.
-  r = request("POST", "/v1/check", R"({"checks": [{"key": "k3", "cost": 2}, {"key": "k2", "cost": 2}], "all_or_nothing": true})");
+  r = request("POST", "/v1/check",
+              R"({"checks": [{"key": "k3", "cost": 2}, {"key": "k2", "cost": 2}], "all_or_nothing": true})");
   ASSERT_EQ(r.status, 200u);
   batch = parse<hv1::CheckBatchResponse>(r.body);
   EXPECT_FALSE(batch.allowed());
@@ -356,9 +365,9 @@ TEST_F(RoutesTest, WithATokenEveryEndpointButHealthNeedsIt) {
   alone_ = true;
   routes_->set_token("s3cret-token-0123456789");
   const std::vector<std::string> guarded = {"/v1/check?key=a", "/metrics", "/v1/members", "/v1/stats"};
-  for (const std::string& auth : {std::string(), std::string("Bearer wrong-token-0123456789"),
-                                  std::string("Bearer s3cret-token-012345678"), std::string("Basic s3cret-token-0123456789"),
-                                  std::string("Bearer s3cret-token-0123456789 ")}) {
+  for (const std::string& auth :
+       {std::string(), std::string("Bearer wrong-token-0123456789"), std::string("Bearer s3cret-token-012345678"),
+        std::string("Basic s3cret-token-0123456789"), std::string("Bearer s3cret-token-0123456789 ")}) {
     authorization_ = auth;
     for (const std::string& target : guarded) {
       const HttpResponse r = request("GET", target);
@@ -370,9 +379,11 @@ TEST_F(RoutesTest, WithATokenEveryEndpointButHealthNeedsIt) {
     EXPECT_EQ(request("GET", "/readyz").status, 200u);
   }
   EXPECT_EQ(handler_.checks_seen(), 0u);  // nothing reached the node
-  for (const std::string& auth : {std::string("Bearer s3cret-token-0123456789"), std::string("bearer s3cret-token-0123456789")}) {
+  for (const std::string& auth :
+       {std::string("Bearer s3cret-token-0123456789"), std::string("bearer s3cret-token-0123456789")}) {
     authorization_ = auth;
-    for (const std::string& target : guarded) EXPECT_EQ(request("GET", target).status, 200u) << target << " with " << auth;
+    for (const std::string& target : guarded)
+      EXPECT_EQ(request("GET", target).status, 200u) << target << " with " << auth;
   }
   // A reload without a token opens the endpoints again; one with another token closes them to the old.
   routes_->set_token("another-token-0123456789");
@@ -409,7 +420,8 @@ TEST(TokenFile, OneLineOfTokenCharactersOrAnErrorThatSaysWhere) {
   EXPECT_EQ(token_file_warning(path), std::nullopt);  // 0640
   write("abcDEF0123456789", 0644);
   EXPECT_NE(token_file_warning(path).value_or(""), "") << "readable by others";
-  EXPECT_NE(error_of("short\n").find(path + ":1: the token has 5 characters; it must have 16 to 512"), std::string::npos)
+  EXPECT_NE(error_of("short\n").find(path + ":1: the token has 5 characters; it must have 16 to 512"),
+            std::string::npos)
       << error_of("short\n");
   EXPECT_NE(error_of("").find("has 0 characters"), std::string::npos);
   EXPECT_NE(error_of("abcdefgh ijklmnopq\n").find(path + ":1:9: the token may hold"), std::string::npos)
@@ -441,32 +453,31 @@ TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
   const HttpResponse r = request("GET", "/metrics");
   ASSERT_EQ(r.status, 200u);
   EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
-  for (const char* line : {"# TYPE tollgate_checks_total counter", "tollgate_checks_total{decision=\"allowed\"} 2",
-                           "tollgate_checks_total{decision=\"denied\"} 1", "# TYPE tollgate_keys gauge", "tollgate_keys 7",
-                           "tollgate_api_requests_total 9", "tollgate_members{state=\"alive\"} 1",
-                           "tollgate_members{state=\"suspect\"} 1", "tollgate_members{state=\"dead\"} 0",
-                           "tollgate_rule_checks_total{rule=\"k*\"} 5", "tollgate_rule_allowed_total{rule=\"k*\"} 4",
-                           "tollgate_rule_denied_total{rule=\"k*\"} 1", "tollgate_rule_near_limit_total{rule=\"k*\"} 2",
-                           "tollgate_rule_shadow_denied_total{rule=\"k*\"} 1",
-                           // --threads: each thread's share, one family with a thread label.
-                           "# TYPE tollgate_api_threads gauge", "tollgate_api_threads 2",
-                           "# TYPE tollgate_api_thread_connections_open gauge",
-                           "tollgate_api_thread_connections_open{thread=\"0\"} 3",
-                           "tollgate_api_thread_connections_open{thread=\"1\"} 4",
-                           "# TYPE tollgate_api_thread_checks_total counter", "tollgate_api_thread_checks_total{thread=\"0\"} 10",
-                           "tollgate_api_thread_checks_total{thread=\"1\"} 11",
-                           // Label values are escaped by the serializer.
-                           "tollgate_rule_checks_total{rule=\"rls:web.path_/a \\\"b\\\"\"} 1",
-                           // Kind, unit and help from the declaration, not the name.
-                           "# HELP tollgate_keys Buckets held",
-                           "# TYPE tollgate_state_write_seconds gauge", "tollgate_state_write_seconds 1.5",
-                           // A stat nobody declared says so (the daemon's suite checks there is none).
-                           "# HELP tollgate_never_declared_total tollgated stat never_declared (undeclared)",
-                           "# TYPE tollgate_never_declared_total counter"}) {
+  for (const char* line :
+       {"# TYPE tollgate_checks_total counter", "tollgate_checks_total{decision=\"allowed\"} 2",
+        "tollgate_checks_total{decision=\"denied\"} 1", "# TYPE tollgate_keys gauge", "tollgate_keys 7",
+        "tollgate_api_requests_total 9", "tollgate_members{state=\"alive\"} 1", "tollgate_members{state=\"suspect\"} 1",
+        "tollgate_members{state=\"dead\"} 0", "tollgate_rule_checks_total{rule=\"k*\"} 5",
+        "tollgate_rule_allowed_total{rule=\"k*\"} 4", "tollgate_rule_denied_total{rule=\"k*\"} 1",
+        "tollgate_rule_near_limit_total{rule=\"k*\"} 2", "tollgate_rule_shadow_denied_total{rule=\"k*\"} 1",
+        // --threads: each thread's share, one family with a thread label.
+        "# TYPE tollgate_api_threads gauge", "tollgate_api_threads 2",
+        "# TYPE tollgate_api_thread_connections_open gauge", "tollgate_api_thread_connections_open{thread=\"0\"} 3",
+        "tollgate_api_thread_connections_open{thread=\"1\"} 4", "# TYPE tollgate_api_thread_checks_total counter",
+        "tollgate_api_thread_checks_total{thread=\"0\"} 10", "tollgate_api_thread_checks_total{thread=\"1\"} 11",
+        // Label values are escaped by the serializer.
+        "tollgate_rule_checks_total{rule=\"rls:web.path_/a \\\"b\\\"\"} 1",
+        // Kind, unit and help from the declaration, not the name.
+        "# HELP tollgate_keys Buckets held", "# TYPE tollgate_state_write_seconds gauge",
+        "tollgate_state_write_seconds 1.5",
+        // A stat nobody declared says so (the daemon's suite checks there is none).
+        "# HELP tollgate_never_declared_total tollgated stat never_declared (undeclared)",
+        "# TYPE tollgate_never_declared_total counter"}) {
     EXPECT_NE(r.body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << r.body;
   }
   EXPECT_EQ(r.body.find("tollgate_checks_total 3"), std::string::npos) << "the unlabelled sum is left out";
-  EXPECT_EQ(r.body.find("# TYPE tollgate_api_thread_checks_total", r.body.find("# TYPE tollgate_api_thread_checks_total") + 1),
+  EXPECT_EQ(r.body.find("# TYPE tollgate_api_thread_checks_total",
+                        r.body.find("# TYPE tollgate_api_thread_checks_total") + 1),
             std::string::npos)
       << "one family for every thread";
 }
@@ -482,21 +493,24 @@ TEST_F(RoutesTest, MetricsAppendTheFamiliesCollectedElsewhere) {
   };
   make_routes(o);
   const std::string body = request("GET", "/metrics").body;
-  for (const char* line : {"# TYPE tollgate_check_duration_seconds histogram", "tollgate_check_duration_seconds_bucket{le=\"0.001\"} 0",
-                           "tollgate_check_duration_seconds_bucket{le=\"0.01\"} 1", "tollgate_check_duration_seconds_bucket{le=\"+Inf\"} 2",
-                           "tollgate_check_duration_seconds_count 2"}) {
+  for (const char* line :
+       {"# TYPE tollgate_check_duration_seconds histogram", "tollgate_check_duration_seconds_bucket{le=\"0.001\"} 0",
+        "tollgate_check_duration_seconds_bucket{le=\"0.01\"} 1",
+        "tollgate_check_duration_seconds_bucket{le=\"+Inf\"} 2", "tollgate_check_duration_seconds_count 2"}) {
     EXPECT_NE(body.find(std::string(line) + "\n"), std::string::npos) << line << " not in\n" << body;
   }
 }
 
 TEST_F(RoutesTest, MembersAndStatsHaveTheCliJsonShape) {
-  EXPECT_EQ(request("GET", "/v1/stats").body,
-            "{\"stats\": {\"checks\": 3, \"checks_allowed\": 2, \"checks_denied\": 1, \"keys\": 7, \"api.requests\": 9, "
-            "\"api.threads\": 2, \"api.thread.0.connections_open\": 3, \"api.thread.1.connections_open\": 4, "
-            "\"api.thread.0.checks\": 10, \"api.thread.1.checks\": 11, \"state_write_ns\": 1500000000, "
-            "\"never_declared\": 4}}\n");
+  EXPECT_EQ(
+      request("GET", "/v1/stats").body,
+      "{\"stats\": {\"checks\": 3, \"checks_allowed\": 2, \"checks_denied\": 1, \"keys\": 7, \"api.requests\": 9, "
+      "\"api.threads\": 2, \"api.thread.0.connections_open\": 3, \"api.thread.1.connections_open\": 4, "
+      "\"api.thread.0.checks\": 10, \"api.thread.1.checks\": 11, \"state_write_ns\": 1500000000, "
+      "\"never_declared\": 4}}\n");
   const std::string members = request("GET", "/v1/members").body;
-  EXPECT_EQ(members.rfind("{\"members\": [{\"id\": \"me\", \"address\": \"127.0.0.1:1\", \"state\": \"alive\"", 0), 0u) << members;
+  EXPECT_EQ(members.rfind("{\"members\": [{\"id\": \"me\", \"address\": \"127.0.0.1:1\", \"state\": \"alive\"", 0), 0u)
+      << members;
 }
 
 TEST_F(RoutesTest, UnknownPathsAndMethodsAnd503WhenTheNodeRefuses) {

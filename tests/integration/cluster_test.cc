@@ -2,8 +2,8 @@
 // {static, heartbeat}: propagation, cluster-wide accuracy under load, SIGKILL and restart, and a
 // partition injected through the admin API. Waits are on observable state (members, balances)
 // with generous bounds, never fixed sleeps: strict timing properties belong to the simulator.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -144,18 +144,30 @@ class Cluster {
 
   void start(size_t i) {
     std::vector<std::string> args = {TOLLGATED_PATH,
-                                     "--node-id", id(i),
-                                     "--bind", address(i),
-                                     "--listen", "unix:" + socket_path(i),
-                                     "--rules", (dir_ / "rules.yaml").string(),
-                                     "--mode", combo_.mode,
-                                     "--transport", combo_.transport,
-                                     "--membership", combo_.membership,
-                                     "--interval", "50ms",
-                                     "--fail-after", "600ms",
-                                     "--probe-interval", "200ms",
-                                     "--push-pull-interval", "500ms",
-                                     "--log-level", "warn"};
+                                     "--node-id",
+                                     id(i),
+                                     "--bind",
+                                     address(i),
+                                     "--listen",
+                                     "unix:" + socket_path(i),
+                                     "--rules",
+                                     (dir_ / "rules.yaml").string(),
+                                     "--mode",
+                                     combo_.mode,
+                                     "--transport",
+                                     combo_.transport,
+                                     "--membership",
+                                     combo_.membership,
+                                     "--interval",
+                                     "50ms",
+                                     "--fail-after",
+                                     "600ms",
+                                     "--probe-interval",
+                                     "200ms",
+                                     "--push-pull-interval",
+                                     "500ms",
+                                     "--log-level",
+                                     "warn"};
     if (faults_enabled_) args.push_back("--enable-fault-injection");
     if (std::string(combo_.membership) == "static") {
       args.insert(args.end(), {"--peers-file", (dir_ / "peers.txt").string()});
@@ -214,7 +226,8 @@ class Cluster {
         kill(pids_[i], SIGKILL);
         waitpid(pids_[i], &status, 0);
         ADD_FAILURE() << id(i) << " did not exit within 30 s of signal " << signo << "; its threads:\n"
-                      << stacks << "\nits log:\n" << log(i);
+                      << stacks << "\nits log:\n"
+                      << log(i);
         break;
       }
       std::this_thread::sleep_for(10ms);  // polling the child's exit, not synchronizing
@@ -468,7 +481,8 @@ TEST_P(ClusterTest, KilledNodeIsDetectedAndRejoinsAfterRestart) {
   c.start(2);
   EXPECT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); }, 10s)) << c.log(2);
   // The restarted node relearned its past life's consumption from the others; nobody counted it twice.
-  EXPECT_TRUE(eventually([&] { return c.remaining(2, "k") == 900; }, 5s)) << "restarted node shows " << c.remaining(2, "k");
+  EXPECT_TRUE(eventually([&] { return c.remaining(2, "k") == 900; }, 5s))
+      << "restarted node shows " << c.remaining(2, "k");
   EXPECT_EQ(c.remaining(0, "k"), 900);
   EXPECT_EQ(c.remaining(1, "k"), 900);
 }
@@ -492,7 +506,9 @@ TEST_P(ClusterTest, SigtermLeavesCleanlyAndTheNodeCanComeBack) {
 // admitted is lost with it.
 TEST_P(ClusterTest, ChecksAnsweredWhileDrainingAreChargedAtTheOthers) {
   // Node 2 answers on two threads: it leaves only once neither can admit anything more.
-  Cluster c(3, GetParam(), kSlowRules, [](size_t i) { return i == 2 ? std::vector<std::string>{"--threads", "2"} : std::vector<std::string>{}; });
+  Cluster c(3, GetParam(), kSlowRules, [](size_t i) {
+    return i == 2 ? std::vector<std::string>{"--threads", "2"} : std::vector<std::string>{};
+  });
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); })) << c.log(0);
   constexpr int kThreads = 4, kKeysPerThread = 20, kBatch = 250, kRounds = 40;
   auto key = [](int t, int k) { return "k" + std::to_string(t) + "-" + std::to_string(k); };
@@ -610,7 +626,8 @@ TEST(ClusterThreads, EightConnectionsOnTwoThreadsChargeExactlyOnceAndThePeerSees
       }
     }
     return charged == kKeys;
-  })) << charged << " of " << kKeys << " charged at node 1";
+  })) << charged
+      << " of " << kKeys << " charged at node 1";
 
   // Requests that the node's thread answers, asked on every connection (either thread).
   for (auto& client : clients) {
@@ -658,7 +675,8 @@ TEST_P(ClusterTest, PartitionedSidesEnforceAloneAndHealWithoutDoubleCharging) {
     return;
   }
   for (size_t n = 0; n < 3; ++n) {
-    EXPECT_TRUE(eventually([&] { return c.remaining(n, "k") == 870; }, 10s)) << "node " << n << " shows " << c.remaining(n, "k");
+    EXPECT_TRUE(eventually([&] { return c.remaining(n, "k") == 870; }, 10s))
+        << "node " << n << " shows " << c.remaining(n, "k");
   }
 }
 
@@ -689,8 +707,11 @@ TEST(ClusterSecurity, GossipSignedWithAnotherKeyIsDroppedAndCounted) {
   const std::string log = c.log(0);
   const int64_t dropped = c.stat(0, "transport_dropped_bad_mac");
   size_t lines = 0;
-  for (size_t at = 0; (at = log.find(c.address(2) + ": gossip datagram dropped: bad_mac", at)) != std::string::npos; ++at) ++lines;
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started).count();
+  for (size_t at = 0; (at = log.find(c.address(2) + ": gossip datagram dropped: bad_mac", at)) != std::string::npos;
+       ++at)
+    ++lines;
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started).count();
   EXPECT_GE(lines, 1u) << log;
   // One line per 10 s of node 2's life (plus the first): a line per datagram would be 40 or more.
   EXPECT_LE(lines, size_t(1 + (seconds + 9) / 10)) << dropped << " drops in " << seconds << " s\n" << log;
@@ -717,8 +738,9 @@ TEST(ClusterSecurity, FaultInjectionIsRefusedUnlessTheDaemonEnablesIt) {
   EXPECT_TRUE(eventually([&] {
     refused = c.client(1).set_faults(isolate);
     return refused.find("--enable-fault-injection") != std::string::npos;
-  }))
-      << refused << "\n" << c.log(1);
+  })) << refused
+      << "\n"
+      << c.log(1);
   // Nothing was injected: node 1 still hears node 0 and is heard.
   ASSERT_TRUE(c.client(0).check("k", 7).allowed);
   EXPECT_TRUE(eventually([&] { return c.remaining(1, "k") == 993; }, 5s)) << c.remaining(1, "k");
@@ -812,7 +834,8 @@ TEST(ClusterSecurity, AuthenticDatagramsCapturedAndReplayedFromAnotherAddressAre
   to.sin_port = htons(uint16_t(std::stoi(c.address(0).substr(c.address(0).rfind(':') + 1))));
   const int64_t repairs_before = c.stat(0, "repairs_sent");
   for (int i = 0; i < 100; ++i) {
-    for (const std::string& d : captured) ::sendto(tap, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+    for (const std::string& d : captured)
+      ::sendto(tap, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
   }
   ASSERT_TRUE(eventually([&] { return c.stat(0, "gossip_dropped_wrong_source") >= 100; })) << c.stats_text(0);
   EXPECT_EQ(c.remaining(0, "k"), 990);
@@ -860,7 +883,7 @@ TEST(ClusterSecurity, AForgedReplyAddressDrawsNothingAndAStaleRequestIsDropped) 
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1}); })) << c.log(0);
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(c.client(1).check("k" + std::to_string(i), 1).allowed);
   ASSERT_TRUE(eventually([&] { return c.remaining(0, "k19") == 999; }));  // node 0 holds batches to repair
-  const ClusterKeys key({std::string(32, '\xcc')});  // the cluster.key file's 64 hex 'c's
+  const ClusterKeys key({std::string(32, '\xcc')});                       // the cluster.key file's 64 hex 'c's
   UdpSocket attacker, victim;
   const uint16_t node0 = uint16_t(std::stoi(c.address(0).substr(c.address(0).rfind(':') + 1)));
   GossipMessage m;
@@ -870,8 +893,8 @@ TEST(ClusterSecurity, AForgedReplyAddressDrawsNothingAndAStaleRequestIsDropped) 
   m.message_seq = 1'000'000;
   m.digest.emplace();  // "I have nothing": answered in full, were it answered
   m.digest_reply_wanted = true;
-  const uint64_t now_s = uint64_t(std::chrono::duration_cast<std::chrono::seconds>(
-                                      std::chrono::system_clock::now().time_since_epoch()).count());
+  const uint64_t now_s = uint64_t(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   for (int i = 0; i < 10; ++i) {
     ++m.message_seq;
     for (const std::string& d : encode_datagrams(m, key, 1400, nullptr, now_s)) attacker.send_to(node0, d);
@@ -926,8 +949,9 @@ TEST(ClusterReload, ABrokenRulesFileKeepsTheOldLimitsAndAValidEditApplies) {
   ASSERT_TRUE(eventually([&] { return c.stat(0, "rules_reload_failures") >= 1; }, 5s)) << c.log(0);
   EXPECT_EQ(c.stat(0, "rules_reloads"), 0);
   EXPECT_EQ(c.stat(0, "rules_version"), version);
-  EXPECT_NE(c.log(0).find("rules not reloaded, the previous rules (version " + std::to_string(version) + ") stay in force"),
-            std::string::npos)
+  EXPECT_NE(
+      c.log(0).find("rules not reloaded, the previous rules (version " + std::to_string(version) + ") stay in force"),
+      std::string::npos)
       << c.log(0);
   EXPECT_TRUE(c.client(0).check("k", 100).allowed);  // the old burst of 1000 still holds
   ASSERT_TRUE(eventually([&] { return c.remaining(1, "k") == 900; }, 5s));
@@ -987,8 +1011,8 @@ TEST(ClusterReload, AKeyRotationUnderTrafficKeepsTheClusterConnectedAndCharging)
     const int64_t before = admitted.load();
     EXPECT_TRUE(eventually(
         [&] {
-          const int64_t left = c.remaining(2, "k");
-          return left != INT64_MIN && 1000 - left >= before;
+      const int64_t left = c.remaining(2, "k");
+      return left != INT64_MIN && 1000 - left >= before;
         },
         5s))
         << "step " << reloads;
@@ -1002,8 +1026,8 @@ TEST(ClusterReload, AKeyRotationUnderTrafficKeepsTheClusterConnectedAndCharging)
   for (size_t n = 0; n < 3; ++n) {
     EXPECT_TRUE(eventually(
         [&] {
-          const int64_t left = c.remaining(n, "k");
-          return left >= low && left <= high && left == c.remaining((n + 1) % 3, "k");
+      const int64_t left = c.remaining(n, "k");
+      return left >= low && left <= high && left == c.remaining((n + 1) % 3, "k");
         },
         10s))
         << "node " << n << " shows " << c.remaining(n, "k") << " left of 1000 after " << admitted.load()
@@ -1111,7 +1135,8 @@ TEST(ClusterHardening, StalledHalfFramesOnTheTcpGossipPortHoldLittleAndLockNoMem
   c.restart(1);  // its new outbound connection to node 0 must get in among the strangers
   ASSERT_TRUE(eventually([&] { return c.client(1).check("k", 10).allowed; }));
   EXPECT_TRUE(eventually([&] { return c.remaining(0, "k") == 990; }, 10s))
-      << "node 0 shows " << c.remaining(0, "k") << "\n" << c.stats_text(0);
+      << "node 0 shows " << c.remaining(0, "k") << "\n"
+      << c.stats_text(0);
   // Each stranger was closed: to make room for a newer one, or for its IP's byte budget.
   EXPECT_GE(c.stat(0, "transport_dropped_inbound_unproven_evicted") + c.stat(0, "transport_dropped_rate_limited"),
             1100 - 32)
@@ -1140,9 +1165,10 @@ TEST(ClusterHardening, WallClockJumpsMoveNoBucketAndFailNoPeer) {
   set_wall_offset("+0");
   // 1000/h: an hour of wall time would refill a whole bucket.
   const std::string hourly = "rules:\n  - match: \"k*\"\n    rate: 1000/h\n    burst: 1000\n";
-  Cluster c(3, Combo{"gossip", "udp", "static"}, hourly, {}, SIZE_MAX,
-            {std::string("LD_PRELOAD=") + REAL_TIMERFD_PATH + ":" + lib, "FAKETIME_TIMESTAMP_FILE=" + clock_file.string(),
-             "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1", "ASAN_OPTIONS=verify_asan_link_order=0"});
+  Cluster c(
+      3, Combo{"gossip", "udp", "static"}, hourly, {}, SIZE_MAX,
+      {std::string("LD_PRELOAD=") + REAL_TIMERFD_PATH + ":" + lib, "FAKETIME_TIMESTAMP_FILE=" + clock_file.string(),
+       "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1", "ASAN_OPTIONS=verify_asan_link_order=0"});
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); })) << c.log(0);
   ASSERT_TRUE(c.client(0).check("k", 500).allowed);
   for (size_t n = 0; n < 3; ++n) ASSERT_TRUE(eventually([&] { return c.remaining(n, "k") == 500; })) << n;
@@ -1185,12 +1211,23 @@ TEST(ClusterHardening, WallClockJumpsMoveNoBucketAndFailNoPeer) {
   }
   // 500 spent, plus what 1000/h refills over the test's seconds (a few tokens): 0 would be the
   // 500 counted twice, 1000 the debt forgotten.
-  ASSERT_TRUE(eventually([&] { const int64_t left = c.remaining(2, "k"); return left >= 490 && left <= 510; }, 10s))
+  ASSERT_TRUE(eventually(
+      [&] {
+    const int64_t left = c.remaining(2, "k");
+    return left >= 490 && left <= 510;
+      },
+      10s))
       << "the restarted node relearns the debt, once: it shows " << c.remaining(2, "k");
   ASSERT_TRUE(c.client(2).check("k", 100).allowed);
   for (size_t n = 0; n < 2; ++n) {
-    EXPECT_TRUE(eventually([&] { const int64_t left = c.remaining(n, "k"); return left >= 390 && left <= 410; }, 10s))
-        << "node " << n << " shows " << c.remaining(n, "k") << ": the restarted node's consumption was not counted once";
+    EXPECT_TRUE(eventually(
+        [&] {
+      const int64_t left = c.remaining(n, "k");
+      return left >= 390 && left <= 410;
+        },
+        10s))
+        << "node " << n << " shows " << c.remaining(n, "k")
+        << ": the restarted node's consumption was not counted once";
   }
   std::filesystem::remove(clock_file);
 }
@@ -1232,7 +1269,10 @@ TEST(ClusterHardening, AKeyFloodIsBoundedByMaxKeysAndEstablishedKeysKeepTheirBal
   RecordProperty("node0_stats", c.stats_text(0));
   RecordProperty("node1_evictions_abandoned",
                  std::to_string(c.stat(1, "key_evictions")) + " " + std::to_string(c.stat(1, "seqs_abandoned")));
-  EXPECT_TRUE(eventually([&] { const int64_t left = c.remaining(1, "k-established"); return left >= 399 && left <= 401; }));
+  EXPECT_TRUE(eventually([&] {
+    const int64_t left = c.remaining(1, "k-established");
+    return left >= 399 && left <= 401;
+  }));
   const int64_t rss_after = c.rss_kib(0);
   // The budget: 64 MiB for the process and its ledger, plus 400 bytes a key.
   const int64_t budget_kib = 64 * 1024 + 50'000 * 400 / 1024;
@@ -1296,7 +1336,8 @@ double refill_rate(Cluster& c, size_t node, const std::string& key) {
     last = c.remaining(node, key);
     last_at = Clock::now();
     return last >= first + 120;
-  })) << key << " stayed at " << last;
+  })) << key
+      << " stayed at " << last;
   return double(last - first) / std::chrono::duration<double>(last_at - first_at).count();
 }
 
@@ -1312,8 +1353,9 @@ void set_cut(Cluster& c, bool cut) {
 }
 
 TEST(ClusterProportional, RefillFollowsTheReachableShareThroughAFlappingMemberAndComesBackToFull) {
-  Cluster c(3, {"gossip", "udp", "static"}, kRefillRules,
-            [](size_t) { return std::vector<std::string>{"--partition-policy", "proportional"}; });
+  Cluster c(3, {"gossip", "udp", "static"}, kRefillRules, [](size_t) {
+    return std::vector<std::string>{"--partition-policy", "proportional"};
+  });
   ASSERT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); }));
   auto near = [](double rate, double expected) { return rate > expected * 0.7 && rate < expected * 1.3; };
   const double full = refill_rate(c, 0, "m-full");
@@ -1360,11 +1402,16 @@ TEST(EmbeddedMember, JoinsAClusterOfDaemonsSharesItsLimitsAndHealsAfterAPartitio
   o.cluster_key_file = (c.dir() / "cluster.key").string();
   o.peers_file = (c.dir() / "peers.txt").string();
   o.rules_file = (c.dir() / "rules.yaml").string();
-  o.settings = {{"mode", "gossip"}, {"interval", "50ms"}, {"fail-after", "600ms"},
-                {"probe-interval", "200ms"}, {"push-pull-interval", "500ms"}};
+  o.settings = {{"mode", "gossip"},
+                {"interval", "50ms"},
+                {"fail-after", "600ms"},
+                {"probe-interval", "200ms"},
+                {"push-pull-interval", "500ms"}};
   auto member = std::make_unique<Member>(o);
-  ASSERT_TRUE(eventually([&] { return c.state_of(0, 2) == "alive" && c.state_of(1, 2) == "alive" && member->stats().members_alive == 2; }))
-      << c.state_of(0, 2) << " " << c.state_of(1, 2) << " " << member->stats().members_alive;
+  ASSERT_TRUE(eventually([&] {
+    return c.state_of(0, 2) == "alive" && c.state_of(1, 2) == "alive" && member->stats().members_alive == 2;
+  })) << c.state_of(0, 2)
+      << " " << c.state_of(1, 2) << " " << member->stats().members_alive;
 
   // 4 of this process's threads check at once, 25 checks of 2 tokens each; the daemons'
   // clients spend 30 and 20.
@@ -1384,7 +1431,8 @@ TEST(EmbeddedMember, JoinsAClusterOfDaemonsSharesItsLimitsAndHealsAfterAPartitio
   // Everyone, the member included, charged all 250 once.
   EXPECT_TRUE(eventually([&] {
     return c.remaining(0, "k1") == 750 && c.remaining(1, "k1") == 750 && member->check("k1", 0).remaining == 750;
-  })) << c.remaining(0, "k1") << " " << c.remaining(1, "k1") << " " << member->check("k1", 0).remaining;
+  })) << c.remaining(0, "k1")
+      << " " << c.remaining(1, "k1") << " " << member->check("k1", 0).remaining;
 
   // The daemons cut the member off: each side goes on alone.
   FaultSettings cut;
@@ -1407,13 +1455,13 @@ TEST(EmbeddedMember, JoinsAClusterOfDaemonsSharesItsLimitsAndHealsAfterAPartitio
   }));
   EXPECT_TRUE(eventually([&] {
     return c.remaining(0, "k2") == 860 && c.remaining(1, "k2") == 860 && member->check("k2", 0).remaining == 860;
-  })) << c.remaining(0, "k2") << " " << c.remaining(1, "k2") << " " << member->check("k2", 0).remaining;
+  })) << c.remaining(0, "k2")
+      << " " << c.remaining(1, "k2") << " " << member->check("k2", 0).remaining;
   EXPECT_EQ(member->stats().stopped_by, "");
 
   // The member leaves with its destructor: the daemons mark it left, not failed.
   member.reset();
-  EXPECT_TRUE(eventually([&] { return c.state_of(0, 2) == "left" && c.state_of(1, 2) == "left"; }))
-      << c.state_of(0, 2);
+  EXPECT_TRUE(eventually([&] { return c.state_of(0, 2) == "left" && c.state_of(1, 2) == "left"; })) << c.state_of(0, 2);
 }
 
 }  // namespace

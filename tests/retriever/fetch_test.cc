@@ -68,18 +68,17 @@ TEST(ParseHttpUrl, RefusesWhatItCannotFetchSafely) {
 class ScriptedServer {
  public:
   ScriptedServer(boost::asio::io_context& io, std::string answer)
-      : acceptor_(io, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)), socket_(io),
+      : acceptor_(io, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)),
+        socket_(io),
         answer_(std::move(answer)) {
     acceptor_.async_accept(socket_, [this](const boost::system::error_code& ec) {
       if (ec) return;
       boost::asio::async_read_until(socket_, boost::asio::dynamic_buffer(request_), "\r\n\r\n",
                                     [this](const boost::system::error_code& read, size_t) {
-                                      if (read || answer_.empty()) return;
-                                      boost::asio::async_write(socket_, boost::asio::buffer(answer_),
-                                                               [this](const boost::system::error_code&, size_t) {
-                                                                 socket_.close();
-                                                               });
-                                    });
+        if (read || answer_.empty()) return;
+        boost::asio::async_write(socket_, boost::asio::buffer(answer_),
+                                 [this](const boost::system::error_code&, size_t) { socket_.close(); });
+      });
     });
   }
   HttpUrl url() const {

@@ -295,9 +295,9 @@ TEST_F(RlsDecide, CheckOnlyDescriptorOnAUsedUpBucketDoesNotDeny) {
 TEST_F(RlsDecide, NoLimitIsOkWithNothingLeftAndNoLimit) {
   for (const std::vector<DescriptorInput>& request : std::vector<std::vector<DescriptorInput>>{
            {desc({{"nomatch", "x"}})},
-           {desc({{"placeholder", "x"}})},           // a node without rate_limit
-           {desc({{"a", "x"}, {"deeper", "y"}})},    // longer than the tree
-           {desc({})},                               // no entries: matches nothing
+           {desc({{"placeholder", "x"}})},         // a node without rate_limit
+           {desc({{"a", "x"}, {"deeper", "y"}})},  // longer than the tree
+           {desc({})},                             // no entries: matches nothing
        }) {
     EXPECT_EQ(run(request, 1000), Code::kOk);
     ASSERT_EQ(out.size(), 1u);
@@ -357,12 +357,12 @@ TEST_F(RlsDecide, RequestsPerUnitZeroDeniesAnyCostAndChargesNothingElse) {
 }
 
 // When a requests_per_unit-0 descriptor has already blocked the request, the others are looked
-// at without charging, and judged against their own cost. A descriptor that itself has no room must answer OVER_LIMIT with its
-// retry_after, as it does when the request is denied by an ordinary bucket (first half, passes);
-// behind a requests_per_unit-0 descriptor it answers OK with remaining 1 (second half).
+// at without charging, and judged against their own cost. A descriptor that itself has no room must answer OVER_LIMIT
+// with its retry_after, as it does when the request is denied by an ordinary bucket (first half, passes); behind a
+// requests_per_unit-0 descriptor it answers OK with remaining 1 (second half).
 TEST_F(RlsDecide, ADescriptorWithoutRoomIsOverWhateverElseDeniedTheRequest) {
   EXPECT_EQ(run({desc({{"a", "t"}}, 4)}), Code::kOk);  // 1 left
-  EXPECT_EQ(run({desc({{"b", "u"}})}), Code::kOk);      // 0 left
+  EXPECT_EQ(run({desc({{"b", "u"}})}), Code::kOk);     // 0 left
 
   // Denied by a used-up bucket: a (3 > 1) is over in its own right.
   EXPECT_EQ(run({desc({{"a", "t"}}), desc({{"b", "u"}})}, 3), Code::kOverLimit);
@@ -474,8 +474,7 @@ TEST_F(RlsDecide, PlanRejectsMalformedRequests) {
   EXPECT_EQ(plan_request(config_, "d", 0, many, 256, plan), "");
   EXPECT_EQ(plan.descriptors.size(), 64u);
   many.push_back(desc({{"a", "x"}}));
-  EXPECT_EQ(plan_request(config_, "d", 0, many, 256, plan),
-            "the request has 65 descriptors; at most 64 are accepted");
+  EXPECT_EQ(plan_request(config_, "d", 0, many, 256, plan), "the request has 65 descriptors; at most 64 are accepted");
 
   DescriptorInput wide;
   for (size_t i = 0; i < kMaxEntries; ++i) wide.entries.push_back({"k", "v"});
@@ -501,14 +500,17 @@ TEST_F(RlsDecide, PlanRejectsMalformedRequests) {
 
 TEST_F(RlsDecide, PlanCarriesHitsMatchesAndTheConfig) {
   Plan plan;
-  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}}), desc({{"m", "y"}}, 7), desc({{"nomatch", "z"}}, 0)},
-                         256, plan),
+  EXPECT_EQ(plan_request(config_, "d", 0, {desc({{"a", "x"}}), desc({{"m", "y"}}, 7), desc({{"nomatch", "z"}}, 0)}, 256,
+                         plan),
             "");
   EXPECT_EQ(plan.config, config_);
   ASSERT_EQ(plan.descriptors.size(), 3u);
   EXPECT_EQ(plan.descriptors[0].hits, 1);
   EXPECT_EQ(plan.descriptors[0].match.limit, limit_of("a"));
-  EXPECT_EQ(plan.descriptors[0].match.key, std::string("\x1e" "d\x1f" "a\x1d" "1:x"));
+  EXPECT_EQ(plan.descriptors[0].match.key, std::string("\x1e"
+                                                       "d\x1f"
+                                                       "a\x1d"
+                                                       "1:x"));
   EXPECT_EQ(plan.descriptors[1].hits, 7);
   EXPECT_EQ(plan.descriptors[1].match.limit, limit_of("m"));
   EXPECT_EQ(plan.descriptors[2].hits, 0);
@@ -521,15 +523,19 @@ TEST_F(RlsDecide, PlanCarriesHitsMatchesAndTheConfig) {
 }
 
 TEST_F(RlsDecide, OverLongKeysAreShortenedDistinctlyAndStillFindTheirLimit) {
-  const std::string path("\x1e" "d\x1f" "a\x1d", 5);
+  const std::string path(
+      "\x1e"
+      "d\x1f"
+      "a\x1d",
+      5);
   const std::string x(4000, 'x'), x2(4000, 'x'), y(4000, 'y');
   std::string x_end = x;
   x_end.back() = 'z';
   Plan plan;
-  ASSERT_EQ(plan_request(config_, "d", 0,
-                         {desc({{"a", x}}), desc({{"a", x2}}), desc({{"a", y}}), desc({{"a", x_end}}),
-                          desc({{"a", "short"}})},
-                         256, plan),
+  ASSERT_EQ(plan_request(
+                config_, "d", 0,
+                {desc({{"a", x}}), desc({{"a", x2}}), desc({{"a", y}}), desc({{"a", x_end}}), desc({{"a", "short"}})},
+                256, plan),
             "");
   const std::string& kx = plan.descriptors[0].match.key;
   const std::string& kx2 = plan.descriptors[1].match.key;
@@ -545,7 +551,7 @@ TEST_F(RlsDecide, OverLongKeysAreShortenedDistinctlyAndStillFindTheirLimit) {
   }
   EXPECT_EQ(kx, kx2);  // equal values, equal keys
   EXPECT_NE(kx, ky);
-  EXPECT_NE(kx, kz);   // differing only in the last byte
+  EXPECT_NE(kx, kz);  // differing only in the last byte
   EXPECT_NE(ky, kz);
   EXPECT_EQ(plan.descriptors[4].match.key, path + "5:short");
   EXPECT_EQ(plan.descriptors[0].match.path_bytes, path.size());
@@ -577,12 +583,12 @@ TEST_F(RlsDecide, ChargeWhenOverPaysTheCostIntoDebtAndLaterCallsWaitUntilRepaid)
   EXPECT_EQ(run({desc({{"llm", "u"}}, 25)}), Code::kOverLimit);  // 25 tokens of an answer, 10 there
   EXPECT_EQ(out[0].code, Code::kOverLimit);
   EXPECT_EQ(out[0].remaining, 0u);
-  EXPECT_EQ(out[0].until_full_ns, 2500 * kMs);  // from -15 to 10 at 10/s
+  EXPECT_EQ(out[0].until_full_ns, 2500 * kMs);                  // from -15 to 10 at 10/s
   EXPECT_EQ(run({desc({{"llm", "u"}}, 0)}), Code::kOverLimit);  // in debt: the next request waits
-  EXPECT_EQ(out[0].retry_after_ns, 1500 * kMs);                   // until the debt is repaid
-  handler_.now += kSec;                                            // -5
+  EXPECT_EQ(out[0].retry_after_ns, 1500 * kMs);                 // until the debt is repaid
+  handler_.now += kSec;                                         // -5
   EXPECT_EQ(run({desc({{"llm", "u"}}, 0)}), Code::kOverLimit);
-  handler_.now += 500 * kMs;                                       // 0: repaid
+  handler_.now += 500 * kMs;  // 0: repaid
   EXPECT_EQ(run({desc({{"llm", "u"}}, 0)}), Code::kOk);
   EXPECT_EQ(out[0].remaining, 0u);
 }

@@ -8,19 +8,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
-#include <atomic>
 #include <future>
 #include <memory>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
+#include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "net_test_util.h"
-#include "core/clock.h"
 #include "tollgate/rls_config_file.h"
 
 namespace tollgate::rls {
@@ -72,7 +72,8 @@ class RlsServerTest : public ::testing::Test {
     options.max_pending_bytes = max_pending_bytes;
     options.decide_on_grpc_threads = on_grpc_threads;
     server_ = std::make_unique<RlsServer>(node_io_, handler_, options);
-    const auto config = parse_rls_config({{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
+    const auto config = parse_rls_config(
+        {{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
     ASSERT_EQ(server_->start(config), "");
     auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
     // Connected before any call: a call's deadline then covers the call alone, not the
@@ -263,7 +264,8 @@ TEST(RlsListener, AUnixSocketHasMode0660WhateverTheUmaskAndALiveOneIsNotTakenOve
   const std::string dir = ::testing::TempDir() + "tollgate-rls-sock-" + std::to_string(::getpid());
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
   const std::string path = dir + "/rls.sock";
-  const auto config = parse_rls_config({{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
+  const auto config = parse_rls_config(
+      {{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
   RlsServerOptions options;
   options.listen = "unix:" + path;
   const mode_t before = ::umask(0027);
@@ -287,7 +289,8 @@ TEST(RlsListener, AUnixSocketHasMode0660WhateverTheUmaskAndALiveOneIsNotTakenOve
 TEST(RlsListener, ATcpPortAnotherServerHoldsIsRefused) {
   boost::asio::io_context io;
   CountingHandler handler;
-  const auto config = parse_rls_config({{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
+  const auto config = parse_rls_config(
+      {{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
   RlsServerOptions options;
   options.listen = "127.0.0.1:0";
   RlsServer first(io, handler, options);

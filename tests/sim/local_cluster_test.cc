@@ -30,7 +30,10 @@ class LocalClusterTest : public ::testing::Test {
     ::setenv("TMPDIR", tmp_.c_str(), 1);
   }
   void TearDown() override {
-    if (old_tmpdir_.empty()) ::unsetenv("TMPDIR"); else ::setenv("TMPDIR", old_tmpdir_.c_str(), 1);
+    if (old_tmpdir_.empty())
+      ::unsetenv("TMPDIR");
+    else
+      ::setenv("TMPDIR", old_tmpdir_.c_str(), 1);
     std::error_code ec;
     fs::remove_all(tmp_, ec);
   }

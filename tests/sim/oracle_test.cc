@@ -17,12 +17,12 @@ TEST(Oracle, AdmitsTheBurstThenTheRefillRate) {
   Oracle o(ten_per_second_burst_five());
   int admitted = 0;
   for (int i = 0; i < 7; ++i) admitted += o.admit("k1", 1, 0);
-  EXPECT_EQ(admitted, 5);                                  // the burst
-  EXPECT_FALSE(o.admit("k1", 1, 99 * kNanosPerMilli));     // 0.99 tokens refilled
-  EXPECT_TRUE(o.admit("k1", 1, 100 * kNanosPerMilli));     // 1 token at 10/s after 100 ms
+  EXPECT_EQ(admitted, 5);                               // the burst
+  EXPECT_FALSE(o.admit("k1", 1, 99 * kNanosPerMilli));  // 0.99 tokens refilled
+  EXPECT_TRUE(o.admit("k1", 1, 100 * kNanosPerMilli));  // 1 token at 10/s after 100 ms
   EXPECT_FALSE(o.admit("k1", 1, 100 * kNanosPerMilli));
-  EXPECT_TRUE(o.admit("k1", 3, 400 * kNanosPerMilli));     // 3 more by 400 ms
-  EXPECT_FALSE(o.admit("k1", 6, 10 * kNanosPerSecond));    // above burst: never
+  EXPECT_TRUE(o.admit("k1", 3, 400 * kNanosPerMilli));   // 3 more by 400 ms
+  EXPECT_FALSE(o.admit("k1", 6, 10 * kNanosPerSecond));  // above burst: never
 }
 
 TEST(Oracle, KeysHaveTheirOwnBucketsAndUnlimitedKeysPass) {

@@ -38,7 +38,8 @@ TEST(RlsConfigFromRules, EveryKeyGetsTheLimitTheRulesGiveIt) {
       "default: {rate: 2/s, burst: 2}\n",
       "rules.yaml");
   const auto config = translate(*rules);
-  for (const std::string key : {"k0", "k", "key-7", "key-70", "key-", "kez", "ke", "x", "", "K1", "weird \"quoted\": key"}) {
+  for (const std::string key :
+       {"k0", "k", "key-7", "key-70", "key-", "kez", "ke", "x", "", "K1", "weird \"quoted\": key"}) {
     SCOPED_TRACE(key);
     const uint32_t index = rules->match(key);
     ASSERT_NE(index, RuleSet::kUnlimited);
@@ -62,7 +63,8 @@ TEST(RlsConfigFromRules, WhatAnRlsConfigCannotSayIsAnErrorNamingTheRule) {
     rls_config_from_rules(*inner_star);
     ADD_FAILURE() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "rule \"k*x\" (line 2): an RLS config has only prefix wildcards, a '*' at the end of the value");
+    EXPECT_EQ(std::string(e.what()),
+              "rule \"k*x\" (line 2): an RLS config has only prefix wildcards, a '*' at the end of the value");
   }
   const auto too_many = parse_rules("rules:\n  - {match: \"k\", rate: 4294967296/s, burst: 5}\n", "rules.yaml");
   EXPECT_THROW(rls_config_from_rules(*too_many), std::invalid_argument);

@@ -67,7 +67,8 @@ std::vector<std::string> phase_list(const Scenario& s) {
 }
 
 Scenario run_of(int64_t duration_s, const std::vector<std::string>& timeline, size_t nodes = 8) {
-  std::string text = scenario_with("nodes: " + std::to_string(nodes) + "\nduration: " + std::to_string(duration_s) + "s\ntimeline:\n");
+  std::string text =
+      scenario_with("nodes: " + std::to_string(nodes) + "\nduration: " + std::to_string(duration_s) + "s\ntimeline:\n");
   for (const std::string& line : timeline) text += "  - " + line + "\n";
   return parse_scenario(text, "s.yaml");
 }
@@ -101,7 +102,8 @@ TEST(ShippedScenarios, EveryFileParsesIsNamedAfterItselfAndHasRulesTheRulesParse
     }
     EXPECT_EQ(debts, rules);
   }
-  for (const char* required : {"steady", "partition-halves", "partition-minority", "loss-20", "crash-restart", "flash-crowd", "churn"}) {
+  for (const char* required :
+       {"steady", "partition-halves", "partition-minority", "loss-20", "crash-restart", "flash-crowd", "churn"}) {
     EXPECT_TRUE(std::filesystem::exists(kScenarioDir + "/" + required + ".yaml")) << required;
   }
 }
@@ -241,7 +243,7 @@ TEST(ScenarioFile, FieldsLeftOutKeepTheirDefaultsAndTheNameComesFromTheFile) {
   EXPECT_EQ(s.node.interval_ns, 50 * kMs);
   EXPECT_EQ(s.node.fanout, 3u);
   EXPECT_EQ(s.node.fail_after_ns, 2 * kSec);  // tollgated's default --fail-after
-  EXPECT_EQ(s.node.member_rows, 64u);          // and --member-rows
+  EXPECT_EQ(s.node.member_rows, 64u);         // and --member-rows
   EXPECT_EQ(s.duration_ns, 30 * kSec);
   EXPECT_EQ(s.seed, 1u);
   EXPECT_EQ(s.network.latency_min_ns, defaults.network.latency_min_ns);
@@ -270,7 +272,8 @@ TEST(ScenarioFile, RulesAreReserializedInTheRulesFileFormat) {
   EXPECT_TRUE(starts_with(s.rules_yaml, "rules:")) << s.rules_yaml;
   // Patterns YAML would misread unquoted survive the round trip.
   const Scenario odd = parse_scenario(
-      "rules:\n  rules:\n    - {match: \"*\", rate: 1/s, burst: 1}\n    - {match: \"a: b #c\", rate: 1/s, burst: 1}\n", "s.yaml");
+      "rules:\n  rules:\n    - {match: \"*\", rate: 1/s, burst: 1}\n    - {match: \"a: b #c\", rate: 1/s, burst: 1}\n",
+      "s.yaml");
   const auto rules = parse_rules(odd.rules_yaml, "s.yaml");
   ASSERT_EQ(rules->rules().size(), 2u);
   EXPECT_EQ(rules->rules()[0].match, "*");
@@ -329,10 +332,14 @@ TEST(ScenarioFile, UnknownAndRepeatedFieldsAreErrorsAtTheirLine) {
   expected += ", transport, front_end, duration, seed, network, rules, load, timeline";
   EXPECT_EQ(scenario_error(scenario_with("nodez: 4\n")),
             "s.yaml:5:1: unknown field \"nodez\" (expected one of: " + expected + ")");
-  EXPECT_NE(expected.find("mode, membership, partition_policy, interval, fanout, relay_groups, member_rows, fail_after"), std::string::npos);
+  EXPECT_NE(
+      expected.find("mode, membership, partition_policy, interval, fanout, relay_groups, member_rows, fail_after"),
+      std::string::npos);
   EXPECT_EQ(scenario_error(scenario_with("nodes: 4\nnodes: 5\n")), "s.yaml:6:1: field \"nodes\" appears twice");
-  EXPECT_TRUE(starts_with(scenario_error(scenario_with("load:\n  rate: 5/s\n  spred: one\n")), "s.yaml:7:3: unknown field \"spred\""));
-  EXPECT_TRUE(starts_with(scenario_error(scenario_with("network: {loss: 1%, loss: 2%}\n")), "s.yaml:5:21: field \"loss\" appears twice"));
+  EXPECT_TRUE(starts_with(scenario_error(scenario_with("load:\n  rate: 5/s\n  spred: one\n")),
+                          "s.yaml:7:3: unknown field \"spred\""));
+  EXPECT_TRUE(starts_with(scenario_error(scenario_with("network: {loss: 1%, loss: 2%}\n")),
+                          "s.yaml:5:21: field \"loss\" appears twice"));
 }
 
 TEST(ScenarioFile, RulesAreRequiredAndMustBeInTheRulesFileFormat) {
@@ -357,8 +364,10 @@ TEST(ScenarioFile, ABadRuleIsReportedAtItsLineInTheScenario) {
   EXPECT_TRUE(starts_with(message, "s.yaml:8:13: ")) << message;
   EXPECT_TRUE(contains(message, "100/x")) << message;
 
-  EXPECT_TRUE(starts_with(scenario_error("rules: {rules: [{match: a, rate: 1/s, burst: 1, brust: 2}]}\n"), "s.yaml:1:49: unknown field \"brust\""));
-  EXPECT_TRUE(starts_with(scenario_error(scenario_with("    - {match: \"k*\", rate: 1/s, burst: 1}\n")), "s.yaml:5:15: match \"k*\" already has a rule at line 4"));
+  EXPECT_TRUE(starts_with(scenario_error("rules: {rules: [{match: a, rate: 1/s, burst: 1, brust: 2}]}\n"),
+                          "s.yaml:1:49: unknown field \"brust\""));
+  EXPECT_TRUE(starts_with(scenario_error(scenario_with("    - {match: \"k*\", rate: 1/s, burst: 1}\n")),
+                          "s.yaml:5:15: match \"k*\" already has a rule at line 4"));
 }
 
 TEST(ScenarioFile, YamlSyntaxErrorsAndNonMappingsNameTheFile) {
@@ -413,7 +422,8 @@ TEST(TimelineEvent, AnyWhitespaceSeparatesWordsAndGroupsMayBeSpaced) {
 }
 
 TEST(TimelineEvent, PartitionErrorsSayWhatWasExpected) {
-  EXPECT_TRUE(contains(event_error("partition 0-3|4-6 at 1s"), "node 7 is in no group; every node must be in exactly one: the cluster has 8 nodes (0-7)"));
+  EXPECT_TRUE(contains(event_error("partition 0-3|4-6 at 1s"),
+                       "node 7 is in no group; every node must be in exactly one: the cluster has 8 nodes (0-7)"));
   EXPECT_TRUE(contains(event_error("partition 0-1|6-7 at 1s"), "nodes 2-5 are in no group"));
   EXPECT_TRUE(contains(event_error("partition 0-4|4-7 at 1s"), "node 4 is in two groups"));
   EXPECT_TRUE(contains(event_error("partition 0,0-3|4-7 at 1s"), "node 0 is listed twice in group 1"));
@@ -425,11 +435,14 @@ TEST(TimelineEvent, PartitionErrorsSayWhatWasExpected) {
   EXPECT_TRUE(contains(event_error("partition 3-0|4-7 at 1s"), "range \"3-0\" runs backwards"));
   EXPECT_TRUE(contains(event_error("partition at 1s"), "expected groups like 0-3|4-7"));
   EXPECT_TRUE(contains(event_error("partition 0-3|4-7 from 1s"), "expected \"at\" after the groups, got \"from\""));
-  EXPECT_TRUE(contains(event_error("partition 0-3|4-7 at"), "expected a time after \"at\", like 10s, but the line ends"));
+  EXPECT_TRUE(
+      contains(event_error("partition 0-3|4-7 at"), "expected a time after \"at\", like 10s, but the line ends"));
   EXPECT_TRUE(contains(event_error("partition 0-3|4-7 at 1"), "missing unit"));
-  EXPECT_TRUE(contains(event_error("partition 0-3|4-7 at 1s until 2s"), "expected \"for\" after the time, got \"until\""));
+  EXPECT_TRUE(
+      contains(event_error("partition 0-3|4-7 at 1s until 2s"), "expected \"for\" after the time, got \"until\""));
   EXPECT_TRUE(contains(event_error("partition 0-3|4-7 at 1s for 0s"), "\"for\" must be longer than 0s"));
-  EXPECT_TRUE(contains(event_error("partition 0-3|4-7 at 1s for 2s now"), "unexpected \"now\"; expected the end of the line"));
+  EXPECT_TRUE(
+      contains(event_error("partition 0-3|4-7 at 1s for 2s now"), "unexpected \"now\"; expected the end of the line"));
   // A huge range is refused before it is expanded.
   EXPECT_TRUE(contains(event_error("partition 0-3|4-18446744073709551615 at 1s"), "does not exist"));
   // Every error quotes the line.
@@ -446,13 +459,15 @@ TEST(TimelineEvent, LossTakesAPercentageAndAnOptionalEnd) {
   EXPECT_DOUBLE_EQ(parse_event("loss 100% from 0s", 8).loss, 1.0);
   EXPECT_DOUBLE_EQ(parse_event("loss 0% from 0s", 8).loss, 0.0);
 
-  EXPECT_TRUE(contains(event_error("loss 120% from 1s"), "expected a percentage from 0% to 100%, like 20% or 0.5%, got \"120%\""));
+  EXPECT_TRUE(contains(event_error("loss 120% from 1s"),
+                       "expected a percentage from 0% to 100%, like 20% or 0.5%, got \"120%\""));
   EXPECT_TRUE(contains(event_error("loss 20 from 1s"), "expected a percentage"));
   EXPECT_TRUE(contains(event_error("loss -5% from 1s"), "expected a percentage"));
   EXPECT_TRUE(contains(event_error("loss 1e1% from 1s"), "expected a percentage"));
   EXPECT_TRUE(contains(event_error("loss 20% at 1s"), "expected \"from\" after the percentage, got \"at\""));
   EXPECT_TRUE(contains(event_error("loss"), "expected a percentage after \"loss\", like 20%, but the line ends"));
-  EXPECT_TRUE(contains(event_error("loss 20% from 1s for"), "expected a duration after \"for\", like 20s, but the line ends"));
+  EXPECT_TRUE(
+      contains(event_error("loss 20% from 1s for"), "expected a duration after \"for\", like 20s, but the line ends"));
 }
 
 TEST(TimelineEvent, CrashNamesANodeAndOptionallyItsRestart) {
@@ -468,10 +483,13 @@ TEST(TimelineEvent, CrashNamesANodeAndOptionallyItsRestart) {
   EXPECT_TRUE(contains(event_error("crash node 1 at 5s, restart at 5s"), "the restart must come after the crash"));
   EXPECT_TRUE(contains(event_error("crash 3 at 1s"), "expected \"node\" after \"crash\", got \"3\""));
   EXPECT_TRUE(contains(event_error("crash node x at 1s"), "expected a node index after \"node\", got \"x\""));
-  EXPECT_TRUE(contains(event_error("crash node 1 at 5s restart at 9s"), "expected \",\" after the time (then \"restart at T\"), got \"restart\""));
+  EXPECT_TRUE(contains(event_error("crash node 1 at 5s restart at 9s"),
+                       "expected \",\" after the time (then \"restart at T\"), got \"restart\""));
   EXPECT_TRUE(contains(event_error("crash node 1 at 5s,"), "expected \"restart\" after the comma, but the line ends"));
-  EXPECT_TRUE(contains(event_error("crash node 1 at 5s, reboot at 9s"), "expected \"restart\" after the comma, got \"reboot\""));
-  EXPECT_TRUE(contains(event_error("crash node 1 at 5s, restart at 9s x"), "unexpected \"x\"; expected the end of the line"));
+  EXPECT_TRUE(contains(event_error("crash node 1 at 5s, reboot at 9s"),
+                       "expected \"restart\" after the comma, got \"reboot\""));
+  EXPECT_TRUE(
+      contains(event_error("crash node 1 at 5s, restart at 9s x"), "unexpected \"x\"; expected the end of the line"));
 }
 
 TEST(TimelineEvent, JoinAddsNodes) {
@@ -490,8 +508,11 @@ TEST(TimelineEvent, JoinAddsNodes) {
 TEST(TimelineEvent, UnknownOrMisplacedEventsListTheGrammar) {
   const std::string unknown = event_error("explode at 1s");
   EXPECT_TRUE(contains(unknown, "unknown event \"explode\"")) << unknown;
-  EXPECT_TRUE(contains(unknown, "partition G|G[|G...] at T [for D]; loss P% from T [for D]; crash node I at T[, restart at T2]; join K nodes at T"));
-  EXPECT_TRUE(contains(event_error("Partition 0-3|4-7 at 1s"), "unknown event \"Partition\"")) << "keywords are case-sensitive";
+  EXPECT_TRUE(contains(unknown,
+                       "partition G|G[|G...] at T [for D]; loss P% from T [for D]; crash node I at T[, restart at T2]; "
+                       "join K nodes at T"));
+  EXPECT_TRUE(contains(event_error("Partition 0-3|4-7 at 1s"), "unknown event \"Partition\""))
+      << "keywords are case-sensitive";
   EXPECT_TRUE(contains(event_error("   "), "empty timeline entry"));
   // What a flow list [crash node 1 at 1s, restart at 2s] leaves of the crash's second half.
   EXPECT_TRUE(contains(event_error("restart at 2s"), "a restart belongs to its crash, on one line"));
@@ -500,8 +521,8 @@ TEST(TimelineEvent, UnknownOrMisplacedEventsListTheGrammar) {
 // ---------------------------------------------------------------- the timeline in a file
 
 TEST(ScenarioTimeline, IsSortedByTimeKeepingFileOrderAtOneInstantWithJoinsFirst) {
-  const Scenario s = run_of(60, {"loss 5% from 20s for 5s", "crash node 1 at 10s", "crash node 8 at 30s", "crash node 2 at 10s",
-                                 "join 1 node at 30s"});
+  const Scenario s = run_of(60, {"loss 5% from 20s for 5s", "crash node 1 at 10s", "crash node 8 at 30s",
+                                 "crash node 2 at 10s", "join 1 node at 30s"});
   ASSERT_EQ(s.timeline.size(), 5u);
   EXPECT_EQ(s.timeline[0].text, "crash node 1 at 10s");
   EXPECT_EQ(s.timeline[1].text, "crash node 2 at 10s");
@@ -514,39 +535,51 @@ TEST(ScenarioTimeline, JoinedNodesTakeTheNextIndicesFromTheirJoinOn) {
   const Scenario s = run_of(60, {"join 2 nodes at 10s", "partition 0-4|5-9 at 20s for 5s", "crash node 9 at 30s"});
   EXPECT_EQ(s.timeline[1].groups, (Groups{{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}}));
   // Before the join, node 8 does not exist yet; after it, a partition must list the newcomers.
-  const std::string early = scenario_error(scenario_with("timeline:\n  - crash node 8 at 5s\n  - join 1 node at 10s\n"));
-  EXPECT_TRUE(starts_with(early, "s.yaml:6:5: \"crash node 8 at 5s\": node 8 does not exist: the cluster has 8 nodes (0-7)")) << early;
-  const std::string forgotten = scenario_error(scenario_with("timeline:\n  - join 1 node at 10s\n  - partition 0-3|4-7 at 20s\n"));
+  const std::string early =
+      scenario_error(scenario_with("timeline:\n  - crash node 8 at 5s\n  - join 1 node at 10s\n"));
+  EXPECT_TRUE(
+      starts_with(early, "s.yaml:6:5: \"crash node 8 at 5s\": node 8 does not exist: the cluster has 8 nodes (0-7)"))
+      << early;
+  const std::string forgotten =
+      scenario_error(scenario_with("timeline:\n  - join 1 node at 10s\n  - partition 0-3|4-7 at 20s\n"));
   EXPECT_TRUE(starts_with(forgotten, "s.yaml:7:5: ")) << forgotten;
-  EXPECT_TRUE(contains(forgotten, "node 8 is in no group; every node must be in exactly one: the cluster has 9 nodes (0-8) at 20s, joins included"))
+  EXPECT_TRUE(contains(
+      forgotten,
+      "node 8 is in no group; every node must be in exactly one: the cluster has 9 nodes (0-8) at 20s, joins included"))
       << forgotten;
 }
 
 TEST(ScenarioTimeline, ErrorsNameTheEntrysLine) {
-  const std::string message = scenario_error(scenario_with("nodes: 4\ntimeline:\n  - loss 1% from 1s\n  - crash node 7 at 1s\n"));
+  const std::string message =
+      scenario_error(scenario_with("nodes: 4\ntimeline:\n  - loss 1% from 1s\n  - crash node 7 at 1s\n"));
   EXPECT_EQ(message, "s.yaml:8:5: \"crash node 7 at 1s\": node 7 does not exist: the cluster has 4 nodes (0-3)");
-  EXPECT_TRUE(starts_with(scenario_error(scenario_with("timeline:\n  - explode\n")), "s.yaml:6:5: \"explode\": unknown event"));
-  EXPECT_TRUE(starts_with(scenario_error(scenario_with("timeline:\n  - {crash: 1}\n")), "s.yaml:6:5: a timeline entry is one line of text"));
+  EXPECT_TRUE(
+      starts_with(scenario_error(scenario_with("timeline:\n  - explode\n")), "s.yaml:6:5: \"explode\": unknown event"));
+  EXPECT_TRUE(starts_with(scenario_error(scenario_with("timeline:\n  - {crash: 1}\n")),
+                          "s.yaml:6:5: a timeline entry is one line of text"));
 }
 
 TEST(ScenarioTimeline, FaultsOfOneKindMayNotOverlap) {
-  const std::string partitions = scenario_error(
-      scenario_with("timeline:\n  - partition 0-3|4-7 at 10s for 20s\n  - partition 0-1|2-7 at 15s\n"));
+  const std::string partitions =
+      scenario_error(scenario_with("timeline:\n  - partition 0-3|4-7 at 10s for 20s\n  - partition 0-1|2-7 at 15s\n"));
   EXPECT_EQ(partitions,
             "s.yaml:7:5: \"partition 0-1|2-7 at 15s\": overlaps the partition \"partition 0-3|4-7 at 10s for 20s\" "
             "(line 6, in force from 10s to 30s); one partition at a time");
   EXPECT_TRUE(contains(scenario_error(scenario_with("timeline:\n  - loss 5% from 1s\n  - loss 9% from 20s\n")),
                        "in force from 1s to the end of the run); one loss event at a time (end it with \"for\")"));
-  EXPECT_TRUE(contains(scenario_error(scenario_with("timeline:\n  - crash node 3 at 1s, restart at 9s\n  - crash node 3 at 5s\n")),
-                       "node 3 is already down"));
+  EXPECT_TRUE(contains(
+      scenario_error(scenario_with("timeline:\n  - crash node 3 at 1s, restart at 9s\n  - crash node 3 at 5s\n")),
+      "node 3 is already down"));
   EXPECT_TRUE(contains(scenario_error(scenario_with("timeline:\n  - partition 0-3|4-7 at 1s\n  - join 1 node at 5s\n")),
                        "nodes cannot join during the partition"));
   // Back to back is not overlapping: an event is in force over [at, until).
-  const Scenario ok = run_of(60, {"partition 0-3|4-7 at 10s for 10s", "partition 0-1|2-7 at 20s", "crash node 3 at 1s, restart at 5s",
-                                  "crash node 3 at 5s", "loss 5% from 1s for 4s", "loss 9% from 5s"});
+  const Scenario ok =
+      run_of(60, {"partition 0-3|4-7 at 10s for 10s", "partition 0-1|2-7 at 20s", "crash node 3 at 1s, restart at 5s",
+                  "crash node 3 at 5s", "loss 5% from 1s for 4s", "loss 9% from 5s"});
   EXPECT_EQ(ok.timeline.size(), 6u);
   // Different kinds overlap freely.
-  EXPECT_EQ(run_of(60, {"partition 0-3|4-7 at 10s for 20s", "loss 20% from 5s", "crash node 3 at 12s"}).timeline.size(), 3u);
+  EXPECT_EQ(run_of(60, {"partition 0-3|4-7 at 10s for 20s", "loss 20% from 5s", "crash node 3 at 12s"}).timeline.size(),
+            3u);
 }
 
 TEST(ScenarioTimeline, ARestartInAFlowListIsExplained) {
@@ -568,22 +601,24 @@ std::string validate_error(const Scenario& s) {
 }
 
 TEST(ScenarioValidate, AParsedScenarioIsValid) {
-  EXPECT_NO_THROW(validate(run_of(60, {"partition 0-3|4-7 at 10s for 20s", "crash node 7 at 35s", "join 2 nodes at 40s",
-                                       "crash node 9 at 45s"})));
+  EXPECT_NO_THROW(validate(run_of(
+      60, {"partition 0-3|4-7 at 10s for 20s", "crash node 7 at 35s", "join 2 nodes at 40s", "crash node 9 at 45s"})));
   EXPECT_NO_THROW(validate(load_scenario_file(kScenarioDir + "/churn.yaml")));
 }
 
 TEST(ScenarioValidate, FewerNodesThanThePartitionNamesIsAnError) {
   Scenario s = run_of(60, {"partition 0-3|4-7 at 10s for 20s"});
   s.nodes = 4;
-  EXPECT_EQ(validate_error(s), "\"partition 0-3|4-7 at 10s for 20s\": node 4 does not exist: the cluster has 4 nodes (0-3)");
+  EXPECT_EQ(validate_error(s),
+            "\"partition 0-3|4-7 at 10s for 20s\": node 4 does not exist: the cluster has 4 nodes (0-3)");
 }
 
 TEST(ScenarioValidate, MoreNodesThanThePartitionListsIsAnError) {
   Scenario s = run_of(60, {"partition 0-3|4-7 at 10s for 20s"});
   s.nodes = 16;
-  EXPECT_EQ(validate_error(s), "\"partition 0-3|4-7 at 10s for 20s\": nodes 8-15 are in no group; every node must be in exactly one: "
-                               "the cluster has 16 nodes (0-15)");
+  EXPECT_EQ(validate_error(s),
+            "\"partition 0-3|4-7 at 10s for 20s\": nodes 8-15 are in no group; every node must be in exactly one: "
+            "the cluster has 16 nodes (0-15)");
 }
 
 TEST(ScenarioValidate, ACrashedNodeMustExistCountingTheJoinsBeforeIt) {
@@ -591,7 +626,8 @@ TEST(ScenarioValidate, ACrashedNodeMustExistCountingTheJoinsBeforeIt) {
   s.nodes = 8;
   EXPECT_NO_THROW(validate(s));
   s.nodes = 7;  // 7 + 2 joined = 9 nodes (0-8) by 30s
-  EXPECT_EQ(validate_error(s), "\"crash node 9 at 30s\": node 9 does not exist: the cluster has 9 nodes (0-8) at 30s, joins included");
+  EXPECT_EQ(validate_error(s),
+            "\"crash node 9 at 30s\": node 9 does not exist: the cluster has 9 nodes (0-8) at 30s, joins included");
   s.nodes = 5;
   EXPECT_EQ(validate_error(s), "\"crash node 5 at 10s\": node 5 does not exist: the cluster has 5 nodes (0-4)");
 }
@@ -605,25 +641,29 @@ TEST(ScenarioPhases, WithoutEventsTheWholeRunIsSteady) {
 TEST(ScenarioPhases, APartitionWithAnEndIsFollowedByHealed) {
   EXPECT_EQ(phase_list(run_of(40, {"partition 0-3|4-7 at 10s for 20s"})),
             (std::vector<std::string>{"steady 0-10", "partition 10-30", "healed 30-40"}));
-  EXPECT_EQ(phase_list(run_of(40, {"partition 0-3|4-7 at 10s"})), (std::vector<std::string>{"steady 0-10", "partition 10-40"}));
+  EXPECT_EQ(phase_list(run_of(40, {"partition 0-3|4-7 at 10s"})),
+            (std::vector<std::string>{"steady 0-10", "partition 10-40"}));
 }
 
 TEST(ScenarioPhases, CrashAndRestartLossAndJoinNameTheirPhases) {
   EXPECT_EQ(phase_list(run_of(30, {"crash node 3 at 10s, restart at 20s"})),
             (std::vector<std::string>{"steady 0-10", "crashed 10-20", "restarted 20-30"}));
-  EXPECT_EQ(phase_list(run_of(30, {"loss 20% from 5s for 10s"})), (std::vector<std::string>{"steady 0-5", "loss 5-15", "loss-over 15-30"}));
+  EXPECT_EQ(phase_list(run_of(30, {"loss 20% from 5s for 10s"})),
+            (std::vector<std::string>{"steady 0-5", "loss 5-15", "loss-over 15-30"}));
   EXPECT_EQ(phase_list(run_of(30, {"join 2 nodes at 25s"})), (std::vector<std::string>{"steady 0-25", "joined 25-30"}));
 }
 
 TEST(ScenarioPhases, OverlappingEventsCutThePhasesAtEveryStartAndEnd) {
-  EXPECT_EQ(phase_list(run_of(40, {"loss 20% from 5s for 20s", "partition 0-3|4-7 at 10s for 10s"})),
-            (std::vector<std::string>{"steady 0-5", "loss 5-10", "partition 10-20", "healed 20-25", "loss-over 25-40"}));
+  EXPECT_EQ(
+      phase_list(run_of(40, {"loss 20% from 5s for 20s", "partition 0-3|4-7 at 10s for 10s"})),
+      (std::vector<std::string>{"steady 0-5", "loss 5-10", "partition 10-20", "healed 20-25", "loss-over 25-40"}));
 }
 
 TEST(ScenarioPhases, RepeatedNamesAreNumberedAndPhasesAreContiguous) {
-  const Scenario s = run_of(60, {"crash node 1 at 10s, restart at 15s", "crash node 2 at 20s, restart at 25s", "crash node 3 at 30s"});
-  EXPECT_EQ(phase_list(s), (std::vector<std::string>{"steady 0-10", "crashed 10-15", "restarted 15-20", "crashed-2 20-25",
-                                                     "restarted-2 25-30", "crashed-3 30-60"}));
+  const Scenario s =
+      run_of(60, {"crash node 1 at 10s, restart at 15s", "crash node 2 at 20s, restart at 25s", "crash node 3 at 30s"});
+  EXPECT_EQ(phase_list(s), (std::vector<std::string>{"steady 0-10", "crashed 10-15", "restarted 15-20",
+                                                     "crashed-2 20-25", "restarted-2 25-30", "crashed-3 30-60"}));
   const auto phases = s.phases();
   EXPECT_EQ(phases.front().start_ns, 0);
   EXPECT_EQ(phases.back().end_ns, s.duration_ns);
@@ -635,7 +675,8 @@ TEST(ScenarioPhases, EventsAtOneInstantMakeNoEmptyPhaseAndTheStartingOneNamesIt)
   EXPECT_EQ(phase_list(run_of(40, {"partition 0-3|4-7 at 10s for 10s", "crash node 3 at 20s"})),
             (std::vector<std::string>{"steady 0-10", "partition 10-20", "crashed 20-40"}));
   // An event at 0s leaves no steady phase; two starts at one instant: the later entry names it.
-  EXPECT_EQ(phase_list(run_of(30, {"loss 1% from 0s", "crash node 1 at 0s"})), (std::vector<std::string>{"crashed 0-30"}));
+  EXPECT_EQ(phase_list(run_of(30, {"loss 1% from 0s", "crash node 1 at 0s"})),
+            (std::vector<std::string>{"crashed 0-30"}));
 }
 
 TEST(ScenarioPhases, EventsAfterTheEndOfTheRunAreIgnoredAndEndsAreClipped) {

@@ -39,7 +39,8 @@ TEST(VirtualSim, SameSeedSameBytesOtherSeedOtherRun) {
   Scenario s = steady(8, DisseminationMode::kGossip);
   s.duration_ns = 5 * kNanosPerSecond;
   s.network.loss = 0.1;
-  s.timeline.push_back(Event{Event::Kind::kPartition, 2 * kNanosPerSecond, 3 * kNanosPerSecond, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 0, 0, 0, "p"});
+  s.timeline.push_back(Event{
+      Event::Kind::kPartition, 2 * kNanosPerSecond, 3 * kNanosPerSecond, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 0, 0, 0, "p"});
   const std::string a = json_of(s), b = json_of(s);
   EXPECT_EQ(a, b);
   s.seed = 2;
@@ -56,7 +57,8 @@ TEST(VirtualSim, ThreadCountDoesNotChangeTheOutput) {
   s.load.keys = 50;
   s.network.loss = 0.05;
   s.network.duplicate = 0.05;
-  s.timeline.push_back(Event{Event::Kind::kPartition, 1 * kNanosPerSecond, 2 * kNanosPerSecond, {{0, 1, 2}, {3, 4, 5}}, 0, 0, 0, "p"});
+  s.timeline.push_back(
+      Event{Event::Kind::kPartition, 1 * kNanosPerSecond, 2 * kNanosPerSecond, {{0, 1, 2}, {3, 4, 5}}, 0, 0, 0, "p"});
   s.timeline.push_back(Event{Event::Kind::kCrash, 3 * kNanosPerSecond, 4 * kNanosPerSecond, {}, 0, 7, 0, "c"});
   s.timeline.push_back(Event{Event::Kind::kJoin, 4 * kNanosPerSecond, std::nullopt, {}, 0, 0, 2, "j"});
   const SimResult r = run_virtual(s, parse_rules(s.rules_yaml, "test"), threaded(2));
@@ -76,7 +78,8 @@ TEST(VirtualSim, CountsMembersMarkedFailed) {
   Scenario s = steady(8, DisseminationMode::kGossip);
   s.duration_ns = 6 * kNanosPerSecond;
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 0);
-  s.timeline.push_back(Event{Event::Kind::kPartition, 1 * kNanosPerSecond, 5 * kNanosPerSecond, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 0, 0, 0, "p"});
+  s.timeline.push_back(Event{
+      Event::Kind::kPartition, 1 * kNanosPerSecond, 5 * kNanosPerSecond, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 0, 0, 0, "p"});
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 8 * 4);
 }
 
@@ -85,7 +88,14 @@ TEST(VirtualSim, CountsMembersMarkedFailed) {
 TEST(VirtualSim, TheScenariosFailAfterDecidesWhenASilentPeerIsMarkedFailed) {
   Scenario s = steady(8, DisseminationMode::kGossip);
   s.duration_ns = 4 * kNanosPerSecond;
-  s.timeline.push_back(Event{Event::Kind::kPartition, 1 * kNanosPerSecond, 2'500 * kNanosPerMilli, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 0, 0, 0, "p"});
+  s.timeline.push_back(Event{Event::Kind::kPartition,
+                             1 * kNanosPerSecond,
+                             2'500 * kNanosPerMilli,
+                             {{0, 1, 2, 3}, {4, 5, 6, 7}},
+                             0,
+                             0,
+                             0,
+                             "p"});
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 0);
   s.node.fail_after_ns = 1 * kNanosPerSecond;
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 8 * 4);
@@ -114,7 +124,8 @@ TEST(VirtualSim, SteadyLoadMeetsTheAccuracyTargets) {
     EXPECT_LE(r.total.over_admission(), target) << dissemination_mode_name(mode);
     EXPECT_GE(r.total.over_admission(), 0.95) << dissemination_mode_name(mode);
     EXPECT_LE(r.total.under_admission(), 0.05) << dissemination_mode_name(mode);
-    RecordProperty(std::string(dissemination_mode_name(mode)) + "_over_admission", std::to_string(r.total.over_admission()));
+    RecordProperty(std::string(dissemination_mode_name(mode)) + "_over_admission",
+                   std::to_string(r.total.over_admission()));
   }
 }
 

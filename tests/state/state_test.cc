@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "state/snapshot.h"
-#include "test_rules.h"
-#include "tollgate/config_error.h"
 #include "core/key_table.h"
 #include "core/ledger.h"
 #include "core/node.h"
 #include "core/outbox.h"
+#include "state/snapshot.h"
+#include "test_rules.h"
+#include "tollgate/config_error.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {
@@ -83,7 +83,8 @@ TEST(StateFile, AnUntrustworthyFileIsRefusedWholeNamingIt) {
     EXPECT_NE(error_of(flipped, key('k')).find("does not verify"), std::string::npos) << "byte " << i;
   }
   EXPECT_NE(error_of(good, key('z')).find("another cluster key"), std::string::npos);
-  EXPECT_NE(error_of(good, ClusterKeys()).find("does not verify"), std::string::npos);  // written with a key, read without
+  EXPECT_NE(error_of(good, ClusterKeys()).find("does not verify"),
+            std::string::npos);  // written with a key, read without
   EXPECT_EQ(error_of(state::encode(sample(), 0, ClusterKeys()), ClusterKeys()), "(decoded)");
 }
 
@@ -119,8 +120,8 @@ TEST(KeyTableState, UnfullBalancesGoOutAndComeBackRefilledFromTheirTime) {
   KeyTable after(rules);
   const MonoNanos now = 50 * kSec;
   for (const auto& [k, b] : out) EXPECT_TRUE(after.restore(k, b, now - kDay / 4));
-  EXPECT_FALSE(after.restore("other", 0, now));      // no rule governs it
-  EXPECT_FALSE(after.restore("day:half", 0, now));   // already there
+  EXPECT_FALSE(after.restore("other", 0, now));     // no rule governs it
+  EXPECT_FALSE(after.restore("day:half", 0, now));  // already there
   EXPECT_EQ(after.allow("day:spent", 2, now).remaining, 0);
   EXPECT_FALSE(after.allow("day:spent", 1, now).allowed);
   EXPECT_EQ(*after.balance_microtokens("day:half", now) / kM, 7);  // 5 + 2.5, rounded down
@@ -164,7 +165,7 @@ TEST(NodeState, ANewLifeTakesTheBalancesAndDoesNotApplyCountedBatchesAgain) {
   Ledger& l2 = const_cast<Ledger&>(second.ledger());
   EXPECT_EQ(l2.merge(peer_batch(2), second.table(), 10 * kSec), MergeResult::kDuplicate);
   EXPECT_EQ(l2.merge(own, second.table(), 10 * kSec), MergeResult::kDuplicate);  // its own last life's
-  EXPECT_EQ(*second.table().balance_microtokens("day:k", 10 * kSec) / kM, 2);     // nothing charged twice
+  EXPECT_EQ(*second.table().balance_microtokens("day:k", 10 * kSec) / kM, 2);    // nothing charged twice
   EXPECT_EQ(l2.merge(peer_batch(3), second.table(), 10 * kSec), MergeResult::kApplied);
   EXPECT_EQ(*second.table().balance_microtokens("day:k", 10 * kSec) / kM, 1);
 }

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "net_test_util.h"
 #include "udp_transport.h"
 #include "util/big_endian.h"
-#include "net_test_util.h"
 
 namespace tollgate {
 namespace {
@@ -109,7 +109,9 @@ class Stranger {
   }
   ~Stranger() { ::close(fd_); }
   bool connected() const { return connected_; }
-  bool send(const std::string& bytes) { return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size()); }
+  bool send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size());
+  }
   // A frame header announcing `length` bytes, followed by `sent` of them.
   bool send_partial_frame(uint32_t length, size_t sent) {
     std::string bytes(4 + sent, 'x');
@@ -138,7 +140,8 @@ TEST(TcpTransport, MessagesQueuedForAPeerThatIsNotUpYetArriveOnceItListens) {
   const uint16_t port = io.on_io([&] { return placeholder->port(); });
   io.on_io([&] { placeholder->stop(); });
   TcpTransport* sender = io.listen(options);
-  for (int i = 0; i < 3; ++i) io.on_io([&] { sender->send("127.0.0.1:" + std::to_string(port), message("s" + std::to_string(i))); });
+  for (int i = 0; i < 3; ++i)
+    io.on_io([&] { sender->send("127.0.0.1:" + std::to_string(port), message("s" + std::to_string(i))); });
   TcpTransport* receiver = io.listen(options, port);
   ASSERT_NE(receiver, nullptr);
   ASSERT_TRUE(wait_until([&] { return io.received().size() == 3; })) << io.received().size();
@@ -262,7 +265,8 @@ TEST(TcpTransport, AReplayedFreshFrameHoldsAtMostTwoConnectionsInItsSendersName)
   Io io;
   TcpTransport* t = io.listen({});
   const uint16_t port = io.on_io([&] { return t->port(); });
-  const std::string frame = encode_frames(*message("m1"), cluster_key(), 64 << 10, nullptr, Transport::wall_now_s()).at(0);
+  const std::string frame =
+      encode_frames(*message("m1"), cluster_key(), 64 << 10, nullptr, Transport::wall_now_s()).at(0);
   std::vector<std::unique_ptr<Stranger>> replays;
   for (int i = 0; i < 10; ++i) {
     replays.push_back(std::make_unique<Stranger>(port));

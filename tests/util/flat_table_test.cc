@@ -99,7 +99,8 @@ TEST(FlatTable, AnAbsentKeysLookupStopsWhereNoEntryOfItsHomeCanBe) {
   EXPECT_EQ(t.find(absent, [&](const Slot& s) { return ++read, s.key == absent; }), IdentityTable::kNone);
   EXPECT_EQ(read, 1u);
   // Present keys are all found.
-  for (uint64_t k = 1; k <= 1000; ++k) ASSERT_NE(t.find(k, [k](const Slot& s) { return s.key == k; }), IdentityTable::kNone);
+  for (uint64_t k = 1; k <= 1000; ++k)
+    ASSERT_NE(t.find(k, [k](const Slot& s) { return s.key == k; }), IdentityTable::kNone);
 }
 
 // Hashes that agree in their low bits make long runs; a run of kLongRun makes the table double
