@@ -1,14 +1,10 @@
 #include "core/key_table.h"
 
-#include <sched.h>
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cassert>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -17,12 +13,30 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/key_table/entry_store.h"
+#include "core/key_table/pending_orphans.h"
+#include "core/key_table/probes.h"
+#include "core/key_table/rate_scale.h"
+#include "core/key_table/remembered_balances.h"
+#include "core/key_table/shard_mutex.h"
 #include "tollgate/rules.h"
 #include "util/flat_table.h"
 #include "util/keyed_hash.h"
 
 namespace tollgate {
 namespace {
+
+// The key table's parts (core/key_table/), each with its own tests.
+using key_table::Entry;
+using key_table::EntryStore;
+using key_table::PendingOrphans;
+using key_table::Probe;
+using key_table::Probes;
+using key_table::RateScale;
+using key_table::Remembered;
+using key_table::RememberedBalances;
+using key_table::ShardLock;
+using key_table::ShardMutex;
 
 constexpr uint32_t kNil = UINT32_MAX;
 // __extension__ keeps -Wpedantic quiet about the GCC/Clang builtin type.
@@ -62,19 +76,6 @@ struct Refine {
   }
 };
 
-// allow_all's view of one distinct limited key of a request: its bucket as phase 1 sees it.
-struct Probe {
-  std::string_view key;
-  TokenBucket bucket, before;
-  Limit limit;
-  uint32_t rule = RuleSet::kUnlimited;
-};
-
-// Heap bytes held by a std::string beyond the object itself (0 while it fits the inline buffer).
-size_t string_heap_bytes(const std::string& s) {
-  return s.capacity() > std::string().capacity() ? s.capacity() + 1 : 0;
-}
-
 // The single-owner table: every key of one shard (KeyTable::Impl holds one, or several behind
 // locks). Lookups take the key's hash, computed once by the caller.
 class Shard {
@@ -82,9 +83,11 @@ class Shard {
   Shard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options, const KeyedHash& hash)
       : index_(std::clamp<size_t>(options.max_keys, 1, 512) * 2),
         rules_(std::move(rules)),
+        orphans_(std::max({options.max_keys, kMinOrphans, options.min_pending_evicted})),
         refine_{options.precise_clock, options.coarse_lag_ns},
         options_(options),
-        hash_(hash) {
+        hash_(hash),
+        remembered_(options.max_remembered) {
     if (options_.max_keys == 0) options_.max_keys = 1;
     options_.max_key_bytes = std::min<size_t>(options_.max_key_bytes, UINT16_MAX);
   }
@@ -101,15 +104,12 @@ class Shard {
     // Open addressing at most half full, grown early (from a quarter full) when a run gets long:
     // at most 8 slots per entry, and 12 while the old array is copied into the new.
     constexpr size_t kSlotsPerEntry = 12;
-    size_t b = (keys + EntryStore::kChunk - 1) / EntryStore::kChunk * EntryStore::kChunk * sizeof(Entry);
-    if (key_bytes > kInlineKey) b += keys * block(key_bytes);  // keys too long to live inline
+    size_t b = EntryStore::bound_bytes(keys);
+    if (key_bytes > Entry::kInlineKey) b += keys * block(key_bytes);  // keys too long to live inline
     b += keys * kSlotsPerEntry * sizeof(IndexSlot);
     b += keys * 2 * 2 * sizeof(uint32_t);  // free_ and dirty_, each up to twice what they hold
-    const size_t orphans = std::max({keys, kMinOrphans, o.min_pending_evicted});
-    b += orphans * (2 * sizeof(std::pair<std::string, int64_t>) + (key_bytes > 15 ? block(key_bytes + 1) : 0));
-    const size_t remembered = o.max_remembered;
-    b += remembered * kSlotsPerEntry * (sizeof(size_t) + sizeof(Remembered));
-    b += (2 * remembered + kOrderSlack) * sizeof(std::pair<size_t, uint64_t>) * 5 / 4;  // the deques' blocks
+    b += PendingOrphans::bound_bytes(std::max({keys, kMinOrphans, o.min_pending_evicted}), key_bytes);
+    b += RememberedBalances::bound_bytes(o.max_remembered);
     return b;
   }
 
@@ -231,7 +231,7 @@ class Shard {
       q.limit = limit_of(rule);
       q.rule = rule;
       q.bucket = TokenBucket(q.limit, now);
-      if (Remembered* r = remembered_.find(hash)) {
+      if (const Remembered* r = remembered_.find(hash)) {
         q.bucket = r->bucket;
         q.bucket.balance_microtokens(r->limit, now);
         if (!(r->limit == q.limit)) q.bucket.clamp_to(q.limit);
@@ -306,14 +306,7 @@ class Shard {
   void take_pending_each(size_t max_keys, Take take) {
     // Keys that left the table first (their pending is already out of the list), then the most
     // recently dirtied keys: what is left stays dirty, for the next call.
-    const size_t orphans = std::min(max_keys, orphan_pending_.size());
-    size_t taken_bytes = 0;
-    for (size_t i = orphan_pending_.size() - orphans; i < orphan_pending_.size(); ++i) {
-      take(orphan_pending_[i].first, orphan_pending_[i].second);
-      taken_bytes += orphan_bytes(orphan_pending_[i]);
-    }
-    orphan_pending_.resize(orphan_pending_.size() - orphans);
-    orphan_bytes_ -= taken_bytes;
+    const size_t orphans = orphans_.take(max_keys, take);
     size_t budget = max_keys - orphans;
     for (; !dirty_.empty() && budget > 0; --budget) {
       Entry& e = slots_[dirty_.back()];
@@ -324,7 +317,7 @@ class Shard {
     }
   }
 
-  size_t pending_keys() const { return dirty_.size() + orphan_pending_.size(); }
+  size_t pending_keys() const { return dirty_.size() + orphans_.size(); }
 
   // Starts loading the entries the next take_pending_each(n) takes (the last n dirty keys; fewer
   // when keys that left the table come first) into this core's cache, with intent to write.
@@ -353,19 +346,8 @@ class Shard {
         ++removed;
       }
     }
-    // Remembered balances are dropped oldest first once refilled; a stale queue entry (the key
-    // came back, or was remembered again later) is skipped.
-    for (auto* order : {&light_order_, &heavy_order_}) {
-      for (size_t n = 0; n < max_scan && !order->empty(); ++n) {
-        const auto [hash, generation] = order->front();
-        Remembered* r = remembered_.find(hash);
-        if (r && r->generation == generation) {
-          if (!r->bucket.full_at(r->limit, now)) break;
-          remembered_.erase(hash);
-        }
-        order->pop_front();
-      }
-    }
+    // Remembered balances are dropped oldest first once refilled.
+    remembered_.expire(now, max_scan);
     return removed;
   }
 
@@ -414,16 +396,14 @@ class Shard {
   }
 
   void set_rate_scale(uint32_t num, uint32_t den, MonoNanos now) {
-    if (den == 0 || num > den) num = den = 1;
-    if (num == 0) num = 1, den = std::max<uint32_t>(den, 1) * 1000;  // never stop refilling entirely
-    if (int64_t(num) * scale_den_ == int64_t(den) * scale_num_) return;
+    const RateScale scale = RateScale::of(num, den);
+    if (scale == scale_) return;
     // Settle every bucket's refill at the old rate first, so the new rate applies from now on.
     for (uint32_t s = 0; s < slots_.size(); ++s) {
       Entry& e = slots_[s];
       if (e.live) e.bucket.balance_microtokens(limit_of(e.rule), now);
     }
-    scale_num_ = num;
-    scale_den_ = den;
+    scale_ = scale;
     for (uint32_t s = 0; s < slots_.size(); ++s) {
       Entry& e = slots_[s];
       if (e.live) e.bucket.clamp_to(limit_of(e.rule));  // the carry belongs to the old period
@@ -437,28 +417,26 @@ class Shard {
     return e.bucket.balance_microtokens(limit_of(e.rule), now);
   }
 
-  uint64_t pending_dropped() const { return stats_.pending_dropped; }
+  uint64_t pending_dropped() const { return orphans_.dropped(); }
 
   KeyTableStats stats() const {
     KeyTableStats s = stats_;
     s.keys = index_.size();
     s.longest_probe = index_.longest_probe();
     s.remembered = remembered_.size();
-    const size_t chunks = (slots_.size() + EntryStore::kChunk - 1) / EntryStore::kChunk;
-    size_t bytes =
-        chunks * EntryStore::kChunk * sizeof(Entry) + (free_.capacity() + dirty_.capacity()) * sizeof(uint32_t);
+    s.pending_dropped = orphans_.dropped();
+    size_t bytes = slots_.bytes() + (free_.capacity() + dirty_.capacity()) * sizeof(uint32_t);
     // Long keys' buffers and the orphans, kept as they change: stats are asked for by every
     // `tollgate stats`, /v1/stats and /metrics, and walking a million keys on the node's thread
     // (under the shard's lock) for them held checks up (issue 34, finding 4).
 #ifndef NDEBUG
-    size_t walked_heap = 0, walked_orphans = 0;
-    for (size_t i = 0; i < slots_.size(); ++i) walked_heap += slots_[i].key_heap ? slots_[i].key_size : 0;
-    for (const auto& o : orphan_pending_) walked_orphans += orphan_bytes(o);
-    assert(walked_heap == heap_key_bytes_ && walked_orphans == orphan_bytes_);
+    size_t walked_heap = 0;
+    for (size_t i = 0; i < slots_.size(); ++i) walked_heap += slots_[i].key_heap_bytes();
+    assert(walked_heap == heap_key_bytes_ && orphans_.walked_bytes() == orphans_.bytes());
 #endif
-    bytes += heap_key_bytes_ + orphan_bytes_;
+    bytes += heap_key_bytes_ + orphans_.bytes();
     bytes += index_.bytes();
-    bytes += remembered_.bytes() + (light_order_.size() + heavy_order_.size()) * sizeof(std::pair<size_t, uint64_t>);
+    bytes += remembered_.bytes();
     s.bytes = bytes;
     return s;
   }
@@ -467,106 +445,9 @@ class Shard {
   size_t size() const { return index_.size(); }
 
  private:
-  // One key's state, two cache lines. Keys up to kInlineKey bytes (nearly all real ones) live
-  // inside the entry, so a check reads the index line and this entry and nothing else.
-  static constexpr size_t kInlineKey = 72;
-  // Keys that left the table with consumption not yet taken, kept at least (see orphan()): more
-  // than tollgated's early sealing (256) lets wait, however small max_keys is.
+  // Keys that left the table with consumption not yet taken, kept at least: more than
+  // tollgated's early sealing (256) lets wait, however small max_keys is.
   static constexpr size_t kMinOrphans = 4096;
-  static constexpr size_t kOrderSlack = 1024;  // stale remembered-order entries before a compaction
-  struct alignas(64) Entry {
-    TokenBucket bucket;
-    int64_t pending = 0;  // tokens admitted here since the last take_pending()
-    uint32_t rule = 0;    // index into rules_
-    uint16_t key_size = 0;
-    bool dirty = false;       // on the dirty list (the slot had pending since the last take)
-    bool live = false;        // holds a key (false: on the free list)
-    bool referenced = false;  // used since the clock hand last passed (see evict_lru)
-    char key_inline[kInlineKey];
-    std::unique_ptr<char[]> key_heap;  // keys longer than kInlineKey
-
-    std::string_view key() const { return {key_heap ? key_heap.get() : key_inline, key_size}; }
-    void set_key(std::string_view k) {
-      key_size = uint16_t(k.size());
-      if (k.size() <= kInlineKey) {
-        key_heap.reset();
-        std::memcpy(key_inline, k.data(), k.size());
-      } else {
-        key_heap = std::make_unique<char[]>(k.size());
-        std::memcpy(key_heap.get(), k.data(), k.size());
-      }
-    }
-  };
-  static_assert(sizeof(Entry) == 128);
-
-  // Entries in fixed chunks of 1,024 (128 KiB): slot numbers stay valid as the store grows, no
-  // entry ever moves, and the chunk table is small enough to stay in L1. (std::deque keeps 4 such
-  // entries per block, and its block map became one more cache miss per check at 100k keys.)
-  class EntryStore {
-   public:
-    static constexpr size_t kChunk = 1024;
-    Entry& operator[](size_t i) { return chunks_[i / kChunk][i % kChunk]; }
-    const Entry& operator[](size_t i) const { return chunks_[i / kChunk][i % kChunk]; }
-    size_t size() const { return size_; }
-    void emplace_back() {
-      if (size_ % kChunk == 0) chunks_.push_back(std::make_unique<Entry[]>(kChunk));
-      ++size_;
-    }
-
-   private:
-    std::vector<std::unique_ptr<Entry[]>> chunks_;
-    size_t size_ = 0;
-  };
-  // An evicted bucket that had not refilled, kept so its key does not come back full.
-  struct Remembered {
-    TokenBucket bucket;
-    Limit limit;
-    uint64_t generation = 0;
-  };
-  // Remembered balances by key hash, on FlatTable (util/flat_table.h), grown by doubling (bounded
-  // by max_remembered). A key flood remembers and forgets a balance per eviction, hundreds of
-  // thousands a second: with std::unordered_map that was a node malloc and free each, 40% of the
-  // daemon's time under a flood of 300,000 new keys/s (perf), and allocator stalls in the checks
-  // of other clients. Lookups probe the hashes only (eight to a cache line); the value is in a
-  // parallel array, touched on a match.
-  class RememberedMap {
-   public:
-    size_t size() const { return table_.size(); }
-    bool empty() const { return table_.empty(); }
-    size_t bytes() const { return table_.bytes(); }
-    Remembered* find(size_t hash) {
-      const size_t i = locate(stored(hash));
-      return i == Table::kNone ? nullptr : &table_.value(i);
-    }
-    void assign(size_t hash, const Remembered& value) {
-      if (Remembered* at = find(hash)) {
-        *at = value;
-        return;
-      }
-      const size_t h = stored(hash);
-      const size_t i = table_.claim(h);
-      table_.slot(i) = h;
-      table_.value(i) = value;
-    }
-    void erase(size_t hash) {
-      const size_t i = locate(stored(hash));
-      if (i != Table::kNone) table_.erase(i);
-    }
-
-   private:
-    struct Policy {
-      static bool empty(size_t h) { return h == 0; }
-      static size_t hash(size_t h) { return h; }
-    };
-    using Table = FlatTable<size_t, Policy, Remembered>;
-    // 0 marks an empty slot; a key hashing to 0 is stored as 1 (balances are remembered by
-    // hash, so two keys of one hash share a balance already; this adds 2^-64 to that).
-    static size_t stored(size_t hash) { return hash ? hash : 1; }
-    size_t locate(size_t h) const {
-      return table_.find(h, [h](size_t x) { return x == h; });
-    }
-    Table table_{0, 64};
-  };
   // The index: open addressing with linear probing over a power-of-two array, at most half
   // full. Each slot holds 32 bits of the key's hash (its home position is tag & mask) and the
   // entry number, so a lookup costs one cache line of index and, almost always, one key
@@ -582,53 +463,9 @@ class Shard {
   };
   using Index = FlatTable<IndexSlot, IndexPolicy>;
 
-  // The limit a bucket is held to: the rule's, with the refill rate scaled by rate_scale_ (an
-  // exact fraction, so scaled refill stays drift-free).
-  Limit limit_of(uint32_t rule) const { return scaled(rules_->limit(rule)); }
-  Limit scaled(Limit limit) const {
-    if (scale_num_ != scale_den_) {
-      int64_t tokens, period;
-      if (__builtin_mul_overflow(limit.rate.tokens, scale_num_, &tokens) ||
-          __builtin_mul_overflow(limit.rate.period_ns, scale_den_, &period)) {
-        return scaled_wide(limit);
-      }
-      limit.rate.tokens = tokens;
-      limit.rate.period_ns = period;
-    }
-    return limit;
-  }
-  // scaled() when a product overflows 64 bits (a slow rule in a large cluster: 1/h x 4,096
-  // members x 1,000 is 1.5e19 ns): the fraction reduced, exact whenever it then fits; otherwise
-  // fewer tokens over a proportionally shorter period (the period per token kept to within one
-  // part in tokens), and a rate slower than one token in 2^63 ns (292 years) refills at that.
-  // Only such absurd rules pay this (a 128-bit gcd per check), and only under the proportional
-  // policy while members are unreachable.
-  Limit scaled_wide(Limit limit) const {
-    Wide tokens = static_cast<Wide>(limit.rate.tokens) * scale_num_;
-    Wide period = static_cast<Wide>(limit.rate.period_ns) * scale_den_;
-    Wide a = tokens, b = period;
-    while (b != 0) a = std::exchange(b, a % b);
-    tokens /= a;
-    period /= a;
-    if (tokens > INT64_MAX || period > INT64_MAX) {
-      const Wide per_token = period / tokens;  // >= 0; tokens >= 1
-      if (per_token >= INT64_MAX) {
-        tokens = 1;
-        period = INT64_MAX;
-      } else {
-        const Wide fewer = std::min<Wide>(tokens, INT64_MAX / (per_token + 1));
-        // period x fewer / tokens, below (per_token + 1) x fewer <= INT64_MAX; the product itself
-        // may not fit 128 bits, so in long double (64 mantissa bits: exact to one part in 2^63).
-        const long double shorter =
-            static_cast<long double>(period) * static_cast<long double>(fewer) / static_cast<long double>(tokens);
-        period = std::min<Wide>(static_cast<Wide>(shorter), INT64_MAX);
-        tokens = fewer;
-      }
-    }
-    limit.rate.tokens = static_cast<int64_t>(tokens);
-    limit.rate.period_ns = std::max<int64_t>(static_cast<int64_t>(period), 1);
-    return limit;
-  }
+  // The limit a bucket is held to: the rule's, with the refill rate scaled (key_table/rate_scale.h).
+  Limit limit_of(uint32_t rule) const { return scale_.apply(rules_->limit(rule)); }
+  Limit scaled(Limit limit) const { return scale_.apply(limit); }
 
   uint32_t find(std::string_view key, size_t hash) const {
     const uint32_t tag = uint32_t(hash);
@@ -646,13 +483,7 @@ class Shard {
   uint32_t insert(std::string_view key, size_t hash, uint32_t rule, MonoNanos now) {
     // Take the key's remembered balance out first: the eviction that makes room for it may
     // remember another balance and push this one out.
-    std::optional<Remembered> restored;
-    if (!remembered_.empty()) {
-      if (Remembered* r = remembered_.find(hash)) {
-        restored = *r;
-        remembered_.erase(hash);
-      }
-    }
+    const std::optional<Remembered> restored = remembered_.take(hash);
     if (index_.size() >= options_.max_keys) evict_lru();
     uint32_t slot;
     if (!free_.empty()) {
@@ -666,9 +497,9 @@ class Shard {
       slots_.emplace_back();
     }
     Entry& e = slots_[slot];
-    heap_key_bytes_ -= e.key_heap ? e.key_size : 0;
+    heap_key_bytes_ -= e.key_heap_bytes();
     e.set_key(key);
-    heap_key_bytes_ += e.key_heap ? e.key_size : 0;
+    heap_key_bytes_ += e.key_heap_bytes();
     e.live = true;
     e.referenced = false;  // a new key earns its second chance by being used again
     e.rule = rule;
@@ -708,73 +539,24 @@ class Shard {
     // The victim's bucket was last refilled when it was last used: judge whether it was full as
     // of then, which needs no clock. One that has refilled since is dropped by sweep_idle().
     if (options_.max_remembered > 0 && e.bucket.raw_balance_microtokens() < limit.burst * kMicrotokensPerToken) {
-      remember(hash_key(e.key()), e.bucket, limit);
+      stats_.forgotten_debts += remembered_.remember(hash_key(e.key()), e.bucket, limit);
     }
     erase(victim);
     ++stats_.evictions;
   }
 
-  // When the table is full, balances that are barely spent (more than half the burst left) are
-  // forgotten before any that is deep in use or in debt, oldest first within each class: a flood
-  // of new keys that each spend a token must not push out what an established key in debt owes
-  // (forgetting a barely spent balance over-admits by less than half a burst, once).
-  void remember(size_t hash, const TokenBucket& bucket, const Limit& limit) {
-    while (remembered_.size() >= options_.max_remembered && !(light_order_.empty() && heavy_order_.empty())) {
-      auto& order = light_order_.empty() ? heavy_order_ : light_order_;
-      const auto [old_hash, generation] = order.front();
-      order.pop_front();
-      Remembered* r = remembered_.find(old_hash);
-      if (r && r->generation == generation) {
-        remembered_.erase(old_hash);
-        ++stats_.forgotten_debts;
-      }
-    }
-    const uint64_t generation = ++remembered_generation_;
-    remembered_.assign(hash, Remembered{bucket, limit, generation});
-    const bool light = bucket.raw_balance_microtokens() > limit.burst * kMicrotokensPerToken / 2;
-    (light ? light_order_ : heavy_order_).emplace_back(hash, generation);
-    // A balance that comes back (its key returns) leaves a stale entry here, which only the
-    // front's expiry pops; behind a debt that refills over a day they piled up, one per eviction,
-    // without bound. Compacted once they outnumber what can be remembered: amortised O(1).
-    if (light_order_.size() + heavy_order_.size() > 2 * options_.max_remembered + kOrderSlack) {
-      for (auto* order : {&light_order_, &heavy_order_}) {
-        std::erase_if(*order, [this](const std::pair<size_t, uint64_t>& e) {
-          const Remembered* r = remembered_.find(e.first);
-          return !r || r->generation != e.second;
-        });
-      }
-    }
-  }
-
-  // Removes a key. Its pending consumption moves to orphan_pending_ so it is still reported. The
+  // Removes a key. Its pending consumption moves to orphans_ so it is still reported. The
   // slot stays on the dirty list if it is on it (take_pending skips it while it has nothing
   // pending), which keeps removal O(1).
   void erase(uint32_t slot) {
     Entry& e = slots_[slot];
-    if (e.pending > 0) orphan(e.key(), e.pending);
+    if (e.pending > 0) orphans_.add(e.key(), e.pending);
     index_erase(uint32_t(hash_key(e.key())), slot);
-    heap_key_bytes_ -= e.key_heap ? e.key_size : 0;
-    e.key_heap.reset();  // release a long key's buffer now, not at reuse
-    e.key_size = 0;
+    heap_key_bytes_ -= e.key_heap_bytes();
+    e.clear_key();
     e.live = false;
     e.pending = 0;
     free_.push_back(slot);
-  }
-
-  // Consumption of a key that left the table, kept until take_pending reports it. At most
-  // max(max_keys, kMinOrphans, min_pending_evicted) such keys wait: a key flood while nothing
-  // takes (a member whose thread is stuck) must not grow memory without bound. Beyond that the
-  // consumption is dropped and counted (KeyTableStats::pending_dropped): peers never hear of it.
-  void orphan(std::string_view key, int64_t tokens) {
-    if (orphan_pending_.size() >= std::max({options_.max_keys, kMinOrphans, options_.min_pending_evicted})) {
-      ++stats_.pending_dropped;
-      return;
-    }
-    orphan_pending_.emplace_back(key, tokens);
-    orphan_bytes_ += orphan_bytes(orphan_pending_.back());
-  }
-  static size_t orphan_bytes(const std::pair<std::string, int64_t>& o) {
-    return sizeof(o.first) + sizeof(o.second) + string_heap_bytes(o.first);
   }
 
   void touch(uint32_t slot) { slots_[slot].referenced = true; }
@@ -792,102 +574,20 @@ class Shard {
   Index index_;
   EntryStore slots_;
   std::shared_ptr<const RuleSet> rules_;
-  int64_t scale_num_ = 1, scale_den_ = 1;  // refill at num/den of each rule's rate
-  std::vector<RuleCounters> counts_;       // by the rules' index (the counts themselves on the heap)
-  std::vector<std::pair<std::string, int64_t>> orphan_pending_;  // pending of keys that left the table
-  size_t heap_key_bytes_ = 0;                                    // the buffers of keys longer than kInlineKey (stats)
-  size_t orphan_bytes_ = 0;                                      // what orphan_pending_'s entries hold (stats)
-  Refine refine_;                                                // read by every check (is there a precise clock?)
+  RateScale scale_;                   // every rule's refill rate scaled by it
+  std::vector<RuleCounters> counts_;  // by the rules' index (the counts themselves on the heap)
+  PendingOrphans orphans_;            // pending of keys that left the table
+  size_t heap_key_bytes_ = 0;         // the buffers of keys longer than Entry::kInlineKey (stats)
+  Refine refine_;                     // read by every check (is there a precise clock?)
   alignas(64) CheckCounts totals_;
   std::vector<uint32_t> dirty_;  // slots with pending (or left dirty by erase), most recent last
   alignas(64) KeyTableOptions options_;
   std::vector<uint32_t> free_;
-  size_t clock_hand_ = 0;     // next slot evict_lru() examines
-  size_t sweep_hand_ = 0;     // next slot sweep_idle() examines
-  const KeyedHash& hash_;     // the table's (KeyTable::Impl::hash_)
-  RememberedMap remembered_;  // by key hash
-  // (hash, generation), oldest first: balances with more than half the burst left, and the rest.
-  std::deque<std::pair<size_t, uint64_t>> light_order_, heavy_order_;
-  uint64_t remembered_generation_ = 0;
+  size_t clock_hand_ = 0;          // next slot evict_lru() examines
+  size_t sweep_hand_ = 0;          // next slot sweep_idle() examines
+  const KeyedHash& hash_;          // the table's (KeyTable::Impl::hash_)
+  RememberedBalances remembered_;  // balances of evicted keys, by key hash
   KeyTableStats stats_;
-};
-
-// A request's distinct limited keys, with their buckets as allow_all's phase 1 sees them;
-// looked up linearly for small requests, by an index for large ones. One per thread, reused.
-class Probes {
- public:
-  void clear() {
-    probes_.clear();
-    index_.clear();
-  }
-  Probe* find(std::string_view key) {
-    if (probes_.size() <= kLinear) {
-      for (Probe& p : probes_) {
-        if (p.key == key) return &p;
-      }
-      return nullptr;
-    }
-    auto it = index_.find(key);
-    return it == index_.end() ? nullptr : &probes_[it->second];
-  }
-  std::vector<Probe>& all() { return probes_; }
-  Probe* add(const Probe& p) {
-    probes_.push_back(p);
-    if (probes_.size() == kLinear + 1) {
-      for (size_t i = 0; i < probes_.size(); ++i) index_.emplace(probes_[i].key, i);
-    } else if (probes_.size() > kLinear + 1) {
-      index_.emplace(p.key, probes_.size() - 1);
-    }
-    return &probes_.back();
-  }
-
- private:
-  static constexpr size_t kLinear = 16;
-  std::vector<Probe> probes_;
-  std::unordered_map<std::string_view, size_t> index_;
-};
-
-// A shard's lock: test-and-test-and-set, released by a plain store; a waiter spins briefly, then
-// yields its core, then sleeps 20 us at a time (70 with the default timer slack), rather than
-// burn the core a preempted holder needs. Chosen over glibc's adaptive mutex by measurement:
-// in a member the checking threads meet the sealer on the hot keys' shards, and with the
-// adaptive mutex Member::check on Zipf keys cost 1.42-1.47x the single-owner table (two runs,
-// its waiters sleeping on a futex after their spin) against 1.21-1.25x with this lock (four
-// runs); one hot key on 2 threads: 12.7-14.8 M checks/s against 7.8-9.2 M. Uncontended, within
-// the noise. Not fair: a waiter that went to sleep may lose the lock to spinning ones many times.
-// Holds are short for checks and sealing (one key; at most kTakePerLock keys); reloads, rate
-// scale changes and stats visit a whole shard, rarely. ThreadSanitizer sees the atomics (no
-// false reports) but not a mutex, so it no longer checks allow_all's lock order.
-class ShardMutex {
- public:
-  void lock() {
-    if (!locked_.exchange(true, std::memory_order_acquire)) return;
-    lock_contended();
-  }
-  void unlock() { locked_.store(false, std::memory_order_release); }
-
- private:
-  static void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-  }
-  [[gnu::noinline]] void lock_contended() {
-    for (unsigned attempt = 0;; ++attempt) {
-      for (int i = 0; i < 128 && locked_.load(std::memory_order_relaxed); ++i) cpu_relax();
-      if (!locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire)) return;
-      if (attempt < 32) {
-        sched_yield();
-      } else {
-        const timespec pause{0, 20'000};
-        nanosleep(&pause, nullptr);
-      }
-    }
-  }
-
-  std::atomic<bool> locked_{false};
 };
 
 // One shard and the lock that guards it (taken only in a concurrent table), a cache line of
@@ -895,27 +595,11 @@ class ShardMutex {
 struct alignas(64) LockedShard {
   LockedShard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options, const KeyedHash& hash)
       : shard(std::move(rules), options, hash) {}
-  ShardMutex mutex;
+  mutable ShardMutex mutex;  // const: stats and limits lock too
   // Under the lock: the shard's pending keys as last added to the table's count
   // (Impl::note_pending).
   int64_t published = 0;
   Shard shard;
-};
-
-// Takes a shard's lock if the table is concurrent.
-class ShardLock {
- public:
-  ShardLock(LockedShard& s, bool on) : mutex_(on ? &s.mutex : nullptr) {
-    if (mutex_) mutex_->lock();
-  }
-  ~ShardLock() {
-    if (mutex_) mutex_->unlock();
-  }
-  ShardLock(const ShardLock&) = delete;
-  ShardLock& operator=(const ShardLock&) = delete;
-
- private:
-  ShardMutex* mutex_;
 };
 
 // Shards of a concurrent table at most, and keys per shard at least (a small table has fewer).
@@ -978,7 +662,7 @@ class KeyTable::Impl {
   Decision allow(std::string_view key, int64_t cost, MonoNanos now) {
     const size_t hash = hash_key(key);
     LockedShard& s = shard_of(hash);
-    ShardLock lock(s, concurrent_);
+    ShardLock lock(s.mutex, concurrent_);
     if (!concurrent_) return s.shard.allow(key, hash, cost, now);
     const Decision d = s.shard.allow(key, hash, cost, now);
     note_pending(s);
@@ -989,7 +673,7 @@ class KeyTable::Impl {
     thread_local Probes probes;
     if (shards_.size() == 1) {
       LockedShard& s = *shards_[0];
-      ShardLock lock(s, concurrent_);
+      ShardLock lock(s.mutex, concurrent_);
       const bool all =
           allow_all_in([&](std::string_view) -> Shard& { return s.shard; }, items, out, now, refine_, probes);
       note_pending(s);
@@ -1024,7 +708,7 @@ class KeyTable::Impl {
   auto on_key_shard(std::string_view key, F&& f) {
     const size_t hash = hash_key(key);
     LockedShard& s = shard_of(hash);
-    ShardLock lock(s, concurrent_);
+    ShardLock lock(s.mutex, concurrent_);
     auto result = f(s.shard, hash);
     note_pending(s);
     return result;
@@ -1044,7 +728,7 @@ class KeyTable::Impl {
     for (size_t n = 0; n < shards_.size() && budget > 0; ++n) {
       LockedShard& s = *shards_[take_cursor_];
       {
-        ShardLock lock(s, true);
+        ShardLock lock(s.mutex, true);
         s.shard.prefetch_pending(std::min(budget, kTakePerLock));
       }
       for (;;) {
@@ -1056,7 +740,7 @@ class KeyTable::Impl {
         ends.clear();
         {
           // Only the keys' bytes are copied under the lock: no allocation holds a check up.
-          ShardLock lock(s, true);
+          ShardLock lock(s.mutex, true);
           const size_t before = s.shard.pending_keys();
           s.shard.take_pending_each(chunk, [&](std::string_view key, int64_t tokens) {
             bytes.append(key);
@@ -1087,7 +771,7 @@ class KeyTable::Impl {
     size_t removed = 0;
     const size_t each = std::max<size_t>(1, max_scan / shards_.size());
     for (auto& s : shards_) {
-      ShardLock lock(*s, concurrent_);
+      ShardLock lock(s->mutex, concurrent_);
       removed += s->shard.sweep_idle(now, each);
       note_pending(*s);
     }
@@ -1104,7 +788,7 @@ class KeyTable::Impl {
     size_t shard = size_t(*cursor >> 48), entry = size_t(*cursor & ((uint64_t(1) << 48) - 1));
     while (shard < shards_.size() && max > 0) {
       LockedShard& s = *shards_[shard];
-      ShardLock lock(s, concurrent_);
+      ShardLock lock(s.mutex, concurrent_);
       const size_t next = s.shard.for_each_unfull(now, entry, max, f);
       max -= std::min(max, next - entry);
       if (next >= s.shard.entry_count()) {
@@ -1123,7 +807,7 @@ class KeyTable::Impl {
     for (uint32_t i = 0; i < rules->size(); ++i) index.emplace(rules->label(i), i);
     std::vector<std::pair<std::string, RuleCounters>> gone;
     for (auto& s : shards_) {
-      ShardLock lock(*s, concurrent_);
+      ShardLock lock(s->mutex, concurrent_);
       s->shard.replace_rules(rules, now, index, gone);
       note_pending(*s);
     }
@@ -1132,7 +816,7 @@ class KeyTable::Impl {
     std::vector<std::pair<std::string, RuleCounters>> still_retired;
     std::vector<std::pair<std::string, RuleCounters>> retired;
     {
-      ShardLock lock(*shards_[0], concurrent_);
+      ShardLock lock(shards_[0]->mutex, concurrent_);
       std::vector<RuleCounters>& counts = shards_[0]->shard.counts();
       for (auto& [label, c] : retired_) {
         if (auto it = index.find(label); it != index.end()) {
@@ -1163,7 +847,7 @@ class KeyTable::Impl {
   CheckCounts check_counts() const {
     CheckCounts sum;
     for (const auto& s : shards_) {
-      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      ShardLock lock(s->mutex, concurrent_);
       sum.checks += s->shard.totals().checks;
       sum.allowed += s->shard.totals().allowed;
       sum.denied += s->shard.totals().denied;
@@ -1178,7 +862,7 @@ class KeyTable::Impl {
     std::unordered_map<std::string, size_t> at;
     for (size_t i = 0; i < out.size(); ++i) at.emplace(out[i].first, i);
     for (const auto& s : shards_) {
-      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      ShardLock lock(s->mutex, concurrent_);
       const std::vector<RuleCounters>& counts = s->shard.counts();
       for (uint32_t i = 0; i < counts.size(); ++i) {
         if (counts[i].checks == 0) continue;
@@ -1196,20 +880,20 @@ class KeyTable::Impl {
 
   std::optional<Limit> limit_for(std::string_view key) const {
     const LockedShard& s = shard_of(hash_key(key));
-    ShardLock lock(const_cast<LockedShard&>(s), concurrent_);
+    ShardLock lock(s.mutex, concurrent_);
     return s.shard.limit_for(key);
   }
 
   void set_rate_scale(uint32_t num, uint32_t den, MonoNanos now) {
     for (auto& s : shards_) {
-      ShardLock lock(*s, concurrent_);
+      ShardLock lock(s->mutex, concurrent_);
       s->shard.set_rate_scale(num, den, now);
     }
   }
 
   std::optional<int64_t> balance(std::string_view key, MonoNanos now) {
     LockedShard& s = shard_of(hash_key(key));
-    ShardLock lock(s, concurrent_);
+    ShardLock lock(s.mutex, concurrent_);
     return s.shard.balance(key, now);
   }
 
@@ -1220,7 +904,7 @@ class KeyTable::Impl {
   KeyTableStats stats() const {
     KeyTableStats sum;
     for (const auto& s : shards_) {
-      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      ShardLock lock(s->mutex, concurrent_);
       const KeyTableStats x = s->shard.stats();
       sum.keys += x.keys;
       sum.bytes += x.bytes;
@@ -1249,7 +933,7 @@ class KeyTable::Impl {
   uint64_t sum_over_shards(F f) const {
     uint64_t n = 0;
     for (const auto& s : shards_) {
-      ShardLock lock(const_cast<LockedShard&>(*s), concurrent_);
+      ShardLock lock(s->mutex, concurrent_);
       n += f(s->shard);
     }
     return n;

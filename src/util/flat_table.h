@@ -142,6 +142,10 @@ class FlatTable {
   std::enable_if_t<!std::is_void_v<V>, V&> value(size_t i) {
     return values_[i];
   }
+  template <typename V = Value>
+  std::enable_if_t<!std::is_void_v<V>, const V&> value(size_t i) const {
+    return values_[i];
+  }
 
   // Calls f(slot index) for every used slot, in slot order.
   template <typename F>
