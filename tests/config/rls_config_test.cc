@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "test_rules.h"
+#include "support/test_rules.h"
 #include "tollgate/config_error.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/rules.h"

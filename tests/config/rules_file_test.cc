@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "test_rules.h"
+#include "support/test_rules.h"
 #include "tollgate/config_error.h"
 #include "tollgate/rules.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/key_table.h"
-#include "test_rules.h"
+#include "support/test_rules.h"
 #include "tollgate/rules.h"
 
 namespace {

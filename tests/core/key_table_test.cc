@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "test_rules.h"
+#include "support/test_rules.h"
 #include "tollgate/rules.h"
 #include "util/keyed_hash.h"
 

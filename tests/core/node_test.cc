@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "test_rules.h"
+#include "support/test_rules.h"
 #include "tollgate/rules.h"
 
 namespace tollgate {

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "test_rules.h"
+#include "support/test_rules.h"
 #include "tollgate/limit.h"
 
 namespace tollgate {

@@ -23,6 +23,7 @@
 #include "api/framing.h"
 #include "core/key_table.h"
 #include "fuzz_util.h"
+#include "support/table_handler.h"
 #include "tollgate/rules.h"
 #include "tollgate/v1/api.pb.h"
 
@@ -36,29 +37,13 @@ constexpr size_t kMaxKeyBytes = 256;         // KeyTableOptions::max_key_bytes's
 
 // The daemon's request path over a KeyTable of its own ("*": 10/s, burst 5), its clock a
 // millisecond per check, so two handlers fed the same checks decide the same.
-class TableHandler : public tollgate::RequestHandler {
- public:
+struct TableHandler : tollgate::testing::TableHandler {
   TableHandler()
-      : table_(std::make_shared<tollgate::RuleSet>(
+      : tollgate::testing::TableHandler(std::make_shared<tollgate::RuleSet>(
             std::vector<tollgate::Rule>{{"*", tollgate::Limit{tollgate::Rate{10, 1'000'000'000}, 5, 5}, 0}},
-            std::nullopt)) {}
-  void check(std::span<const tollgate::CheckItem> items, std::span<tollgate::Decision> out) override {
-    for (size_t i = 0; i < items.size(); ++i) {
-      now_ += 1'000'000;
-      out[i] = table_.allow(items[i].key, items[i].cost, now_);
-    }
+            std::nullopt)) {
+    tick = 1'000'000;
   }
-  bool check_all(std::span<const tollgate::CheckItem> items, std::span<tollgate::Decision> out) override {
-    now_ += 1'000'000;
-    return table_.allow_all(items, out, now_);
-  }
-  std::vector<tollgate::MemberInfo> members() override { return {}; }
-  tollgate::StatsList stats() override { return {}; }
-  std::string set_faults(const tollgate::FaultSettings&) override { return {}; }
-
- private:
-  tollgate::KeyTable table_;
-  tollgate::MonoNanos now_ = 0;
 };
 
 struct Answer {

@@ -18,7 +18,7 @@
 #include "core/key_table.h"
 #include "fuzz_util.h"
 #include "http/routes.h"
-#include "table_handler.h"
+#include "support/table_handler.h"
 #include "tollgate/http/v1/http.pb.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
@@ -48,7 +48,9 @@ std::shared_ptr<const RuleSet> rules() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Fresh for every input, so that an input saved as a crash replays alone as it failed (issue
   // 37, item 11); what a sequence of requests does to buckets is the api_frames target's.
-  fuzz::TableHandler handler(rules());
+  tollgate::testing::TableHandler handler(rules(), KeyTableOptions{.max_keys = 64});
+  handler.members_list = {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
+  handler.faults_answer = "no";
   http::Routes routes(
       [&handler](http::NodeJob job, const http::Reply&) {
     job(handler)();

@@ -34,7 +34,7 @@
 
 #include "fuzz_util.h"
 #include "http/http_server.h"
-#include "table_handler.h"
+#include "support/table_handler.h"
 #include "tollgate/rules_file.h"
 
 namespace {
@@ -45,7 +45,8 @@ namespace bhttp = boost::beast::http;
 class Server {
  public:
   Server()
-      : handler_(parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n", "rules.yaml")),
+      : handler_(parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n", "rules.yaml"),
+                 KeyTableOptions{.max_keys = 64}),
         work_(boost::asio::make_work_guard(node_io_)),
         server_(node_io_, handler_, options()) {
     const std::string error = server_.start(nullptr);
@@ -95,7 +96,7 @@ class Server {
   }
 
   boost::asio::io_context node_io_;
-  fuzz::TableHandler handler_;
+  tollgate::testing::TableHandler handler_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   http::HttpServer server_;
   uint16_t port_ = 0;

@@ -16,7 +16,7 @@
 #include "fuzz_util.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
-#include "table_handler.h"
+#include "support/table_handler.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules.h"
 
@@ -41,7 +41,8 @@ std::shared_ptr<const RlsConfig> config() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Fresh for every input, so that an input saved as a crash replays alone as it failed (issue
   // 37, item 11). A request of many descriptors still drains and evicts within itself.
-  fuzz::TableHandler handler(std::make_shared<const RuleSet>(std::vector<Rule>{}, std::nullopt, config()));
+  tollgate::testing::TableHandler handler(std::make_shared<const RuleSet>(std::vector<Rule>{}, std::nullopt, config()),
+                                          KeyTableOptions{.max_keys = 64});
   rpb::RateLimitRequest request;
   if (!request.ParseFromArray(data, int(size))) return 0;
   const int calls_before = handler.calls;

@@ -20,29 +20,18 @@
 #include <thread>
 
 #include "core/key_table.h"
+#include "support/table_handler.h"
 #include "tollgate/rules_file.h"
 
 namespace tollgate::http {
 namespace {
 
-class CountingHandler : public RequestHandler {
- public:
-  CountingHandler() : table_(parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n", "rules.yaml")) {}
-  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
-    checks += items.size();
-    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, 0);
+// Counts the checks that reach the node (`items`); rules "k*": 5/s, burst 5, at time 0.
+struct CountingHandler : testing::TableHandler {
+  CountingHandler()
+      : testing::TableHandler(parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n", "rules.yaml")) {
+    faults_answer = "no";
   }
-  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
-    checks += items.size();
-    return table_.allow_all(items, out, 0);
-  }
-  std::vector<MemberInfo> members() override { return {}; }
-  StatsList stats() override { return {}; }
-  std::string set_faults(const FaultSettings&) override { return "no"; }
-  size_t checks = 0;
-
- private:
-  KeyTable table_;
 };
 
 // One GET on a fresh connection, sent now; read() waits for the whole answer.
@@ -119,10 +108,10 @@ TEST_F(HttpServerNodeQueue, BeyondMaxPendingACheckIsAnswered503AtOnceUndecided) 
   const std::string busy = second.read();  // while the first waits for the node
   EXPECT_NE(busy.find("503"), std::string::npos) << busy;
   EXPECT_EQ(stat(server_->stats(), "http.node_busy"), 1);
-  EXPECT_EQ(handler_.checks, 0u);
+  EXPECT_EQ(handler_.items, 0u);
   run_node_once();  // the node takes the first
   EXPECT_NE(first.read().find("200"), std::string::npos);
-  EXPECT_EQ(handler_.checks, 1u);
+  EXPECT_EQ(handler_.items, 1u);
 }
 
 // A node wait of 0: whenever the node gets to it, the check has waited too long.
@@ -134,7 +123,7 @@ TEST_F(HttpServerNodeQueue, ACheckThatWaitedPastTheNodeWaitIs503Undecided) {
   EXPECT_NE(answer.find("503"), std::string::npos) << answer;
   EXPECT_NE(answer.find("overloaded"), std::string::npos) << answer;
   EXPECT_EQ(stat(server_->stats(), "http.node_wait_expired"), 1);
-  EXPECT_EQ(handler_.checks, 0u);  // never decided, never charged
+  EXPECT_EQ(handler_.items, 0u);  // never decided, never charged
 }
 
 TEST_F(HttpServerNodeQueue, AfterStopChecksAre503Undecided) {
@@ -145,7 +134,7 @@ TEST_F(HttpServerNodeQueue, AfterStopChecksAre503Undecided) {
   const std::string answer = late.read();
   EXPECT_NE(answer.find("503"), std::string::npos) << answer;
   EXPECT_NE(answer.find("shutting down"), std::string::npos) << answer;
-  EXPECT_EQ(handler_.checks, 0u);
+  EXPECT_EQ(handler_.items, 0u);
 }
 
 TEST_F(HttpServerNodeQueue, EveryStatIsDeclared) {

@@ -18,6 +18,7 @@
 #include "core/key_table.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "http/token_file.h"
+#include "support/table_handler.h"
 #include "tollgate/config_error.h"
 #include "tollgate/http/v1/http.pb.h"
 #include "tollgate/rls_config_file.h"
@@ -42,21 +43,16 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2}
 )";
 
-class TableHandler : public RequestHandler {
+// The test table's rules and the RLS config, and stats and rule counters of every kind for
+// /metrics and /v1/stats to render.
+class TableHandler : public testing::TableHandler {
  public:
   explicit TableHandler(std::shared_ptr<const RlsConfig> rls)
-      : table_(std::make_shared<const RuleSet>(parse_rules(kRules, "rules.yaml")->rules(), std::nullopt,
-                                               std::move(rls))) {}
-  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
-    checks_ += items.size();
-    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
+      : testing::TableHandler(
+            std::make_shared<const RuleSet>(parse_rules(kRules, "rules.yaml")->rules(), std::nullopt, std::move(rls))) {
+    members_list = {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
   }
-  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
-    checks_ += items.size();
-    return table_.allow_all(items, out, now);
-  }
-  size_t checks_seen() const { return checks_; }
-  std::vector<MemberInfo> members() override { return members_list; }
+  size_t checks_seen() const { return items; }
   StatsList stats() override {
     return {{"checks", 3},
             {"checks_allowed", 2},
@@ -71,17 +67,9 @@ class TableHandler : public RequestHandler {
             {"state_write_ns", 1'500'000'000},
             {"never_declared", 4}};
   }
-  std::string set_faults(const FaultSettings&) override { return ""; }
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override {
     return {{"k*", RuleCounters{5, 4, 1, 1, 2}}, {"rls:web.path_/a \"b\"", RuleCounters{1, 1, 0, 0, 0}}};
   }
-
-  MonoNanos now = 0;
-  std::vector<MemberInfo> members_list = {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
-
- private:
-  KeyTable table_;
-  size_t checks_ = 0;
 };
 
 class RoutesTest : public ::testing::Test {

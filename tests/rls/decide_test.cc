@@ -14,6 +14,7 @@
 
 #include "api/request_handler.h"
 #include "core/key_table.h"
+#include "support/table_handler.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules.h"
@@ -25,31 +26,11 @@ constexpr int64_t kSec = kNanosPerSecond;
 constexpr int64_t kMs = kNanosPerSecond / 1000;
 constexpr uint32_t kUnlimitedRemaining = std::numeric_limits<uint32_t>::max();
 
-// The daemon's request path reduced to a key table on a hand-driven clock.
-class TableHandler : public RequestHandler {
- public:
+// The daemon's request path reduced to a key table on a hand-driven clock, whose rules are
+// an RLS config's.
+struct TableHandler : testing::TableHandler {
   explicit TableHandler(std::shared_ptr<const RlsConfig> config)
-      : table_(std::make_shared<const RuleSet>(std::vector<Rule>{}, std::nullopt, std::move(config))) {}
-
-  void check(std::span<const CheckItem> items, std::span<Decision> out) override {
-    ++checks;
-    for (size_t i = 0; i < items.size(); ++i) out[i] = table_.allow(items[i].key, items[i].cost, now);
-  }
-  bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
-    ++check_alls;
-    return table_.allow_all(items, out, now);
-  }
-  std::vector<MemberInfo> members() override { return {}; }
-  StatsList stats() override { return {}; }
-  std::string set_faults(const FaultSettings&) override { return ""; }
-
-  KeyTable& table() { return table_; }
-  MonoNanos now = 0;
-  int checks = 0;
-  int check_alls = 0;
-
- private:
-  KeyTable table_;
+      : testing::TableHandler(std::make_shared<const RuleSet>(std::vector<Rule>{}, std::nullopt, std::move(config))) {}
 };
 
 const char* const kConfig = R"(domain: d

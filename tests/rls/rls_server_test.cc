@@ -20,7 +20,7 @@
 
 #include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
-#include "net_test_util.h"
+#include "support/net_test_util.h"
 #include "tollgate/rls_config_file.h"
 
 namespace tollgate::rls {

@@ -12,7 +12,7 @@
 #include "core/node.h"
 #include "core/outbox.h"
 #include "state/snapshot.h"
-#include "test_rules.h"
+#include "support/test_rules.h"
 #include "tollgate/config_error.h"
 #include "tollgate/rules.h"
 

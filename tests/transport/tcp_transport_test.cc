@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "codec/codec.h"
-#include "net_test_util.h"
+#include "support/net_test_util.h"
 #include "udp_transport.h"
 #include "util/big_endian.h"
 

@@ -1,8 +1,8 @@
 // Helpers the socket-level tests share: a TCP connection from a chosen loopback address (so one
 // test can play several clients or hosts), running code on an io_context's thread, and waiting
 // on state a test can observe.
-#ifndef TOLLGATE_TESTS_NET_TEST_UTIL_H_
-#define TOLLGATE_TESTS_NET_TEST_UTIL_H_
+#ifndef TOLLGATE_TESTS_SUPPORT_NET_TEST_UTIL_H_
+#define TOLLGATE_TESTS_SUPPORT_NET_TEST_UTIL_H_
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -62,4 +62,4 @@ bool wait_until(Predicate done, std::chrono::milliseconds limit = std::chrono::m
 
 }  // namespace tollgate::testing
 
-#endif  // TOLLGATE_TESTS_NET_TEST_UTIL_H_
+#endif  // TOLLGATE_TESTS_SUPPORT_NET_TEST_UTIL_H_

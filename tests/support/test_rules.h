@@ -1,6 +1,6 @@
 // Small helpers shared by the core's tests.
-#ifndef TOLLGATE_TESTS_TEST_RULES_H_
-#define TOLLGATE_TESTS_TEST_RULES_H_
+#ifndef TOLLGATE_TESTS_SUPPORT_TEST_RULES_H_
+#define TOLLGATE_TESTS_SUPPORT_TEST_RULES_H_
 
 #include <memory>
 #include <optional>
@@ -23,4 +23,4 @@ inline std::shared_ptr<const RuleSet> one_rule(const std::string& pattern, Limit
 
 }  // namespace tollgate::testing
 
-#endif  // TOLLGATE_TESTS_TEST_RULES_H_
+#endif  // TOLLGATE_TESTS_SUPPORT_TEST_RULES_H_

@@ -1,0 +1,80 @@
+// The daemon's request path reduced to a real KeyTable on a hand-driven clock: what the front
+// ends' tests and fuzz targets (HTTP routes and server, the RLS decision, the client API's frames)
+// decide against, with counts of what reached it (a refused request must not).
+#ifndef TOLLGATE_TESTS_SUPPORT_TABLE_HANDLER_H_
+#define TOLLGATE_TESTS_SUPPORT_TABLE_HANDLER_H_
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/request_handler.h"
+#include "core/key_table.h"
+#include "tollgate/rules.h"
+
+namespace tollgate::testing {
+
+class TableHandler : public RequestHandler {
+ public:
+  explicit TableHandler(std::shared_ptr<const RuleSet> rules, KeyTableOptions options = {})
+      : rules_(std::move(rules)), options_(options), table_(rules_, options_) {}
+
+  // Empty again, the clock and the counts at 0: a fuzz target that keeps its handler across
+  // inputs starts each from the same state.
+  void reset() {
+    table_ = KeyTable(rules_, options_);
+    now = 0;
+    calls = checks = check_alls = 0;
+    items = 0;
+  }
+
+  void check(std::span<const CheckItem> in, std::span<Decision> out) override {
+    ++calls;
+    ++checks;
+    items += in.size();
+    for (size_t i = 0; i < in.size(); ++i) {
+      now += tick;
+      out[i] = table_.allow(in[i].key, in[i].cost, now);
+    }
+  }
+  bool check_all(std::span<const CheckItem> in, std::span<Decision> out) override {
+    ++calls;
+    ++check_alls;
+    items += in.size();
+    now += tick;
+    return table_.allow_all(in, out, now);
+  }
+  std::vector<MemberInfo> members() override {
+    ++calls;
+    return members_list;
+  }
+  StatsList stats() override {
+    ++calls;
+    return {{"checks", int64_t(items)}, {"keys", int64_t(keys())}};
+  }
+  std::string set_faults(const FaultSettings&) override { return faults_answer; }
+
+  size_t keys() const { return table_.stats().keys; }
+  KeyTable& table() { return table_; }
+
+  MonoNanos now = 0;   // the time checks are decided at
+  MonoNanos tick = 0;  // added to `now` before each check (and once per check_all)
+  int calls = 0;       // every call that reached the node
+  int checks = 0;      // check() calls
+  int check_alls = 0;  // check_all() calls
+  size_t items = 0;    // the checks they carried
+  std::vector<MemberInfo> members_list;
+  std::string faults_answer;  // set_faults' answer: "" done, else why not
+
+ private:
+  std::shared_ptr<const RuleSet> rules_;
+  KeyTableOptions options_;
+  KeyTable table_;
+};
+
+}  // namespace tollgate::testing
+
+#endif  // TOLLGATE_TESTS_SUPPORT_TABLE_HANDLER_H_
