@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, stop_and_remove, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import Process, free_port, stop_and_remove, wait_until as poll_until  # noqa: E402
 
 TOLLGATED = sys.argv[1]
 del sys.argv[1]
@@ -62,9 +62,9 @@ class Daemon:
                 "--listen", "unix:" + os.path.join(workdir, name + ".sock"), "--rules", rules,
                 "--rls-config", rls, "--membership", "static", "--peers-file", peers_file, "--mode", "mesh",
                 "--insecure-gossip", "--http-listen", "127.0.0.1:%d" % self.http_port] + list(extra)
-        self.log = open(os.path.join(workdir, name + ".log"), "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(name + " serving HTTP (log: %s)" % self.log.name, self.serving)
+        self.process = Process(args, os.path.join(workdir, name + ".log"))
+        self.proc = self.process.proc
+        wait_until(name + " serving HTTP (log: %s)" % self.process.log_path, self.serving)
 
     def serving(self):
         if self.proc.poll() is not None:
@@ -95,9 +95,7 @@ class Daemon:
             return None
 
     def stop(self):
-        terminate(self.proc)
-        self.log.close()
-        return self.proc.returncode
+        return self.process.stop()
 
 
 def workdir(prefix):
@@ -513,7 +511,7 @@ class DurableBalances(unittest.TestCase):
         wait_until("a state write", lambda: self.d.stats()["state_writes"] > writes)
         self.d.proc.kill()
         self.d.proc.wait()
-        self.d.log.close()
+        self.d.process.log.close()
         self.start()
         self.assertEqual(self.check(), 429)
 

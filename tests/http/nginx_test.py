@@ -14,14 +14,13 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import Process, free_port, wait_until as poll_until  # noqa: E402
 
 TOLLGATED, SNIPPET = sys.argv[1], os.path.abspath(sys.argv[2])
 del sys.argv[1:3]
@@ -75,20 +74,6 @@ def answers(port):
 
 def wait_until(what, predicate, timeout=WAIT_S):
     return poll_until(what, predicate, timeout, logs)
-
-
-class Process:
-    def __init__(self, args, log_path):
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self):
-        terminate(self.proc)
-        self.log.close()
-        return self.proc.returncode
 
 
 class NginxInFront(unittest.TestCase):

@@ -8,13 +8,12 @@ Nothing here sleeps for synchronisation: every wait polls observable state with 
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, http_get as get, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import Process, free_port, http_get as get, wait_until as poll_until  # noqa: E402
 import urllib.parse
 
 TOLLGATED = sys.argv[1]
@@ -37,14 +36,12 @@ class PrometheusScrapesACluster(unittest.TestCase):
         self.procs = []
 
     def tearDown(self):
-        for p, log in self.procs:
-            terminate(p)
-            log.close()
+        for p in self.procs:
+            p.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def spawn(self, name, args):
-        log = open(os.path.join(self.dir, name + ".log"), "w")
-        self.procs.append((subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT), log))
+        self.procs.append(Process(args, os.path.join(self.dir, name + ".log")))
 
     def logs(self):
         out = ""

@@ -50,6 +50,38 @@ def stop_and_remove(daemon, workdir):
         raise AssertionError("tollgated exited with %s" % code)
 
 
+class Process:
+    """A program the test starts (tollgated, nginx, prometheus), its output in a log file: the one
+    launcher of the Python tests. stop() ends it (SIGTERM, then SIGKILL) and returns its exit
+    status; output() is its log so far, for failure messages."""
+
+    def __init__(self, args, log_path):
+        import subprocess
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def output(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def exit_status(self, timeout=WAIT_S):
+        """Waits for the process to exit by itself."""
+        self.proc.wait(timeout=timeout)
+        self.log.close()
+        return self.proc.returncode
+
+    def stop(self):
+        terminate(self.proc)
+        self.log.close()
+        return self.proc.returncode
+
+
 def terminate(proc, timeout=WAIT_S):
     """SIGTERM, then SIGKILL if `proc` has not exited within `timeout`; its exit status."""
     import signal

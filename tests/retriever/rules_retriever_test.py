@@ -21,7 +21,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, http_get, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import Process, free_port, http_get, wait_until as poll_until  # noqa: E402
 
 TOLLGATED, CLI = sys.argv[1], sys.argv[2]
 del sys.argv[1:3]
@@ -45,31 +45,6 @@ def publish(path, text):
     with open(path + ".new", "w") as f:
         f.write(text)
     os.replace(path + ".new", path)
-
-
-class Process:
-    def __init__(self, args, log_path):
-        self.log_path = log_path
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def output(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def exit_status(self, timeout=20):
-        """Waits for the process to exit by itself."""
-        self.proc.wait(timeout=timeout)
-        self.log.close()
-        return self.proc.returncode
-
-    def stop(self):
-        terminate(self.proc)
-        self.log.close()
-        return self.proc.returncode
 
 
 class NginxAndDaemon:

@@ -20,7 +20,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import free_port, stop_and_remove, terminate, wait_until as poll_until  # noqa: E402
+from tollgate_testing import Process, free_port, stop_and_remove, wait_until as poll_until  # noqa: E402
 
 TOLLGATED, TOLLGATE_CLI, PROTO_DIR = sys.argv[1:4]
 del sys.argv[1:4]
@@ -115,8 +115,8 @@ class Daemon:
                 "--rls-config", rls_config, "--rls-listen", "127.0.0.1:%d" % self.rls_port, "--mode", "mesh"]
         args += ["--cluster-key-file", key_file] if key_file else ["--insecure-gossip"]
         args += list(extra)
-        self.log = open(os.path.join(workdir, name + ".log"), "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = Process(args, os.path.join(workdir, name + ".log"))
+        self.proc = self.process.proc
         self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.rls_port)
         self.stub = rls_pb2_grpc.RateLimitServiceStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
@@ -126,9 +126,7 @@ class Daemon:
             raise AssertionError("%s never served gRPC; its log:\n%s" % (name, self.read_log()))
 
     def read_log(self):
-        self.log.flush()
-        with open(self.log.name) as f:
-            return f.read()
+        return self.process.output()
 
     def call(self, domain, descriptors, hits=0, timeout=5):
         """descriptors: a list of (entries, hits_addend or None); entries: a list of (key, value)."""
@@ -152,10 +150,8 @@ class Daemon:
         return json.loads(out)["stats"]
 
     def stop(self):
-        terminate(self.proc)
         self.channel.close()
-        self.log.close()
-        return self.proc.returncode
+        return self.process.stop()
 
 
 class SingleDaemon(unittest.TestCase):
@@ -516,20 +512,17 @@ class MutualTls(unittest.TestCase):
         cls.args = [TOLLGATED, "--node-id", "tls", "--bind", "127.0.0.1:%d" % free_port(),
                     "--listen", "unix:" + os.path.join(d, "tls.sock"), "--membership", "heartbeat",
                     "--insecure-gossip", "--rls-config", cls.config]
-        cls.log = open(os.path.join(d, "tls.log"), "w")
-        cls.proc = subprocess.Popen(
+        cls.process = Process(
             cls.args + ["--seeds", "127.0.0.1:1", "--rls-listen", "127.0.0.1:%d" % cls.port,
                         "--rls-tls-cert", os.path.join(d, "live.pem"), "--rls-tls-key", os.path.join(d, "live.key"),
                         "--rls-tls-client-ca", os.path.join(d, "ca.pem")],
-            stdout=cls.log, stderr=subprocess.STDOUT)
+            os.path.join(d, "tls.log"))
+        cls.proc = cls.process.proc
 
     @classmethod
     def tearDownClass(cls):
-        terminate(cls.proc)
-        cls.log.close()
-        code = cls.proc.returncode
-        with open(cls.log.name, errors="replace") as f:
-            log = f.read()
+        code = cls.process.stop()
+        log = cls.process.output()
         shutil.rmtree(cls.dir, ignore_errors=True)
         assert code == 0, "tollgated exited with %s; its log:\n%s" % (code, log)
 
