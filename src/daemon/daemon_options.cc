@@ -48,7 +48,8 @@ class YamlConfig : public CLI::Config {
       if (name == "config" || name == "help" || opt == nullptr) {
         fail(kv.first, "unknown setting \"" + name + "\" (settings are the long flag names: see tollgated --help)");
       }
-      marks_[name] = kv.first.Mark();
+      // CLI11 would take the first and drop the rest without a word: a repeated key is a mistake.
+      if (!marks_.emplace(name, kv.first.Mark()).second) fail(kv.first, "setting \"" + name + "\" appears twice");
       CLI::ConfigItem item;
       item.name = name;
       if (kv.second.IsScalar()) {

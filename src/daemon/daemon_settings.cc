@@ -18,16 +18,21 @@ using Check = std::string (*)(std::string_view text);
 
 std::string any_text(std::string_view) { return {}; }
 
-// A file or directory named on purpose: an empty value (`--rules ""`, or `rules: !tag` with
-// nothing after the tag, found by the daemon_config fuzzer) would leave nothing to load.
-std::string a_path(std::string_view text) {
+// The rules file, named on purpose: an empty value (`--rules ""`, or `rules: !tag` with nothing
+// after the tag, found by the daemon_config fuzzer) would leave nothing to load. (Other paths
+// may be given empty: "none", e.g. `--state-dir ""` to turn off what the shipped config sets.)
+std::string a_file(std::string_view text) {
   return text.empty() ? "must name a file; the value is empty" : std::string();
 }
 
+// Anything that exists and is not a directory: a file, a FIFO or /dev/fd/N (`<(vault read ...)`).
 std::string an_existing_file(std::string_view text) {
-  if (text.empty()) return a_path(text);
+  if (text.empty()) return a_file(text);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(std::filesystem::path(text), ec)) return "names no file: " + quoted(text);
+  const std::filesystem::path path(text);
+  if (!std::filesystem::exists(path, ec) || std::filesystem::is_directory(path, ec)) {
+    return "names no file: " + quoted(text);
+  }
   return {};
 }
 
@@ -143,7 +148,7 @@ std::vector<DaemonSetting> make_rows() {
        },
        [](const DaemonOptions& o) { return std::string(o.transport == TransportKind::kTcp ? "tcp" : "udp"); }});
   add(text("peers-file", &DaemonOptions::peers_file, "FILE",
-           "Static membership: lines of `id host:port`; reloaded when it changes", a_path));
+           "Static membership: lines of `id host:port`; reloaded when it changes"));
   add(list("seeds", &DaemonOptions::seeds, "HOST:PORT", "Heartbeat membership: HOST:PORT,... to join through",
            an_address));
   for (const NodeSettingField& f : node_setting_fields()) add(node_row(f));
@@ -192,7 +197,7 @@ std::vector<DaemonSetting> make_rows() {
   add(text("rules", &DaemonOptions::rules_file, "FILE",
            "YAML rules file (see config/rules.yaml); reloaded when it changes (checked every second) and on SIGHUP; "
            "a broken edit leaves the last good rules in force. Required unless --rls-config is given",
-           a_path));
+           a_file));
   add(text("rules-url", &DaemonOptions::rules_url, "URL",
            "Poll a rules service for the rules file instead: https://HOST[:PORT]/PATH (or http://; any web server or "
            "object store; If-None-Match/ETag). A new version is validated before it replaces the rules in force; a "
@@ -201,19 +206,16 @@ std::vector<DaemonSetting> make_rows() {
                "How often --rules-url is polled (100ms to 1h)"));
   add(text("rules-cache", &DaemonOptions::rules_cache, "FILE",
            "With --rules-url: where the last good rules are kept, so that a restart while the rules service is down "
-           "starts with them (written atomically; its directory must be writable, e.g. /var/lib/tollgate)",
-           a_path));
+           "starts with them (written atomically; its directory must be writable, e.g. /var/lib/tollgate)"));
   add(text("rules-ca", &DaemonOptions::rules_ca, "FILE",
            "With an https:// --rules-url: a PEM file of the CA certificates to trust for the rules service "
-           "(default: the system's). The certificate must also name the URL's host",
-           a_path));
+           "(default: the system's). The certificate must also name the URL's host"));
   add(text("state-dir", &DaemonOptions::state_dir, "DIR",
            "Keep the node's balances across restarts: its buckets that are not full, and the ledger positions they "
            "include, are written to DIR/state every --state-interval and at SIGTERM (atomically, authenticated with "
            "the cluster key), and read at start with the refill of the time it was down. A state file that cannot "
            "be used stops the start, naming it. Without it a restarted node starts every bucket full: a spent daily "
-           "limit would pass again (e.g. /var/lib/tollgate, the unit's StateDirectory)",
-           a_path));
+           "limit would pass again (e.g. /var/lib/tollgate, the unit's StateDirectory)"));
   add(duration("state-interval", &DaemonOptions::state_interval_ns, kNanosPerSecond, 3600 * kNanosPerSecond,
                "How often the state is written with --state-dir (1s to 1h): what a kill -9 (or a power loss) of every "
                "node at once can lose"));
@@ -224,8 +226,7 @@ std::vector<DaemonSetting> make_rows() {
            "unix:PATH (loopback advised: the service has no authentication). Needs --rls-config"));
   add(text("rls-config", &DaemonOptions::rls_config, "PATH",
            "envoyproxy/ratelimit config: a YAML file, or a directory of *.yaml files with one domain each; reloaded "
-           "on SIGHUP and when a file changes (a broken one leaves the last good config in force)",
-           a_path));
+           "on SIGHUP and when a file changes (a broken one leaves the last good config in force)"));
   add(on_off("rls-response-headers", &DaemonOptions::rls_response_headers,
              "Answer rate limit calls with the IETF draft RateLimit-Policy and RateLimit headers, and Retry-After "
              "when over the limit, for Envoy to pass to the caller"));
@@ -234,14 +235,12 @@ std::vector<DaemonSetting> make_rows() {
             "(Envoy then applies its failure_mode_deny)"));
   add(text("rls-tls-cert", &DaemonOptions::rls_tls_cert, "FILE",
            "Serve the rate limit service over TLS with this PEM certificate chain (with --rls-tls-key); reread every "
-           "5 s, so a renewed certificate applies without a restart",
-           a_path));
-  add(text("rls-tls-key", &DaemonOptions::rls_tls_key, "FILE", "The PEM private key of --rls-tls-cert (not encrypted)",
-           a_path));
+           "5 s, so a renewed certificate applies without a restart"));
+  add(text("rls-tls-key", &DaemonOptions::rls_tls_key, "FILE",
+           "The PEM private key of --rls-tls-cert (not encrypted)"));
   add(text("rls-tls-client-ca", &DaemonOptions::rls_tls_client_ca, "FILE",
            "Mutual TLS: require every client (Envoy) to present a certificate signed by one of these PEM CA "
-           "certificates. Required for a --rls-listen that is not loopback, unless --rls-insecure",
-           a_path));
+           "certificates. Required for a --rls-listen that is not loopback, unless --rls-insecure"));
   add(on_off("rls-insecure", &DaemonOptions::rls_insecure,
              "Serve a non-loopback --rls-listen without mutual TLS: anyone who reaches it can spend any descriptor's "
              "limit"));
@@ -266,8 +265,7 @@ std::vector<DaemonSetting> make_rows() {
            "A file holding one bearer token (16 to 512 characters of A-Z a-z 0-9 - . _ ~ + /, then = padding; read "
            "at start and on SIGHUP): every HTTP endpoint but /healthz and /readyz then answers 401 unless the "
            "request carries `Authorization: Bearer TOKEN`. Required for a --http-listen that is not loopback, "
-           "unless --http-insecure",
-           a_path));
+           "unless --http-insecure"));
   add(on_off("http-insecure", &DaemonOptions::http_insecure,
              "Serve a --http-listen that is not loopback without --http-token-file: anyone who reaches it can spend "
              "any key and read every balance and rule"));

@@ -114,6 +114,36 @@ TEST_F(DaemonOptionsTest, ConfigErrorsNameFileLineAndSetting) {
   EXPECT_NE(overridden.stderr_text.find("--fanout must be a whole number from 1 to 64, got \"65\""), std::string::npos)
       << overridden.stderr_text;
   EXPECT_TRUE(parse({"--config", wrong, "--peers-file", "p", "--fanout", "5"}).options.node.fanout == 5);
+
+  // A key given twice is refused at its second place (CLI11 would quietly take the first).
+  const std::string twice = write("twice.yaml", "rules: r.yaml\nfanout: 0\ninsecure-gossip: true\nfanout: 5\n");
+  const Parsed d = parse({"--config", twice, "--peers-file", "p"});
+  EXPECT_EQ(d.exit_code, 2);
+  EXPECT_NE(d.stderr_text.find(twice + ":4:1: setting \"fanout\" appears twice"), std::string::npos) << d.stderr_text;
+}
+
+// An optional path given empty is "none": the command line can turn off what the config file
+// (the shipped one keeps state in /var/lib/tollgate) turns on. Only the rules file cannot be
+// empty. The cluster key may come from anything that is not a directory (a FIFO, /dev/fd/N).
+TEST_F(DaemonOptionsTest, AnEmptyOptionalPathTurnsItOffAndTheKeyMayBeAnyNonDirectory) {
+  const std::string config =
+      write("state.yaml", "rules: r.yaml\nstate-dir: /var/lib/tollgate\ninsecure-gossip: true\n");
+  const Parsed on = parse({"--config", config, "--peers-file", "p"});
+  ASSERT_FALSE(on.exit_code.has_value()) << on.stderr_text;
+  EXPECT_EQ(on.options.state_dir, "/var/lib/tollgate");
+  const Parsed off = parse({"--config", config, "--peers-file", "p", "--state-dir", ""});
+  ASSERT_FALSE(off.exit_code.has_value()) << off.stderr_text;
+  EXPECT_EQ(off.options.state_dir, "");
+
+  const std::vector<std::string> base = {"--rules", "r.yaml", "--peers-file", "p"};
+  std::vector<std::string> device = base;
+  device.insert(device.end(), {"--cluster-key-file", "/dev/null"});
+  EXPECT_FALSE(parse(device).exit_code.has_value());
+  std::vector<std::string> directory = base;
+  directory.insert(directory.end(), {"--cluster-key-file", dir_.string()});
+  const Parsed refused = parse(directory);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.stderr_text.find("--cluster-key-file names no file"), std::string::npos) << refused.stderr_text;
 }
 
 // Every setting of the table (daemon_settings.cc) is a flag and a config file key, and reads back

@@ -49,6 +49,7 @@ class Server {
                  KeyTableOptions{.max_keys = 64}),
         work_(boost::asio::make_work_guard(node_io_)),
         server_(node_io_, handler_, options()) {
+    handler_.members_list = {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
     const std::string error = server_.start(nullptr);
     FUZZ_CHECK(error.empty(), "the HTTP server starts on loopback");
     port_ = uint16_t(std::stoi(server_.address().substr(server_.address().rfind(':') + 1)));
