@@ -81,7 +81,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using tollgate::kNanosPerMilli;
     using tollgate::kNanosPerSecond;
     FUZZ_CHECK(!options.rules_file.empty() || !options.rls_config.empty(), "runs without a rules file or RLS config");
-    FUZZ_CHECK(options.rls_listen.empty() == options.rls_config.empty(), "an RLS config without a listener, or back");
+    // The rate limit service needs its config; the config is used by gRPC or by HTTP's POST /json.
+    FUZZ_CHECK(options.rls_listen.empty() || !options.rls_config.empty(), "an RLS listener without a config");
+    FUZZ_CHECK(options.rls_config.empty() || !options.rls_listen.empty() || !options.http_listen.empty(),
+               "an RLS config no front end uses");
     FUZZ_CHECK(!options.node_id.empty() && options.node_id.size() <= 256, "runs with an invalid node id");
     FUZZ_CHECK(options.bind.size() <= 256 && tollgate::split_host_port(options.bind, nullptr, nullptr, nullptr),
                "runs with an invalid bind address");

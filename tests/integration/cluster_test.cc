@@ -495,10 +495,13 @@ TEST_P(ClusterTest, SigtermLeavesCleanlyAndTheNodeCanComeBack) {
   ASSERT_TRUE(std::filesystem::exists(c.socket_path(2)));
   c.stop(2, SIGTERM);  // waits for the process to exit
   EXPECT_FALSE(std::filesystem::exists(c.socket_path(2))) << "socket file left behind";
-  EXPECT_TRUE(eventually([&] { return c.state_of(0, 2) == "left" && c.state_of(1, 2) == "left"; }, 5s))
-      << "node 0 sees node 2 as " << c.state_of(0, 2);
+  // The default waits (15 s): under ASan beside two Python suites, right after a build, one run
+  // in 16 failed with the 5 s and 10 s these had (ctest kept no output of which), and neither
+  // time is what the test is about. The node's state is printed if it happens again.
+  EXPECT_TRUE(eventually([&] { return c.state_of(0, 2) == "left" && c.state_of(1, 2) == "left"; }))
+      << "node 0 sees node 2 as " << c.state_of(0, 2) << ", node 1 as " << c.state_of(1, 2);
   c.start(2);
-  EXPECT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); }, 10s)) << c.log(2);
+  EXPECT_TRUE(eventually([&] { return c.all_alive({0, 1, 2}); })) << c.log(2);
 }
 
 // SIGTERM while clients keep sending large batches: every check the leaving node answered as
