@@ -6,14 +6,6 @@
 namespace tollgate {
 namespace {
 
-std::string parse_duration_setting(std::string_view text, int64_t min_ns, int64_t& out) {
-  return tollgate::parse_duration_setting(text, min_ns, kMaxSettingDurationNs, out);
-}
-
-std::string parse_whole(std::string_view text, size_t min, size_t max, size_t& out) {
-  return parse_whole_setting(text, min, max, out);
-}
-
 template <typename E>
 std::string parse_choice(std::string_view text, std::string_view a, E ea, std::string_view b, E eb, E& out) {
   size_t i = 0;
@@ -22,17 +14,19 @@ std::string parse_choice(std::string_view text, std::string_view a, E ea, std::s
   return why;
 }
 
-#define TOLLGATE_DURATION_FIELD(FLAG, MEMBER, MIN_NS, HELP)                                              \
-  NodeSettingField {                                                                                     \
-    FLAG, HELP, "DURATION",                                                                              \
-        [](std::string_view t, NodeSettings& s) { return parse_duration_setting(t, MIN_NS, s.MEMBER); }, \
-        [](const NodeSettings& s) { return format_duration(s.MEMBER); }                                  \
+#define TOLLGATE_DURATION_FIELD(FLAG, MEMBER, MIN_NS, HELP)                      \
+  NodeSettingField {                                                             \
+    FLAG, HELP, "DURATION",                                                      \
+        [](std::string_view t, NodeSettings& s) {                                \
+      return parse_duration_setting(t, MIN_NS, kMaxSettingDurationNs, s.MEMBER); \
+    },                                                                           \
+        [](const NodeSettings& s) { return format_duration(s.MEMBER); }          \
   }
-#define TOLLGATE_WHOLE_FIELD(FLAG, MEMBER, MIN, MAX, HELP)                                      \
-  NodeSettingField {                                                                            \
-    FLAG, HELP, #MIN ".." #MAX,                                                                 \
-        [](std::string_view t, NodeSettings& s) { return parse_whole(t, MIN, MAX, s.MEMBER); }, \
-        [](const NodeSettings& s) { return std::to_string(s.MEMBER); }                          \
+#define TOLLGATE_WHOLE_FIELD(FLAG, MEMBER, MIN, MAX, HELP)                                                      \
+  NodeSettingField {                                                                                            \
+    FLAG, HELP, #MIN ".." #MAX,                                                                                 \
+        [](std::string_view t, NodeSettings& s) { return parse_whole_setting<size_t>(t, MIN, MAX, s.MEMBER); }, \
+        [](const NodeSettings& s) { return std::to_string(s.MEMBER); }                                          \
   }
 
 const NodeSettingField kFields[] =

@@ -83,7 +83,7 @@ class Shard {
   Shard(std::shared_ptr<const RuleSet> rules, KeyTableOptions options, const KeyedHash& hash)
       : index_(std::clamp<size_t>(options.max_keys, 1, 512) * 2),
         rules_(std::move(rules)),
-        orphans_(std::max({options.max_keys, kMinOrphans, options.min_pending_evicted})),
+        orphans_(orphan_capacity(options)),
         refine_{options.precise_clock, options.coarse_lag_ns},
         options_(options),
         hash_(hash),
@@ -108,7 +108,7 @@ class Shard {
     if (key_bytes > Entry::kInlineKey) b += keys * block(key_bytes);  // keys too long to live inline
     b += keys * kSlotsPerEntry * sizeof(IndexSlot);
     b += keys * 2 * 2 * sizeof(uint32_t);  // free_ and dirty_, each up to twice what they hold
-    b += PendingOrphans::bound_bytes(std::max({keys, kMinOrphans, o.min_pending_evicted}), key_bytes);
+    b += PendingOrphans::bound_bytes(orphan_capacity(o), key_bytes);
     b += RememberedBalances::bound_bytes(o.max_remembered);
     return b;
   }
@@ -376,8 +376,8 @@ class Shard {
       if (rule == RuleSet::kUnlimited) {
         erase(s);
       } else {
-        const Limit before = scaled(old->limit(e.rule));
-        const Limit after = scaled(rules_->limit(rule));
+        const Limit before = scale_.apply(old->limit(e.rule));
+        const Limit after = scale_.apply(rules_->limit(rule));
         if (!(before == after)) {
           e.bucket.balance_microtokens(before, now);  // settle refill under the old rate first
           e.bucket.clamp_to(after);
@@ -448,6 +448,10 @@ class Shard {
   // Keys that left the table with consumption not yet taken, kept at least: more than
   // tollgated's early sealing (256) lets wait, however small max_keys is.
   static constexpr size_t kMinOrphans = 4096;
+  // Evicted keys whose consumption waits for take_pending, at most.
+  static size_t orphan_capacity(const KeyTableOptions& o) {
+    return std::max({o.max_keys, kMinOrphans, o.min_pending_evicted});
+  }
   // The index: open addressing with linear probing over a power-of-two array, at most half
   // full. Each slot holds 32 bits of the key's hash (its home position is tag & mask) and the
   // entry number, so a lookup costs one cache line of index and, almost always, one key
@@ -465,7 +469,6 @@ class Shard {
 
   // The limit a bucket is held to: the rule's, with the refill rate scaled (key_table/rate_scale.h).
   Limit limit_of(uint32_t rule) const { return scale_.apply(rules_->limit(rule)); }
-  Limit scaled(Limit limit) const { return scale_.apply(limit); }
 
   uint32_t find(std::string_view key, size_t hash) const {
     const uint32_t tag = uint32_t(hash);
