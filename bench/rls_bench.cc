@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "api/endpoint.h"
-#include "cli/percentile.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "native_round_trip.h"
+#include "util/percentile.h"
 
 namespace {
 

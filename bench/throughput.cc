@@ -36,10 +36,10 @@
 
 #include "api/endpoint.h"
 #include "api/framing.h"
-#include "cli/percentile.h"
 #include "native_round_trip.h"
 #include "util/big_endian.h"
 #include "util/frame_reader.h"
+#include "util/percentile.h"
 
 namespace {
 

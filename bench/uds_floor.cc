@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/percentile.h"
+#include "util/percentile.h"
 
 namespace {
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "api/endpoint.h"
-#include "cli/percentile.h"
 #include "native_round_trip.h"
+#include "util/percentile.h"
 
 namespace {
 

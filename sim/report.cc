@@ -4,8 +4,12 @@
 #include <cstdio>
 #include <fstream>
 
+#include "json/json.h"
+
 namespace tollgate::sim {
 namespace {
+
+using json::json_string;
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -14,23 +18,6 @@ std::string fixed(double v, int digits) {
 }
 
 std::string ms_or_dash(double ms) { return ms < 0 ? "-" : fixed(ms, 1); }
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 std::string json_number_or_null(double v, int digits) { return v < 0 ? "null" : fixed(v, digits); }
 

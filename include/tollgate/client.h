@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 
 namespace tollgate {
 

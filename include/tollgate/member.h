@@ -29,9 +29,9 @@
 #include <utility>
 #include <vector>
 
-#include "tollgate/api.h"
 #include "tollgate/decision.h"
 #include "tollgate/rls_config.h"
+#include "tollgate/types.h"
 
 namespace tollgate {
 

@@ -18,12 +18,13 @@
 #include <utility>
 
 #include "api/connection.h"
-#include "api/listener.h"
+#include "request/listener.h"
 
 namespace tollgate::api {
 
 namespace asio = boost::asio;
 using GenericStream = asio::generic::stream_protocol;
+using request::Listener;
 
 namespace {
 

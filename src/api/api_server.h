@@ -1,4 +1,4 @@
-// The daemon's client API server: listens on Unix and TCP endpoints (api/listener.h), and for
+// The daemon's client API server: listens on Unix and TCP endpoints (request/listener.h), and for
 // each connection (api/connection.h) reads framed protobuf Requests (api/framing.h,
 // proto/tollgate/v1/api.proto), answers each through the pure dispatch (api/dispatch.h) and the
 // RequestHandler, and writes the Responses back in request order.
@@ -27,8 +27,8 @@
 #include "api/dispatch.h"
 #include "api/endpoint.h"
 #include "api/framing.h"
-#include "api/request_handler.h"
-#include "core/offense_limiter.h"
+#include "guard/offense_limiter.h"
+#include "request/request_handler.h"
 #include "util/stat_def.h"
 
 namespace boost::asio {

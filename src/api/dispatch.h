@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "api/request_handler.h"
+#include "request/request_handler.h"
 #include "util/relaxed_counter.h"
 
 namespace google::protobuf {
@@ -27,8 +27,8 @@ class Response;
 
 namespace tollgate::api {
 
-using tollgate::kChecksPerSlice;  // src/api/request_handler.h
-// (An all-or-nothing batch is capped at tollgate::kMaxAllOrNothingChecks, tollgate/api.h.)
+using tollgate::kChecksPerSlice;  // src/request/request_handler.h
+// (An all-or-nothing batch is capped at tollgate::kMaxAllOrNothingChecks, tollgate/types.h.)
 
 // Monotonic counts of what the dispatch answered, written on the server's thread, readable from any.
 struct DispatchCounters {

@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "cli/percentile.h"
 #include "tollgate/client.h"
 #include "tollgate/duration.h"
+#include "util/percentile.h"
 
 namespace {
 

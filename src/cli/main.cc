@@ -25,6 +25,7 @@
 #include "codec/cluster_key.h"
 #include "config/content_version.h"
 #include "config/read_file.h"
+#include "json/json.h"
 #include "tollgate/client.h"
 #include "tollgate/duration.h"
 #include "tollgate/rls_config_file.h"
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
   if (members->parsed()) {
     auto list = client->members(&error);
     if (!list) return fail(error);
-    std::cout << (json ? tollgate::cli::format_members_json(*list) : tollgate::cli::format_members_text(*list));
+    std::cout << (json ? tollgate::json::format_members_json(*list) : tollgate::cli::format_members_text(*list));
     return 0;
   }
   if (rules_show->parsed()) {
@@ -231,7 +232,7 @@ int main(int argc, char** argv) {
     if (!list) return fail(error);
     std::erase_if(*list, [](const auto& s) { return !s.first.starts_with("rules_"); });
     if (json) {
-      std::cout << tollgate::cli::format_stats_json(*list);
+      std::cout << tollgate::json::format_stats_json(*list);
       return 0;
     }
     auto value = [&](std::string_view name) -> int64_t {
@@ -257,7 +258,7 @@ int main(int argc, char** argv) {
   if (stats->parsed()) {
     auto list = client->stats(&error);
     if (!list) return fail(error);
-    std::cout << (json ? tollgate::cli::format_stats_json(*list) : tollgate::cli::format_stats_text(*list));
+    std::cout << (json ? tollgate::json::format_stats_json(*list) : tollgate::cli::format_stats_text(*list));
     return 0;
   }
   if (faults->parsed()) {

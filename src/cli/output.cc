@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cli/json.h"
+#include "json/json.h"
 
 namespace tollgate::cli {
+
+using json::append_json_string;
+using json::json_string;
+
 namespace {
 
 std::string describe_limit(const Limit& limit) {
@@ -144,34 +148,12 @@ std::string format_members_text(const std::vector<MemberInfo>& members) {
   return out;
 }
 
-std::string format_members_json(const std::vector<MemberInfo>& members) {
-  std::string out = "{\"members\": [";
-  for (size_t i = 0; i < members.size(); ++i) {
-    const MemberInfo& m = members[i];
-    if (i > 0) out += ", ";
-    out += "{\"id\": " + json_string(m.id) + ", \"address\": " + json_string(m.address) +
-           ", \"state\": " + json_string(member_state_name(m.state)) +
-           ", \"incarnation\": " + std::to_string(m.incarnation) +
-           ", \"last_heard_ms\": " + std::to_string(m.last_heard_ns / 1'000'000) + "}";
-  }
-  return out + "]}\n";
-}
-
 std::string format_stats_text(const StatsList& stats) {
   size_t width = 0;
   for (const auto& [name, value] : stats) width = std::max(width, name.size());
   std::string out;
   for (const auto& [name, value] : stats) out += pad(name, width + 2) + std::to_string(value) + "\n";
   return out;
-}
-
-std::string format_stats_json(const StatsList& stats) {
-  std::string out = "{\"stats\": {";
-  for (size_t i = 0; i < stats.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += json_string(stats[i].first) + ": " + std::to_string(stats[i].second);
-  }
-  return out + "}}\n";
 }
 
 }  // namespace tollgate::cli

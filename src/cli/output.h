@@ -36,14 +36,9 @@ std::string format_check_json(std::string_view key, int64_t cost, const CheckRep
 
 // A table with a header: ID ADDRESS STATE INCARNATION LAST-HEARD; the node itself is marked.
 std::string format_members_text(const std::vector<MemberInfo>& members);
-// Exactly {"members": [{"id": ..., "address": ..., "state": ..., "incarnation": N,
-// "last_heard_ms": N}, ...]}.
-std::string format_members_json(const std::vector<MemberInfo>& members);
 
 // "name  value" lines, names aligned.
 std::string format_stats_text(const StatsList& stats);
-// {"stats": {"name": value, ...}} in the daemon's order.
-std::string format_stats_json(const StatsList& stats);
 
 }  // namespace tollgate::cli
 

@@ -8,8 +8,8 @@
 //   2. everywhere: "NEW\nOLD"  (sign with NEW, still accept OLD from nodes not yet at step 2)
 //   3. everywhere: "NEW"
 // Every node must finish a step before any node starts the next one.
-#ifndef TOLLGATE_CLUSTER_KEY_H_
-#define TOLLGATE_CLUSTER_KEY_H_
+#ifndef TOLLGATE_SRC_CODEC_CLUSTER_KEY_H_
+#define TOLLGATE_SRC_CODEC_CLUSTER_KEY_H_
 
 #include <cstddef>
 #include <optional>
@@ -69,4 +69,4 @@ std::optional<std::string> cluster_key_file_warning(const std::string& path);
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_CLUSTER_KEY_H_
+#endif  // TOLLGATE_SRC_CODEC_CLUSTER_KEY_H_

@@ -22,8 +22,8 @@
 // form, no length field is used to allocate, and content the ledger or membership would
 // misbehave on rejects the whole message, with a reason to count.
 // Thread-safe: every function is pure.
-#ifndef TOLLGATE_CODEC_H_
-#define TOLLGATE_CODEC_H_
+#ifndef TOLLGATE_SRC_CODEC_CODEC_H_
+#define TOLLGATE_SRC_CODEC_CODEC_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +34,7 @@
 
 #include "codec/cluster_key.h"
 #include "core/consumption.h"
-#include "core/message.h"
+#include "core/gossip_message.h"
 #include "util/frame_reader.h"
 
 namespace tollgate {
@@ -160,4 +160,4 @@ std::vector<std::vector<ConsumptionEntry>> split_for_sealing(std::vector<Consump
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_CODEC_H_
+#endif  // TOLLGATE_SRC_CODEC_CODEC_H_

@@ -43,7 +43,7 @@
 #include "core/clock.h"
 #include "core/consumption.h"
 #include "core/token_bucket.h"
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 
 namespace tollgate {
 

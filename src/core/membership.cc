@@ -27,7 +27,7 @@ Membership::~Membership() = default;
 Membership::Membership(Membership&&) noexcept = default;
 Membership& Membership::operator=(Membership&&) noexcept = default;
 
-Membership::Member* Membership::find_member(const NodeId& id) {
+Membership::Row* Membership::find_member(const NodeId& id) {
   const MemberIndexEntry* at = index_->find(id);
   return at ? &members_[at->pos] : nullptr;
 }
@@ -38,7 +38,7 @@ const MemberInfo* Membership::find(const NodeId& id) const {
 }
 
 bool Membership::knows_address(const std::string& address) const {
-  for (const Member& m : members_) {
+  for (const Row& m : members_) {
     if (m.view.address == address && (m.view.state == MemberState::kAlive || m.view.state == MemberState::kSuspect)) {
       return true;
     }
@@ -51,7 +51,7 @@ namespace {
 bool probed(MemberState s) { return s == MemberState::kDead || s == MemberState::kUnreachable; }
 }  // namespace
 
-void Membership::add_member(Member m) {
+void Membership::add_member(Row m) {
   (*index_)[m.view.id] = {members_.size(), m.view.incarnation, m.view.heartbeat};
   probe_targets_ += probed(m.view.state);
   next_scan_ns_ = std::min(next_scan_ns_, deadline(m));
@@ -61,13 +61,13 @@ void Membership::add_member(Member m) {
   ++stats_.joined;
 }
 
-void Membership::sync_index(const Member& m) {
+void Membership::sync_index(const Row& m) {
   MemberIndexEntry& e = (*index_)[m.view.id];
   e.incarnation = m.view.incarnation;
   e.heartbeat = m.view.heartbeat;
 }
 
-MonoNanos Membership::deadline(const Member& m) const {
+MonoNanos Membership::deadline(const Row& m) const {
   constexpr MonoNanos kNever = std::numeric_limits<MonoNanos>::max();
   const MonoNanos heard = m.view.last_heard_ns;
   switch (m.view.state) {
@@ -96,7 +96,7 @@ void Membership::remove_at(size_t i) {
   members_.pop_back();
 }
 
-void Membership::set_state(Member& m, MemberState s, bool first_heard) {
+void Membership::set_state(Row& m, MemberState s, bool first_heard) {
   if (m.view.state == s) return;
   const MemberState before = m.view.state;
   if (s == MemberState::kSuspect || s == MemberState::kUnreachable) ++stats_.failed;
@@ -131,7 +131,7 @@ void Membership::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now, st
     if (!listed.count(p.id)) continue;
     // Not heard from yet: unreachable until its first message, and due a probe at once, so a
     // listed peer is only reported alive (and counted as reachable) once it has spoken.
-    Member m;
+    Row m;
     m.view.id = p.id;
     m.view.address = p.address;
     m.view.state = MemberState::kUnreachable;
@@ -152,7 +152,7 @@ void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten) {
   if (now < next_scan_ns_) return;
   next_scan_ns_ = std::numeric_limits<MonoNanos>::max();
   for (size_t i = 0; i < members_.size();) {
-    Member& m = members_[i];
+    Row& m = members_[i];
     const int64_t silent = now - m.view.last_heard_ns;
     if (options_.kind == MembershipKind::kStatic) {
       if (m.view.state == MemberState::kAlive && silent >= options_.fail_after_ns)
@@ -203,7 +203,7 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
     if (known && !r.left && std::tie(r.incarnation, r.heartbeat) <= std::tie(known->incarnation, known->heartbeat)) {
       continue;  // nothing we did not know (the common case: see MemberIndexEntry)
     }
-    Member* m = known ? &members_[known->pos] : nullptr;
+    Row* m = known ? &members_[known->pos] : nullptr;
     if (!m) {
       if (options_.kind == MembershipKind::kStatic) {
         ++stats_.unknown_rows;
@@ -214,7 +214,7 @@ void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
         if (std::tie(r.incarnation, r.heartbeat) <= std::tie(t->second.incarnation, t->second.heartbeat)) continue;
         tombstones_.erase(t);
       }
-      Member fresh;
+      Row fresh;
       fresh.view.id = r.id;
       fresh.view.address = r.address;
       fresh.view.incarnation = r.incarnation;
@@ -260,7 +260,7 @@ void Membership::mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now
     ++stats_.implausible;
     return;
   }
-  Member* m = find_member(id);
+  Row* m = find_member(id);
   if (!m || incarnation < m->view.incarnation) return;
   m->left = true;
   m->heard = true;
@@ -280,7 +280,7 @@ std::vector<MemberRecord> Membership::rows_for_message(size_t max_rows) {
   const size_t budget = max_rows > 0 ? max_rows - 1 : 0;
   const size_t n = members_.size();
   for (size_t scanned = 0; scanned < n && rows.size() - 1 < budget; ++scanned) {
-    const Member& m = members_[(rotate_ + scanned) % n];
+    const Row& m = members_[(rotate_ + scanned) % n];
     // Only members heard recently: a dead member's row must stop circulating so that it can be
     // forgotten everywhere.
     if (m.view.state != MemberState::kAlive && m.view.state != MemberState::kSuspect &&
@@ -296,7 +296,7 @@ std::vector<MemberRecord> Membership::rows_for_message(size_t max_rows) {
 const std::vector<const MemberInfo*>& Membership::live() const {
   if (live_dirty_) {
     live_.clear();
-    for (const Member& m : members_) {
+    for (const Row& m : members_) {
       if (m.view.state == MemberState::kAlive || m.view.state == MemberState::kSuspect) live_.push_back(&m.view);
     }
     live_dirty_ = false;
@@ -311,7 +311,7 @@ std::vector<std::string> Membership::due_probes(MonoNanos now, std::vector<Membe
   const size_t n = members_.size();
   const size_t scan = std::min(n, options_.probe_scan_per_round);
   for (size_t k = 0; k < scan && out.size() < options_.max_probes_per_round; ++k) {
-    Member& m = members_[probe_cursor_++ % n];
+    Row& m = members_[probe_cursor_++ % n];
     if (m.view.state != MemberState::kDead && m.view.state != MemberState::kUnreachable) continue;
     if (now - m.last_probe_ns < options_.probe_interval_ns) continue;
     m.last_probe_ns = now;
@@ -324,7 +324,7 @@ std::vector<std::string> Membership::due_probes(MonoNanos now, std::vector<Membe
 
 std::pair<uint32_t, uint32_t> Membership::reachable_fraction() const {
   uint32_t reachable = 1, known = 1;
-  for (const Member& m : members_) {
+  for (const Row& m : members_) {
     if (m.view.state == MemberState::kLeft) continue;  // departed on purpose: not missing capacity
     ++known;
     if (m.view.state == MemberState::kAlive || m.view.state == MemberState::kSuspect) ++reachable;
@@ -342,7 +342,7 @@ std::vector<MemberInfo> Membership::view(MonoNanos now) const {
   me.heartbeat = self_.heartbeat;
   me.self = true;
   out.push_back(me);
-  for (const Member& m : members_) {
+  for (const Row& m : members_) {
     MemberInfo v = m.view;
     v.last_heard_ns = now - m.view.last_heard_ns;
     out.push_back(v);

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/clock.h"
-#include "core/message.h"
+#include "core/gossip_message.h"
 
 namespace tollgate {
 
@@ -123,7 +123,7 @@ class Membership {
   uint64_t live_version() const { return live_version_; }
   // Calls `f` with every member but us, in any state.
   void for_each_member(const std::function<void(const MemberInfo&)>& f) const {
-    for (const Member& m : members_) f(m.view);
+    for (const Row& m : members_) f(m.view);
   }
   // Members known, in any state, ourselves included.
   size_t known() const { return members_.size() + 1; }
@@ -146,7 +146,8 @@ class Membership {
   const MembershipStats& stats() const { return stats_; }
 
  private:
-  struct Member {
+  // What this node knows of one other member: its row as last heard, and local bookkeeping.
+  struct Row {
     MemberInfo view;  // last_heard_ns here holds the local time of the last advance
     bool left = false;
     // A row of its own has been taken: a peers-file member starts unheard, and its first row is
@@ -160,17 +161,17 @@ class Membership {
     MonoNanos until_ns = 0;
   };
   // `first_heard`: the member's first row (not counted as a recovery).
-  void set_state(Member& m, MemberState s, bool first_heard = false);
+  void set_state(Row& m, MemberState s, bool first_heard = false);
   // When tick() must next look at `m`: its current state's deadline (or never).
-  MonoNanos deadline(const Member& m) const;
-  void sync_index(const Member& m);
-  Member* find_member(const NodeId& id);
-  void add_member(Member m);
+  MonoNanos deadline(const Row& m) const;
+  void sync_index(const Row& m);
+  Row* find_member(const NodeId& id);
+  void add_member(Row m);
   void remove_at(size_t i);
 
   MemberRecord self_;
   MembershipOptions options_;
-  std::vector<Member> members_;  // not self
+  std::vector<Row> members_;  // not self
   // id -> position in members_, with a copy of the member's (incarnation, heartbeat): most rows
   // of a message are no news, and are dropped without touching members_ (one cache miss per
   // row instead of two; rows are the most frequent lookup in a large cluster).

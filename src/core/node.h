@@ -37,10 +37,10 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/gossip_message.h"
 #include "core/key_table.h"
 #include "core/ledger.h"
 #include "core/membership.h"
-#include "core/message.h"
 #include "core/outbox.h"
 #include "core/random.h"
 

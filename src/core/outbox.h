@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/message.h"
+#include "core/gossip_message.h"
 
 namespace tollgate {
 

@@ -1,6 +1,6 @@
 #include "tollgate/rules.h"
 
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 
 #include <algorithm>
 #include <stdexcept>

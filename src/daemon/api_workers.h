@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "api/api_server.h"
-#include "api/request_handler.h"
+#include "request/request_handler.h"
 
 namespace boost::asio {
 class io_context;

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "api/request_handler.h"
 #include "daemon_options.h"
+#include "request/request_handler.h"
 
 namespace tollgate {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 #include "util/stat_def.h"
 
 namespace boost::asio {

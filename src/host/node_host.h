@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "core/node.h"
-#include "core/offense_limiter.h"
 #include "core/random.h"
+#include "guard/offense_limiter.h"
 #include "host/node_host_options.h"
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 #include "util/stat_def.h"
 
 namespace boost::asio {

@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "api/endpoint.h"
-#include "api/node_queue.h"
+#include "request/node_queue.h"
 
 namespace tollgate::http {
 
@@ -116,7 +116,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   // At a connection limit: frees a place for a newcomer from `client` (see the header), or false.
   bool make_room_for(const std::string& client);
 
-  // Routes' NodeRunner (HTTP thread): queue `job` for the node (api/node_queue.h), or refuse.
+  // Routes' NodeRunner (HTTP thread): queue `job` for the node (request/node_queue.h), or refuse.
   bool run_on_node(NodeJob job, const Reply& reply) {
     // The ticket holds the server (declared first, so released last) while the queue holds the
     // job; the continuation and `reply` go back to the HTTP io_context.
@@ -126,7 +126,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
       Reply reply;
     };
     auto ticket = std::make_shared<Ticket>(Ticket{shared_from_this(), std::move(job), reply});
-    using Outcome = api::NodeQueue::Outcome;
+    using Outcome = request::NodeQueue::Outcome;
     const bool queued = queue_.submit(
         [ticket](Outcome outcome) mutable {
       // kShutDown: the HTTP thread has stopped too; nothing is answered, and the ticket
@@ -150,7 +150,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
       // connection) is then dropped on the HTTP thread, where a connection's counts live.
       asio::post(self.io_, [ticket = std::move(ticket), finish = std::move(finish)] { finish(); });
         },
-        api::NodeQueue::Clock::now() + options_.node_wait);
+        request::NodeQueue::Clock::now() + options_.node_wait);
     if (!queued) ++busy_;
     return queued;
   }
@@ -162,7 +162,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   std::string address_;
   bool loopback_ = true;
   std::atomic<bool> shut_down_{false};
-  api::NodeQueue queue_;  // node jobs: at most max_pending; one waiting past node_wait is answered 503
+  request::NodeQueue queue_;  // node jobs: at most max_pending; one waiting past node_wait is answered 503
   // Before io_: sessions still in its handlers count themselves out when it is destroyed.
   std::atomic<int64_t> accepted_{0}, rejected_{0}, timed_out_{0}, open_{0}, too_large_{0}, malformed_{0}, busy_{0},
       wait_expired_{0}, evicted_{0};

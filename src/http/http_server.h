@@ -21,8 +21,8 @@
 #include <memory>
 #include <string>
 
-#include "api/request_handler.h"
 #include "http/routes.h"
+#include "request/request_handler.h"
 #include "tollgate/rls_config.h"
 
 namespace tollgate::http {

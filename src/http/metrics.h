@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/node.h"
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 #include "util/stat_def.h"
 
 namespace tollgate::http {

@@ -10,10 +10,10 @@
 #include <charconv>
 #include <optional>
 
-#include "cli/output.h"
 #include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "http/metrics.h"
+#include "json/json.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
 #include "tollgate/http/v1/http.pb.h"
@@ -481,7 +481,7 @@ void Routes::members(Reply reply) {
         auto members = std::make_shared<std::vector<MemberInfo>>(handler.members());
         return [reply, members] {
           HttpResponse r;
-          r.body = cli::format_members_json(*members);
+          r.body = tollgate::json::format_members_json(*members);
           reply(std::move(r));
         };
       },
@@ -494,7 +494,7 @@ void Routes::stats_json(Reply reply) {
         auto stats = std::make_shared<StatsList>(handler.stats());
         return [reply, stats] {
           HttpResponse r;
-          r.body = cli::format_stats_json(*stats);
+          r.body = tollgate::json::format_stats_json(*stats);
           reply(std::move(r));
         };
       },

@@ -33,7 +33,7 @@
 
 #include <prometheus/metric_family.h>
 
-#include "api/request_handler.h"
+#include "request/request_handler.h"
 #include "tollgate/rls_config.h"
 #include "util/stat_def.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "retriever/rules_retriever.h"
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 #include "util/stat_def.h"
 
 namespace tollgate {

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "api/request_handler.h"
+#include "request/request_handler.h"
 #include "tollgate/rls_config.h"
 
 namespace tollgate::rls {

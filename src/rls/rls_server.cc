@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "api/endpoint.h"
-#include "api/listener.h"
-#include "api/node_queue.h"
 #include "config/read_file.h"
 #include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "request/listener.h"
+#include "request/node_queue.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
 
@@ -129,7 +129,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (unix_socket) {
       // gRPC would replace a live socket at the path (and remove it when it stops): refuse one
       // another process serves, as the client API does; a stale one is removed here.
-      if (std::string error = api::prepare_unix_socket_path(endpoint->path); !error.empty()) {
+      if (std::string error = request::prepare_unix_socket_path(endpoint->path); !error.empty()) {
         return endpoint->path + ": " + error;
       }
       grpc_address = "unix:" + endpoint->path;
@@ -315,11 +315,11 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     return plan_from_message(request, std::move(config), options_.max_key_bytes, plan);
   }
 
-  // gRPC thread: queue the call for the node's thread (api/node_queue.h: bounded in calls and
+  // gRPC thread: queue the call for the node's thread (request/node_queue.h: bounded in calls and
   // bytes, a call whose deadline passed answered uncharged, UNAVAILABLE once stopped).
   void submit(Job* job) {
-    const auto deadline = job->deadline.value_or(api::NodeQueue::Clock::time_point::max());
-    const bool queued = queue_.submit([this, job](api::NodeQueue::Outcome outcome) { decide_queued(job, outcome); },
+    const auto deadline = job->deadline.value_or(request::NodeQueue::Clock::time_point::max());
+    const bool queued = queue_.submit([this, job](request::NodeQueue::Outcome outcome) { decide_queued(job, outcome); },
                                       deadline, job->request_bytes);
     if (queued) return;
     if (shut_down_.load()) {
@@ -358,8 +358,8 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
 
   // Node thread (or, kShutDown, the thread shutting down): decide a queued call, or say why not,
   // then hand it to the finisher.
-  void decide_queued(Job* job, api::NodeQueue::Outcome outcome) {
-    using Outcome = api::NodeQueue::Outcome;
+  void decide_queued(Job* job, request::NodeQueue::Outcome outcome) {
+    using Outcome = request::NodeQueue::Outcome;
     if (outcome == Outcome::kShutDown) {
       ++unavailable_;
       return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
@@ -421,7 +421,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   std::mutex config_mu_;
   std::shared_ptr<const RlsConfig> config_;
 
-  api::NodeQueue queue_{node_io_, options_.max_pending, options_.max_pending_bytes};
+  request::NodeQueue queue_{node_io_, options_.max_pending, options_.max_pending_bytes};
   std::atomic<bool> shut_down_{false};
   // decide_on_grpc_threads: closed by stop(); decisions under way on gRPC's threads.
   std::atomic<bool> gate_closed_{false};

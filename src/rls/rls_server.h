@@ -22,9 +22,9 @@
 #include <memory>
 #include <string>
 
-#include "api/request_handler.h"
-#include "tollgate/api.h"
+#include "request/request_handler.h"
 #include "tollgate/rls_config.h"
+#include "tollgate/types.h"
 #include "util/stat_def.h"
 
 namespace tollgate::rls {

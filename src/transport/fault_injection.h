@@ -10,7 +10,7 @@
 #include <unordered_set>
 
 #include "core/random.h"
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 #include "transport.h"
 
 namespace tollgate {

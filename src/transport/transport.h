@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "codec/cluster_key.h"
-#include "core/message.h"
-#include "core/offense_limiter.h"
+#include "core/gossip_message.h"
 #include "core/outbox.h"
-#include "core/source_limiter.h"
+#include "guard/offense_limiter.h"
+#include "guard/source_limiter.h"
 
 namespace tollgate {
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 
 namespace tollgate {
 

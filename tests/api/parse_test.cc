@@ -7,8 +7,8 @@
 #include <string>
 
 #include "api/endpoint.h"
-#include "cli/json.h"
 #include "cli/output.h"
+#include "json/json.h"
 
 namespace tollgate::api {
 namespace {
@@ -87,6 +87,10 @@ TEST(ParseEndpoint, ErrorsSayWhatIsWrong) {
 
 namespace tollgate::cli {
 namespace {
+
+using json::format_members_json;
+using json::format_stats_json;
+using json::json_string;
 
 TEST(CliOutput, DurationsAreShortForPeople) {
   EXPECT_EQ(format_duration_human(0), "0ns");

@@ -31,7 +31,7 @@
 
 #include "api/api_server.h"
 #include "api/framing.h"
-#include "api/request_handler.h"
+#include "request/request_handler.h"
 #include "support/net_test_util.h"
 #include "tollgate/v1/api.pb.h"
 

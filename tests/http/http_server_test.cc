@@ -1,4 +1,4 @@
-// The HTTP server's way onto the node's thread (src/http/http_server.h, through api::NodeQueue):
+// The HTTP server's way onto the node's thread (src/http/http_server.h, through request::NodeQueue):
 // a check the node cannot take now is answered 503 at once (`http.node_busy`), one that waited
 // past the node wait is answered 503 undecided (`http.node_wait_expired`), and after stop()
 // checks are answered 503 undecided. The node's io_context is driven by the test, so "the node

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "api/request_handler.h"
 #include "core/key_table.h"
+#include "request/request_handler.h"
 #include "support/table_handler.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/rls_config_file.h"

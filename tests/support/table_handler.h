@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "api/request_handler.h"
 #include "core/key_table.h"
+#include "request/request_handler.h"
 #include "tollgate/rules.h"
 
 namespace tollgate::testing {

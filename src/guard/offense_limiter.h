@@ -7,8 +7,8 @@
 // remembered up to `max_offenders`; past that, every new offender shares one entry ("other
 // offenders"), so a flood of distinct addresses cannot grow memory or the log. Pure logic: the
 // caller passes its steady clock's time. Not thread-safe: one owner.
-#ifndef TOLLGATE_OFFENSE_LIMITER_H_
-#define TOLLGATE_OFFENSE_LIMITER_H_
+#ifndef TOLLGATE_SRC_GUARD_OFFENSE_LIMITER_H_
+#define TOLLGATE_SRC_GUARD_OFFENSE_LIMITER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -57,4 +57,4 @@ class OffenseLimiter {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_OFFENSE_LIMITER_H_
+#endif  // TOLLGATE_SRC_GUARD_OFFENSE_LIMITER_H_

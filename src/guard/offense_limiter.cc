@@ -1,4 +1,4 @@
-#include "core/offense_limiter.h"
+#include "guard/offense_limiter.h"
 
 namespace tollgate {
 

@@ -14,8 +14,8 @@
 //
 // Thread-safety: submit() and pending() from any thread; stop() on the node's thread; shutdown()
 // from any thread once the node's io_context runs no more. Every job runs exactly once.
-#ifndef TOLLGATE_SRC_API_NODE_QUEUE_H_
-#define TOLLGATE_SRC_API_NODE_QUEUE_H_
+#ifndef TOLLGATE_SRC_REQUEST_NODE_QUEUE_H_
+#define TOLLGATE_SRC_REQUEST_NODE_QUEUE_H_
 
 #include <chrono>
 #include <cstddef>
@@ -27,7 +27,7 @@ namespace boost::asio {
 class io_context;
 }
 
-namespace tollgate::api {
+namespace tollgate::request {
 
 class NodeQueue {
  public:
@@ -57,6 +57,6 @@ class NodeQueue {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace tollgate::api
+}  // namespace tollgate::request
 
-#endif  // TOLLGATE_SRC_API_NODE_QUEUE_H_
+#endif  // TOLLGATE_SRC_REQUEST_NODE_QUEUE_H_

@@ -14,8 +14,8 @@
 // reconnects on new ports and departed members never fill it for good.
 //
 // Pure logic, the caller's steady clock; not thread-safe: one owner.
-#ifndef TOLLGATE_SOURCE_LIMITER_H_
-#define TOLLGATE_SOURCE_LIMITER_H_
+#ifndef TOLLGATE_SRC_GUARD_SOURCE_LIMITER_H_
+#define TOLLGATE_SRC_GUARD_SOURCE_LIMITER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -68,4 +68,4 @@ class SourceLimiter {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_SOURCE_LIMITER_H_
+#endif  // TOLLGATE_SRC_GUARD_SOURCE_LIMITER_H_

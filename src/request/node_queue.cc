@@ -1,4 +1,4 @@
-#include "api/node_queue.h"
+#include "request/node_queue.h"
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace tollgate::api {
+namespace tollgate::request {
 
 struct NodeQueue::State {
   struct Entry {
@@ -96,4 +96,4 @@ size_t NodeQueue::pending() const {
   return state_->queue.size();
 }
 
-}  // namespace tollgate::api
+}  // namespace tollgate::request

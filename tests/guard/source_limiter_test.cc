@@ -1,4 +1,4 @@
-#include "core/source_limiter.h"
+#include "guard/source_limiter.h"
 
 #include <gtest/gtest.h>
 

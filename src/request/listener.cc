@@ -1,4 +1,4 @@
-#include "api/listener.h"
+#include "request/listener.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -14,7 +14,7 @@
 
 #include "api/socket_address.h"
 
-namespace tollgate::api {
+namespace tollgate::request {
 
 namespace asio = boost::asio;
 
@@ -128,4 +128,4 @@ void Listener::close() {
   }
 }
 
-}  // namespace tollgate::api
+}  // namespace tollgate::request

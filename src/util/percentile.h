@@ -1,7 +1,7 @@
 // The latency percentile that tollgate-load and tollgate-uds-floor report, computed one way so
 // that their figures compare.
-#ifndef TOLLGATE_CLI_PERCENTILE_H_
-#define TOLLGATE_CLI_PERCENTILE_H_
+#ifndef TOLLGATE_SRC_UTIL_PERCENTILE_H_
+#define TOLLGATE_SRC_UTIL_PERCENTILE_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -20,4 +20,4 @@ inline int64_t percentile(std::vector<int64_t> v, double p) {
 
 }  // namespace tollgate::cli
 
-#endif  // TOLLGATE_CLI_PERCENTILE_H_
+#endif  // TOLLGATE_SRC_UTIL_PERCENTILE_H_

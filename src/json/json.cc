@@ -1,8 +1,8 @@
-#include "cli/json.h"
+#include "json/json.h"
 
 #include <cstdint>
 
-namespace tollgate::cli {
+namespace tollgate::json {
 namespace {
 
 bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
@@ -92,4 +92,26 @@ std::string json_string(std::string_view text) {
   return out;
 }
 
-}  // namespace tollgate::cli
+std::string format_members_json(const std::vector<MemberInfo>& members) {
+  std::string out = "{\"members\": [";
+  for (size_t i = 0; i < members.size(); ++i) {
+    const MemberInfo& m = members[i];
+    if (i > 0) out += ", ";
+    out += "{\"id\": " + json_string(m.id) + ", \"address\": " + json_string(m.address) +
+           ", \"state\": " + json_string(member_state_name(m.state)) +
+           ", \"incarnation\": " + std::to_string(m.incarnation) +
+           ", \"last_heard_ms\": " + std::to_string(m.last_heard_ns / 1'000'000) + "}";
+  }
+  return out + "]}\n";
+}
+
+std::string format_stats_json(const StatsList& stats) {
+  std::string out = "{\"stats\": {";
+  for (size_t i = 0; i < stats.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += json_string(stats[i].first) + ": " + std::to_string(stats[i].second);
+  }
+  return out + "}}\n";
+}
+
+}  // namespace tollgate::json

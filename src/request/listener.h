@@ -2,8 +2,8 @@
 // mode, replacing a stale one left by a crash but never a live one or a non-socket; or TCP),
 // accepts in the background, and on close removes the socket file it created unless another
 // process has replaced it since. Runs on the io_context passed in.
-#ifndef TOLLGATE_SRC_API_LISTENER_H_
-#define TOLLGATE_SRC_API_LISTENER_H_
+#ifndef TOLLGATE_SRC_REQUEST_LISTENER_H_
+#define TOLLGATE_SRC_REQUEST_LISTENER_H_
 
 #include <sys/types.h>
 
@@ -17,7 +17,9 @@
 
 #include "api/endpoint.h"
 
-namespace tollgate::api {
+namespace tollgate::request {
+
+using api::Endpoint;
 
 // Before binding a Unix socket at `path`: "" when the path is free or holds a stale socket (one
 // nobody accepts on any more, left by a crash: removed), else why not to bind there (a live
@@ -61,6 +63,6 @@ class Listener : public std::enable_shared_from_this<Listener> {
   ino_t file_inode_ = 0;
 };
 
-}  // namespace tollgate::api
+}  // namespace tollgate::request
 
-#endif  // TOLLGATE_SRC_API_LISTENER_H_
+#endif  // TOLLGATE_SRC_REQUEST_LISTENER_H_

@@ -1,8 +1,8 @@
 // What one node says to another, as the core sees it: no bytes, no sockets. The codec
 // (src/codec) turns a GossipMessage into protobuf datagrams or frames and back; the simulator
 // passes it between virtual nodes directly.
-#ifndef TOLLGATE_SRC_CORE_MESSAGE_H_
-#define TOLLGATE_SRC_CORE_MESSAGE_H_
+#ifndef TOLLGATE_SRC_CORE_GOSSIP_MESSAGE_H_
+#define TOLLGATE_SRC_CORE_GOSSIP_MESSAGE_H_
 
 #include <cstdint>
 #include <memory>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/consumption.h"
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 
 namespace tollgate {
 
@@ -64,4 +64,4 @@ using GossipMessagePtr = std::shared_ptr<const GossipMessage>;
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_SRC_CORE_MESSAGE_H_
+#endif  // TOLLGATE_SRC_CORE_GOSSIP_MESSAGE_H_

@@ -1,7 +1,7 @@
-// The one way onto the node's thread for front ends with threads of their own (api/node_queue.h):
+// The one way onto the node's thread for front ends with threads of their own (request/node_queue.h):
 // bounded, turns of 16, a job past its deadline expired (never decided), one stop gate, and
 // every job run exactly once, whatever goes first.
-#include "api/node_queue.h"
+#include "request/node_queue.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-namespace tollgate::api {
+namespace tollgate::request {
 namespace {
 
 using Outcome = NodeQueue::Outcome;
@@ -138,4 +138,4 @@ TEST(NodeQueue, ManySubmittersEachJobRunsOnce) {
 }
 
 }  // namespace
-}  // namespace tollgate::api
+}  // namespace tollgate::request

@@ -1,7 +1,7 @@
 // The value types of the client API, shared by the client library (tollgate/client.h), the
 // daemon's request path that every front end calls, and the core that fills them.
-#ifndef TOLLGATE_API_H_
-#define TOLLGATE_API_H_
+#ifndef TOLLGATE_TYPES_H_
+#define TOLLGATE_TYPES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -79,4 +79,4 @@ struct FaultSettings {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_API_H_
+#endif  // TOLLGATE_TYPES_H_

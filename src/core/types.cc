@@ -1,5 +1,5 @@
-// The client API's value types (include/tollgate/api.h, include/tollgate/decision.h).
-#include "tollgate/api.h"
+// The client API's value types (include/tollgate/types.h, include/tollgate/decision.h).
+#include "tollgate/types.h"
 
 namespace tollgate {
 

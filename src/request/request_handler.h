@@ -2,17 +2,22 @@
 // dispatch, and the gRPC and HTTP front ends). Front ends translate their protocol into these
 // calls and the answers back; none of them touches the node.
 //
-// Threading: implementations run on the daemon's node thread, and front ends call them there
-// (Asio handlers on the node's io_context). Calls must not block.
-#ifndef TOLLGATE_SRC_API_REQUEST_HANDLER_H_
-#define TOLLGATE_SRC_API_REQUEST_HANDLER_H_
+// Threading, as the daemon calls it: every call is made on the node's thread (an Asio handler on
+// the node's io_context: the native API's connections, and the jobs gRPC and HTTP queue there
+// through NodeQueue), except check() and check_all(), which the native API's worker threads
+// (--threads N, src/daemon/api_workers.h) also make directly, at once, when the node's key table
+// is concurrent. An implementation is therefore safe for concurrent check()/check_all() calls
+// beside one node-thread caller. No call waits for I/O or for another thread's work: check_all()
+// holds its keys' shards only while it decides them.
+#ifndef TOLLGATE_SRC_REQUEST_REQUEST_HANDLER_H_
+#define TOLLGATE_SRC_REQUEST_REQUEST_HANDLER_H_
 
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/node.h"
-#include "tollgate/api.h"
+#include "tollgate/types.h"
 
 namespace tollgate {
 
@@ -40,4 +45,4 @@ class RequestHandler {
 
 }  // namespace tollgate
 
-#endif  // TOLLGATE_SRC_API_REQUEST_HANDLER_H_
+#endif  // TOLLGATE_SRC_REQUEST_REQUEST_HANDLER_H_
