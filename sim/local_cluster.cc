@@ -1,14 +1,9 @@
 #include "local_cluster.h"
 
 #include "codec/cluster_key.h"
+#include "process/child_process.h"
 
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,49 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-// A loopback port free for both TCP and UDP right now (the daemon binds both on one number).
-// Another process may take it before the daemon binds it: the daemon then fails to start and the
-// formation wait reports its log.
-uint16_t free_port() {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const int t = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (t < 0) break;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    const bool bound = ::bind(t, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                       ::getsockname(t, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-    const int u = bound ? ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0) : -1;
-    const bool udp_free = u >= 0 && ::bind(u, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    if (u >= 0) ::close(u);
-    ::close(t);
-    if (udp_free) return ntohs(a.sin_port);
-  }
-  throw std::runtime_error("no free loopback port for a daemon");
-}
-
-std::string last_lines(const fs::path& file, size_t n) {
-  std::ifstream in(file);
-  std::deque<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(std::move(line));
-    if (lines.size() > n) lines.pop_front();
-  }
-  std::string out;
-  for (const std::string& l : lines) out += "    " + l + "\n";
-  return out.empty() ? "    (empty)\n" : out;
-}
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) {
-    return "exited with status " + std::to_string(WEXITSTATUS(status)) +
-           (WEXITSTATUS(status) == 127 ? " (could not execute the tollgated binary?)" : "");
-  }
-  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
-  return "stopped (status " + std::to_string(status) + ")";
-}
 
 // The daemons of one run and their temp dir. Stops every daemon and removes the dir when
 // destroyed, whatever the reason.
@@ -119,12 +71,12 @@ class Daemons {
   std::string socket_path(size_t i) const { return (dir_ / (local_node_id(i) + ".sock")).string(); }
   std::string rls_socket_path(size_t i) const { return (dir_ / (local_node_id(i) + ".rls.sock")).string(); }
   fs::path log_path(size_t i) const { return dir_ / (local_node_id(i) + ".log"); }
-  bool running(size_t i) const { return pids_[i] > 0; }
+  bool running(size_t i) const { return children_[i].running(); }
 
   // A new node: its port, and (static membership) the peers file listing every node so far.
   size_t add() {
-    ports_.push_back(free_port());
-    pids_.push_back(-1);
+    ports_.push_back(process::free_loopback_port());
+    children_.emplace_back();
     if (s_.node.membership == MembershipKind::kStatic) write_peers();
     return ports_.size() - 1;
   }
@@ -163,33 +115,28 @@ class Daemons {
     std::error_code ec;
     fs::remove(socket_path(i), ec);  // a SIGKILLed daemon leaves its socket files behind
     fs::remove(rls_socket_path(i), ec);
-    pids_[i] = spawn(args, log_path(i));
+    children_[i] = process::ChildProcess({.argv = args, .env = {}, .log = log_path(i)});
   }
 
   // SIGKILL (a crash) or SIGTERM, and waits for it to exit.
   void kill(size_t i, int signo) {
-    if (pids_[i] <= 0) return;
-    ::kill(pids_[i], signo);
-    int status = 0;
-    while (::waitpid(pids_[i], &status, 0) < 0 && errno == EINTR) {
-    }
-    pids_[i] = -1;
+    children_[i].signal(signo);
+    children_[i].wait();
   }
 
   // If node i's daemon has exited by itself: how, and the tail of its log.
   std::optional<std::string> exited(size_t i) {
-    if (pids_[i] <= 0) return std::nullopt;
-    int status = 0;
-    if (::waitpid(pids_[i], &status, WNOHANG) != pids_[i]) return std::nullopt;
-    pids_[i] = -1;
-    return local_node_id(i) + " " + describe_status(status) + "; " + log_path(i).string() + " ends with:\n" +
-           last_lines(log_path(i), 15);
+    const std::optional<int> status = children_[i].poll();
+    if (!status) return std::nullopt;
+    return local_node_id(i) + " " + process::describe_status(*status) + "; " + log_path(i).string() + " ends with:\n" +
+           process::last_lines(log_path(i), 15);
   }
 
   std::string log_tails(size_t lines) const {
     std::string out;
     for (size_t i = 0; i < ports_.size(); ++i) {
-      out += "  " + local_node_id(i) + " (" + log_path(i).filename().string() + "):\n" + last_lines(log_path(i), lines);
+      out += "  " + local_node_id(i) + " (" + log_path(i).filename().string() + "):\n" +
+             process::last_lines(log_path(i), lines);
     }
     return out;
   }
@@ -197,25 +144,11 @@ class Daemons {
   // SIGTERM to every daemon (each announces that it leaves), SIGKILL to those still running
   // after the grace period.
   void stop_all() {
-    for (pid_t pid : pids_) {
-      if (pid > 0) ::kill(pid, SIGTERM);
-    }
+    for (process::ChildProcess& child : children_) child.signal(SIGTERM);
     const auto give_up = Clock::now() + o_.stop_grace;
-    for (pid_t& pid : pids_) {
-      while (pid > 0) {
-        int status = 0;
-        const pid_t r = ::waitpid(pid, &status, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR)) {
-          pid = -1;
-        } else if (Clock::now() >= give_up) {
-          ::kill(pid, SIGKILL);
-          while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-          }
-          pid = -1;
-        } else {
-          std::this_thread::sleep_for(milliseconds(5));  // polling a bounded wait for exit
-        }
-      }
+    for (process::ChildProcess& child : children_) {
+      const auto left = std::chrono::duration_cast<milliseconds>(give_up - Clock::now());
+      if (!child.wait_for(std::max(left, milliseconds(0)))) child.kill();
     }
   }
 
@@ -230,40 +163,11 @@ class Daemons {
     fs::rename(tmp, dir_ / "peers.txt");  // atomic: a daemon never reads half a file
   }
 
-  // fork + exec rather than posix_spawn, for the two things posix_spawn cannot do in the child:
-  // PR_SET_PDEATHSIG (no orphans even if tollgate-sim is SIGKILLed) and closing every inherited
-  // descriptor (the client library's sockets are not close-on-exec).
-  static pid_t spawn(std::vector<std::string>& args, const fs::path& log) {
-    const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) throw std::runtime_error("cannot open " + log.string() + ": " + strerror(errno));
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid == 0) {  // the child: async-signal-safe calls only
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
-      ::dup2(log_fd, 1);
-      ::dup2(log_fd, 2);
-      ::syscall(SYS_close_range, 3u, ~0u, 0u);
-      ::execv(argv[0], argv.data());
-      static const char kMsg[] = "tollgate-sim: exec of the tollgated binary failed\n";
-      [[maybe_unused]] const ssize_t w = ::write(2, kMsg, sizeof kMsg - 1);
-      ::_exit(127);
-    }
-    const int fork_errno = errno;
-    ::close(log_fd);
-    if (pid < 0) throw std::runtime_error("fork: " + std::string(strerror(fork_errno)));
-    return pid;
-  }
-
   const Scenario& s_;
   const LocalOptions& o_;
   fs::path dir_;
   std::vector<uint16_t> ports_;
-  std::vector<pid_t> pids_;
+  std::vector<process::ChildProcess> children_;
 };
 
 // One check sent to a daemon; its outcome is written by the client's thread.
@@ -425,7 +329,7 @@ class LocalRun {
       if (!rls_[i]->wait_connected(std::chrono::seconds(5))) {
         throw std::runtime_error("the rate limit service of " + local_node_id(i) + " (" + daemons_.rls_socket_path(i) +
                                  ") does not accept connections; its log ends with:\n" +
-                                 last_lines(daemons_.log_path(i), 10));
+                                 process::last_lines(daemons_.log_path(i), 10));
       }
     }
     for (size_t i = 0; i < s_.nodes; ++i) up_[i] = true;
@@ -600,7 +504,7 @@ class LocalRun {
           continue;
         }
         throw std::runtime_error("setting the faults of " + local_node_id(i) + ": " + error + "; its log ends with:\n" +
-                                 last_lines(daemons_.log_path(i), 10));
+                                 process::last_lines(daemons_.log_path(i), 10));
       }
     }
     faults_due_ = std::move(still_due);

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -28,10 +27,9 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "process/child_process.h"
 #include "tollgate/client.h"
 #include "tollgate/member.h"
-
-extern char** environ;
 
 namespace tollgate {
 namespace {
@@ -55,24 +53,6 @@ std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
 }
 
 // A port free for both UDP and TCP right now (the daemon binds both on the same number).
-uint16_t free_port() {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    int t = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    bind(t, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    getsockname(t, reinterpret_cast<sockaddr*>(&a), &len);
-    int u = socket(AF_INET, SOCK_DGRAM, 0);
-    const bool udp_free = bind(u, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(u);
-    close(t);
-    if (udp_free) return ntohs(a.sin_port);
-  }
-  return 0;
-}
-
 // Polls `cond` until it holds or `limit` passes. Returns whether it held.
 bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = 15s) {
   const auto end = Clock::now() + limit;
@@ -103,9 +83,9 @@ class Cluster {
     // the cluster, unless a test gives its nodes keys of their own.
     std::ofstream(dir_ / "cluster.key") << std::string(64, 'c') << "\n";
     fs::permissions(dir_ / "cluster.key", fs::perms::owner_read | fs::perms::owner_write);
-    for (size_t i = 0; i < n; ++i) ports_.push_back(free_port());
+    for (size_t i = 0; i < n; ++i) ports_.push_back(process::free_loopback_port());
     write_peers(std::min(n, listed));
-    pids_.assign(n, -1);
+    children_.resize(n);
     for (size_t i = 0; i < std::min(n, started); ++i) start(i);
     for (size_t i = 0; i < n; ++i) {
       ClientOptions o;
@@ -117,7 +97,7 @@ class Cluster {
   }
   ~Cluster() {
     clients_.clear();
-    for (size_t i = 0; i < pids_.size(); ++i) stop(i, SIGTERM);
+    for (size_t i = 0; i < children_.size(); ++i) stop(i, SIGTERM);
     std::error_code ec;
     if (!::testing::Test::HasFailure()) fs::remove_all(dir_, ec);
   }
@@ -194,45 +174,25 @@ class Cluster {
       args.insert(args.begin(), words.begin(), words.end());
       wrapped_ = true;
     }
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string log = (dir_ / (id(i) + ".log")).string();
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    pid_t pid = -1;
-    std::vector<char*> envp;
-    for (char** e = environ; *e; ++e) envp.push_back(*e);
-    for (std::string& e : env_) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    ASSERT_EQ(posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    pids_[i] = pid;
+    children_[i] = process::ChildProcess({.argv = args, .env = env_, .log = dir_ / (id(i) + ".log")});
   }
 
   // Returns the waitpid status (-1 if the node was not running).
   int stop(size_t i, int signo) {
-    if (pids_[i] <= 0) return -1;
-    kill(pids_[i], signo);
-    int status = 0;
+    if (!children_[i].running()) return -1;
+    children_[i].signal(signo);
     // A daemon that does not leave within 30 s is a bug (it would hang the suite until ctest's
     // timeout, with nothing to show): its threads' stacks, then SIGKILL and a failure.
-    const auto give_up = std::chrono::steady_clock::now() + 30s;
-    while (waitpid(pids_[i], &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > give_up) {
-        const std::string stacks = thread_stacks(pids_[i]);
-        kill(pids_[i], SIGKILL);
-        waitpid(pids_[i], &status, 0);
-        ADD_FAILURE() << id(i) << " did not exit within 30 s of signal " << signo << "; its threads:\n"
-                      << stacks << "\nits log:\n"
-                      << log(i);
-        break;
-      }
-      std::this_thread::sleep_for(10ms);  // polling the child's exit, not synchronizing
+    std::optional<int> exited = children_[i].wait_for(30s);
+    if (!exited) {
+      const std::string stacks = process::thread_stacks(children_[i].pid());
+      const int status = children_[i].kill();
+      ADD_FAILURE() << id(i) << " did not exit within 30 s of signal " << signo << "; its threads:\n"
+                    << stacks << "\nits log:\n"
+                    << log(i);
+      return status;
     }
-    pids_[i] = -1;
+    const int status = *exited;
     // SIGTERM is a clean leave: exit 0, whatever the build. A sanitizer's report at exit (ASan,
     // LSan, UBSan with halt_on_error, TSan's exitcode) or a crash while leaving fails the test.
     if (signo == SIGTERM) {
@@ -266,7 +226,7 @@ class Cluster {
     }
     return true;
   }
-  pid_t pid(size_t i) const { return pids_[i]; }
+  pid_t pid(size_t i) const { return children_[i].pid(); }
   // Every counter of node i, "name=value ...", for failure messages.
   std::string stats_text(size_t i) {
     std::string out;
@@ -279,7 +239,7 @@ class Cluster {
   }
   // Resident memory of node i, in KiB (VmRSS), or -1.
   int64_t rss_kib(size_t i) const {
-    std::ifstream in("/proc/" + std::to_string(pids_[i]) + "/status");
+    std::ifstream in("/proc/" + std::to_string(children_[i].pid()) + "/status");
     std::string line;
     while (std::getline(in, line)) {
       if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
@@ -310,20 +270,7 @@ class Cluster {
     fs::permissions(dir_ / "cluster.key.new", fs::perms::owner_read | fs::perms::owner_write);
     fs::rename(dir_ / "cluster.key.new", dir_ / "cluster.key");
   }
-  void sighup(size_t i) { kill(pids_[i], SIGHUP); }
-  // Every thread's stack of a stuck process, by gdb if the machine has it.
-  static std::string thread_stacks(pid_t pid) {
-    const std::string command =
-        "command -v gdb >/dev/null && gdb -p " + std::to_string(pid) + " -batch -ex 'thread apply all bt' 2>&1";
-    std::string out;
-    if (FILE* p = ::popen(command.c_str(), "r")) {
-      char buf[4096];
-      for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-      ::pclose(p);
-    }
-    return out.empty() ? "(no gdb)" : out;
-  }
-
+  void sighup(size_t i) { children_[i].signal(SIGHUP); }
   std::string log(size_t i) const {
     std::ifstream in(dir_ / (id(i) + ".log"));
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -335,7 +282,7 @@ class Cluster {
   ExtraArgs extra_;
   fs::path dir_;
   std::vector<uint16_t> ports_;
-  std::vector<pid_t> pids_;
+  std::vector<process::ChildProcess> children_;
   std::vector<std::string> env_;
   bool faults_enabled_ = true;
   bool wrapped_ = false;
