@@ -57,19 +57,18 @@ std::string rls_config_from_rules(const RuleSet& rules) {
   std::vector<Entry> exact, wildcards;
   for (size_t i = 0; i < rules.rules().size(); ++i) {
     const Rule& r = rules.rules()[i];
-    const size_t star = r.match.find('*');
-    if (star == std::string::npos) {
-      exact.push_back({&r, i});
-    } else if (star + 1 == r.match.size()) {
-      wildcards.push_back({&r, i});
-    } else {
-      throw std::invalid_argument("rule \"" + r.match + "\" (line " + std::to_string(r.line) +
-                                  "): an RLS config has only prefix wildcards, a '*' at the end of the value");
-    }
+    (r.match.find('*') == std::string::npos ? exact : wildcards).push_back({&r, i});
   }
-  // The rules file's precedence among globs: the longest literal prefix first, then rule order.
-  std::stable_sort(wildcards.begin(), wildcards.end(),
-                   [](const Entry& a, const Entry& b) { return a.rule->match.size() > b.rule->match.size(); });
+  // The rules file's precedence among globs (RuleSet): the longest literal text before the first
+  // '*' first, then the most literal characters, then rule order. An RLS config tries its
+  // wildcards in file order, so they are written in this one.
+  auto head = [](const Entry& e) { return e.rule->match.find('*'); };
+  auto literal = [](const Entry& e) {
+    return e.rule->match.size() - size_t(std::count(e.rule->match.begin(), e.rule->match.end(), '*'));
+  };
+  std::stable_sort(wildcards.begin(), wildcards.end(), [&](const Entry& a, const Entry& b) {
+    return head(a) != head(b) ? head(a) > head(b) : literal(a) > literal(b);
+  });
 
   YAML::Emitter out;
   out << YAML::BeginMap << YAML::Key << "domain" << YAML::Value << kRlsDomain;

@@ -4,8 +4,9 @@
 //
 // Matching follows envoyproxy/ratelimit (docs/rls-notes.md section 2): a request descriptor's
 // entries walk down its domain's tree from the top level; at each level the child with the same
-// key and value wins, then the first wildcard child (a value ending in '*', file order) whose
-// prefix the value starts with, then the child with that key and no value. A limit applies only
+// key and value wins, then the first wildcard child (a value with a '*' anywhere, '*' matching any
+// run of characters, as glob_match in tollgate/rules.h; file order) that the value matches, then
+// the child with that key and no value. A limit applies only
 // if the node reached by the last entry has one: a descriptor shorter or longer than the tree is
 // not limited. A node reached through a valueless or wildcard child gives each distinct value its
 // own bucket, unless `share_threshold` makes the values under a wildcard share one.
@@ -87,7 +88,7 @@ struct RlsLimit {
 // One descriptor of a domain's tree, as configured.
 struct RlsDescriptor {
   std::string key;
-  std::optional<std::string> value;  // absent: any value; ending in '*': a prefix wildcard
+  std::optional<std::string> value;  // absent: any value; with a '*' anywhere: a wildcard
   std::optional<RlsLimit> rate_limit;
   bool shadow_mode = false;      // counted as usual, never denies
   bool detailed_metric = false;  // accepted for compatibility: affects metric names only
@@ -153,7 +154,7 @@ class RlsConfig {
   const RlsLimit& limit(uint32_t index) const { return *limits_[index]; }
   size_t limit_count() const { return limits_.size(); }
   // The limit at an index from limit_index as metrics name it, in the reference server's style:
-  // the domain, then each level's key, "_value" when it has one ("_prefix*" for a wildcard),
+  // the domain, then each level's key, "_value" when it has one ("_a*b" for a wildcard),
   // joined with '.': "web.path_/a.user".
   const std::string& label(uint32_t index) const { return labels_[index]; }
 

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "tollgate/config_error.h"
+#include "tollgate/rules.h"
 
 namespace tollgate {
 namespace {
@@ -26,7 +27,18 @@ bool has_control_char(std::string_view s) {
   return std::any_of(s.begin(), s.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; });
 }
 
-bool is_wildcard(const std::optional<std::string>& value) { return value && !value->empty() && value->back() == '*'; }
+// A value with a '*' anywhere matches by glob_match (tollgate/rules.h): '*' is any run of
+// characters, several may appear (the reference server's wildcards since its PR #1085).
+bool is_wildcard(const std::optional<std::string>& value) { return value && value->find('*') != std::string::npos; }
+
+// What names a wildcard in its node's path (and so in its bucket keys): the value without its
+// '*' when that star is its only one and ends it (the bucket keys of prefix wildcards are those
+// of earlier versions, so a rolling upgrade counts them in one bucket), else the whole value.
+// The two forms cannot collide: the first has no '*' left, the second has at least one.
+std::string wildcard_component(const std::string& value) {
+  const bool prefix_only = value.find('*') == value.size() - 1;
+  return prefix_only ? value.substr(0, value.size() - 1) : value;
+}
 
 }  // namespace
 
@@ -94,7 +106,8 @@ struct RlsConfig::Node {
   bool value_in_key = false;  // the request's value at this level goes into the key's values
   StringMap<Node*> exact;     // "key" 0x01 "value"
   struct Wildcard {
-    std::string key, prefix;
+    std::string key, pattern;
+    std::string head;  // the pattern's text before its first '*': a cheap reject
     Node* node;
   };
   std::vector<Wildcard> wildcards;  // in file order
@@ -136,7 +149,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
         std::string component = desc.key;
         if (wildcard) {
           component += kWildcardSep;
-          component.append(*desc.value, 0, desc.value->size() - 1);
+          component += wildcard_component(*desc.value);
         } else if (desc.value) {
           component += kExactSep;
           component += *desc.value;
@@ -145,7 +158,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
           at("duplicate descriptor: key \"" + desc.key + "\"" + (desc.value ? " value \"" + *desc.value + "\"" : "") +
              " is already defined at this level");
         }
-        if (desc.share_threshold && !wildcard) at("`share_threshold` needs a wildcard `value` ending in '*'");
+        if (desc.share_threshold && !wildcard) at("`share_threshold` needs a wildcard `value` (one with a '*')");
 
         Node& node = tree_->nodes.emplace_back();
         node.descriptor = &desc;
@@ -157,7 +170,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
              " bytes: too long for a bucket key");
         }
         if (wildcard) {
-          parent.wildcards.push_back({desc.key, desc.value->substr(0, desc.value->size() - 1), &node});
+          parent.wildcards.push_back({desc.key, *desc.value, desc.value->substr(0, desc.value->find('*')), &node});
         } else if (desc.value) {
           parent.exact.emplace(desc.key + kExactSep + *desc.value, &node);
         } else {
@@ -222,7 +235,7 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
     if (auto it = node->exact.find(exact_key); it != node->exact.end()) next = it->second;
     if (!next) {
       for (const Node::Wildcard& w : node->wildcards) {
-        if (w.key == e.key && e.value.starts_with(w.prefix)) {
+        if (w.key == e.key && e.value.starts_with(w.head) && glob_match(w.pattern, e.value)) {
           next = w.node;
           break;
         }

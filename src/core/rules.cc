@@ -2,6 +2,8 @@
 
 #include "tollgate/types.h"
 
+#include <string.h>
+
 #include <algorithm>
 #include <stdexcept>
 #include <unordered_set>
@@ -11,26 +13,27 @@
 namespace tollgate {
 
 bool glob_match(std::string_view pattern, std::string_view key) {
-  // Greedy match with backtracking to the most recent '*': linear for the common one-star
-  // patterns, O(pattern * key) at worst, and no recursion.
-  size_t p = 0, k = 0;
-  size_t star = std::string_view::npos, resume = 0;
-  while (k < key.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      resume = k;
-    } else if (p < pattern.size() && pattern[p] == key[k]) {
-      ++p;
-      ++k;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      k = ++resume;
-    } else {
-      return false;
-    }
+  // The text before the first '*' must start the key and the text after the last one end it;
+  // each run between two stars is then found leftmost, in order, in what is left between them
+  // (leftmost is never worse for the runs after it). With memmem (two-way search, linear) the
+  // whole match is linear in the key whatever the pattern: a crafted key cannot make it slow.
+  const size_t first = pattern.find('*');
+  if (first == std::string_view::npos) return pattern == key;
+  const size_t last = pattern.rfind('*');
+  const std::string_view head = pattern.substr(0, first), tail = pattern.substr(last + 1);
+  if (key.size() < head.size() + tail.size() || !key.starts_with(head) || !key.ends_with(tail)) return false;
+  std::string_view rest = key.substr(head.size(), key.size() - head.size() - tail.size());
+  size_t p = first + 1;
+  while (p < last) {
+    const size_t star = pattern.find('*', p);
+    const std::string_view run = pattern.substr(p, star - p);
+    p = star + 1;
+    if (run.empty()) continue;
+    const void* at = ::memmem(rest.data(), rest.size(), run.data(), run.size());
+    if (!at) return false;
+    rest.remove_prefix(size_t(static_cast<const char*>(at) - rest.data()) + run.size());
   }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
+  return true;
 }
 
 RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit)

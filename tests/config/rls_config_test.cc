@@ -238,7 +238,7 @@ descriptors:
     value: fo*
     rate_limit: {unit: second, requests_per_unit: 3}
   - key: w
-    value: f*o             # '*' in the middle is literal: an exact value
+    value: f*o             # a '*' anywhere is a wildcard (the reference's PR #1085)
     rate_limit: {unit: second, requests_per_unit: 4}
   - key: w
     value: foo9            # exact beats a wildcard, wherever it is in the file
@@ -249,6 +249,12 @@ descriptors:
   - key: w2
     value: foo*
     rate_limit: {unit: second, requests_per_unit: 12}
+  - key: w3                # several stars, anywhere; still the first in file order
+    value: a*b*c
+    rate_limit: {unit: second, requests_per_unit: 16}
+  - key: w3
+    value: "*mid*"
+    rate_limit: {unit: second, requests_per_unit: 17}
   - key: wv                # a wildcard beats the valueless entry listed before it
     rate_limit: {unit: second, requests_per_unit: 14}
   - key: wv
@@ -296,10 +302,19 @@ TEST(RlsConfigMatch, TheReferenceServersMatchingTable) {
       {{{"w", "bar"}}, -1},  // no wildcard, no valueless entry
       {{{"w", "f"}}, -1},
       {{{"w", "foo9"}}, 13},  // exact beats the wildcards before it
-      {{{"w", "f*o"}}, 4},    // '*' in the middle is literal
-      {{{"w", "fxo"}}, -1},
-      {{{"w", "f*oo"}}, -1},
-      {{{"w2", "foo1"}}, 11},  // first wildcard in file order, although foo* is longer
+      {{{"w", "f*o"}}, 4},    // a '*' in the middle matches any run
+      {{{"w", "fxo"}}, 4},
+      {{{"w", "fo"}}, 3},  // fo* comes first in the file
+      {{{"w", "fxoo"}}, 4},
+      {{{"w", "fxob"}}, -1},  // f*o must end with the o
+      {{{"w3", "abc"}}, 16},
+      {{{"w3", "a-b-c"}}, 16},
+      {{{"w3", "acb"}}, -1},
+      {{{"w3", "mid"}}, 17},
+      {{{"w3", "x-mid-y"}}, 17},
+      {{{"w3", "a-mid-c"}}, 17},   // no b: only *mid* matches
+      {{{"w3", "ab-mid-c"}}, 16},  // both match: the first in the file
+      {{{"w2", "foo1"}}, 11},      // first wildcard in file order, although foo* is longer
       {{{"wv", "xa"}}, 15},
       {{{"wv", "ya"}}, 14},
       // an exact `foo` does not match foo1
@@ -451,6 +466,44 @@ descriptors:
   EXPECT_EQ(any1.key, any2.key);
 }
 
+TEST(RlsConfigKeys, AWildcardAnywhereIsNamedByItsWholePatternAPrefixOneAsBefore) {
+  auto c = parse(R"(domain: d
+descriptors:
+  - key: p
+    value: ab*
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: p
+    value: a*b
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: p
+    value: a*b*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+)");
+  const RlsMatch prefix = match(*c, "d", {{"p", "abz"}});
+  const RlsMatch inner = match(*c, "d", {{"p", "azb"}});
+  const RlsMatch shared1 = match(*c, "d", {{"p", "azbz"}});
+  const RlsMatch shared2 = match(*c, "d", {{"p", "aybx"}});
+  // A prefix wildcard's node is named by its prefix, as before stars could go anywhere, so a
+  // rolling upgrade keeps counting its values in the same buckets.
+  EXPECT_EQ(prefix.key.substr(0, prefix.path_bytes), std::string("\x1e"
+                                                                 "d\x1fp\x02"
+                                                                 "ab\x1d"));
+  EXPECT_EQ(prefix.key.substr(prefix.path_bytes), "3:abz");
+  EXPECT_EQ(inner.key.substr(0, inner.path_bytes), std::string("\x1e"
+                                                               "d\x1fp\x02"
+                                                               "a*b\x1d"));
+  EXPECT_EQ(inner.key.substr(inner.path_bytes), "3:azb");
+  // share_threshold works with any wildcard: one bucket for every value it matches.
+  ASSERT_FALSE(shared1.key.empty());
+  EXPECT_EQ(shared1.key, shared2.key);
+  EXPECT_EQ(shared1.key, std::string("\x1e"
+                                     "d\x1fp\x02"
+                                     "a*b*\x1d"));
+  // Each key finds its limit from the path alone, as every node must for gossiped consumption.
+  for (const RlsMatch* m : {&prefix, &inner, &shared1}) EXPECT_TRUE(c->limit_index(m->key).has_value());
+}
+
 TEST(RlsConfigKeys, KeysAreInjective) {
   auto c = parse(R"(domain: d
 descriptors:
@@ -544,6 +597,8 @@ TEST(RlsConfigKeys, LimitIndexFindsTheLimitFromThePathAlone) {
            {{"wv", "xa"}},
            {{"wv", "ya"}},
            {{"exact", "foo"}},
+           {{"w3", "abc"}},
+           {{"w3", "mid"}},
        }) {
     const RlsMatch m = c->match("d", entries);
     ASSERT_NE(m.limit, nullptr);
@@ -558,9 +613,9 @@ TEST(RlsConfigKeys, LimitIndexFindsTheLimitFromThePathAlone) {
       EXPECT_EQ(c->limit_index(path + values), i) << entries[0].key;
     }
   }
-  // All 15 but w2's `foo*`, which its `fo*` before it shadows.
-  EXPECT_EQ(seen.size(), 14u);
-  EXPECT_EQ(c->limit_count(), 15u);
+  // All 17 but w2's `foo*`, which its `fo*` before it shadows.
+  EXPECT_EQ(seen.size(), 16u);
+  EXPECT_EQ(c->limit_count(), 17u);
 
   // A request value with separator bytes still resolves to its limit.
   const std::string odd(
@@ -802,10 +857,8 @@ TEST(RlsConfigFile, ErrorsNameFileLineAndProblem) {
       {"domain: \"d\\x1f\"\n", "rls.yaml:1:9:", "`domain` must not contain control characters"},
       // share_threshold needs a wildcard value
       {d + "  - key: a\n    value: b\n    share_threshold: true\n",
-       "rls.yaml:3:5:", "`share_threshold` needs a wildcard `value` ending in '*'"},
+       "rls.yaml:3:5:", "`share_threshold` needs a wildcard `value` (one with a '*')"},
       {d + "  - key: a\n    share_threshold: true\n", "rls.yaml:3:5:", "`share_threshold` needs a wildcard"},
-      {d + "  - key: a\n    value: b*c\n    share_threshold: true\n",
-       "rls.yaml:3:5:", "`share_threshold` needs a wildcard"},
       // numbers out of range
       {a + "      unit: second\n      requests_per_unit: 5\n      burst: 0\n",
        "rls.yaml:7:14:", "`burst` must be between 1 and 1000000000000, got 0"},

@@ -66,6 +66,43 @@ TEST(GlobMatch, BacktracksOverRepeatedPrefixes) {
   EXPECT_FALSE(glob_match("a*a*a*a*b", std::string(5000, 'a')));
 }
 
+TEST(GlobMatch, TheStartAndTheEndDoNotOverlap) {
+  EXPECT_FALSE(glob_match("a*a", "a"));
+  EXPECT_TRUE(glob_match("a*a", "aa"));
+  EXPECT_FALSE(glob_match("ab*ba", "aba"));
+  EXPECT_TRUE(glob_match("ab*ba", "abba"));
+  EXPECT_TRUE(glob_match("**", "x"));
+  EXPECT_TRUE(glob_match("a**b", "ab"));
+  EXPECT_FALSE(glob_match("*x*x*", "x"));
+}
+
+// The matcher against the definition (recursive: '*' takes none or one more character), over
+// every pattern and key of up to 5 characters from {a, b, *} and {a, b}.
+bool glob_by_definition(std::string_view p, std::string_view k) {
+  if (p.empty()) return k.empty();
+  if (p[0] == '*') return glob_by_definition(p.substr(1), k) || (!k.empty() && glob_by_definition(p, k.substr(1)));
+  return !k.empty() && p[0] == k[0] && glob_by_definition(p.substr(1), k.substr(1));
+}
+
+TEST(GlobMatch, AgreesWithTheDefinitionOnEverySmallPatternAndKey) {
+  auto all = [](std::string_view alphabet, size_t max_len) {
+    std::vector<std::string> out = {""};
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].size() == max_len) continue;
+      for (char c : alphabet) out.push_back(out[i] + c);
+    }
+    return out;
+  };
+  size_t checked = 0;
+  for (const std::string& p : all("ab*", 5)) {
+    for (const std::string& k : all("ab", 5)) {
+      ASSERT_EQ(glob_match(p, k), glob_by_definition(p, k)) << "pattern \"" << p << "\" key \"" << k << "\"";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, size_t(364 * 63));
+}
+
 // Builds the rules in order; line = position + 1 so tests can tell which rule won.
 RuleSet rules_of(std::vector<std::string> patterns, bool with_default) {
   std::vector<Rule> rules;

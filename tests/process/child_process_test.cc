@@ -51,7 +51,8 @@ TEST_F(ChildProcessTest, RunsWithItsEnvironmentOnTopOfOursAndLogsBothStreams) {
 }
 
 TEST_F(ChildProcessTest, AChildThatIgnoresTheSignalIsReportedStillRunningThenKilled) {
-  ChildProcess child({.argv = {"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}, .log = dir_ / "log"});
+  ChildProcess child(
+      {.argv = {"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}, .log = dir_ / "log"});
   // Wait until the trap is set (the child says so), so that SIGTERM meets it.
   for (int i = 0; i < 2000 && read(dir_ / "log").empty(); ++i) ::usleep(5000);
   ASSERT_EQ(read(dir_ / "log"), "ready\n");
