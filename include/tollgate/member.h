@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -108,13 +109,16 @@ struct MemberStats {
   std::string stopped_by;
 };
 
-// One descriptor of an Envoy rate limit request: its entries in order, and its own hits_addend
-// if it has one (has_hits; 0 then only looks). The entries are views: the strings they point to
-// must outlive the call (`{{"ip", request.ip()}}` dangles if ip() returns a string by value).
+// One descriptor of an Envoy rate limit request: its entries in order, its own hits_addend if it
+// has one (has_hits; 0 then only looks), and Envoy's limit override if it carries one (the
+// override wins over the config, RlsConfig::match_override). The entries are views: the strings
+// they point to must outlive the call (`{{"ip", request.ip()}}` dangles if ip() returns a string
+// by value).
 struct RateLimitDescriptor {
   std::vector<RlsEntry> entries;
   bool has_hits = false;
   uint64_t hits = 0;
+  std::optional<RlsLimitOverride> limit = std::nullopt;
 };
 
 // One descriptor's answer, as tollgated's rate limit service gives it (docs/operations.md 10.3).

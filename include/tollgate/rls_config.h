@@ -62,6 +62,11 @@ bool parse_rls_unit(std::string_view text, RlsUnit* out);
 inline constexpr char kRlsKeyPrefix = '\x1e';
 inline constexpr char kRlsKeyPathSep = '\x1f';
 inline constexpr char kRlsKeyValuesSep = '\x1d';
+// The second byte of the bucket key of a descriptor that carries Envoy's limit override:
+//   0x1E 0x1C requests_per_unit ':' unit ':' unit_multiplier 0x1F domain 0x1D entries
+// where entries are every entry of the descriptor as "LEN:KEY" "LEN:VALUE": one cluster-wide
+// bucket per overriding limit and descriptor, whose limit every node reads from the key.
+inline constexpr char kRlsOverrideMark = '\x1c';
 // The domain and node path of a bucket key (everything before the values) may take at most this
 // many bytes, so that a digest of the values always fits the key table's 256-byte keys.
 inline constexpr size_t kRlsMaxKeyPathBytes = 192;
@@ -83,6 +88,14 @@ struct RlsLimit {
   Limit bucket;
 
   bool limited() const { return !unlimited && requests_per_unit > 0; }
+};
+
+// Envoy's limit override on one request descriptor (a route's rate_limits[].limit, often set
+// from dynamic metadata): the limit Envoy chose instead of the config's.
+struct RlsLimitOverride {
+  uint32_t requests_per_unit = 0;  // 0 blocks every request that costs anything, as the config's
+  RlsUnit unit = RlsUnit::kUnknown;
+  uint32_t unit_multiplier = 1;  // 0 is read as 1
 };
 
 // One descriptor of a domain's tree, as configured.
@@ -122,6 +135,10 @@ struct RlsMatch {
   std::string key;
   // Bytes of `key` before the values (prefix, domain, node path and the 0x1D separator).
   size_t path_bytes = 0;
+  // The descriptor carried a limit override that could not be honoured (no unit, a period over
+  // 100 years, or kMaxOverrideLimits distinct overrides in use already): this is the config's
+  // match instead. Front ends count it.
+  bool override_ignored = false;
 };
 
 class RlsConfig {
@@ -143,6 +160,16 @@ class RlsConfig {
   // Resolves one descriptor, without `replaces` (see apply_replaces).
   RlsMatch match(std::string_view domain, std::span<const RlsEntry> entries) const;
 
+  // Resolves a descriptor that carries Envoy's limit override, as the reference server does: in a
+  // domain of the config the override wins (the config's tree is not consulted; no shadow mode,
+  // no name, replaces nothing), in another domain there is no limit. Its bucket is one per
+  // overriding limit and descriptor (kRlsOverrideMark). An override that cannot be honoured gives
+  // match() with override_ignored set, never no limit.
+  RlsMatch match_override(std::string_view domain, std::span<const RlsEntry> entries,
+                          const RlsLimitOverride& limit) const;
+  // How many distinct override limits (requests_per_unit, unit, multiplier) one config serves.
+  static constexpr uint32_t kMaxOverrideLimits = 64;
+
   // The request-level `replaces` rule of the reference server: gathers the names every matched
   // limit replaces, then clears each match (limit = null, key empty) whose limit's name is one.
   static void apply_replaces(std::span<RlsMatch> matches);
@@ -151,12 +178,17 @@ class RlsConfig {
   // any values part), or nullopt if `key` is not one of this config's.
   std::optional<uint32_t> limit_index(std::string_view key) const;
   // The limit at an index from limit_index (always limited()).
-  const RlsLimit& limit(uint32_t index) const { return *limits_[index]; }
+  const RlsLimit& limit(uint32_t index) const;
+  // The configured limits (indices 0 .. limit_count() - 1).
   size_t limit_count() const { return limits_.size(); }
+  // Every index limit_index can return: the configured limits, then kMaxOverrideLimits slots for
+  // override limits (each taken when its limit is first used, by any thread).
+  size_t limit_slots() const { return limits_.size() + kMaxOverrideLimits; }
   // The limit at an index from limit_index as metrics name it, in the reference server's style:
   // the domain, then each level's key, "_value" when it has one ("_a*b" for a wildcard),
-  // joined with '.': "web.path_/a.user".
-  const std::string& label(uint32_t index) const { return labels_[index]; }
+  // joined with '.': "web.path_/a.user"; an override limit's is "(override 10 per minute)" ("" for
+  // an override slot not used yet).
+  const std::string& label(uint32_t index) const;
 
  private:
   struct Node;

@@ -1,9 +1,12 @@
 #include "tollgate/rls_config.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cctype>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -114,10 +117,59 @@ struct RlsConfig::Node {
   StringMap<Node*> any;             // valueless children, by key
 };
 
+// The limits of Envoy's overrides, taken as they are first used (on gRPC, HTTP, API worker and
+// node threads alike): a slot is written once, under the mutex, before `used` publishes it, so
+// readers scan the published slots without a lock and a limit's address never changes.
+struct OverrideLimits {
+  struct Slot {
+    RlsLimitOverride spec;
+    RlsLimit limit;
+    std::string label;
+  };
+  std::array<Slot, RlsConfig::kMaxOverrideLimits> slots;
+  std::atomic<uint32_t> used{0};
+  std::mutex mutex;
+
+  static bool same(const RlsLimitOverride& a, const RlsLimitOverride& b) {
+    return a.requests_per_unit == b.requests_per_unit && a.unit == b.unit && a.unit_multiplier == b.unit_multiplier;
+  }
+  // The slot of `spec` (normalized: multiplier >= 1, unit known), taking a free one if it is new;
+  // nullopt when every slot holds another limit.
+  std::optional<uint32_t> find_or_add(const RlsLimitOverride& spec) {
+    for (uint32_t n = used.load(std::memory_order_acquire), i = 0; i < n; ++i) {
+      if (same(slots[i].spec, spec)) return i;
+    }
+    std::lock_guard lock(mutex);
+    const uint32_t n = used.load(std::memory_order_relaxed);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (same(slots[i].spec, spec)) return i;
+    }
+    if (n == slots.size()) return std::nullopt;
+    Slot& slot = slots[n];
+    slot.spec = spec;
+    RlsLimit& l = slot.limit;
+    l.requests_per_unit = spec.requests_per_unit;
+    l.unit = spec.unit;
+    l.unit_multiplier = spec.unit_multiplier;
+    if (l.limited()) {
+      const int64_t period_s = rls_unit_seconds(spec.unit) * int64_t(spec.unit_multiplier);
+      l.bucket.rate = Rate{int64_t(spec.requests_per_unit), period_s * 1'000'000'000};
+      l.bucket.burst = spec.requests_per_unit;
+      l.bucket.max_debt = l.bucket.burst;
+    }
+    slot.label = "(override " + std::to_string(spec.requests_per_unit) + " per " +
+                 (spec.unit_multiplier == 1 ? "" : std::to_string(spec.unit_multiplier) + " ") +
+                 rls_unit_name(spec.unit) + ")";
+    used.store(n + 1, std::memory_order_release);
+    return n;
+  }
+};
+
 struct RlsConfig::Tree {
   std::deque<Node> nodes;
   StringMap<Node*> roots;       // by domain
   StringMap<uint32_t> by_path;  // Node::path of each limited node -> index into limits_
+  OverrideLimits overrides;
 };
 
 RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domains)), tree_(std::make_unique<Tree>()) {
@@ -272,8 +324,93 @@ void RlsConfig::apply_replaces(std::span<RlsMatch> matches) {
   }
 }
 
+namespace {
+
+// An override as Envoy sent it, made usable: the multiplier 0 read as 1. False if it cannot be
+// honoured: no unit, or a period over 100 years (the config's own bound).
+bool normalize(RlsLimitOverride& o) {
+  if (o.unit_multiplier == 0) o.unit_multiplier = 1;
+  if (o.unit == RlsUnit::kUnknown || rls_unit_seconds(o.unit) == 0) return false;
+  return rls_unit_seconds(o.unit) * int64_t(o.unit_multiplier) <= int64_t(100) * 365 * 86400;
+}
+
+void append_counted(std::string& out, std::string_view bytes) {
+  out.append(std::to_string(bytes.size())).append(1, ':').append(bytes);
+}
+
+// Takes a decimal number (at most `max`, no leading zero) and the `stop` after it from the front
+// of `text`: an override's fields in its bucket key. False if malformed.
+bool take_number(std::string_view& text, char stop, uint64_t max, uint64_t* out) {
+  const size_t end = text.find(stop);
+  if (end == 0 || end == std::string_view::npos || end > 10) return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    v = v * 10 + uint64_t(text[i] - '0');
+  }
+  if (v > max || (end > 1 && text[0] == '0')) return false;  // one spelling per number
+  *out = v;
+  text.remove_prefix(end + 1);
+  return true;
+}
+
+}  // namespace
+
+RlsMatch RlsConfig::match_override(std::string_view domain, std::span<const RlsEntry> entries,
+                                   const RlsLimitOverride& limit) const {
+  if (!tree_ || !tree_->roots.contains(domain)) return {};  // the reference's: no limit outside the config
+  RlsLimitOverride spec = limit;
+  std::optional<uint32_t> slot;
+  if (normalize(spec)) slot = tree_->overrides.find_or_add(spec);
+  if (!slot) {
+    RlsMatch m = match(domain, entries);
+    m.override_ignored = true;
+    return m;
+  }
+  RlsMatch m;
+  m.limit = &tree_->overrides.slots[*slot].limit;
+  if (!m.limit->limited()) return m;  // requests_per_unit 0: blocks, no bucket
+  m.key.reserve(32 + domain.size() + 8 * entries.size());
+  m.key += kRlsKeyPrefix;
+  m.key += kRlsOverrideMark;
+  m.key.append(std::to_string(spec.requests_per_unit)).append(1, ':');
+  m.key.append(std::to_string(int(spec.unit))).append(1, ':');
+  m.key.append(std::to_string(spec.unit_multiplier)).append(1, kRlsKeyPathSep);
+  m.key.append(domain).append(1, kRlsKeyValuesSep);
+  m.path_bytes = m.key.size();
+  for (const RlsEntry& e : entries) {
+    append_counted(m.key, e.key);
+    append_counted(m.key, e.value);
+  }
+  return m;
+}
+
+const RlsLimit& RlsConfig::limit(uint32_t index) const {
+  return index < limits_.size() ? *limits_[index] : tree_->overrides.slots[index - limits_.size()].limit;
+}
+
+const std::string& RlsConfig::label(uint32_t index) const {
+  return index < limits_.size() ? labels_[index] : tree_->overrides.slots[index - limits_.size()].label;
+}
+
 std::optional<uint32_t> RlsConfig::limit_index(std::string_view key) const {
   if (!tree_ || key.empty() || key[0] != kRlsKeyPrefix) return std::nullopt;
+  if (key.size() > 1 && key[1] == kRlsOverrideMark) {
+    // An override's bucket: its limit is in the key, its domain must be one of ours.
+    std::string_view rest = key.substr(2);
+    uint64_t rpu = 0, unit = 0, multiplier = 0;
+    if (!take_number(rest, ':', UINT32_MAX, &rpu) || !take_number(rest, ':', 7, &unit) ||
+        !take_number(rest, kRlsKeyPathSep, UINT32_MAX, &multiplier)) {
+      return std::nullopt;
+    }
+    const size_t end = rest.find(kRlsKeyValuesSep);
+    if (end == std::string_view::npos || !tree_->roots.contains(rest.substr(0, end))) return std::nullopt;
+    RlsLimitOverride spec{uint32_t(rpu), RlsUnit(unit), uint32_t(multiplier)};
+    if (rpu == 0 || multiplier == 0 || !normalize(spec)) return std::nullopt;
+    const std::optional<uint32_t> slot = tree_->overrides.find_or_add(spec);
+    if (!slot) return std::nullopt;
+    return uint32_t(limits_.size()) + *slot;
+  }
   const size_t end = key.find(kRlsKeyValuesSep);
   if (end == std::string_view::npos) return std::nullopt;
   auto it = tree_->by_path.find(key.substr(0, end));

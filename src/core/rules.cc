@@ -82,7 +82,7 @@ std::string RuleSet::label(uint32_t index) const {
   return "rls:" + rls_->label(index - uint32_t(rules_.size()) - 1);
 }
 
-uint32_t RuleSet::size() const { return uint32_t(rules_.size() + 1 + (rls_ ? rls_->limit_count() : 0)); }
+uint32_t RuleSet::size() const { return uint32_t(rules_.size() + 1 + (rls_ ? rls_->limit_slots() : 0)); }
 
 static_assert(kRlsKeyPrefix == kReservedKeyByte, "the doors refuse exactly the keys RLS buckets are named by");
 

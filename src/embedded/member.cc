@@ -257,7 +257,7 @@ class Member::Impl {
     if (!config) throw std::invalid_argument("tollgate::Member::should_rate_limit: the member has no rls_config");
     std::vector<rls::DescriptorInput> inputs;
     inputs.reserve(descriptors.size());
-    for (const RateLimitDescriptor& d : descriptors) inputs.push_back({d.entries, d.has_hits, d.hits});
+    for (const RateLimitDescriptor& d : descriptors) inputs.push_back({d.entries, d.limit, d.has_hits, d.hits});
     rls::Plan plan;
     if (std::string why = rls::plan_request(config, domain, hits_addend, inputs, host_->max_key_bytes(), plan);
         !why.empty()) {

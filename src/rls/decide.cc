@@ -57,6 +57,7 @@ int64_t until_full_ns(const Decision& d) { return refills(d) ? nanos_to_hold(d, 
 std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_view domain, uint32_t request_hits,
                          const std::vector<DescriptorInput>& descriptors, size_t max_key_bytes, Plan& plan) {
   plan.descriptors.clear();
+  plan.overrides_ignored = 0;
   plan.config = std::move(config);
   if (domain.empty()) return "domain must not be empty";
   if (descriptors.empty()) return "the request has no descriptors";
@@ -83,7 +84,11 @@ std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_vi
     }
     DescriptorPlan& p = plan.descriptors.emplace_back();
     p.hits = in.has_hits ? int64_t(in.hits) : default_hits;
-    if (plan.config) p.match = plan.config->match(domain, in.entries);
+    if (plan.config) {
+      p.match = in.limit ? plan.config->match_override(domain, in.entries, *in.limit)
+                         : plan.config->match(domain, in.entries);
+      plan.overrides_ignored += p.match.override_ignored;
+    }
   }
   std::vector<RlsMatch> matches;
   matches.reserve(plan.descriptors.size());

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,12 +42,16 @@ struct DescriptorPlan {
 struct Plan {
   std::shared_ptr<const RlsConfig> config;  // keeps every match.limit alive
   std::vector<DescriptorPlan> descriptors;
+  // Limit overrides that could not be honoured (RlsMatch::override_ignored): those descriptors
+  // have the config's limit. Front ends count them.
+  size_t overrides_ignored = 0;
 };
 
 // A request descriptor as the front end read it off the wire.
 struct DescriptorInput {
   std::vector<RlsEntry> entries;
-  bool has_hits = false;  // the descriptor's own hits_addend was set
+  std::optional<RlsLimitOverride> limit;  // Envoy's limit override, if it sent one
+  bool has_hits = false;                  // the descriptor's own hits_addend was set
   uint64_t hits = 0;
 };
 

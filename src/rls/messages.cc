@@ -75,11 +75,14 @@ std::string plan_from_message(const pb::RateLimitRequest& request, std::shared_p
     const pb::RateLimitDescriptor& d = request.descriptors(int(i));
     if (d.is_negative_hits())
       return "descriptor " + std::to_string(i) + ": refunds (is_negative_hits) are not supported";
-    if (d.has_limit()) {
-      return "descriptor " + std::to_string(i) +
-             ": limit overrides are not supported; configure the limit in the RLS config instead";
-    }
     DescriptorInput& in = inputs[i];
+    if (d.has_limit()) {
+      RlsLimitOverride& o = in.limit.emplace();
+      o.requests_per_unit = d.limit().requests_per_unit();
+      // An enum value this proto does not know reads as itself: RlsConfig refuses it as no unit.
+      o.unit = d.limit().unit() >= 0 && d.limit().unit() <= 7 ? RlsUnit(d.limit().unit()) : RlsUnit::kUnknown;
+      o.unit_multiplier = d.limit().has_unit_multiplier() ? d.limit().unit_multiplier().value() : 1;
+    }
     in.entries.reserve(size_t(std::min(d.entries_size(), int(kMaxEntries) + 1)));
     for (int j = 0; j < d.entries_size() && in.entries.size() <= kMaxEntries; ++j) {
       in.entries.push_back({d.entries(j).key(), d.entries(j).value()});

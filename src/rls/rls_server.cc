@@ -222,6 +222,9 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
          &Impl::unavailable_},
         {{"rls_shadow_over_limit", StatKind::kCounter, "Descriptors a shadow-mode limit would have put over"},
          &Impl::shadow_over_},
+        {{"rls_overrides_ignored", StatKind::kCounter,
+          "Descriptor limit overrides not honoured (no unit, or too many distinct ones): the config's limit applied"},
+         &Impl::overrides_ignored_},
     };
     return kStats;
   }
@@ -312,7 +315,9 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
       std::lock_guard lock(config_mu_);
       config = config_;
     }
-    return plan_from_message(request, std::move(config), options_.max_key_bytes, plan);
+    std::string why = plan_from_message(request, std::move(config), options_.max_key_bytes, plan);
+    overrides_ignored_ += int64_t(plan.overrides_ignored);
+    return why;
   }
 
   // gRPC thread: queue the call for the node's thread (request/node_queue.h: bounded in calls and
@@ -428,7 +433,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   std::atomic<int> deciding_{0};
 
   std::atomic<int64_t> calls_{0}, over_limit_{0}, invalid_{0}, busy_{0}, deadline_expired_{0}, cancelled_{0},
-      unavailable_{0}, shadow_over_{0};
+      unavailable_{0}, shadow_over_{0}, overrides_ignored_{0};
 };
 
 RlsServer::RlsServer(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options)

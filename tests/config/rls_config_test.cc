@@ -12,12 +12,14 @@
 #include <initializer_list>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/test_rules.h"
 #include "tollgate/config_error.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/rules.h"
+#include "util/printable.h"
 
 namespace tollgate {
 namespace {
@@ -683,7 +685,7 @@ TEST(RlsConfigKeys, RuleSetRoutesRlsKeysToTheRlsConfig) {
   EXPECT_EQ(rs.label(i), "rls:d.parent_p.child");
   EXPECT_EQ(rs.label(0), "*");
   EXPECT_EQ(rs.label(1), "(default)");
-  EXPECT_EQ(rs.size(), 2u + c->limit_count());
+  EXPECT_EQ(rs.size(), 2u + c->limit_count() + RlsConfig::kMaxOverrideLimits);
   // Every other limit too.
   const RlsMatch k = match(*c, "d", {{"k", "v"}});
   EXPECT_EQ(rs.limit(rs.match(k.key)), (Limit{Rate{10, kSec}, 10, 10}));
@@ -716,6 +718,141 @@ TEST(RlsConfigKeys, RuleSetRoutesRlsKeysToTheRlsConfig) {
 }
 
 // --- replaces ----------------------------------------------------------------------------------
+
+constexpr char kOverrideConfig[] = R"(domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 10, name: configured}
+)";
+
+RlsMatch override_match(const RlsConfig& c, std::string_view domain, std::initializer_list<RlsEntry> entries,
+                        RlsLimitOverride o) {
+  return c.match_override(domain, std::vector<RlsEntry>(entries), o);
+}
+
+TEST(RlsConfigOverride, TheOverrideWinsWithABucketPerLimitAndDescriptor) {
+  auto c = parse(kOverrideConfig);
+  const RlsLimitOverride per_minute{5, RlsUnit::kMinute, 1};
+  const RlsMatch a = override_match(*c, "d", {{"k", "a"}}, per_minute);
+  ASSERT_NE(a.limit, nullptr);
+  EXPECT_FALSE(a.override_ignored);
+  EXPECT_EQ(a.limit->requests_per_unit, 5u);
+  EXPECT_EQ(a.limit->unit, RlsUnit::kMinute);
+  EXPECT_EQ(a.limit->name, "");  // the reference's: an override has no name and replaces nothing
+  EXPECT_EQ(a.limit->bucket, (Limit{Rate{5, 60 * kSec}, 5, 5}));
+  EXPECT_FALSE(a.shadow_mode);
+  EXPECT_EQ(a.key, std::string("\x1e\x1c"
+                               "5:2:1\x1f"
+                               "d\x1d"
+                               "1:k1:a"));
+  EXPECT_EQ(a.path_bytes, a.key.find('\x1d') + 1);
+  // Entries the config's tree does not have at all: the override still limits them.
+  const RlsMatch b = override_match(*c, "d", {{"other", "x"}, {"deeper", ""}}, per_minute);
+  ASSERT_NE(b.limit, nullptr);
+  EXPECT_EQ(b.limit, a.limit);  // one limit object per distinct override
+  EXPECT_EQ(b.key.substr(b.path_bytes), "5:other1:x6:deeper0:");
+  // Another limit for the same descriptor is another bucket; the multiplier is part of it.
+  const RlsMatch c10 = override_match(*c, "d", {{"k", "a"}}, {5, RlsUnit::kMinute, 10});
+  EXPECT_NE(c10.key, a.key);
+  EXPECT_EQ(c10.limit->bucket.rate, (Rate{5, 600 * kSec}));
+  EXPECT_EQ(override_match(*c, "d", {{"k", "a"}}, {5, RlsUnit::kMinute, 0}).key, a.key);  // 0 reads as 1
+  // Outside the config's domains there is no limit, as the reference answers.
+  EXPECT_EQ(override_match(*c, "other", {{"k", "a"}}, per_minute).limit, nullptr);
+  // requests_per_unit 0 blocks without a bucket, as a configured 0 does.
+  const RlsMatch zero = override_match(*c, "d", {{"k", "a"}}, {0, RlsUnit::kSecond, 1});
+  ASSERT_NE(zero.limit, nullptr);
+  EXPECT_FALSE(zero.limit->limited());
+  EXPECT_FALSE(zero.limit->unlimited);
+  EXPECT_EQ(zero.key, "");
+}
+
+TEST(RlsConfigOverride, EveryNodeFindsTheOverridesLimitFromTheKeyAlone) {
+  auto c = parse(kOverrideConfig);
+  const RlsMatch m = override_match(*c, "d", {{"k", "a"}}, {7, RlsUnit::kHour, 2});
+  // Another node, with the same config but that never saw the request, hears the key by gossip.
+  auto other = parse(kOverrideConfig);
+  RuleSet rules({}, std::nullopt, other);
+  const uint32_t i = rules.match(m.key);
+  ASSERT_NE(i, RuleSet::kUnlimited);
+  EXPECT_EQ(rules.limit(i), (Limit{Rate{7, 7200 * kSec}, 7, 7}));
+  EXPECT_EQ(rules.label(i), "rls:(override 7 per 2 hour)");
+  EXPECT_LT(i, rules.size());
+  EXPECT_EQ(rules.match(m.key.substr(0, m.path_bytes) + "#digest"), i);  // an over-long key's values digested
+  // Keys that are not one: malformed numbers, an unknown domain, no unit, a zero multiplier.
+  for (const std::string& bad : {std::string("\x1e\x1c"
+                                             "7:3:2\x1f"
+                                             "nope\x1d"),
+                                 std::string("\x1e\x1c"
+                                             "7:0:2\x1f"
+                                             "d\x1d"),
+                                 std::string("\x1e\x1c"
+                                             "7:3:0\x1f"
+                                             "d\x1d"),
+                                 std::string("\x1e\x1c"
+                                             "07:3:2\x1f"
+                                             "d\x1d"),
+                                 std::string("\x1e\x1c"
+                                             "7:8:2\x1f"
+                                             "d\x1d"),
+                                 std::string("\x1e\x1c"
+                                             "7:3:2"
+                                             "d\x1d"),
+                                 std::string("\x1e\x1c"
+                                             "x:3:2\x1f"
+                                             "d\x1d"),
+                                 std::string("\x1e\x1c"
+                                             "7:3:2\x1f"
+                                             "d"),
+                                 std::string("\x1e\x1c"
+                                             "99999999999:3:2\x1f"
+                                             "d\x1d")}) {
+    EXPECT_FALSE(other->limit_index(bad).has_value()) << printable(bad);
+  }
+}
+
+TEST(RlsConfigOverride, AnOverrideThatCannotBeHonouredFallsBackToTheConfigAndSaysSo) {
+  auto c = parse(kOverrideConfig);
+  // No unit: the config's limit, flagged (the front end counts it), never no limit.
+  const RlsMatch no_unit = override_match(*c, "d", {{"k", "a"}}, {5, RlsUnit::kUnknown, 1});
+  EXPECT_TRUE(no_unit.override_ignored);
+  ASSERT_NE(no_unit.limit, nullptr);
+  EXPECT_EQ(no_unit.limit->name, "configured");
+  EXPECT_EQ(no_unit.key, match(*c, "d", {{"k", "a"}}).key);
+  // A period beyond 100 years.
+  EXPECT_TRUE(override_match(*c, "d", {{"k", "a"}}, {5, RlsUnit::kYear, 101}).override_ignored);
+  // Every slot taken by another limit: the 65th distinct override falls back too.
+  for (uint32_t n = 1; n <= RlsConfig::kMaxOverrideLimits; ++n) {
+    ASSERT_FALSE(override_match(*c, "d", {{"k", "a"}}, {n, RlsUnit::kSecond, 1}).override_ignored) << n;
+  }
+  const RlsMatch full = override_match(*c, "d", {{"k", "a"}}, {1000, RlsUnit::kSecond, 1});
+  EXPECT_TRUE(full.override_ignored);
+  EXPECT_EQ(full.limit->name, "configured");
+  EXPECT_FALSE(override_match(*c, "d", {{"k", "a"}}, {3, RlsUnit::kSecond, 1}).override_ignored);  // known: served
+}
+
+TEST(RlsConfigOverride, ThreadsTakingSlotsAtOnceAgreeOnEachLimit) {
+  auto c = parse(kOverrideConfig);
+  constexpr uint32_t kLimits = 40;
+  std::vector<std::vector<const RlsLimit*>> seen(4, std::vector<const RlsLimit*>(kLimits));
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < seen.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (uint32_t k = 0; k < kLimits; ++k) {
+        const uint32_t n = (k * 7 + uint32_t(t) * 13) % kLimits + 1;  // each thread its own order
+        seen[t][n - 1] = override_match(*c, "d", {{"k", "a"}}, {n, RlsUnit::kSecond, 1}).limit;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  std::set<const RlsLimit*> distinct;
+  for (uint32_t n = 1; n <= kLimits; ++n) {
+    for (size_t t = 1; t < seen.size(); ++t) EXPECT_EQ(seen[t][n - 1], seen[0][n - 1]) << n;
+    ASSERT_NE(seen[0][n - 1], nullptr);
+    EXPECT_EQ(seen[0][n - 1]->requests_per_unit, n);
+    distinct.insert(seen[0][n - 1]);
+  }
+  EXPECT_EQ(distinct.size(), size_t(kLimits));
+}
 
 TEST(RlsConfigReplaces, MatchedLimitsReplaceOthersByNameWithinOneRequest) {
   auto c = parse(R"(domain: d

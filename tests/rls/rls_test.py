@@ -314,6 +314,44 @@ class SingleDaemon(unittest.TestCase):
         self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("is_negative_hits", err.exception.details())
 
+    def test_a_limit_override_wins_over_the_config(self):
+        # Envoy's route rate_limits[].limit: the reference server's rule is that the override wins
+        # in a known domain, with a bucket per overriding limit and descriptor.
+        def call(domain, entries, rpu, unit, multiplier=None):
+            request = rls_pb2.RateLimitRequest(domain=domain.encode())
+            d = request.descriptors.add()
+            for k, v in entries:
+                e = d.entries.add()
+                e.key, e.value = k.encode(), v.encode()
+            d.limit.requests_per_unit = rpu
+            d.limit.unit = unit
+            if multiplier is not None:
+                d.limit.unit_multiplier.value = multiplier
+            return self.d.stub.ShouldRateLimit(request, timeout=5)
+
+        for i in range(3):
+            r = call("basic", [("key2", "ovr")], 3, rls_pb2.MINUTE)
+            self.assertEqual(r.overall_code, OK, "call %d" % (i + 1))
+            self.assertEqual(r.statuses[0].limit_remaining, 2 - i)
+            self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 3)
+            self.assertEqual(r.statuses[0].current_limit.unit, rls_pb2.MINUTE)
+        self.assertEqual(call("basic", [("key2", "ovr")], 3, rls_pb2.MINUTE).overall_code, OVER)
+        # The config's own bucket (20/min) was not touched, and another override is another bucket.
+        self.assertEqual(self.d.one("basic", [("key2", "ovr")]).statuses[0].limit_remaining, 19)
+        self.assertEqual(call("basic", [("key2", "ovr")], 3, rls_pb2.MINUTE, multiplier=2).statuses[0].limit_remaining, 2)
+        # Entries the config has no limit for are limited by the override.
+        self.assertEqual(call("basic", [("unconfigured", "x")], 1, rls_pb2.HOUR).overall_code, OK)
+        self.assertEqual(call("basic", [("unconfigured", "x")], 1, rls_pb2.HOUR).overall_code, OVER)
+        # An override without a unit cannot be honoured: the config's limit applies (never none).
+        r = call("basic", [("key2", "ovr")], 3, rls_pb2.UNKNOWN)
+        self.assertEqual(r.overall_code, OK)
+        self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 20)
+        self.assertEqual(r.statuses[0].limit_remaining, 18)
+        # In a domain the config does not have, no limit, as the reference answers.
+        r = call("no-such-domain", [("key2", "ovr")], 1, rls_pb2.SECOND)
+        self.assertEqual(r.overall_code, OK)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+
     def test_bytes_that_are_not_utf8_and_long_values(self):
         request = rls_pb2.RateLimitRequest(domain=b"basic")
         e = request.descriptors.add().entries.add()
