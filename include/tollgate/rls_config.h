@@ -136,7 +136,8 @@ struct RlsMatch {
   // Bytes of `key` before the values (prefix, domain, node path and the 0x1D separator).
   size_t path_bytes = 0;
   // The descriptor carried a limit override that could not be honoured (no unit, a period over
-  // 100 years, or kMaxOverrideLimits distinct overrides in use already): this is the config's
+  // 100 years, a domain too long for its bucket key's path, or kMaxOverrideLimits distinct
+  // overrides in use already): this is the config's
   // match instead. Front ends count it.
   bool override_ignored = false;
 };

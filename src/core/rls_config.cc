@@ -378,6 +378,11 @@ RlsMatch RlsConfig::match_override(std::string_view domain, std::span<const RlsE
   m.key.append(std::to_string(spec.unit_multiplier)).append(1, kRlsKeyPathSep);
   m.key.append(domain).append(1, kRlsKeyValuesSep);
   m.path_bytes = m.key.size();
+  if (m.path_bytes > kRlsMaxKeyPathBytes) {  // a domain too long to leave room for a digest of the values
+    RlsMatch config_match = match(domain, entries);
+    config_match.override_ignored = true;
+    return config_match;
+  }
   for (const RlsEntry& e : entries) {
     append_counted(m.key, e.key);
     append_counted(m.key, e.value);

@@ -820,6 +820,12 @@ TEST(RlsConfigOverride, AnOverrideThatCannotBeHonouredFallsBackToTheConfigAndSay
   EXPECT_EQ(no_unit.key, match(*c, "d", {{"k", "a"}}).key);
   // A period beyond 100 years.
   EXPECT_TRUE(override_match(*c, "d", {{"k", "a"}}, {5, RlsUnit::kYear, 101}).override_ignored);
+  // A domain so long that the key's path would leave no room for a digest of the values.
+  const std::string long_domain(187, 'x');  // the config's path (1 + 187 + 2 bytes) fits, the override's does not
+  auto long_config = parse("domain: " + long_domain +
+                           "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
+  EXPECT_TRUE(override_match(*long_config, long_domain, {{"k", "a"}}, {5, RlsUnit::kSecond, 1}).override_ignored);
+  EXPECT_FALSE(override_match(*long_config, long_domain, {{"k", "a"}}, {5, RlsUnit::kSecond, 1}).key.empty());
   // Every slot taken by another limit: the 65th distinct override falls back too.
   for (uint32_t n = 1; n <= RlsConfig::kMaxOverrideLimits; ++n) {
     ASSERT_FALSE(override_match(*c, "d", {{"k", "a"}}, {n, RlsUnit::kSecond, 1}).override_ignored) << n;
