@@ -119,6 +119,7 @@ struct RateLimitDescriptor {
   bool has_hits = false;
   uint64_t hits = 0;
   std::optional<RlsLimitOverride> limit = std::nullopt;
+  bool is_negative_hits = false;  // a refund: the hits are given back (never above burst), not charged
 };
 
 // One descriptor's answer, as tollgated's rate limit service gives it (docs/operations.md 10.3).

@@ -20,7 +20,7 @@ using codec_internal::kMacBytes;
 
 // Size arithmetic below assumes one-byte tags, i.e. field numbers below 16.
 static_assert(pb::Gossip::kLeavingFieldNumber < 16 && pb::Envelope::kMacFieldNumber < 16 &&
-              pb::Batch::kEntriesFieldNumber < 16 && pb::Member::kLeftFieldNumber < 16 &&
+              pb::Batch::kRefundsFieldNumber < 16 && pb::Member::kLeftFieldNumber < 16 &&
               pb::Digest::kEndsBeforeFieldNumber < 16 && pb::OriginDigest::kPreviousFieldNumber < 16);
 
 size_t varint_bytes(uint64_t v) { return google::protobuf::io::CodedOutputStream::VarintSize64(v); }
@@ -36,7 +36,12 @@ size_t bytes_field_bytes(size_t len) { return len == 0 ? 0 : field_bytes(len); }
 
 bool valid_id(std::string_view id) { return !id.empty() && id.size() <= kMaxNodeIdBytes; }
 
-bool valid_entry(const ConsumptionEntry& e) { return e.key.size() <= kMaxKeyBytes && e.tokens > 0; }
+// tokens < 0: a refund (on the wire, in Batch.refunds with the opposite sign).
+bool valid_entry(const ConsumptionEntry& e) {
+  return e.key.size() <= kMaxKeyBytes && e.tokens != 0 && e.tokens != std::numeric_limits<int64_t>::min();
+}
+
+uint64_t magnitude(int64_t tokens) { return tokens < 0 ? uint64_t(-tokens) : uint64_t(tokens); }
 
 bool valid_batch(const Batch& b) {
   return valid_id(b.origin) && b.seq >= 1 && std::all_of(b.entries.begin(), b.entries.end(), valid_entry);
@@ -52,9 +57,9 @@ void to_pb(const Batch& b, pb::Batch* out) {
   out->set_seq(b.seq);
   out->mutable_entries()->Reserve(static_cast<int>(b.entries.size()));
   for (const ConsumptionEntry& e : b.entries) {
-    pb::Entry* entry = out->add_entries();
+    pb::Entry* entry = e.tokens > 0 ? out->add_entries() : out->add_refunds();
     entry->set_key(e.key);
-    entry->set_tokens(e.tokens);
+    entry->set_tokens(int64_t(magnitude(e.tokens)));
   }
 }
 
@@ -100,8 +105,15 @@ bool from_pb(const pb::Batch& b, BatchPtr* out) {
   batch.origin = b.origin();
   batch.incarnation = b.incarnation();
   batch.seq = b.seq();
-  batch.entries.reserve(static_cast<size_t>(b.entries_size()));
-  for (const pb::Entry& e : b.entries()) batch.entries.push_back({e.key(), e.tokens()});
+  batch.entries.reserve(static_cast<size_t>(b.entries_size() + b.refunds_size()));
+  for (const pb::Entry& e : b.entries()) {
+    if (e.tokens() <= 0) return false;
+    batch.entries.push_back({e.key(), e.tokens()});
+  }
+  for (const pb::Entry& e : b.refunds()) {
+    if (e.tokens() <= 0) return false;
+    batch.entries.push_back({e.key(), -e.tokens()});
+  }
   if (!valid_batch(batch)) return false;
   *out = std::make_shared<const Batch>(std::move(batch));
   return true;
@@ -450,7 +462,7 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
   if (!gossip.ParseFromString(envelope.payload())) return fail(DecodeError::kMalformed);
 
   size_t entries = 0;
-  for (const pb::Batch& b : gossip.batches()) entries += static_cast<size_t>(b.entries_size());
+  for (const pb::Batch& b : gossip.batches()) entries += static_cast<size_t>(b.entries_size() + b.refunds_size());
   if (static_cast<size_t>(gossip.batches_size()) > kMaxBatchesPerMessage || entries > kMaxEntriesPerMessage ||
       static_cast<size_t>(gossip.members_size()) > kMaxMembersPerMessage ||
       static_cast<size_t>(gossip.digest().origins_size()) > kMaxDigestOriginsPerMessage) {
@@ -509,7 +521,7 @@ std::vector<std::vector<ConsumptionEntry>> split_for_sealing(std::vector<Consump
   std::vector<std::vector<ConsumptionEntry>> runs;
   size_t body = base;
   for (ConsumptionEntry& e : entries) {
-    const size_t entry_body = bytes_field_bytes(e.key.size()) + varint_field_bytes(static_cast<uint64_t>(e.tokens));
+    const size_t entry_body = bytes_field_bytes(e.key.size()) + varint_field_bytes(magnitude(e.tokens));
     const size_t bytes = field_bytes(entry_body);
     if (runs.empty() || (body > base && field_bytes(body + bytes) > max_batch_bytes)) {
       runs.emplace_back();

@@ -153,7 +153,7 @@ size_t max_batch_bytes_for(size_t max_datagram_bytes);
 // Splits one round's consumption (as from KeyTable::take_pending) into runs, in order, each of
 // which Ledger::seal turns into a batch by `origin` of at most max_batch_bytes (assuming the
 // largest incarnation and seq). Seal each run on its own: a round then takes several seqs.
-// Entries must be valid (key up to kMaxKeyBytes, tokens > 0); an entry too large for any batch
+// Entries must be valid (key up to kMaxKeyBytes, tokens != 0: below 0 a refund); an entry too large for any batch
 // still gets a run of its own, and the encoder then drops that batch and counts it.
 std::vector<std::vector<ConsumptionEntry>> split_for_sealing(std::vector<ConsumptionEntry> entries,
                                                              const NodeId& origin, size_t max_batch_bytes);

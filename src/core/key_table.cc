@@ -185,7 +185,21 @@ class Shard {
     return d;
   }
 
-  // This node's consumption of `cost` on the key at `slot`, for take_pending.
+  // Gives `tokens` back to the key's bucket (never above burst) and records them as this node's
+  // refund (negative consumption), for take_pending: every node gives them back. Not counted as
+  // a check. The Decision is the bucket's state after it, as a query (cost 0) reports it.
+  Decision refund(std::string_view key, size_t hash, int64_t tokens, MonoNanos now) {
+    const Decision before = decide(key, hash, 0, now);  // finds or creates the bucket
+    if (!before.limited || tokens <= 0) return before;
+    const uint32_t slot = find(key, hash);
+    Entry& e = slots_[slot];
+    e.bucket.refund(limit_of(e.rule), tokens, now);
+    record(slot, -tokens);
+    return decide(key, hash, 0, now);
+  }
+
+  // This node's consumption of `cost` on the key at `slot` (a refund when negative), for
+  // take_pending.
   void record(uint32_t slot, int64_t cost) {
     Entry& e = slots_[slot];
     e.pending += cost;
@@ -310,7 +324,7 @@ class Shard {
     size_t budget = max_keys - orphans;
     for (; !dirty_.empty() && budget > 0; --budget) {
       Entry& e = slots_[dirty_.back()];
-      if (e.pending > 0) take(e.key(), e.pending);  // (off the list only once taken: take may throw)
+      if (e.pending != 0) take(e.key(), e.pending);  // (off the list only once taken: take may throw)
       e.pending = 0;
       e.dirty = false;
       dirty_.pop_back();
@@ -553,7 +567,7 @@ class Shard {
   // pending), which keeps removal O(1).
   void erase(uint32_t slot) {
     Entry& e = slots_[slot];
-    if (e.pending > 0) orphans_.add(e.key(), e.pending);
+    if (e.pending != 0) orphans_.add(e.key(), e.pending);
     index_erase(uint32_t(hash_key(e.key())), slot);
     heap_key_bytes_ -= e.key_heap_bytes();
     e.clear_key();
@@ -719,6 +733,10 @@ class KeyTable::Impl {
 
   bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now) {
     return on_key_shard(key, [&](Shard& shard, size_t hash) { return shard.charge_remote(key, hash, tokens, now); });
+  }
+
+  Decision refund(std::string_view key, int64_t tokens, MonoNanos now) {
+    return on_key_shard(key, [&](Shard& shard, size_t hash) { return shard.refund(key, hash, tokens, now); });
   }
 
   void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
@@ -1072,6 +1090,9 @@ KeyTable& KeyTable::operator=(KeyTable&&) noexcept = default;
 
 Decision KeyTable::allow(std::string_view key, int64_t cost, MonoNanos now_ns) {
   return impl_->allow(key, cost, now_ns);
+}
+Decision KeyTable::refund(std::string_view key, int64_t tokens, MonoNanos now_ns) {
+  return impl_->refund(key, tokens, now_ns);
 }
 bool KeyTable::allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns) {
   return impl_->allow_all(items, out, now_ns);

@@ -149,12 +149,21 @@ class KeyTable {
   // charge_when_over is charged whatever the outcome (Decision::charged_anyway when denied).
   bool allow_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns);
 
+  // Gives `tokens` back to the key's bucket, never above burst (Envoy's is_negative_hits: a cost
+  // charged earlier and refunded), and records them as this node's negative consumption, which
+  // take_pending reports (summed with the key's consumption of the same round) so that every node
+  // gives them back. Not counted as a check. The Decision is the bucket after it, as a cost-0
+  // query reports it; a key no rule governs has no bucket (limited == false), and a refund of 0 or
+  // fewer tokens changes nothing.
+  Decision refund(std::string_view key, int64_t tokens, MonoNanos now_ns);
+
   // Charges `tokens` that another node admitted (see TokenBucket::consume_remote), creating the
   // bucket if a rule governs the key. Returns false if the charge was ignored (no rule, or the
   // key is too long). Not recorded as this node's consumption.
   bool charge_remote(std::string_view key, int64_t tokens, MonoNanos now_ns);
 
-  // Appends to `out` the cost admitted locally since the previous call, one entry per key
+  // Appends to `out` the cost admitted locally since the previous call (net of refunds: an entry
+  // may be negative, and a key whose refunds cancel its cost is left out), one entry per key
   // (keys evicted in between included), and resets it. Nothing is lost or reported twice. With
   // `max_keys`, takes at most that many keys' consumption and leaves the rest for later calls.
   void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys = SIZE_MAX);

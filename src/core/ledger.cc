@@ -181,7 +181,7 @@ class Ledger::Impl {
     std::vector<std::pair<size_t, uint32_t>> order;  // (hash of the key, index in entries)
     order.reserve(entries.size());
     for (uint32_t i = 0; i < entries.size(); ++i) {
-      if (entries[i].tokens > 0) order.emplace_back(std::hash<std::string_view>{}(entries[i].key), i);
+      if (entries[i].tokens != 0) order.emplace_back(std::hash<std::string_view>{}(entries[i].key), i);
     }
     std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : entries[a.second].key < entries[b.second].key;
@@ -194,10 +194,12 @@ class Ledger::Impl {
       if (!combined.empty() && hash == last_hash && combined.back().key == e.key) {
         combined.back().tokens += e.tokens;
       } else {
+        if (!combined.empty() && combined.back().tokens == 0) combined.pop_back();  // refunded as spent
         combined.push_back(std::move(e));
         last_hash = hash;
       }
     }
+    if (!combined.empty() && combined.back().tokens == 0) combined.pop_back();
     if (combined.empty()) return nullptr;
     auto batch = std::make_shared<Batch>();
     batch->origin = origin;

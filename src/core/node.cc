@@ -155,6 +155,12 @@ bool Node::check_all(std::span<const CheckItem> items, std::span<Decision> out, 
   return all;
 }
 
+Decision Node::refund(std::string_view key, int64_t tokens, MonoNanos now) {
+  const Decision d = table_.refund(key, tokens, now);
+  after_check(now);
+  return d;
+}
+
 void Node::after_check(MonoNanos now) {
   if (options_.early_seal_keys == 0 || table_.pending_keys() < options_.early_seal_keys) return;
   if (!options_.keys.concurrent) {

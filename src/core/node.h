@@ -182,6 +182,9 @@ class Node {
   // Several checks, all or nothing (KeyTable::allow_all): true if every one passed and all were
   // charged; false if none was charged.
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now_ns);
+  // Gives `tokens` back to the key's bucket, never above burst, and spreads the refund like any
+  // consumption (KeyTable::refund). Callable like check().
+  Decision refund(std::string_view key, int64_t tokens, MonoNanos now_ns);
   // Concurrent: seals what early_seal_keys allows now, on the owner's thread, after
   // NodeOptions::seal_wanted asked for it.
   void seal_early(MonoNanos now_ns);

@@ -1,6 +1,7 @@
 #include "core/token_bucket.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace tollgate {
 namespace {
@@ -103,8 +104,22 @@ Decision TokenBucket::try_acquire(const Limit& limit, int64_t cost, MonoNanos no
   return d;
 }
 
-void TokenBucket::consume_remote(const Limit& limit, int64_t tokens, MonoNanos now_ns) {
+void TokenBucket::refund(const Limit& limit, int64_t tokens, MonoNanos now_ns) {
   if (tokens <= 0) return;
+  refill(limit, now_ns);
+  const int64_t cap = cap_micro(limit);
+  if (balance_ >= cap) return;
+  // In token units first, so that an absurd figure cannot overflow the multiplication.
+  const int64_t room = (cap - balance_) / kMicrotokensPerToken + 1;
+  balance_ = tokens >= room ? cap : std::min(cap, balance_ + tokens * kMicrotokensPerToken);
+}
+
+void TokenBucket::consume_remote(const Limit& limit, int64_t tokens, MonoNanos now_ns) {
+  if (tokens < 0) {
+    if (tokens != std::numeric_limits<int64_t>::min()) refund(limit, -tokens, now_ns);
+    return;
+  }
+  if (tokens == 0) return;
   refill(limit, now_ns);
   const int64_t floor = floor_micro(limit);
   // Clamp in token units first so an absurd remote figure cannot overflow the multiplication.

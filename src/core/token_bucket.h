@@ -34,8 +34,11 @@ class TokenBucket {
   Decision try_acquire(const Limit& limit, int64_t cost, MonoNanos now_ns);
 
   // Charges consumption that another node admitted. May drive the balance negative, but never
-  // below -max_debt: debt beyond that is forgiven. Negative `tokens` are ignored.
+  // below -max_debt: debt beyond that is forgiven. Negative `tokens` are a refund (refund()).
   void consume_remote(const Limit& limit, int64_t tokens, MonoNanos now_ns);
+  // Gives `tokens` back (Envoy's is_negative_hits), never above burst: what would go beyond is
+  // lost. 0 or fewer: nothing.
+  void refund(const Limit& limit, int64_t tokens, MonoNanos now_ns);
 
   // The balance in microtokens after refilling to `now_ns`.
   int64_t balance_microtokens(const Limit& limit, MonoNanos now_ns);

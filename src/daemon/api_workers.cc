@@ -26,6 +26,7 @@ class WorkerHandler final : public RequestHandler {
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
     return node_.check_all(items, out);
   }
+  void refund(std::span<const CheckItem> items, std::span<Decision> out) override { node_.refund(items, out); }
   std::vector<MemberInfo> members() override {
     return on_node_thread<std::vector<MemberInfo>>([this] { return node_.members(); }, {});
   }

@@ -244,6 +244,12 @@ bool Daemon::check_all(std::span<const CheckItem> items, std::span<Decision> out
   return all;
 }
 
+void Daemon::refund(std::span<const CheckItem> items, std::span<Decision> out) {
+  const MonoNanos now = host_->now_ns();
+  Node& node = host_->node();
+  for (size_t i = 0; i < items.size(); ++i) out[i] = node.refund(items[i].key, items[i].cost, now);
+}
+
 std::vector<MemberInfo> Daemon::members() { return host_->node().membership().view(host_->now_ns()); }
 
 std::vector<std::pair<std::string, RuleCounters>> Daemon::rule_counters() { return host_->node().rule_counters(); }

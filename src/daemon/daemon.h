@@ -38,6 +38,7 @@ class Daemon final : public RequestHandler {
   // threads (--threads), the node's key table being concurrent then.
   void check(std::span<const CheckItem> items, std::span<Decision> out) override;
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override;
+  void refund(std::span<const CheckItem> items, std::span<Decision> out) override;
   std::vector<MemberInfo> members() override;
   StatsList stats() override;
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override;

@@ -109,6 +109,10 @@ class NodeChecks final : public RequestHandler {
   bool check_all(std::span<const CheckItem> items, std::span<Decision> out) override {
     return node_.check_all(items, out, check_now());
   }
+  void refund(std::span<const CheckItem> items, std::span<Decision> out) override {
+    const MonoNanos now = check_now();
+    for (size_t i = 0; i < items.size(); ++i) out[i] = node_.refund(items[i].key, items[i].cost, now);
+  }
   // Not asked by the decision.
   std::vector<MemberInfo> members() override { return {}; }
   StatsList stats() override { return {}; }
@@ -257,7 +261,8 @@ class Member::Impl {
     if (!config) throw std::invalid_argument("tollgate::Member::should_rate_limit: the member has no rls_config");
     std::vector<rls::DescriptorInput> inputs;
     inputs.reserve(descriptors.size());
-    for (const RateLimitDescriptor& d : descriptors) inputs.push_back({d.entries, d.limit, d.has_hits, d.hits});
+    for (const RateLimitDescriptor& d : descriptors)
+      inputs.push_back({d.entries, d.limit, d.has_hits, d.hits, d.is_negative_hits});
     rls::Plan plan;
     if (std::string why = rls::plan_request(config, domain, hits_addend, inputs, host_->max_key_bytes(), plan);
         !why.empty()) {

@@ -35,6 +35,10 @@ class RequestHandler {
   // The same, all or nothing (KeyTable::allow_all): if any check is denied, none is charged and
   // those that would have passed say kOtherCheckDenied. Returns whether all passed.
   virtual bool check_all(std::span<const CheckItem> items, std::span<Decision> out) = 0;
+  // Gives items[i].cost tokens back to items[i].key's bucket (Node::refund: never above burst,
+  // spread to every node like consumption); out[i] is the bucket after it, as a cost-0 query
+  // reports it. For Envoy's is_negative_hits; called like check().
+  virtual void refund(std::span<const CheckItem> items, std::span<Decision> out) = 0;
   virtual std::vector<MemberInfo> members() = 0;
   virtual StatsList stats() = 0;
   // Per-rule counters by RuleSet::label (Node::rule_counters), for /metrics. None by default.

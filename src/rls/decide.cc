@@ -84,6 +84,7 @@ std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_vi
     }
     DescriptorPlan& p = plan.descriptors.emplace_back();
     p.hits = in.has_hits ? int64_t(in.hits) : default_hits;
+    p.refund = in.is_negative_hits;
     if (plan.config) {
       p.match = in.limit ? plan.config->match_override(domain, in.entries, *in.limit)
                          : plan.config->match(domain, in.entries);
@@ -122,6 +123,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       continue;
     }
     out[i].limit = limit;
+    if (p.refund) continue;             // given back below, after the checks
     if (p.match.shadow_mode) continue;  // looked at below; never denies
     if (p.hits == 0) {
       // Costs nothing: over only while its bucket is in debt (the reference server's
@@ -189,7 +191,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
   for (size_t i = 0; i < n; ++i) {
     const DescriptorPlan& p = plan.descriptors[i];
     const RlsLimit* limit = p.match.limit;
-    if (!limit || limit->unlimited || (!p.match.shadow_mode && p.hits != 0)) continue;
+    if (!limit || limit->unlimited || p.refund || (!p.match.shadow_mode && p.hits != 0)) continue;
     DescriptorResult& r = out[i];
     const bool shadow = p.match.shadow_mode;
     if (!limit->limited()) {
@@ -212,6 +214,22 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       r.shadow_over = p.hits > 0 ? d.remaining < p.hits : d.remaining < 0;
     }
     r.remaining = r.shadow_over ? 0 : clamp_remaining(d.remaining);
+  }
+  // Refunds: whatever the request's outcome, each gives its hits back and answers OK.
+  for (size_t i = 0; i < n; ++i) {
+    const DescriptorPlan& p = plan.descriptors[i];
+    const RlsLimit* limit = p.match.limit;
+    if (!p.refund || !limit || !limit->limited()) continue;  // no bucket: nothing to give back
+    const CheckItem item{p.match.key, p.hits};
+    Decision d;
+    handler.refund({&item, 1}, {&d, 1});
+    DescriptorResult& r = out[i];
+    if (!d.limited) {  // the node's rules no longer know this limit (a reload in between)
+      r = DescriptorResult{};
+      continue;
+    }
+    r.remaining = clamp_remaining(d.remaining);
+    r.until_full_ns = until_full_ns(d);
   }
   return allowed ? Code::kOk : Code::kOverLimit;
 }

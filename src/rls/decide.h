@@ -14,6 +14,10 @@
 // - A charge_when_over limit is charged whatever the answer (KeyTable::allow_all).
 // - requests_per_unit 0 denies any cost above 0 without a bucket; unlimited answers OK with
 //   remaining 4294967295; no limit answers OK with remaining 0 (as the reference server).
+// - A refund (is_negative_hits) gives its hits back to its bucket, never above burst, and spreads
+//   the refund like consumption (RequestHandler::refund); it always answers OK, with what is left
+//   after it, whatever the request's other descriptors answer, and after they are decided (a
+//   check in the same request does not spend what it gives back).
 #ifndef TOLLGATE_SRC_RLS_DECIDE_H_
 #define TOLLGATE_SRC_RLS_DECIDE_H_
 
@@ -36,7 +40,8 @@ inline constexpr size_t kMaxEntries = 32;
 
 struct DescriptorPlan {
   RlsMatch match;
-  int64_t hits = 1;  // tokens this descriptor costs; 0 checks without charging
+  int64_t hits = 1;     // tokens this descriptor costs; 0 checks without charging
+  bool refund = false;  // is_negative_hits: `hits` tokens are given back, not charged
 };
 
 struct Plan {
@@ -53,6 +58,7 @@ struct DescriptorInput {
   std::optional<RlsLimitOverride> limit;  // Envoy's limit override, if it sent one
   bool has_hits = false;                  // the descriptor's own hits_addend was set
   uint64_t hits = 0;
+  bool is_negative_hits = false;  // a refund of the hits
 };
 
 // Resolves a request against `config` into `plan` (cleared first), applying `replaces`. Bucket

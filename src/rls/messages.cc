@@ -73,8 +73,6 @@ std::string plan_from_message(const pb::RateLimitRequest& request, std::shared_p
   std::vector<DescriptorInput> inputs(size_t(std::min(request.descriptors_size(), int(kMaxDescriptors) + 1)));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const pb::RateLimitDescriptor& d = request.descriptors(int(i));
-    if (d.is_negative_hits())
-      return "descriptor " + std::to_string(i) + ": refunds (is_negative_hits) are not supported";
     DescriptorInput& in = inputs[i];
     if (d.has_limit()) {
       RlsLimitOverride& o = in.limit.emplace();
@@ -91,6 +89,7 @@ std::string plan_from_message(const pb::RateLimitRequest& request, std::shared_p
       in.has_hits = true;
       in.hits = d.hits_addend().value();
     }
+    in.is_negative_hits = d.is_negative_hits();
   }
   return plan_request(std::move(config), request.domain(), request.hits_addend(), inputs, max_key_bytes, plan);
 }

@@ -89,6 +89,12 @@ class FakeHandler : public RequestHandler {
     return false;
   }
 
+  // The native API never refunds (only Envoy's rate limit service does): the bucket's answer to
+  // a query.
+  void refund(std::span<const CheckItem> items, std::span<Decision> out) override {
+    for (size_t i = 0; i < items.size(); ++i) out[i] = check_one(items[i].key, 0);
+  }
+
   Decision check_one(std::string_view key, int64_t cost) {
     std::function<Decision(std::string_view, int64_t)> hook;
     {

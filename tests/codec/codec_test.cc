@@ -91,6 +91,31 @@ TEST(Codec, RoundTripsEveryFieldUnsignedWithoutAKey) {
   expect_same_message(*r.message, m);
 }
 
+// A refund travels in Batch.refunds as a positive figure, so that a node of an earlier version,
+// which skips that field, keeps the tokens spent (under-admits) instead of dropping the batch.
+TEST(Codec, RefundsTravelApartFromConsumption) {
+  GossipMessage m;
+  m.sender = "node-a";
+  m.batches.push_back(batch("node-a", 1, 1, {{"spent", 5}, {"given-back", -3}}));
+  const auto datagrams = encode_datagrams(m, ClusterKeys{}, kDefaultMaxDatagramBytes, nullptr);
+  ASSERT_EQ(datagrams.size(), 1u);
+  const GossipMessage got = decode_ok(datagrams[0], ClusterKeys{});
+  ASSERT_EQ(got.batches.size(), 1u);
+  EXPECT_EQ(got.batches[0]->entries, (std::vector<ConsumptionEntry>{{"spent", 5}, {"given-back", -3}}));
+  // On the wire: the consumption in `entries`, the refund in `refunds`, both positive.
+  v1::Envelope envelope;
+  ASSERT_TRUE(envelope.ParseFromString(datagrams[0]));
+  v1::Gossip gossip;
+  ASSERT_TRUE(gossip.ParseFromString(envelope.payload()));
+  ASSERT_EQ(gossip.batches_size(), 1);
+  ASSERT_EQ(gossip.batches(0).entries_size(), 1);
+  EXPECT_EQ(gossip.batches(0).entries(0).key(), "spent");
+  EXPECT_EQ(gossip.batches(0).entries(0).tokens(), 5);
+  ASSERT_EQ(gossip.batches(0).refunds_size(), 1);
+  EXPECT_EQ(gossip.batches(0).refunds(0).key(), "given-back");
+  EXPECT_EQ(gossip.batches(0).refunds(0).tokens(), 3);
+}
+
 TEST(Codec, AbsentOptionalPartsStayAbsent) {
   GossipMessage m;
   m.sender = "n";
@@ -252,6 +277,7 @@ TEST(Codec, InvalidItemsAreLeftOutOfEncodingAndCounted) {
   m.sender = "node-a";
   m.batches.push_back(batch("node-a", 1, 0, {{"k", 1}}));                    // seq 0
   m.batches.push_back(batch("node-a", 1, 1, {{"k", 0}}));                    // tokens 0
+  m.batches.push_back(batch("node-a", 1, 1, {{"k", INT64_MIN}}));            // a refund with no opposite
   m.batches.push_back(batch("", 1, 1, {{"k", 1}}));                          // no origin
   m.batches.push_back(batch("node-a", 1, 2, {{std::string(257, 'k'), 1}}));  // key too long
   m.batches.push_back(nullptr);
@@ -266,7 +292,7 @@ TEST(Codec, InvalidItemsAreLeftOutOfEncodingAndCounted) {
   m.digest = d;
   EncodeStats stats;
   const auto datagrams = encode_datagrams(m, ClusterKeys{}, kDefaultMaxDatagramBytes, &stats);
-  EXPECT_EQ(stats.dropped_batches, 5u);
+  EXPECT_EQ(stats.dropped_batches, 6u);
   EXPECT_EQ(stats.dropped_members, 2u);
   EXPECT_EQ(stats.dropped_digest_origins, 2u);
   ASSERT_EQ(datagrams.size(), 1u);
@@ -471,7 +497,8 @@ void expect_valid(const DecodeResult& r) {
     EXPECT_FALSE(b->origin.empty());
     EXPECT_GE(b->seq, 1u);
     for (const ConsumptionEntry& e : b->entries) {
-      EXPECT_GT(e.tokens, 0);
+      EXPECT_NE(e.tokens, 0);  // below 0: a refund
+      EXPECT_NE(e.tokens, INT64_MIN);
       EXPECT_LE(e.key.size(), kMaxKeyBytes);
     }
   }
@@ -553,6 +580,13 @@ TEST(Codec, InvalidContentIsRejected) {
           {"seq 0", [](v1::Gossip& g) { g.mutable_batches(0)->set_seq(0); }},
           {"tokens 0", [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_tokens(0); }},
           {"negative tokens", [](v1::Gossip& g) { g.mutable_batches(0)->mutable_entries(0)->set_tokens(-5); }},
+          {"refund of 0", [](v1::Gossip& g) { g.mutable_batches(0)->add_refunds()->set_key("r"); }},
+          {"negative refund",
+           [](v1::Gossip& g) {
+    v1::Entry* e = g.mutable_batches(0)->add_refunds();
+    e->set_key("r");
+    e->set_tokens(-5);
+           }},
           {"empty origin", [](v1::Gossip& g) { g.mutable_batches(0)->clear_origin(); }},
           {"origin too long", [](v1::Gossip& g) { g.mutable_batches(0)->set_origin(std::string(257, 'o')); }},
           {"key too long",
@@ -564,18 +598,18 @@ TEST(Codec, InvalidContentIsRejected) {
     m->set_id("m");
     m->set_address(std::string(257, 'a'));
            }},
-          {"window of five words",
-           [](v1::Gossip& g) {
+             {"window of five words",
+              [](v1::Gossip& g) {
     v1::OriginDigest* o = g.mutable_digest()->add_origins();
     o->set_origin("o");
     for (int i = 0; i < 5; ++i) o->mutable_current()->add_above(1);
-           }},
-             {"digest origin empty", [](v1::Gossip& g) { g.mutable_digest()->add_origins(); }},
-             {"digest origins out of order",
-              [](v1::Gossip& g) {
+              }},
+      {"digest origin empty", [](v1::Gossip& g) { g.mutable_digest()->add_origins(); }},
+      {"digest origins out of order",
+       [](v1::Gossip& g) {
     g.mutable_digest()->add_origins()->set_origin("b");
     g.mutable_digest()->add_origins()->set_origin("a");
-              }},
+       }},
       {"digest origin twice",
        [](v1::Gossip& g) {
     g.mutable_digest()->add_origins()->set_origin("a");

@@ -442,6 +442,50 @@ TEST(KeyTable, PendingConsumptionIsReportedOncePerKeyAndReset) {
   EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"b", 4}}));
 }
 
+// Envoy's is_negative_hits: a refund gives tokens back to the bucket (never above burst) and is
+// reported as negative consumption, net of the key's consumption in the same round.
+TEST(KeyTable, ARefundGivesBackAndIsReportedNetOfTheRoundsConsumption) {
+  KeyTable t(one_rule("k*", per_second(1, 10, 10)));
+  t.allow("k1", 8, 0);
+  Decision d = t.refund("k1", 3, 0);
+  EXPECT_TRUE(d.limited);
+  EXPECT_EQ(d.remaining, 5);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"k1", 5}}));  // 8 spent, 3 given back
+  d = t.refund("k1", 4, 0);
+  EXPECT_EQ(d.remaining, 9);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"k1", -4}}));  // a refund alone: negative
+  t.allow("k1", 2, 0);
+  t.refund("k1", 2, 0);
+  EXPECT_TRUE(drain(t).empty());  // cancelled out: nothing to tell
+  // Clamped at burst here, but reported whole: a peer that heard the consumption may owe it.
+  d = t.refund("k1", 50, 0);
+  EXPECT_EQ(d.remaining, 10);
+  EXPECT_EQ(drain(t), (std::map<std::string, int64_t>{{"k1", -50}}));
+  // A key no rule governs has no bucket: nothing given back, nothing reported.
+  d = t.refund("other", 5, 0);
+  EXPECT_FALSE(d.limited);
+  EXPECT_TRUE(drain(t).empty());
+  // A refund is not a check.
+  EXPECT_EQ(t.check_counts().checks, 2u);  // the two allow() calls
+  // A peer's refund, heard by gossip, gives back too (and is not ours to report).
+  t.allow("k2", 10, 0);
+  drain(t);
+  EXPECT_TRUE(t.charge_remote("k2", -6, 0));
+  EXPECT_EQ(t.allow("k2", 0, 0).remaining, 6);
+  EXPECT_TRUE(drain(t).empty());
+}
+
+TEST(KeyTable, ARefundOfAnEvictedKeyIsStillReported) {
+  KeyTableOptions options;
+  options.max_keys = 2;
+  KeyTable t(one_rule("*", per_second(1, 100, 100)), options);
+  t.allow("a", 10, 0);
+  drain(t);
+  t.refund("a", 4, 0);
+  for (int i = 0; i < 10; ++i) t.allow("x" + std::to_string(i), 1, 0);  // evicts "a"
+  EXPECT_EQ(drain(t)["a"], -4);
+}
+
 // take_pending() a few keys at a time (the node's early sealing under a key flood) loses nothing,
 // reports nothing twice, and leaves pending_keys() at zero once everything is taken.
 TEST(KeyTable, PendingConsumptionCanBeTakenAFewKeysAtATime) {

@@ -110,6 +110,18 @@ TEST(Ledger, SealCombinesEntriesAndSkipsEmptyRounds) {
   EXPECT_EQ(l.stats().sealed, 2u);
 }
 
+// Refunds (negative entries) are summed with the consumption of the same key; a key whose
+// refunds cancel its consumption is left out, and a round of nothing else seals nothing.
+TEST(Ledger, SealNetsRefundsAgainstConsumption) {
+  Ledger l("a", 1);
+  EXPECT_EQ(l.seal({{"k", 3}, {"k", -3}}, 0), nullptr);
+  BatchPtr b = l.seal({{"x", 5}, {"y", -2}, {"x", -1}, {"z", 4}, {"z", -4}, {"w", -1}, {"w", -1}}, 0);
+  ASSERT_NE(b, nullptr);
+  std::vector<ConsumptionEntry> entries = b->entries;
+  std::sort(entries.begin(), entries.end(), [](const auto& p, const auto& q) { return p.key < q.key; });
+  EXPECT_EQ(entries, (std::vector<ConsumptionEntry>{{"w", -2}, {"x", 4}, {"y", -2}}));
+}
+
 // Property 1.
 TEST(Ledger, DuplicateOutOfOrderAndRelayedBatchesAreChargedOnce) {
   Node a("a"), b("b"), c("c");

@@ -183,6 +183,26 @@ TEST(Node, MeshChargesEveryNodeAfterOneRound) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 7) << "node " << i;
 }
 
+// Envoy's is_negative_hits: a refund at one node is given back at every node, in every mode, and
+// through the codec (the virtual cluster encodes every message).
+TEST(Node, ARefundAtOneNodeIsGivenBackAtEveryNode) {
+  for (const DisseminationMode mode :
+       {DisseminationMode::kMesh, DisseminationMode::kGossip, DisseminationMode::kRelay}) {
+    SCOPED_TRACE(dissemination_mode_name(mode));
+    VirtualCluster c({.nodes = 4, .mode = mode});
+    c.rounds(3);
+    ASSERT_TRUE(c.node(0).check("k", 8, c.now()).allowed);
+    ASSERT_TRUE(c.node(1).check("k", 2, c.now()).allowed);
+    c.rounds(6);
+    for (size_t i = 0; i < 4; ++i) ASSERT_EQ(c.charged(i, "k"), 10) << "node " << i;
+    const Decision after = c.node(2).refund("k", 6, c.now());
+    EXPECT_EQ(after.remaining, 1'000'000 - 4);
+    EXPECT_EQ(c.node(2).check("k", 0, c.now()).remaining, after.remaining);
+    c.rounds(6);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.charged(i, "k"), 4) << "node " << i;
+  }
+}
+
 // A flood of new keys between two rounds: check() seals early, early_seal_keys at a time, rather
 // than leaving all of them to one long round; the batches still go out with the round (gossip
 // queues them as they are sealed), and every key is charged exactly once everywhere.

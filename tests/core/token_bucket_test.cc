@@ -91,8 +91,30 @@ TEST(TokenBucket, RemoteConsumptionDrivesIntoDebtDownToMaxDebt) {
   EXPECT_EQ(b.raw_balance_microtokens(), -15 * kMicrotokensPerToken);
   b.consume_remote(limit, INT64_MAX, 0);  // absurd figures cannot overflow
   EXPECT_EQ(b.raw_balance_microtokens(), -15 * kMicrotokensPerToken);
-  b.consume_remote(limit, -5, 0);  // negative remote consumption is ignored
-  EXPECT_EQ(b.raw_balance_microtokens(), -15 * kMicrotokensPerToken);
+  b.consume_remote(limit, -5, 0);  // negative remote consumption is a refund
+  EXPECT_EQ(b.raw_balance_microtokens(), -10 * kMicrotokensPerToken);
+  b.consume_remote(limit, INT64_MIN, 0);  // a figure with no opposite is ignored
+  EXPECT_EQ(b.raw_balance_microtokens(), -10 * kMicrotokensPerToken);
+}
+
+TEST(TokenBucket, ARefundGivesTokensBackNeverAboveBurst) {
+  const Limit limit = per_second(10, 10, 15);
+  TokenBucket b(limit, 0);
+  b.consume_remote(limit, 12, 0);  // -2
+  b.refund(limit, 5, 0);
+  EXPECT_EQ(b.raw_balance_microtokens(), 3 * kMicrotokensPerToken);
+  b.refund(limit, 100, 0);  // beyond burst: the rest is lost
+  EXPECT_EQ(b.raw_balance_microtokens(), 10 * kMicrotokensPerToken);
+  b.consume_remote(limit, 25, 0);  // -15
+  b.refund(limit, INT64_MAX, 0);   // absurd figures cannot overflow
+  EXPECT_EQ(b.raw_balance_microtokens(), 10 * kMicrotokensPerToken);
+  b.refund(limit, 0, 0);
+  b.refund(limit, -3, 0);  // not a refund: nothing
+  EXPECT_EQ(b.raw_balance_microtokens(), 10 * kMicrotokensPerToken);
+  // The refill to `now` comes first: a refund does not lose the refill owed before it.
+  b.consume_remote(limit, 10, 0);  // 0
+  b.refund(limit, 2, kSec / 2);    // refilled 5, then 2 more
+  EXPECT_EQ(b.raw_balance_microtokens(), 7 * kMicrotokensPerToken);
 }
 
 TEST(TokenBucket, DebtIsRepaidAtTheRefillRate) {

@@ -43,7 +43,7 @@ void check_content(const DecodeResult& r) {
     FUZZ_CHECK(b->seq >= 1, "accepted a batch with seq 0");
     for (const ConsumptionEntry& e : b->entries) {
       FUZZ_CHECK(e.key.size() <= kMaxKeyBytes, "accepted an over-long key");
-      FUZZ_CHECK(e.tokens > 0, "accepted an entry with tokens <= 0");
+      FUZZ_CHECK(e.tokens != 0 && e.tokens != INT64_MIN, "accepted an entry of 0 tokens, or a refund with no opposite");
     }
     entries += b->entries.size();
   }

@@ -26,7 +26,7 @@ std::string payload_of(std::string_view envelope);
 //   - message set exactly when error == kNone; authenticated exactly when accepted with a key;
 //   - with a key, what is accepted is accepted without one too (a keyless node trusts signed
 //     messages), and decodes to the same message;
-//   - an accepted message obeys the content rules (ids, sizes, seq >= 1, tokens > 0, caps,
+//   - an accepted message obeys the content rules (ids, sizes, seq >= 1, tokens != 0 (below 0 a refund), caps,
 //     strictly increasing digest origins inside the digest's range);
 //   - it re-encodes without loss: encode_datagrams at kMaxMessageBytes drops nothing and decodes
 //     back to the same message, and encoding that again gives the same bytes;

@@ -103,6 +103,12 @@ class RlsDecide : public ::testing::Test {
   std::vector<DescriptorResult> out;
 };
 
+DescriptorInput refund(std::initializer_list<RlsEntry> entries, uint64_t hits) {
+  DescriptorInput in = desc(entries, hits);
+  in.is_negative_hits = true;
+  return in;
+}
+
 // --- limited descriptors -----------------------------------------------------------------------
 
 TEST_F(RlsDecide, FirstHitReportsTheLimitAndWhatIsLeft) {
@@ -593,6 +599,42 @@ TEST_F(RlsDecide, ChargeWhenOverIsPaidEvenWhenAnotherDescriptorDenies) {
   // Behind a requests_per_unit-0 descriptor too.
   EXPECT_EQ(run({desc({{"llm", "v"}}, 4), desc({{"block", "z"}})}), Code::kOverLimit);
   EXPECT_EQ(remaining("llm", "v"), 2u);
+}
+
+// --- refunds (is_negative_hits) ---------------------------------------------------------------
+
+TEST_F(RlsDecide, ARefundGivesTheHitsBackNeverAboveTheLimit) {
+  EXPECT_EQ(run({desc({{"m", "r"}}, 15)}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 5u);
+  EXPECT_EQ(run({refund({{"m", "r"}}, 10)}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].limit, limit_of("m"));
+  EXPECT_EQ(out[0].remaining, 15u);
+  EXPECT_EQ(handler_.refunds, 1);
+  EXPECT_EQ(run({refund({{"m", "r"}}, 1000)}), Code::kOk);  // more than was spent: full, no more
+  EXPECT_EQ(out[0].remaining, 20u);
+  EXPECT_EQ(remaining("m", "r"), 20u);
+}
+
+TEST_F(RlsDecide, ARefundAnswersOkWhateverTheRequestsChecksAnswerAndAfterThem) {
+  // b (1/s) is spent: the request is over, and the refund of a's bucket happens all the same.
+  EXPECT_EQ(run({desc({{"a", "r"}}, 5)}), Code::kOk);
+  EXPECT_EQ(run({desc({{"b", "r"}})}), Code::kOk);
+  EXPECT_EQ(run({desc({{"b", "r"}}), refund({{"a", "r"}}, 2)}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[1].code, Code::kOk);
+  EXPECT_EQ(out[1].remaining, 2u);
+  // A check of the same bucket in the request is decided before the refund: it cannot spend it.
+  EXPECT_EQ(run({desc({{"a", "r"}}, 3), refund({{"a", "r"}}, 3)}), Code::kOverLimit);
+  EXPECT_EQ(out[1].remaining, 5u);
+}
+
+TEST_F(RlsDecide, ARefundWithoutABucketChangesNothing) {
+  EXPECT_EQ(run({refund({{"free", "x"}}, 5), refund({{"nowhere", "x"}}, 5), refund({{"block", "x"}}, 5)}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, std::numeric_limits<uint32_t>::max());  // unlimited
+  EXPECT_EQ(out[1].limit, nullptr);                                   // no limit
+  EXPECT_EQ(out[2].code, Code::kOk);                                  // a refund never blocks
+  EXPECT_EQ(handler_.refunds, 0);
 }
 
 }  // namespace

@@ -47,11 +47,15 @@ class CountingHandler : public RequestHandler {
     check(items, out);
     return true;
   }
+  void refund(std::span<const CheckItem> items, std::span<Decision> out) override {
+    check(items, out);
+    for (const CheckItem& item : items) charged -= 2 * item.cost;  // check() added it
+  }
   std::vector<MemberInfo> members() override { return {}; }
   StatsList stats() override { return {}; }
   std::string set_faults(const FaultSettings&) override { return ""; }
   std::atomic<bool> throw_next{false};
-  std::atomic<int64_t> charged{0};
+  std::atomic<int64_t> charged{0};            // refunds counted negative
   std::atomic<std::thread::id> decided_on{};  // the thread of the last check
 };
 

@@ -304,15 +304,26 @@ class SingleDaemon(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as e:
                 self.d.call(domain, descriptors)
             self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, e.exception.details())
-        request = rls_pb2.RateLimitRequest(domain=b"basic")
-        d = request.descriptors.add()
-        e = d.entries.add()
-        e.key, e.value = b"key1", b"x"
-        d.is_negative_hits = True
-        with self.assertRaises(grpc.RpcError) as err:
-            self.d.stub.ShouldRateLimit(request, timeout=5)
-        self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-        self.assertIn("is_negative_hits", err.exception.details())
+
+    def test_is_negative_hits_gives_the_hits_back(self):
+        # Envoy's refunds (is_negative_hits, e.g. apply_on_stream_done): the hits go back to the
+        # bucket, never above the limit, and the answer is OK.
+        def refund(value, hits):
+            request = rls_pb2.RateLimitRequest(domain=b"basic")
+            d = request.descriptors.add()
+            e = d.entries.add()
+            e.key, e.value = b"key2", value.encode()
+            d.hits_addend.value = hits
+            d.is_negative_hits = True
+            return self.d.stub.ShouldRateLimit(request, timeout=5)
+
+        self.assertEqual(self.d.one("basic", [("key2", "refund")], own_hits=15).statuses[0].limit_remaining, 5)
+        r = refund("refund", 10)
+        self.assertEqual(r.overall_code, OK)
+        self.assertEqual(r.statuses[0].limit_remaining, 15)
+        self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 20)
+        self.assertEqual(refund("refund", 100).statuses[0].limit_remaining, 20, "never above the limit")
+        self.assertEqual(self.d.one("basic", [("key2", "refund")], own_hits=0).statuses[0].limit_remaining, 20)
 
     def test_a_limit_override_wins_over_the_config(self):
         # Envoy's route rate_limits[].limit: the reference server's rule is that the override wins
@@ -499,6 +510,32 @@ class Cluster(unittest.TestCase):
                 wait_until("a to see b's consumption",
                            lambda: a.one("shared", entries, own_hits=0).statuses[0].limit_remaining == 0)
                 self.assertEqual(a.one("shared", entries).overall_code, OVER)
+
+                def request(daemon, entries, hits, negative=False, override=None):
+                    r = rls_pb2.RateLimitRequest(domain=b"shared")
+                    d = r.descriptors.add()
+                    for k, v in entries:
+                        e = d.entries.add()
+                        e.key, e.value = k.encode(), v.encode()
+                    d.hits_addend.value = hits
+                    d.is_negative_hits = negative
+                    if override:
+                        d.limit.requests_per_unit, d.limit.unit = override
+                    return daemon.stub.ShouldRateLimit(r, timeout=5)
+
+                # A refund at b (is_negative_hits) is given back at a too. (Refill alone would take
+                # 45 s to give a 15 tokens.)
+                self.assertEqual(request(b, entries, 15, negative=True).overall_code, OK)
+                wait_until("a to see b's refund",
+                           lambda: a.one("shared", entries, own_hits=0).statuses[0].limit_remaining >= 15)
+                # Consumption under a limit override at a is counted at b, which finds the limit
+                # from the bucket key alone.
+                hourly = (3, rls_pb2.HOUR)
+                other = [("api", "tenant-2")]
+                self.assertEqual(request(a, other, 2, override=hourly).statuses[0].limit_remaining, 1)
+                wait_until("b to see a's consumption under the override",
+                           lambda: request(b, other, 0, override=hourly).statuses[0].limit_remaining == 1)
+                self.assertEqual(request(b, other, 2, override=hourly).overall_code, OVER)
             finally:
                 self.assertEqual(a.stop(), 0)
                 self.assertEqual(b.stop(), 0)

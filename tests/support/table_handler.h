@@ -27,7 +27,7 @@ class TableHandler : public RequestHandler {
   void reset() {
     table_ = KeyTable(rules_, options_);
     now = 0;
-    calls = checks = check_alls = 0;
+    calls = checks = check_alls = refunds = 0;
     items = 0;
   }
 
@@ -47,6 +47,15 @@ class TableHandler : public RequestHandler {
     now += tick;
     return table_.allow_all(in, out, now);
   }
+  void refund(std::span<const CheckItem> in, std::span<Decision> out) override {
+    ++calls;
+    ++refunds;
+    items += in.size();
+    for (size_t i = 0; i < in.size(); ++i) {
+      now += tick;
+      out[i] = table_.refund(in[i].key, in[i].cost, now);
+    }
+  }
   std::vector<MemberInfo> members() override {
     ++calls;
     return members_list;
@@ -65,6 +74,7 @@ class TableHandler : public RequestHandler {
   int calls = 0;       // every call that reached the node
   int checks = 0;      // check() calls
   int check_alls = 0;  // check_all() calls
+  int refunds = 0;     // refund() calls
   size_t items = 0;    // the checks they carried
   std::vector<MemberInfo> members_list;
   std::string faults_answer;  // set_faults' answer: "" done, else why not
