@@ -62,6 +62,7 @@ struct MemberOptions {
   // service uses, so a member and the daemons share them; should_rate_limit() answers
   // descriptors against it. Re-read when its files change.
   std::string rls_config;
+  bool rls_merge_domains = false;  // as --rls-merge-domains: a domain may span several files
   // Any node setting by tollgated's flag name, without the dashes: {"interval", "50ms"},
   // {"mode", "gossip"}, {"fail-after", "3s"}, {"max-keys", "200000"}, ... A cluster's members
   // should agree on interval, mode and membership.

@@ -110,6 +110,9 @@ struct RlsDescriptor {
   std::vector<RlsDescriptor> descriptors;
   int line = 0;  // where it came from (1-based), for error messages
   int column = 0;
+  // The file it came from, when not its domain's (a domain merged from several files); its
+  // children's too. Empty: the domain's.
+  std::string source;
 };
 
 struct RlsDomain {

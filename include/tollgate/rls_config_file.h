@@ -51,12 +51,20 @@ struct RlsConfigText {
   std::string text;
 };
 
-// Parses the files together (a domain may appear in only one of them).
-std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigText>& files);
+struct RlsLoadOptions {
+  // A domain may be written in several files, whose top-level descriptors then form one domain
+  // (the reference server's MERGE_DOMAIN_CONFIG); a key and value defined twice at one level is
+  // still an error, naming the second file. Off: a domain in two files is an error.
+  bool merge_domains = false;
+};
+
+// Parses the files together.
+std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigText>& files,
+                                                  const RlsLoadOptions& options = {});
 
 // Reads `path`: a YAML file, or a directory of *.yaml / *.yml files (in name order; other files
 // and subdirectories are skipped). A directory with no such file is an error.
-std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path);
+std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path, const RlsLoadOptions& options = {});
 
 // The files load_rls_config(path) reads, with their modification times and sizes folded into a
 // fingerprint that changes when any of them changes, appears or disappears. Never throws.

@@ -221,19 +221,33 @@ std::vector<std::filesystem::path> config_files(const std::string& path) {
 
 }  // namespace
 
-std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigText>& files) {
+std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigText>& files,
+                                                  const RlsLoadOptions& options) {
   std::vector<RlsDomain> domains;
-  for (const RlsConfigText& f : files) domains.push_back(RlsParser(f.source).parse(f.text));
+  for (const RlsConfigText& f : files) {
+    RlsDomain d = RlsParser(f.source).parse(f.text);
+    auto same = std::find_if(domains.begin(), domains.end(), [&](const RlsDomain& o) { return o.domain == d.domain; });
+    if (!options.merge_domains || same == domains.end()) {
+      domains.push_back(std::move(d));  // a second file of one domain, unmerged: RlsConfig names both
+      continue;
+    }
+    // Merged: this file's top-level descriptors join the domain's, each keeping its file for
+    // errors (RlsDescriptor::source).
+    for (RlsDescriptor& desc : d.descriptors) {
+      desc.source = f.source;
+      same->descriptors.push_back(std::move(desc));
+    }
+  }
   return std::make_shared<const RlsConfig>(std::move(domains));
 }
 
-std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path) {
+std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path, const RlsLoadOptions& options) {
   std::vector<RlsConfigText> texts;
   for (const auto& file : config_files(path)) {
     texts.push_back({file.string(), read_config_file(file.string(), "RLS config file")});
   }
   if (texts.empty()) throw ConfigError(path, 0, 0, "the RLS config directory has no *.yaml or *.yml file");
-  return parse_rls_config(texts);
+  return parse_rls_config(texts, options);
 }
 
 std::string rls_config_fingerprint(const std::string& path) {

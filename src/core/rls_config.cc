@@ -189,10 +189,12 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
     tree_->roots.emplace(d.domain, &root);
 
     // Depth-first: compile each descriptor under its parent.
-    std::function<void(std::vector<RlsDescriptor>&, Node&)> add = [&](std::vector<RlsDescriptor>& list, Node& parent) {
+    std::function<void(std::vector<RlsDescriptor>&, Node&, const std::string&)> add =
+        [&](std::vector<RlsDescriptor>& list, Node& parent, const std::string& inherited_source) {
       std::unordered_set<std::string> seen;
       for (RlsDescriptor& desc : list) {
-        auto at = [&](const std::string& problem) { fail(d, desc.line, desc.column, problem); };
+        const std::string& source = desc.source.empty() ? inherited_source : desc.source;
+        auto at = [&](const std::string& problem) { throw ConfigError(source, desc.line, desc.column, problem); };
         if (desc.key.empty()) at("descriptor `key` must not be empty");
         if (has_control_char(desc.key) || (desc.value && has_control_char(*desc.value))) {
           at("descriptor key and value must not contain control characters");
@@ -257,10 +259,10 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
             at("`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0");
           }
         }
-        add(desc.descriptors, node);
+        add(desc.descriptors, node, source);
       }
     };
-    add(d.descriptors, root);
+    add(d.descriptors, root, d.source);
   }
 }
 

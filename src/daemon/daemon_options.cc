@@ -284,6 +284,7 @@ NodeHostOptions node_host_options(const DaemonOptions& d) {
   h.seeds = d.seeds;
   h.rules_file = d.rules_file;
   h.rls_config = d.rls_config;
+  h.rls_merge_domains = d.rls_merge_domains;
   h.node = d.node;
   h.incarnation = d.incarnation;
   h.state_dir = d.state_dir;

@@ -60,6 +60,7 @@ struct DaemonOptions {
   // The Envoy rate limit service (gRPC): off unless rls_listen is given, which needs rls_config.
   std::string rls_listen;                 // "HOST:PORT" or "unix:PATH"
   std::string rls_config;                 // envoyproxy/ratelimit YAML: a file or a directory
+  bool rls_merge_domains = false;         // a domain may span several files of rls_config
   bool rls_response_headers = false;      // RateLimit-Policy, RateLimit, Retry-After in responses
   size_t rls_max_pending = 4096;          // calls waiting for the node at most
   std::string rls_tls_cert, rls_tls_key;  // PEM: serve TLS

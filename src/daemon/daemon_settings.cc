@@ -227,6 +227,10 @@ std::vector<DaemonSetting> make_rows() {
   add(text("rls-config", &DaemonOptions::rls_config, "PATH",
            "envoyproxy/ratelimit config: a YAML file, or a directory of *.yaml files with one domain each; reloaded "
            "on SIGHUP and when a file changes (a broken one leaves the last good config in force)"));
+  add(on_off("rls-merge-domains", &DaemonOptions::rls_merge_domains,
+             "Let one domain span several files of the --rls-config directory, their top-level descriptors "
+             "joined (the reference server's MERGE_DOMAIN_CONFIG); a key and value defined twice at one level is "
+             "still an error. Off: a domain in two files is an error"));
   add(on_off("rls-response-headers", &DaemonOptions::rls_response_headers,
              "Answer rate limit calls with the IETF draft RateLimit-Policy and RateLimit headers, and Retry-After "
              "when over the limit, for Envoy to pass to the caller"));

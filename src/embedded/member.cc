@@ -135,6 +135,7 @@ NodeHostOptions host_options(const MemberOptions& o, const NodeSettings& setting
   h.rules_text = o.rules_yaml;
   h.rules_origin = "rules_yaml";
   h.rls_config = o.rls_config;
+  h.rls_merge_domains = o.rls_merge_domains;
   h.node = settings;
   h.incarnation = o.incarnation;
   h.state_dir = o.state_dir;

@@ -1065,8 +1065,40 @@ TEST(RlsConfigFile, BadYamlIsASyntaxErrorAtItsLine) {
   EXPECT_EQ(comment.rfind("rls.yaml: empty file", 0), 0u) << comment;
 }
 
+TEST(RlsConfigFile, MergedDomainsJoinTheirFilesAndErrorsNameTheFileTheyAreIn) {
+  const RlsLoadOptions merge{.merge_domains = true};
+  auto c = parse_rls_config(
+      {{"one.yaml", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n"},
+       {"other.yaml", "domain: e\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 3}\n"},
+       {"two.yaml", "domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n"}},
+      merge);
+  EXPECT_EQ(c->domains().size(), 2u);
+  EXPECT_EQ(rpu(match(*c, "d", {{"a", "x"}})), 1);
+  EXPECT_EQ(rpu(match(*c, "d", {{"b", "x"}})), 2);
+  EXPECT_EQ(rpu(match(*c, "e", {{"a", "x"}})), 3);
+  EXPECT_EQ(rpu(match(*c, "e", {{"b", "x"}})), -1);
+  // A key and value twice at one level is an error still, at the second file's line.
+  auto error = [&](const std::vector<RlsConfigText>& files) {
+    try {
+      parse_rls_config(files, merge);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error({{"one.yaml", "domain: d\ndescriptors:\n  - key: a\n"},
+                   {"two.yaml", "domain: d\ndescriptors:\n  - key: b\n  - key: a\n"}}),
+            "two.yaml:4:5: duplicate descriptor: key \"a\" is already defined at this level");
+  // An error the compiled tree finds deep in the second file names the second file.
+  EXPECT_EQ(error({{"one.yaml", "domain: d\ndescriptors:\n  - key: a\n"},
+                   {"two.yaml",
+                    "domain: d\ndescriptors:\n  - key: b\n    descriptors:\n      - key: c\n"
+                    "      - key: c\n"}}),
+            "two.yaml:6:9: duplicate descriptor: key \"c\" is already defined at this level");
+}
+
 TEST(RlsConfigFile, DuplicateDomainAcrossFilesNamesTheOtherFile) {
-  // TestDuplicateDomain (MERGE_DOMAIN_CONFIG is not supported: always an error)
+  // TestDuplicateDomain (without --rls-merge-domains, the reference's MERGE_DOMAIN_CONFIG)
   const std::string msg = error_of({
       {"one.yaml", "domain: d\ndescriptors:\n  - key: a\n"},
       {"other.yaml", "domain: e\n"},
