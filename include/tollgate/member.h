@@ -63,6 +63,7 @@ struct MemberOptions {
   // descriptors against it. Re-read when its files change.
   std::string rls_config;
   bool rls_merge_domains = false;  // as --rls-merge-domains: a domain may span several files
+  bool rls_shadow_mode = false;    // as --rls-shadow-mode: every descriptor in shadow mode
   // Any node setting by tollgated's flag name, without the dashes: {"interval", "50ms"},
   // {"mode", "gossip"}, {"fail-after", "3s"}, {"max-keys", "200000"}, ... A cluster's members
   // should agree on interval, mode and membership.

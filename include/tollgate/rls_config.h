@@ -153,7 +153,9 @@ class RlsConfig {
   // at one level, an empty key, control characters in config text (names included), a path too long for a
   // bucket key, a limit with no unit, `unlimited` together with a unit, a bad burst or max_debt,
   // `replaces` naming the limit itself or an empty name, `share_threshold` without a wildcard.
-  explicit RlsConfig(std::vector<RlsDomain> domains);
+  // `shadow_all`: every descriptor (and every limit override) acts as if it had shadow_mode: true,
+  // the reference server's global SHADOW_MODE: counted as usual, never denying.
+  explicit RlsConfig(std::vector<RlsDomain> domains, bool shadow_all = false);
   ~RlsConfig();
   RlsConfig(RlsConfig&&) noexcept;
   RlsConfig& operator=(RlsConfig&&) noexcept;
@@ -183,6 +185,7 @@ class RlsConfig {
   std::optional<uint32_t> limit_index(std::string_view key) const;
   // The limit at an index from limit_index (always limited()).
   const RlsLimit& limit(uint32_t index) const;
+  bool shadow_all() const { return shadow_all_; }
   // The configured limits (indices 0 .. limit_count() - 1).
   size_t limit_count() const { return limits_.size(); }
   // Every index limit_index can return: the configured limits, then kMaxOverrideLimits slots for
@@ -200,6 +203,7 @@ class RlsConfig {
   std::vector<RlsDomain> domains_;
   std::vector<const RlsLimit*> limits_;  // the limited ones, into domains_
   std::vector<std::string> labels_;      // label(i) of limits_[i]
+  bool shadow_all_ = false;
   std::unique_ptr<Tree> tree_;
 };
 

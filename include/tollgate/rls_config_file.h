@@ -56,6 +56,8 @@ struct RlsLoadOptions {
   // (the reference server's MERGE_DOMAIN_CONFIG); a key and value defined twice at one level is
   // still an error, naming the second file. Off: a domain in two files is an error.
   bool merge_domains = false;
+  // Every descriptor in shadow mode (the reference server's SHADOW_MODE): RlsConfig's shadow_all.
+  bool shadow_mode = false;
 };
 
 // Parses the files together.

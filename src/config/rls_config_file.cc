@@ -238,7 +238,7 @@ std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigTex
       same->descriptors.push_back(std::move(desc));
     }
   }
-  return std::make_shared<const RlsConfig>(std::move(domains));
+  return std::make_shared<const RlsConfig>(std::move(domains), options.shadow_mode);
 }
 
 std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path, const RlsLoadOptions& options) {

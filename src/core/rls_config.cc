@@ -135,7 +135,8 @@ struct OverrideLimits {
   }
   // The slot of `spec` (normalized: multiplier >= 1, unit known), taking a free one if it is new;
   // nullopt when every slot holds another limit.
-  std::optional<uint32_t> find_or_add(const RlsLimitOverride& spec) {
+  // `shadow`: the config's shadow_all.
+  std::optional<uint32_t> find_or_add(const RlsLimitOverride& spec, bool shadow) {
     for (uint32_t n = used.load(std::memory_order_acquire), i = 0; i < n; ++i) {
       if (same(slots[i].spec, spec)) return i;
     }
@@ -156,6 +157,7 @@ struct OverrideLimits {
       l.bucket.rate = Rate{int64_t(spec.requests_per_unit), period_s * 1'000'000'000};
       l.bucket.burst = spec.requests_per_unit;
       l.bucket.max_debt = l.bucket.burst;
+      l.bucket.shadow = shadow;
     }
     slot.label = "(override " + std::to_string(spec.requests_per_unit) + " per " +
                  (spec.unit_multiplier == 1 ? "" : std::to_string(spec.unit_multiplier) + " ") +
@@ -172,7 +174,8 @@ struct RlsConfig::Tree {
   OverrideLimits overrides;
 };
 
-RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domains)), tree_(std::make_unique<Tree>()) {
+RlsConfig::RlsConfig(std::vector<RlsDomain> domains, bool shadow_all)
+    : domains_(std::move(domains)), shadow_all_(shadow_all), tree_(std::make_unique<Tree>()) {
   auto fail = [](const RlsDomain& d, int line, int column, const std::string& problem) {
     throw ConfigError(d.source, line, column, problem);
   };
@@ -194,6 +197,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains) : domains_(std::move(domain
       std::unordered_set<std::string> seen;
       for (RlsDescriptor& desc : list) {
         const std::string& source = desc.source.empty() ? inherited_source : desc.source;
+        if (shadow_all_) desc.shadow_mode = true;
         auto at = [&](const std::string& problem) { throw ConfigError(source, desc.line, desc.column, problem); };
         if (desc.key.empty()) at("descriptor `key` must not be empty");
         if (has_control_char(desc.key) || (desc.value && has_control_char(*desc.value))) {
@@ -363,7 +367,7 @@ RlsMatch RlsConfig::match_override(std::string_view domain, std::span<const RlsE
   if (!tree_ || !tree_->roots.contains(domain)) return {};  // the reference's: no limit outside the config
   RlsLimitOverride spec = limit;
   std::optional<uint32_t> slot;
-  if (normalize(spec)) slot = tree_->overrides.find_or_add(spec);
+  if (normalize(spec)) slot = tree_->overrides.find_or_add(spec, shadow_all_);
   if (!slot) {
     RlsMatch m = match(domain, entries);
     m.override_ignored = true;
@@ -371,6 +375,7 @@ RlsMatch RlsConfig::match_override(std::string_view domain, std::span<const RlsE
   }
   RlsMatch m;
   m.limit = &tree_->overrides.slots[*slot].limit;
+  m.shadow_mode = shadow_all_;
   if (!m.limit->limited()) return m;  // requests_per_unit 0: blocks, no bucket
   m.key.reserve(32 + domain.size() + 8 * entries.size());
   m.key += kRlsKeyPrefix;
@@ -414,7 +419,7 @@ std::optional<uint32_t> RlsConfig::limit_index(std::string_view key) const {
     if (end == std::string_view::npos || !tree_->roots.contains(rest.substr(0, end))) return std::nullopt;
     RlsLimitOverride spec{uint32_t(rpu), RlsUnit(unit), uint32_t(multiplier)};
     if (rpu == 0 || multiplier == 0 || !normalize(spec)) return std::nullopt;
-    const std::optional<uint32_t> slot = tree_->overrides.find_or_add(spec);
+    const std::optional<uint32_t> slot = tree_->overrides.find_or_add(spec, shadow_all_);
     if (!slot) return std::nullopt;
     return uint32_t(limits_.size()) + *slot;
   }

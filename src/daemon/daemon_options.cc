@@ -285,6 +285,7 @@ NodeHostOptions node_host_options(const DaemonOptions& d) {
   h.rules_file = d.rules_file;
   h.rls_config = d.rls_config;
   h.rls_merge_domains = d.rls_merge_domains;
+  h.rls_shadow_mode = d.rls_shadow_mode;
   h.node = d.node;
   h.incarnation = d.incarnation;
   h.state_dir = d.state_dir;

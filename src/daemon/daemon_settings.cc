@@ -231,6 +231,9 @@ std::vector<DaemonSetting> make_rows() {
              "Let one domain span several files of the --rls-config directory, their top-level descriptors "
              "joined (the reference server's MERGE_DOMAIN_CONFIG); a key and value defined twice at one level is "
              "still an error. Off: a domain in two files is an error"));
+  add(on_off("rls-shadow-mode", &DaemonOptions::rls_shadow_mode,
+             "Every RLS descriptor in shadow mode (the reference server's SHADOW_MODE): each call is counted as "
+             "usual and answered OK, what would have been over counted in rls_shadow_over_limit"));
   add(on_off("rls-response-headers", &DaemonOptions::rls_response_headers,
              "Answer rate limit calls with the IETF draft RateLimit-Policy and RateLimit headers, and Retry-After "
              "when over the limit, for Envoy to pass to the caller"));

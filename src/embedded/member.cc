@@ -136,6 +136,7 @@ NodeHostOptions host_options(const MemberOptions& o, const NodeSettings& setting
   h.rules_origin = "rules_yaml";
   h.rls_config = o.rls_config;
   h.rls_merge_domains = o.rls_merge_domains;
+  h.rls_shadow_mode = o.rls_shadow_mode;
   h.node = settings;
   h.incarnation = o.incarnation;
   h.state_dir = o.state_dir;

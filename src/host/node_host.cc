@@ -92,7 +92,7 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   }
   if (!options_.rls_config.empty()) {
     rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
-    set_rls_config(load_rls_config(options_.rls_config, {.merge_domains = options_.rls_merge_domains}));
+    set_rls_config(load_rls_config(options_.rls_config, rls_load_options()));
   }
   ClusterKeys keys;
   if (!options_.cluster_key_file.empty()) {
@@ -460,7 +460,7 @@ void NodeHost::start_load() {
   auto loaded = std::make_shared<Loaded>();
   loaded->request = std::make_unique<LoadRequest>(std::move(*loading_));
   boost::asio::post(*loader_, [loaded, rules_file = options_.rules_file, rls_path = options_.rls_config,
-                               merge_domains = options_.rls_merge_domains, hook = options_.on_load_start,
+                               rls_options = rls_load_options(), hook = options_.on_load_start,
                                alive = std::weak_ptr<char>(alive_), &io = io_, this] {
     if (hook) hook();
     const LoadRequest& r = *loaded->request;
@@ -474,7 +474,7 @@ void NodeHost::start_load() {
     }
     if (r.rls) {
       try {
-        loaded->rls = load_rls_config(rls_path, {.merge_domains = merge_domains});
+        loaded->rls = load_rls_config(rls_path, rls_options);
       } catch (const std::exception& e) {
         loaded->rls_error = e.what();
       }

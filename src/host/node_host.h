@@ -26,6 +26,7 @@
 #include "core/random.h"
 #include "guard/offense_limiter.h"
 #include "host/node_host_options.h"
+#include "tollgate/rls_config_file.h"
 #include "tollgate/types.h"
 #include "util/stat_def.h"
 
@@ -113,6 +114,9 @@ class NodeHost {
   };
 
  private:
+  RlsLoadOptions rls_load_options() const {
+    return {.merge_domains = options_.rls_merge_domains, .shadow_mode = options_.rls_shadow_mode};
+  }
   void log(LogLevel level, const std::string& line) const;
   void schedule_tick();
   void schedule_watch();

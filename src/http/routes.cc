@@ -192,11 +192,12 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
   const std::string path = request.target.substr(0, q);
   const std::string query = q == std::string::npos ? "" : request.target.substr(q + 1);
   const bool get = request.method == "GET";
-  const bool health = path == "/healthz" || path == "/readyz";
+  // /healthcheck: the reference server's name for its readiness check.
+  const bool health = path == "/healthz" || path == "/readyz" || path == "/healthcheck";
   if (options_.metrics_only && !health && path != "/metrics") {
-    return counted(
-        error_response(404, "no such endpoint here: " + path +
-                                " (this listener, --metrics-listen, serves /metrics, /healthz and /readyz)"));
+    return counted(error_response(404, "no such endpoint here: " + path +
+                                           " (this listener, --metrics-listen, serves /metrics, /healthz, /readyz and "
+                                           "/healthcheck)"));
   }
   // Health answers are for load balancers and probes, which carry no credential; they say
   // nothing about keys.
@@ -212,11 +213,10 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
     if (request.method == "POST") return check_post(request.body, std::move(counted));
   } else if (path == "/json") {
     if (request.method == "POST") return rls_json(request.body, std::move(counted));
-  } else if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/v1/members" ||
-             path == "/v1/stats") {
+  } else if (path == "/metrics" || health || path == "/v1/members" || path == "/v1/stats") {
     if (get) {
       if (path == "/metrics") return metrics(std::move(counted));
-      if (path == "/readyz") return readyz(std::move(counted));
+      if (path == "/readyz" || path == "/healthcheck") return readyz(std::move(counted));
       if (path == "/v1/members") return members(std::move(counted));
       if (path == "/v1/stats") return stats_json(std::move(counted));
       HttpResponse ok;
@@ -225,9 +225,9 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
       return counted(std::move(ok));
     }
   } else {
-    return counted(
-        error_response(404, "no such endpoint: " + path +
-                                " (endpoints: /v1/check, /json, /metrics, /healthz, /readyz, /v1/members, /v1/stats)"));
+    return counted(error_response(
+        404, "no such endpoint: " + path +
+                 " (endpoints: /v1/check, /json, /metrics, /healthz, /readyz, /healthcheck, /v1/members, /v1/stats)"));
   }
   HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
   r.headers.emplace_back("Allow", path == "/v1/check" ? "GET, POST" : path == "/json" ? "POST" : "GET");

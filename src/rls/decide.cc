@@ -58,6 +58,7 @@ std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_vi
                          const std::vector<DescriptorInput>& descriptors, size_t max_key_bytes, Plan& plan) {
   plan.descriptors.clear();
   plan.overrides_ignored = 0;
+  plan.domain_not_found = false;
   plan.config = std::move(config);
   if (domain.empty()) return "domain must not be empty";
   if (descriptors.empty()) return "the request has no descriptors";
@@ -65,6 +66,7 @@ std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_vi
     return "the request has " + std::to_string(descriptors.size()) + " descriptors; at most " +
            std::to_string(kMaxDescriptors) + " are accepted";
   }
+  plan.domain_not_found = plan.config && !plan.config->has_domain(domain);
   const int64_t default_hits = request_hits == 0 ? 1 : int64_t(request_hits);
   plan.descriptors.reserve(descriptors.size());
   for (size_t i = 0; i < descriptors.size(); ++i) {

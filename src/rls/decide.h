@@ -50,6 +50,9 @@ struct Plan {
   // Limit overrides that could not be honoured (RlsMatch::override_ignored): those descriptors
   // have the config's limit. Front ends count them.
   size_t overrides_ignored = 0;
+  // The request's domain is not one of the config's: every descriptor answers OK unlimited, as the
+  // reference server does. Front ends count it (a misnamed domain in Envoy's filter limits nothing).
+  bool domain_not_found = false;
 };
 
 // A request descriptor as the front end read it off the wire.

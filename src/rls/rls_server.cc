@@ -222,6 +222,9 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
          &Impl::unavailable_},
         {{"rls_shadow_over_limit", StatKind::kCounter, "Descriptors a shadow-mode limit would have put over"},
          &Impl::shadow_over_},
+        {{"rls_domain_not_found", StatKind::kCounter,
+          "Calls for a domain the RLS config does not have (answered OK, unlimited)"},
+         &Impl::domain_not_found_},
         {{"rls_overrides_ignored", StatKind::kCounter,
           "Descriptor limit overrides not honoured (no unit, or too many distinct ones): the config's limit applied"},
          &Impl::overrides_ignored_},
@@ -317,6 +320,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     }
     std::string why = plan_from_message(request, std::move(config), options_.max_key_bytes, plan);
     overrides_ignored_ += int64_t(plan.overrides_ignored);
+    domain_not_found_ += plan.domain_not_found;
     return why;
   }
 
@@ -433,7 +437,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   std::atomic<int> deciding_{0};
 
   std::atomic<int64_t> calls_{0}, over_limit_{0}, invalid_{0}, busy_{0}, deadline_expired_{0}, cancelled_{0},
-      unavailable_{0}, shadow_over_{0}, overrides_ignored_{0};
+      unavailable_{0}, shadow_over_{0}, overrides_ignored_{0}, domain_not_found_{0};
 };
 
 RlsServer::RlsServer(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options)

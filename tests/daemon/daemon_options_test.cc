@@ -192,6 +192,8 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"rls-listen", "127.0.0.1:8081"},
       {"rls-config", "rls.yaml"},
       {"rls-response-headers", "true"},
+      {"rls-merge-domains", "true"},
+      {"rls-shadow-mode", "true"},
       {"rls-max-pending", "100"},
       {"rls-tls-cert", "c.pem"},
       {"rls-tls-key", "k.pem"},

@@ -310,11 +310,13 @@ TEST_F(RoutesTest, ReadyOnceAMemberIsHeardOrAloneLongEnoughAndNotWhileDraining) 
   EXPECT_EQ(request("GET", "/readyz").status, 503u);
   handler_.members_list.back().state = MemberState::kAlive;
   EXPECT_EQ(request("GET", "/readyz").status, 200u);
+  EXPECT_EQ(request("GET", "/healthcheck").status, 200u);  // the reference server's name for it
   handler_.members_list.pop_back();
   alone_ = true;
   EXPECT_EQ(request("GET", "/readyz").status, 200u);
   routes_->drain();
   EXPECT_EQ(request("GET", "/readyz").status, 503u);
+  EXPECT_EQ(request("GET", "/healthcheck").status, 503u);
   EXPECT_EQ(request("GET", "/healthz").status, 200u);
 }
 

@@ -637,6 +637,31 @@ TEST_F(RlsDecide, ARefundWithoutABucketChangesNothing) {
   EXPECT_EQ(handler_.refunds, 0);
 }
 
+// --- the global shadow mode (--rls-shadow-mode) ------------------------------------------------
+
+TEST(RlsDecideShadowAll, EveryDescriptorIsCountedAndNoneDenies) {
+  const auto config = parse_rls_config({{"rls.yaml", kConfig}}, {.merge_domains = false, .shadow_mode = true});
+  ASSERT_TRUE(config->shadow_all());
+  TableHandler handler(config);
+  std::vector<DescriptorResult> out;
+  auto run = [&](const std::vector<DescriptorInput>& descriptors) {
+    Plan plan;
+    EXPECT_EQ(plan_request(config, "d", 0, descriptors, 256, plan), "");
+    return decide(handler, plan, out);
+  };
+  EXPECT_EQ(run({desc({{"b", "x"}})}), Code::kOk);  // b: 1/s
+  EXPECT_FALSE(out[0].shadow_over);
+  EXPECT_EQ(run({desc({{"b", "x"}})}), Code::kOk);  // would be over: OK, and said so
+  EXPECT_TRUE(out[0].shadow_over);
+  EXPECT_EQ(run({desc({{"block", "x"}})}), Code::kOk);  // requests_per_unit 0 too
+  // A limit override is in shadow mode as well.
+  DescriptorInput o = desc({{"b", "y"}});
+  o.limit = RlsLimitOverride{1, RlsUnit::kHour, 1};
+  EXPECT_EQ(run({o}), Code::kOk);
+  EXPECT_EQ(run({o}), Code::kOk);
+  EXPECT_TRUE(out[0].shadow_over);
+}
+
 }  // namespace
 
 }  // namespace tollgate::rls

@@ -353,15 +353,20 @@ class SingleDaemon(unittest.TestCase):
         # Entries the config has no limit for are limited by the override.
         self.assertEqual(call("basic", [("unconfigured", "x")], 1, rls_pb2.HOUR).overall_code, OK)
         self.assertEqual(call("basic", [("unconfigured", "x")], 1, rls_pb2.HOUR).overall_code, OVER)
-        # An override without a unit cannot be honoured: the config's limit applies (never none).
+        # An override without a unit cannot be honoured: the config's limit applies (never none),
+        # and the daemon counts it.
+        ignored = self.d.stats()["rls_overrides_ignored"]
         r = call("basic", [("key2", "ovr")], 3, rls_pb2.UNKNOWN)
+        self.assertEqual(self.d.stats()["rls_overrides_ignored"] - ignored, 1)
         self.assertEqual(r.overall_code, OK)
         self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 20)
         self.assertEqual(r.statuses[0].limit_remaining, 18)
-        # In a domain the config does not have, no limit, as the reference answers.
+        # In a domain the config does not have, no limit, as the reference answers; counted.
+        not_found = self.d.stats()["rls_domain_not_found"]
         r = call("no-such-domain", [("key2", "ovr")], 1, rls_pb2.SECOND)
         self.assertEqual(r.overall_code, OK)
         self.assertFalse(r.statuses[0].HasField("current_limit"))
+        self.assertEqual(self.d.stats()["rls_domain_not_found"] - not_found, 1)
 
     def test_bytes_that_are_not_utf8_and_long_values(self):
         request = rls_pb2.RateLimitRequest(domain=b"basic")
