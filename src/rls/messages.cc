@@ -64,6 +64,28 @@ void add_ratelimit_headers(const std::vector<DescriptorResult>& results, pb::Rat
   }
 }
 
+// Which limits denied, in the response's dynamic metadata: Envoy keeps it under the rate limit
+// filter's namespace, where an access log (%DYNAMIC_METADATA(envoy.filters.http.ratelimit:over_limit)%)
+// or a later filter reads it. A limit without a name is told by its descriptor's position.
+void name_the_denials(const std::vector<DescriptorResult>& results, pb::RateLimitResponse& response) {
+  google::protobuf::ListValue* list = nullptr;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const DescriptorResult& r = results[i];
+    if (r.code != Code::kOverLimit) continue;
+    if (!list) {
+      list = (*response.mutable_dynamic_metadata()->mutable_fields())["over_limit"].mutable_list_value();
+    }
+    auto& fields = *list->add_values()->mutable_struct_value()->mutable_fields();
+    fields["descriptor"].set_number_value(double(i));
+    if (r.limit) {
+      fields["name"].set_string_value(r.limit->name);
+      fields["requests_per_unit"].set_number_value(double(r.limit->requests_per_unit));
+      fields["unit"].set_string_value(rls_unit_name(r.limit->unit));
+      if (r.limit->unit_multiplier != 1) fields["unit_multiplier"].set_number_value(double(r.limit->unit_multiplier));
+    }
+  }
+}
+
 }  // namespace
 
 int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
@@ -111,6 +133,7 @@ void fill_response(Code overall, const std::vector<DescriptorResult>& results, b
     if (r.until_full_ns >= 0) set_duration(s->mutable_duration_until_reset(), r.until_full_ns);
   }
   if (headers) add_ratelimit_headers(results, response);
+  if (overall == Code::kOverLimit) name_the_denials(results, response);
 }
 
 }  // namespace tollgate::rls

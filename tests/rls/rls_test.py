@@ -206,6 +206,19 @@ class SingleDaemon(unittest.TestCase):
         self.assertEqual(codes.count(OK), 20)
         self.assertEqual(codes.count(OVER), 20)
 
+    def test_the_limits_that_denied_are_named_in_the_dynamic_metadata(self):
+        # Envoy keeps it as the rate limit filter's dynamic metadata, for access logs (envoy #43113).
+        for _ in range(10):
+            self.d.one("basic", [("key3", "named")])
+        r = self.d.call("basic", [([("key2", "named")], None), ([("key3", "named")], None)])
+        self.assertEqual(r.overall_code, OVER)
+        denied = r.dynamic_metadata.fields["over_limit"].list_value.values
+        self.assertEqual(len(denied), 1)
+        self.assertEqual(denied[0].struct_value.fields["descriptor"].number_value, 1)
+        self.assertEqual(denied[0].struct_value.fields["requests_per_unit"].number_value, 10)
+        self.assertEqual(denied[0].struct_value.fields["unit"].string_value, "hour")
+        self.assertFalse(self.d.one("basic", [("key2", "named")]).HasField("dynamic_metadata"), "not on OK")
+
     def test_two_descriptors_are_all_or_nothing(self):
         # key3 (10/h) denies from call 11 on; key2 (20/min) is then not charged, unlike the
         # reference server, which keeps charging it.
