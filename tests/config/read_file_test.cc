@@ -10,6 +10,7 @@
 #include <iterator>
 #include <string>
 
+#include "support/temp_dir.h"
 #include "tollgate/config_error.h"
 
 namespace tollgate {
@@ -25,8 +26,8 @@ std::string slurp(const fs::path& p) {
 // The cache used to be written through PATH.tmp, a name anyone who can write to the directory
 // can plant a symlink at (issue 34, finding 11): the write then went wherever it pointed.
 TEST(ReadFile, TheAtomicWriteDoesNotFollowASymlinkPlantedAtItsTemporaryName) {
-  const fs::path dir = fs::temp_directory_path() / ("tollgate-read-file-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const testing::TempDir temp("read-file");
+  const fs::path& dir = temp.path();
   std::ofstream(dir / "victim") << "untouched\n";
   fs::create_symlink(dir / "victim", dir / "rules.cache.tmp");
   ASSERT_EQ(write_file_atomically((dir / "rules.cache").string(), "rules: []\n"), "");
@@ -36,7 +37,6 @@ TEST(ReadFile, TheAtomicWriteDoesNotFollowASymlinkPlantedAtItsTemporaryName) {
             fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
   // Nothing left behind but the file, the victim and the planted link.
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 3);
-  fs::remove_all(dir);
 }
 
 TEST(ReadFile, AFileOverTheCapIsRefusedNamingItsSize) {

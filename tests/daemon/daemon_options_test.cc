@@ -1,6 +1,7 @@
 #include "daemon/daemon_options.h"
 #include "daemon/memory_bound.h"
 #include "host/node_host.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -43,12 +44,8 @@ class DaemonOptionsTest : public ::testing::Test {
     std::ofstream(p) << text;
     return p.string();
   }
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tollgate-opts-" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  const testing::TempDir temp_{"opts"};
+  const fs::path& dir_ = temp_.path();
 };
 
 TEST_F(DaemonOptionsTest, FlagsAloneWithDefaults) {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "tollgate/config_error.h"
 
 namespace tollgate {
@@ -185,8 +186,8 @@ TEST(Member, APacingLimitsTokenIsThereWhenItRefillsNotAtTheNextTick) {
 // it, a flood's request to seal early waits for it, and once it is free it seals, and the
 // member leaves cleanly.
 TEST(Member, ChecksGoOnAnsweringWhileTheBackgroundThreadIsStuck) {
-  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-stall-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const testing::TempDir temp("member-stall");
+  const fs::path& dir = temp.path();
   const std::string peers = "other 127.0.0.1:9\n";
   std::ofstream(dir / "peers.txt") << peers;
   // The background thread is held where a slow log sink would hold it: in the member's log
@@ -252,8 +253,6 @@ TEST(Member, ChecksGoOnAnsweringWhileTheBackgroundThreadIsStuck) {
   }));
   EXPECT_EQ(member->stats().stopped_by, "");
   member.reset();  // leaves and joins
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 // Envoy's rate limit service in process: a member given an RLS config (and no rules) decides
@@ -273,9 +272,8 @@ void replace_file(const fs::path& path, const std::string& text) {
 // MemberOptions::state_dir (issue 35): a service that restarts its member does not hand out a
 // fresh burst of a spent daily limit.
 TEST(Member, ASpentDailyLimitStaysSpentWhenTheMemberIsCreatedAgain) {
-  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-state-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const testing::TempDir temp("member-state");
+  const fs::path& dir = temp.path();
   MemberOptions o = options("a", "127.0.0.1:9");
   o.rules_yaml = "rules:\n  - {match: \"day:*\", rate: 3/d, burst: 3}\n";
   o.state_dir = dir.string();
@@ -291,16 +289,14 @@ TEST(Member, ASpentDailyLimitStaysSpentWhenTheMemberIsCreatedAgain) {
   EXPECT_NE(error_of(o).find("written by node a, this is node b"), std::string::npos) << error_of(o);
   o.node_id.clear();  // an id the kernel's port choice makes would change at every start
   EXPECT_NE(error_of(o).find("needs a node id that stays the same"), std::string::npos) << error_of(o);
-  fs::remove_all(dir);
 }
 
 // Rules reloaded while other threads check (issue 37, item 8): rules are parsed on the host's
 // loader thread and swapped in shard by shard on the member's; the checking threads see the old
 // limit or the new, never another, and nothing races (the suite's TSan stage runs this).
 TEST(Member, RulesReloadedWhileThreadsCheckGiveTheOldOrTheNewLimit) {
-  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-reload-checks-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const testing::TempDir temp("member-reload-checks");
+  const fs::path& dir = temp.path();
   replace_file(dir / "rules.yaml", "rules:\n  - {match: \"k*\", rate: 1/h, burst: 5}\n");
   MemberOptions o = options("r", "127.0.0.1:9");
   o.rules_yaml.clear();
@@ -329,12 +325,11 @@ TEST(Member, RulesReloadedWhileThreadsCheckGiveTheOldOrTheNewLimit) {
   EXPECT_GT(checks.load(), 0);
   EXPECT_EQ(m.stats().reload_failures, 0u);
   EXPECT_EQ(m.check("k1", 0).limit.burst, 5);  // the last edit's
-  fs::remove_all(dir);
 }
 
 TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
-  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-reload-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const testing::TempDir temp("member-reload");
+  const fs::path& dir = temp.path();
   const std::string key1 = std::string(64, 'a'), key2 = std::string(64, 'b');
   replace_file(dir / "a.key", key1 + "\n");
   replace_file(dir / "b.key", key2 + "\n");  // not a's: b cannot join yet
@@ -403,14 +398,13 @@ TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
   EXPECT_FALSE(reserved.allowed);
   EXPECT_EQ(reserved.reason, DenyReason::kReservedKey);
   EXPECT_EQ(a.stats().stopped_by, "");
-  fs::remove_all(dir);
 }
 
 // A node its own peers file does not list as it binds is heard by nobody and enforces alone
 // (issue 34, finding 12): said at error level at start and at each reload until the file is right.
 TEST(Member, APeersFileThatDoesNotListThisNodeAsItBindsIsReported) {
-  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-self-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const testing::TempDir temp("member-self");
+  const fs::path& dir = temp.path();
   replace_file(dir / "peers.txt", "other 127.0.0.1:9\n");
   std::mutex mutex;
   std::vector<std::string> errors;
@@ -443,12 +437,11 @@ TEST(Member, APeersFileThatDoesNotListThisNodeAsItBindsIsReported) {
   replace_file(dir / "peers.txt", "other 127.0.0.1:9\nm " + bound + "\n");
   ASSERT_TRUE(eventually([&] { return m.stats().reloads == 2; }));
   EXPECT_EQ(error_count(), 2u);  // right at last: nothing more said
-  fs::remove_all(dir);
 }
 
 TEST(Member, ShouldRateLimitDecidesEnvoysDescriptorsAndMembersShareTheirBuckets) {
-  const fs::path dir = fs::temp_directory_path() / ("tollgate-member-rls-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const testing::TempDir temp("member-rls");
+  const fs::path& dir = temp.path();
   std::ofstream(dir / "rls.yaml") << R"(domain: web
 descriptors:
   - key: remote_address
@@ -494,8 +487,6 @@ descriptors:
   EXPECT_THROW(a.should_rate_limit("web", {}, out), std::invalid_argument);
   Member plain(options("c", "127.0.0.1:" + std::to_string(a.gossip_port())));
   EXPECT_THROW(plain.should_rate_limit("web", ip, out), std::invalid_argument);
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 }  // namespace

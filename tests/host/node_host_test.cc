@@ -2,6 +2,7 @@
 // which keeps serving meanwhile (issue 34, finding 6: a large document held the node, and every
 // client failing open with it, for as long as yaml-cpp took).
 #include "host/node_host.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -22,13 +23,7 @@ namespace fs = std::filesystem;
 
 class NodeHostLoads : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tollgate_node_host_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-    write_rules(5);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { write_rules(5); }
 
   void write_rules(int burst) {
     const fs::path tmp = dir_ / "rules.yaml.new";
@@ -55,7 +50,8 @@ class NodeHostLoads : public ::testing::Test {
   }
   static int burst(NodeHost& host) { return int(host.node().table().limit_for("k1")->burst); }
 
-  fs::path dir_;
+  const testing::TempDir temp_{"node-host"};
+  const fs::path& dir_ = temp_.path();
   std::promise<void> release_;
   std::shared_future<void> gate_ = release_.get_future().share();
   std::atomic<std::thread::id> loader_thread_{};

@@ -2,6 +2,8 @@
 // exit status, a stop that times out, and what the child inherits.
 #include "process/child_process.h"
 
+#include "support/temp_dir.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,17 +23,12 @@ using std::chrono::milliseconds;
 
 class ChildProcessTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tollgate-child-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string read(const fs::path& p) {
     std::ifstream in(p);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
-  fs::path dir_;
+  const testing::TempDir temp_{"child"};
+  const fs::path& dir_ = temp_.path();
 };
 
 TEST_F(ChildProcessTest, RunsWithItsEnvironmentOnTopOfOursAndLogsBothStreams) {
