@@ -213,6 +213,8 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
     if (request.method == "POST") return check_post(request.body, std::move(counted));
   } else if (path == "/json") {
     if (request.method == "POST") return rls_json(request.body, std::move(counted));
+  } else if (path == "/rlconfig") {
+    if (get) return rls_config_dump(std::move(counted));
   } else if (path == "/metrics" || health || path == "/v1/members" || path == "/v1/stats") {
     if (get) {
       if (path == "/metrics") return metrics(std::move(counted));
@@ -227,7 +229,8 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
   } else {
     return counted(error_response(
         404, "no such endpoint: " + path +
-                 " (endpoints: /v1/check, /json, /metrics, /healthz, /readyz, /healthcheck, /v1/members, /v1/stats)"));
+                 " (endpoints: /v1/check, /json, /rlconfig, /metrics, /healthz, /readyz, /healthcheck, /v1/members, "
+                 "/v1/stats)"));
   }
   HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
   r.headers.emplace_back("Allow", path == "/v1/check" ? "GET, POST" : path == "/json" ? "POST" : "GET");
@@ -453,6 +456,28 @@ void Routes::metrics(Reply reply) {
         };
       },
       reply);
+}
+
+// The RLS config in force, as the reference server's /rlconfig prints it: one line per limited
+// descriptor, "LABEL: unit=UNIT requests_per_unit=N, shadow_mode: BOOL".
+void Routes::rls_config_dump(Reply reply) {
+  std::shared_ptr<const RlsConfig> config;
+  {
+    std::lock_guard lock(config_mu_);
+    config = rls_config_;
+  }
+  if (!config) return reply(error_response(404, "no RLS config: start tollgated with --rls-config"));
+  HttpResponse r;
+  r.content_type = "text/plain; charset=utf-8";
+  for (uint32_t i = 0; i < config->limit_count(); ++i) {
+    const RlsLimit& l = config->limit(i);
+    std::string unit = rls_unit_name(l.unit);
+    std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return char(std::toupper(c)); });
+    r.body += config->label(i) + ": unit=" + unit + " requests_per_unit=" + std::to_string(l.requests_per_unit) +
+              (l.unit_multiplier != 1 ? " unit_multiplier=" + std::to_string(l.unit_multiplier) : "") +
+              ", shadow_mode: " + (l.bucket.shadow || config->shadow_all() ? "true" : "false") + "\n";
+  }
+  reply(std::move(r));
 }
 
 void Routes::readyz(Reply reply) {

@@ -107,6 +107,7 @@ class Routes {
   void rls_json(const std::string& body, Reply reply);
   void metrics(Reply reply);
   void readyz(Reply reply);
+  void rls_config_dump(Reply reply);
   void members(Reply reply);
   void stats_json(Reply reply);
   // Runs `job` on the node, or answers 503.

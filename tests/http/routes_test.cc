@@ -303,6 +303,16 @@ TEST_F(RoutesTest, JsonIsEnvoysRateLimitRequestAnswered200Or429) {
   EXPECT_NE(none.body.find("--rls-config"), std::string::npos);
 }
 
+// The reference server's /rlconfig: the limits in force, one line each.
+TEST_F(RoutesTest, RlconfigPrintsTheLimitsInForce) {
+  const HttpResponse r = request("GET", "/rlconfig");
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(r.body, "web.path: unit=SECOND requests_per_unit=2, shadow_mode: false\n");
+  routes_->set_rls_config(nullptr);
+  EXPECT_EQ(request("GET", "/rlconfig").status, 404u);
+  EXPECT_EQ(request("POST", "/rlconfig").status, 405u);
+}
+
 TEST_F(RoutesTest, ReadyOnceAMemberIsHeardOrAloneLongEnoughAndNotWhileDraining) {
   EXPECT_EQ(request("GET", "/healthz").status, 200u);
   EXPECT_EQ(request("GET", "/readyz").status, 503u);
