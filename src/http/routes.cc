@@ -430,6 +430,9 @@ void Routes::rls_json(const std::string& body, Reply reply) {
         return [plan, reply, headers, results, overall] {
           rpb::RateLimitResponse response;
           rls::fill_response(overall, *results, headers, response);
+          // The dynamic metadata is for Envoy (a Struct on its wire; rls.proto's mirror of it would
+          // print here as a list of fields, not the object the reference's JSON shows): left out.
+          response.clear_dynamic_metadata();
           HttpResponse r;
           r.status = overall == rls::Code::kOk ? 200 : kTooManyRequests;
           r.body = to_json(response, false);  // the reference server's shape: lowerCamelCase

@@ -64,24 +64,30 @@ void add_ratelimit_headers(const std::vector<DescriptorResult>& results, pb::Rat
   }
 }
 
-// Which limits denied, in the response's dynamic metadata: Envoy keeps it under the rate limit
-// filter's namespace, where an access log (%DYNAMIC_METADATA(envoy.filters.http.ratelimit:over_limit)%)
-// or a later filter reads it. A limit without a name is told by its descriptor's position.
+pb::MetadataValue& add_field(pb::Metadata& m, const std::string& key) {
+  pb::Metadata::Field* f = m.add_fields();
+  f->set_key(key);
+  return *f->mutable_value();
+}
+
+// Which limits denied, in the response's dynamic metadata (a Struct to Envoy, rls.proto's
+// Metadata here): Envoy keeps it under the rate limit filter's namespace, where an access log
+// (%DYNAMIC_METADATA(envoy.filters.http.ratelimit:over_limit)%) or a later filter reads it. A
+// limit without a name is told by its descriptor's position.
 void name_the_denials(const std::vector<DescriptorResult>& results, pb::RateLimitResponse& response) {
-  google::protobuf::ListValue* list = nullptr;
+  pb::MetadataList* list = nullptr;
   for (size_t i = 0; i < results.size(); ++i) {
     const DescriptorResult& r = results[i];
     if (r.code != Code::kOverLimit) continue;
-    if (!list) {
-      list = (*response.mutable_dynamic_metadata()->mutable_fields())["over_limit"].mutable_list_value();
-    }
-    auto& fields = *list->add_values()->mutable_struct_value()->mutable_fields();
-    fields["descriptor"].set_number_value(double(i));
+    if (!list) list = add_field(*response.mutable_dynamic_metadata(), "over_limit").mutable_list_value();
+    pb::Metadata& one = *list->add_values()->mutable_struct_value();
+    add_field(one, "descriptor").set_number_value(double(i));
     if (r.limit) {
-      fields["name"].set_string_value(r.limit->name);
-      fields["requests_per_unit"].set_number_value(double(r.limit->requests_per_unit));
-      fields["unit"].set_string_value(rls_unit_name(r.limit->unit));
-      if (r.limit->unit_multiplier != 1) fields["unit_multiplier"].set_number_value(double(r.limit->unit_multiplier));
+      add_field(one, "name").set_string_value(r.limit->name);
+      add_field(one, "requests_per_unit").set_number_value(double(r.limit->requests_per_unit));
+      add_field(one, "unit").set_string_value(rls_unit_name(r.limit->unit));
+      if (r.limit->unit_multiplier != 1)
+        add_field(one, "unit_multiplier").set_number_value(double(r.limit->unit_multiplier));
     }
   }
 }

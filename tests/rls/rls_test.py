@@ -212,11 +212,15 @@ class SingleDaemon(unittest.TestCase):
             self.d.one("basic", [("key3", "named")])
         r = self.d.call("basic", [([("key2", "named")], None), ([("key3", "named")], None)])
         self.assertEqual(r.overall_code, OVER)
-        denied = r.dynamic_metadata.fields["over_limit"].list_value.values
+        # Read as Envoy reads it: a google.protobuf.Struct (rls.proto's Metadata has its wire format).
+        from google.protobuf import struct_pb2
+        metadata = struct_pb2.Struct.FromString(r.dynamic_metadata.SerializeToString())
+        denied = metadata.fields["over_limit"].list_value.values
         self.assertEqual(len(denied), 1)
         self.assertEqual(denied[0].struct_value.fields["descriptor"].number_value, 1)
         self.assertEqual(denied[0].struct_value.fields["requests_per_unit"].number_value, 10)
         self.assertEqual(denied[0].struct_value.fields["unit"].string_value, "hour")
+        self.assertEqual(denied[0].struct_value.fields["name"].string_value, "")
         self.assertFalse(self.d.one("basic", [("key2", "named")]).HasField("dynamic_metadata"), "not on OK")
 
     def test_two_descriptors_are_all_or_nothing(self):
