@@ -12,6 +12,7 @@
 // serves the next input; the key table stays within its cap.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -128,13 +129,32 @@ std::string exchange(uint16_t port, const fuzz::StreamInput& in, bool* hung) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // libFuzzer's timers interrupt blocking calls (SIGALRM every second): a connect cut short by
+  // a signal (EINTR) goes on in the background, so wait for it to finish; send and recv are
+  // retried. (That EINTR, not a reused tuple, was CI's "the server accepts a connection".)
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    std::fprintf(stderr, "connect: %s\n", std::strerror(errno));
-    FUZZ_CHECK(false, "the server accepts a connection");
+    int error = errno;
+    if (error == EINTR || error == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int ready;
+      do {
+        ready = ::poll(&p, 1, 10'000);
+      } while (ready < 0 && errno == EINTR);
+      socklen_t len = sizeof error;
+      error = ready == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 ? error : ETIMEDOUT;
+    }
+    if (error != 0) {
+      std::fprintf(stderr, "connect: %s\n", std::strerror(error));
+      FUZZ_CHECK(false, "the server accepts a connection");
+    }
   }
   for (std::string_view chunk : in.chunks) {
     // The server may close early (a refused request): what it wrote is still read below.
-    if (!chunk.empty() && ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;
+    ssize_t sent;
+    do {
+      sent = chunk.empty() ? 0 : ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent < 0) break;
   }
   ::shutdown(fd, SHUT_WR);
   std::string received;
@@ -142,6 +162,7 @@ std::string exchange(uint16_t port, const fuzz::StreamInput& in, bool* hung) {
   *hung = false;
   for (;;) {
     const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n > 0) {
       received.append(buffer, size_t(n));
       continue;
