@@ -113,11 +113,10 @@ std::string exchange(uint16_t port, const fuzz::StreamInput& in, bool* hung) {
   timeval timeout{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  // Each connection comes from another address of 127.0.0.0/8. The server closes first, so
-  // every input leaves a TIME_WAIT on its side; from one address the kernel hands the client a
-  // port it used a few seconds earlier once a run makes tens of thousands of connections, and a
-  // kernel that refuses a SYN on a TIME_WAIT tuple (PAWS with random timestamp offsets, or
-  // tcp_rfc1337) then fails the connect. Sixty-five thousand sources keep every tuple fresh.
+  // Each connection comes from another address of 127.0.0.0/8, so that no 4-tuple is reused
+  // while the server's side of an earlier one is in TIME_WAIT (the server closes first). This
+  // was once thought to be why CI's connect failed; the errno said EINTR (below), but fresh
+  // tuples cost nothing and rule the other cause out.
   static uint32_t next_source = 0;
   sockaddr_in from{};
   from.sin_family = AF_INET;
