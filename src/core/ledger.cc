@@ -194,12 +194,12 @@ class Ledger::Impl {
       if (!combined.empty() && hash == last_hash && combined.back().key == e.key) {
         combined.back().tokens += e.tokens;
       } else {
-        if (!combined.empty() && combined.back().tokens == 0) combined.pop_back();  // refunded as spent
         combined.push_back(std::move(e));
         last_hash = hash;
       }
     }
-    if (!combined.empty() && combined.back().tokens == 0) combined.pop_back();
+    // A key whose refunds cancel its consumption has nothing to tell.
+    std::erase_if(combined, [](const ConsumptionEntry& e) { return e.tokens == 0; });
     if (combined.empty()) return nullptr;
     auto batch = std::make_shared<Batch>();
     batch->origin = origin;
