@@ -21,6 +21,9 @@ enum class DenyReason : uint8_t {
   kOtherCheckDenied,    // all or nothing (KeyTable::allow_all): this check would have passed, but
                         // another of the same request did not, so nothing was charged
   kReservedKey,         // a key only Envoy's rate limit service may charge (is_reserved_key, api.h)
+  kSyncing,             // the daemon just started and is still learning this long-window key's
+                        // balance from its peers (docs/design.md 6.5); retry_after_ns: until
+                        // it stops waiting at the latest
 };
 
 // Human-readable reason, e.g. "cost exceeds burst". Never null.

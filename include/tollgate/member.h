@@ -93,6 +93,11 @@ struct MemberStats {
   uint64_t checks = 0, allowed = 0, denied = 0;
   uint64_t rounds = 0;
   size_t members_alive = 0;  // other members this one sees alive (as of its last round)
+  // True while the member, just created, waits for a peer's balances (the setting
+  // {"sync-deadline", "5s"}, docs/design.md 6.5): until then it denies checks of keys whose limit
+  // refills more slowly than 10 s (DenyReason::kSyncing), so as not to hand out a fresh burst of
+  // a key the cluster has spent. Ready for them once false.
+  bool syncing = false;
   uint64_t messages_sent = 0, messages_received = 0;
   uint64_t early_seals = 0;  // times a flood of keys was sealed between rounds
   // Evicted keys whose consumption was dropped before the background thread sealed it (stuck,

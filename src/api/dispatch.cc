@@ -32,6 +32,8 @@ pb::DenyReason to_proto(DenyReason reason) {
       return pb::DENY_REASON_RESERVED_KEY;
     case DenyReason::kOtherCheckDenied:
       return pb::DENY_REASON_OTHER_CHECK_DENIED;
+    case DenyReason::kSyncing:
+      return pb::DENY_REASON_SYNCING;
   }
   return pb::DENY_REASON_NONE;
 }

@@ -21,6 +21,8 @@ DenyReason deny_reason(pb::DenyReason reason, bool allowed) {
       return DenyReason::kReservedKey;
     case pb::DENY_REASON_OTHER_CHECK_DENIED:
       return DenyReason::kOtherCheckDenied;
+    case pb::DENY_REASON_SYNCING:
+      return DenyReason::kSyncing;
     default:
       break;
   }

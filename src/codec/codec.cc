@@ -19,9 +19,10 @@ using codec_internal::envelope_mac_matches;
 using codec_internal::kMacBytes;
 
 // Size arithmetic below assumes one-byte tags, i.e. field numbers below 16.
-static_assert(pb::Gossip::kLeavingFieldNumber < 16 && pb::Envelope::kMacFieldNumber < 16 &&
-              pb::Batch::kRefundsFieldNumber < 16 && pb::Member::kLeftFieldNumber < 16 &&
-              pb::Digest::kEndsBeforeFieldNumber < 16 && pb::OriginDigest::kPreviousFieldNumber < 16);
+static_assert(pb::Gossip::kSyncPageFieldNumber < 16 && pb::Gossip::kLeavingFieldNumber < 16 &&
+              pb::Envelope::kMacFieldNumber < 16 && pb::Batch::kRefundsFieldNumber < 16 &&
+              pb::Member::kLeftFieldNumber < 16 && pb::Digest::kEndsBeforeFieldNumber < 16 &&
+              pb::OriginDigest::kPreviousFieldNumber < 16);
 
 size_t varint_bytes(uint64_t v) { return google::protobuf::io::CodedOutputStream::VarintSize64(v); }
 
@@ -89,6 +90,24 @@ void to_pb(const OriginDigest& o, pb::OriginDigest* out) {
   if (o.previous != SeenWindow{}) to_pb(o.previous, out->mutable_previous());
 }
 
+void to_pb(const SyncRequest& r, pb::SyncRequest* out) {
+  out->set_session(r.session);
+  for (uint32_t p : r.pages) out->add_pages(p);
+}
+
+void to_pb(const SyncPage& page, pb::SyncPage* out) {
+  out->set_session(page.session);
+  out->set_page(page.page);
+  out->set_pages(page.pages);
+  out->set_starting(page.starting);
+  for (const OriginDigest& o : page.positions) to_pb(o, out->add_positions());
+  for (const auto& [key, microtokens] : page.balances) {
+    pb::Balance* b = out->add_balances();
+    b->set_key(key);
+    b->set_microtokens(microtokens);
+  }
+}
+
 // --- protobuf -> C++, with the content rules of gossip.proto -----------------------------------
 // Each returns false when the content breaks a rule.
 
@@ -147,6 +166,40 @@ bool from_pb(const pb::Digest& d, Digest* out, DigestRange* range) {
     if (!(range->from < d.ends_before())) return false;
     range->until = d.ends_before();
   }
+  return true;
+}
+
+bool from_pb(const pb::SyncRequest& r, SyncRequest* out) {
+  if (r.session() == 0 || static_cast<size_t>(r.pages_size()) > kMaxSyncPagesPerRequest) return false;
+  out->session = r.session();
+  out->pages.assign(r.pages().begin(), r.pages().end());
+  return true;
+}
+
+bool from_pb(const pb::SyncPage& p, SyncPagePtr* out) {
+  if (p.session() == 0) return false;
+  if (p.pages() == 0 ? (p.page() != 0 || p.positions_size() + p.balances_size() > 0)
+                     : (p.page() >= p.pages() || p.starting())) {
+    return false;
+  }
+  auto page = std::make_shared<SyncPage>();
+  page->session = p.session();
+  page->page = p.page();
+  page->pages = p.pages();
+  page->starting = p.starting();
+  page->positions.resize(static_cast<size_t>(p.positions_size()));
+  for (int i = 0; i < p.positions_size(); ++i) {
+    const pb::OriginDigest& o = p.positions(i);
+    OriginDigest& d = page->positions[static_cast<size_t>(i)];
+    d.origin = o.origin();
+    if (!valid_id(d.origin) || !from_pb(o.current(), &d.current) || !from_pb(o.previous(), &d.previous)) return false;
+  }
+  page->balances.reserve(static_cast<size_t>(p.balances_size()));
+  for (const pb::Balance& b : p.balances()) {
+    if (b.key().size() > kMaxKeyBytes) return false;
+    page->balances.emplace_back(b.key(), b.microtokens());
+  }
+  *out = std::move(page);
   return true;
 }
 
@@ -223,6 +276,16 @@ class Packer {
     for (const MemberRecord& member : message_.members) add_member(member);
     size_t reply_part = 0;  // the part that asks for a digest back
     if (message_.digest) reply_part = add_digest(*message_.digest);
+    if (message_.sync_request) {
+      pb::SyncRequest r;
+      to_pb(*message_.sync_request, &r);
+      add_alone(field_bytes(r.ByteSizeLong()), [&] { *current_.mutable_sync_request() = std::move(r); });
+    }
+    if (message_.sync_page) {
+      pb::SyncPage p;
+      to_pb(*message_.sync_page, &p);
+      add_alone(field_bytes(p.ByteSizeLong()), [&] { *current_.mutable_sync_page() = std::move(p); });
+    }
     if (parts_.empty() || used_ > header_bytes_) finish_part();
     if (message_.digest_reply_wanted) parts_[reply_part].set_digest_reply_wanted(true);
     return std::move(parts_);
@@ -239,6 +302,20 @@ class Packer {
     start_part();
   }
   bool fresh() const { return used_ == header_bytes_; }
+
+  // A field that is never split (a sync request or page): into this part if it fits, else the
+  // next; left out and counted if it would not fit even alone (split_transfer sizes pages so
+  // that it always does).
+  template <typename Put>
+  void add_alone(size_t bytes, Put put) {
+    if (header_bytes_ + bytes > budget_) {
+      ++stats_->dropped_sync;
+      return;
+    }
+    if (used_ + bytes > budget_) finish_part();
+    put();
+    used_ += bytes;
+  }
 
   void add_batch(const BatchPtr& batch) {
     if (!batch || !valid_batch(*batch) || batch->entries.size() > kMaxEntriesPerMessage) {
@@ -465,7 +542,9 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
   for (const pb::Batch& b : gossip.batches()) entries += static_cast<size_t>(b.entries_size() + b.refunds_size());
   if (static_cast<size_t>(gossip.batches_size()) > kMaxBatchesPerMessage || entries > kMaxEntriesPerMessage ||
       static_cast<size_t>(gossip.members_size()) > kMaxMembersPerMessage ||
-      static_cast<size_t>(gossip.digest().origins_size()) > kMaxDigestOriginsPerMessage) {
+      static_cast<size_t>(gossip.digest().origins_size()) > kMaxDigestOriginsPerMessage ||
+      static_cast<size_t>(gossip.sync_page().positions_size()) > kMaxDigestOriginsPerMessage ||
+      static_cast<size_t>(gossip.sync_page().balances_size()) > kMaxEntriesPerMessage) {
     return fail(DecodeError::kTooLarge);
   }
 
@@ -496,6 +575,11 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
     m.digest.emplace();
     if (!from_pb(gossip.digest(), &*m.digest, &result.digest_range)) return fail(DecodeError::kInvalidContent);
   }
+  if (gossip.has_sync_request()) {
+    m.sync_request.emplace();
+    if (!from_pb(gossip.sync_request(), &*m.sync_request)) return fail(DecodeError::kInvalidContent);
+  }
+  if (gossip.has_sync_page() && !from_pb(gossip.sync_page(), &m.sync_page)) return fail(DecodeError::kInvalidContent);
   result.message = std::move(m);
   return result;
 }
@@ -512,6 +596,43 @@ size_t max_batch_bytes_for(size_t max_datagram_bytes) {
                                 std::to_string(kMinDatagramBytes));
   }
   return payload_budget(max_datagram_bytes, /*signed_message=*/true) - worst_header_bytes();
+}
+
+std::vector<SyncPage> split_transfer(std::vector<OriginDigest> positions,
+                                     std::vector<std::pair<std::string, int64_t>> balances, size_t max_datagram_bytes) {
+  const size_t budget = max_batch_bytes_for(max_datagram_bytes);  // a field next to any header
+  // A page's body: session, then page and pages at their largest.
+  const size_t base = 1 + 8 + 2 * varint_field_bytes(std::numeric_limits<uint32_t>::max());
+  std::vector<SyncPage> pages;
+  size_t body = base;
+  auto room_for = [&](size_t bytes) {
+    if (pages.empty() || (body > base && field_bytes(body + bytes) > budget)) {
+      pages.emplace_back();
+      body = base;
+    }
+    body += bytes;
+  };
+  for (OriginDigest& o : positions) {
+    if (!valid_id(o.origin)) continue;  // never exported: a ledger holds valid ids only
+    pb::OriginDigest d;
+    to_pb(o, &d);
+    room_for(field_bytes(d.ByteSizeLong()));
+    pages.back().positions.push_back(std::move(o));
+  }
+  for (auto& [key, microtokens] : balances) {
+    if (key.size() > kMaxKeyBytes) continue;  // never in a table: its keys are bounded by it
+    pb::Balance b;
+    b.set_key(key);
+    b.set_microtokens(microtokens);
+    room_for(field_bytes(b.ByteSizeLong()));
+    pages.back().balances.emplace_back(std::move(key), microtokens);
+  }
+  if (pages.empty()) pages.emplace_back();  // an empty transfer is one empty page
+  for (size_t i = 0; i < pages.size(); ++i) {
+    pages[i].page = static_cast<uint32_t>(i);
+    pages[i].pages = static_cast<uint32_t>(pages.size());
+  }
+  return pages;
 }
 
 std::vector<std::vector<ConsumptionEntry>> split_for_sealing(std::vector<ConsumptionEntry> entries,

@@ -40,7 +40,7 @@
 namespace tollgate {
 
 inline constexpr uint32_t kProtocolVersionMajor = 1;
-inline constexpr uint32_t kProtocolVersionMinor = 2;  // 1: message_seq, sent_at_s; 2: relay
+inline constexpr uint32_t kProtocolVersionMinor = 3;  // 1: message_seq, sent_at_s; 2: relay; 3: sync
 
 inline constexpr size_t kDefaultMaxDatagramBytes = 1400;  // Ethernet MTU minus headers, with room
 // The smallest allowed max_datagram_bytes: the IPv6 minimum MTU (1280) minus the IPv6 and UDP
@@ -73,6 +73,7 @@ struct EncodeStats {
   size_t dropped_batches = 0;         // larger than one datagram or frame, or invalid content
   size_t dropped_members = 0;         // invalid: empty or over-long id, over-long address
   size_t dropped_digest_origins = 0;  // invalid or repeated origin id
+  size_t dropped_sync = 0;            // a sync request or page larger than one datagram or frame
 };
 
 // Encodes `message` into envelopes of at most max_datagram_bytes each (the whole datagram,
@@ -149,6 +150,13 @@ size_t encoded_batch_bytes(const Batch& batch);
 // max_datagram_bytes - 572: 828 bytes of a 1400-byte datagram, room for about 25 entries with
 // 20-byte keys. Throws std::invalid_argument when max_datagram_bytes is below kMinDatagramBytes.
 size_t max_batch_bytes_for(size_t max_datagram_bytes);
+
+// Cuts a transfer of balances from a peer on start (docs/design.md 6.5) into pages, in order,
+// each of which fits one datagram of max_datagram_bytes next to any valid header, signed (and so
+// one frame of that many bytes). Sets each page's number and the count; the session is the
+// sender's to set. Always at least one page.
+std::vector<SyncPage> split_transfer(std::vector<OriginDigest> positions,
+                                     std::vector<std::pair<std::string, int64_t>> balances, size_t max_datagram_bytes);
 
 // Splits one round's consumption (as from KeyTable::take_pending) into runs, in order, each of
 // which Ledger::seal turns into a batch by `origin` of at most max_batch_bytes (assuming the

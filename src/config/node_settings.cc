@@ -84,6 +84,12 @@ const NodeSettingField kFields[] =
     TOLLGATE_WHOLE_FIELD("retransmit-mult", retransmit_mult, 1, 16,
                          "Gossip: each node sends a batch to mult x ceil(log10(N + 1)) peers in all (N members); "
                          "more copies reach every node sooner and under more loss, at the cost of bytes"),
+    TOLLGATE_DURATION_FIELD("sync-deadline", sync_deadline_ns, 0,
+                            "At start, learn every bucket that is not full from one live peer (and the consumption "
+                            "it includes) before answering for keys whose limit refills more slowly than the 10s "
+                            "repair window (e.g. 100/d): those are denied (reason 'syncing') until it has them, or "
+                            "until no peer has answered for this long; 0s turns it off (a restarted node would then "
+                            "hand out a fresh burst of a spent daily limit). docs/design.md 6.5"),
     };
 
 #undef TOLLGATE_DURATION_FIELD
@@ -136,6 +142,7 @@ void NodeSettings::apply_to(NodeOptions& o) const {
   o.membership.member_rows = member_rows;
   o.keys.max_keys = max_keys;
   o.retransmit_mult = static_cast<uint32_t>(retransmit_mult);
+  o.sync_deadline_ns = sync_deadline_ns;
 }
 
 }  // namespace tollgate

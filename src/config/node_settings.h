@@ -31,6 +31,7 @@ struct NodeSettings {
   int64_t push_pull_interval_ns = 1 * kNanosPerSecond;  // anti-entropy with one random peer
   size_t max_keys = 1'000'000;                          // buckets held at most
   size_t retransmit_mult = 4;                           // gossip: copies of a batch = mult x ceil(log10(N + 1))
+  int64_t sync_deadline_ns = 5 * kNanosPerSecond;       // balances from a peer on start (0: off)
 
   // Sets these settings' part of `o` (a member dead after twice fail_after, ...).
   void apply_to(NodeOptions& o) const;

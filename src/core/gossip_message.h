@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/consumption.h"
@@ -25,6 +26,23 @@ struct MemberRecord {
   bool left = false;  // the member announced that it leaves (this incarnation)
   friend bool operator==(const MemberRecord&, const MemberRecord&) = default;
 };
+
+// Balances from a peer on start (docs/design.md 6.5): a node that starts asks one peer for its
+// state, page by page; the peer answers each request with the pages asked for.
+inline constexpr size_t kMaxSyncPagesPerRequest = 64;
+struct SyncRequest {
+  uint64_t session = 0;         // the asker's random id for this transfer, != 0
+  std::vector<uint32_t> pages;  // the pages wanted; empty: start the transfer (or is it ready?)
+};
+struct SyncPage {
+  uint64_t session = 0;
+  uint32_t page = 0;
+  uint32_t pages = 0;                   // pages in the transfer; 0: still being prepared, ask again
+  bool starting = false;                // with pages 0: the sender is waiting for its own transfer: ask another
+  std::vector<OriginDigest> positions;  // the ledger positions the balances include
+  std::vector<std::pair<std::string, int64_t>> balances;  // key, microtokens
+};
+using SyncPagePtr = std::shared_ptr<const SyncPage>;
 
 // Bounds of GossipMessage's freshness stamps (the codec reserves their bytes by them).
 inline constexpr uint64_t kMaxMessageSeq = (uint64_t{1} << 49) - 1;
@@ -49,6 +67,9 @@ struct GossipMessage {
   // of another group, is asked to relay the sender's own batches to its group.
   uint32_t relay_groups = 0;
   bool relay = false;
+  // Balances from a peer on start: a request for pages, or one page (never split over parts).
+  std::optional<SyncRequest> sync_request;
+  SyncPagePtr sync_page;
   // Increases with every message of the sender's life (Node::message); a receiver answers a
   // digest request once per message_seq (parts of one split message share it).
   uint64_t message_seq = 0;  // at most kMaxMessageSeq

@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -271,6 +272,24 @@ class Shard {
     const uint32_t slot = insert(key, hash, rule, at);
     Entry& e = slots_[slot];
     e.bucket = TokenBucket::with_balance(limit_of(rule), balance, at);
+    return true;
+  }
+
+  // KeyTable::lower.
+  bool lower(std::string_view key, size_t hash, int64_t balance, MonoNanos at, int64_t minus_tokens, MonoNanos now) {
+    if (key.size() > options_.max_key_bytes) return false;
+    uint32_t slot = find(key, hash);
+    const uint32_t rule = slot != kNil ? slots_[slot].rule : rules_->match(key);
+    if (rule == RuleSet::kUnlimited) return false;
+    if (slot == kNil) slot = insert(key, hash, rule, now);
+    const Limit limit = limit_of(rule);
+    TokenBucket theirs = TokenBucket::with_balance(limit, balance, std::min(at, now));
+    const Wide wide = Wide(theirs.balance_microtokens(limit, now)) - Wide(minus_tokens) * kMicrotokensPerToken;
+    const int64_t target = int64_t(
+        std::clamp<Wide>(wide, std::numeric_limits<int64_t>::min() / 2, std::numeric_limits<int64_t>::max() / 2));
+    Entry& e = slots_[slot];
+    if (target >= e.bucket.balance_microtokens(limit, now)) return false;
+    e.bucket = TokenBucket::with_balance(limit, target, now);
     return true;
   }
 
@@ -803,6 +822,11 @@ class KeyTable::Impl {
     return on_key_shard(key, [&](Shard& shard, size_t hash) { return shard.restore(key, hash, balance, at); });
   }
 
+  bool lower(std::string_view key, int64_t balance, MonoNanos at, int64_t minus_tokens, MonoNanos now) {
+    return on_key_shard(
+        key, [&](Shard& shard, size_t hash) { return shard.lower(key, hash, balance, at, minus_tokens, now); });
+  }
+
   // The cursor: the shard in the high 16 bits, the entry in the rest.
   bool for_each_unfull(MonoNanos now, uint64_t* cursor, size_t max,
                        const std::function<void(std::string_view, int64_t)>& f) {
@@ -1106,6 +1130,10 @@ uint64_t KeyTable::pending_dropped() const { return impl_->pending_dropped(); }
 size_t KeyTable::sweep_idle(MonoNanos now_ns, size_t max_scan) { return impl_->sweep_idle(now_ns, max_scan); }
 bool KeyTable::restore(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns) {
   return impl_->restore(key, balance_microtokens, at_ns);
+}
+bool KeyTable::lower(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns, int64_t minus_tokens,
+                     MonoNanos now_ns) {
+  return impl_->lower(key, balance_microtokens, at_ns, minus_tokens, now_ns);
 }
 bool KeyTable::for_each_unfull(MonoNanos now_ns, uint64_t* cursor, size_t max_entries,
                                const std::function<void(std::string_view, int64_t)>& f) {

@@ -190,6 +190,13 @@ class KeyTable {
   // counted at its next use), clamped to its limit. False, and nothing done, when no rule
   // governs the key, it is too long, or it is in the table already.
   bool restore(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns);
+  // Balances from a peer (Node's sync on start): the bucket a peer held at `balance_microtokens`
+  // as of `at_ns`, refilled to `now_ns` and less `minus_tokens` (consumption we hold that the
+  // peer's balance does not include), replaces ours when it is lower; a missing bucket is
+  // created first. Never raises a balance. True if it lowered one; false for a key no rule
+  // governs or that is too long.
+  bool lower(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns, int64_t minus_tokens,
+             MonoNanos now_ns);
 
   // Installs new rules. A key whose governing limit is unchanged keeps its bucket untouched; a
   // key whose limit changed keeps its balance clamped into the new [-max_debt, burst]; a key no

@@ -4,6 +4,7 @@
 #include <bit>
 #include <deque>
 #include <string_view>
+#include <utility>
 
 #include "core/id_map.h"
 #include "util/flat_table.h"
@@ -281,6 +282,19 @@ class Ledger::Impl {
     return d;
   }
 
+  // `into` becomes the union of itself and `w`, a window of the same incarnation.
+  static void unite(SeenWindow& into, const SeenWindow& w) {
+    SeenWindow lower = w;
+    if (w.watermark > into.watermark) std::swap(into, lower);
+    // Every seq of `lower` above into's watermark is within into's 256 bits: nothing slides.
+    uint64_t abandoned = 0;
+    for (size_t i = 0; i < SeenWindow::kBits; ++i) {
+      if (((lower.above[i / 64] >> (i % 64)) & 1) == 0) continue;
+      const uint64_t seq = lower.watermark + 1 + i;
+      if (seq > into.watermark) into.insert(seq, &abandoned);
+    }
+  }
+
   void restore(const Digest& positions) {
     for (const OriginDigest& o : positions.origins) {
       const bool ours = o.origin == self_ || o.origin == relay_id_;
@@ -290,15 +304,19 @@ class Ledger::Impl {
         if (origins_.size() >= options_.max_origins) continue;
         st = origins_.try_emplace(o.origin).first;
       }
-      // Merged with what this life may already know: the newer of each window.
+      // Merged with what this life may already know: the newer of each window, and the union of
+      // two windows of one incarnation (a peer's positions taken on start, Node's sync: seqs
+      // either side applied count as applied).
       for (const SeenWindow& w : {o.previous, o.current}) {
         if (w.incarnation == 0) continue;
         if (w.incarnation > st->current.incarnation) {
           st->previous = st->current;
           st->current = w;
         } else if (w.incarnation == st->current.incarnation) {
-          if (w.highest() > st->current.highest()) st->current = w;
-        } else if (w.incarnation >= st->previous.incarnation) {
+          unite(st->current, w);
+        } else if (w.incarnation == st->previous.incarnation) {
+          unite(st->previous, w);
+        } else if (w.incarnation > st->previous.incarnation) {
           st->previous = w;
         }
       }

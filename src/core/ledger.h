@@ -122,8 +122,9 @@ class Ledger {
   // (its id and its relay id) ...
   Digest own_positions() const;
   // ... and, in the next life, every position of a previous one taken back: batches at or below
-  // them count as already applied. Our current life's positions are never overwritten; beyond
-  // max_origins the rest is left out.
+  // them count as already applied. Also a peer's positions (Node's sync on start): a window of an
+  // incarnation we know already becomes the union of both. Our current life's positions are never
+  // overwritten; beyond max_origins the rest is left out.
   void restore(const Digest& positions);
 
   LedgerStats stats() const;

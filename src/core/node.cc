@@ -1,5 +1,7 @@
 #include "core/node.h"
 
+#include "core/node_sync.h"
+
 #include <algorithm>
 #include <bit>
 #include <unordered_map>
@@ -83,6 +85,17 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
       mode_(options_.mode == DisseminationMode::kAuto ? DisseminationMode::kGossip : options_.mode) {
   update_groups();
   stats_.regroupings = 0;  // (the first count is not a change)
+  sync_ = std::make_unique<Sync>();
+  sync_->random = SplitMix64(std::hash<std::string>{}(options_.id) ^ (options_.incarnation * 0x9E3779B97F4A7C15ull));
+  // Heartbeat membership without a seed other than us: the first member, with no one to ask.
+  // (Static membership knows once the peers are set: set_peers.)
+  const bool alone = membership_.kind() == MembershipKind::kHeartbeat &&
+                     std::all_of(options_.seeds.begin(), options_.seeds.end(),
+                                 [&](const std::string& seed) { return seed == options_.address; });
+  if (options_.sync_deadline_ns > 0 && !alone) {
+    sync_->asking = true;
+    syncing_.flag.store(true, std::memory_order_relaxed);
+  }
 }
 
 void Node::update_groups(uint32_t offered) {
@@ -144,12 +157,30 @@ void Node::update_groups(uint32_t offered) {
 Node::~Node() = default;
 
 Decision Node::check(std::string_view key, int64_t cost, MonoNanos now) {
+  if (syncing()) [[unlikely]] {
+    if (std::optional<Decision> denied = deny_while_syncing(key)) return *denied;
+  }
   const Decision d = table_.allow(key, cost, now);
   after_check(now);
   return d;
 }
 
 bool Node::check_all(std::span<const CheckItem> items, std::span<Decision> out, MonoNanos now) {
+  if (syncing()) [[unlikely]] {
+    // All or nothing: one check denied while syncing denies the others, uncharged.
+    bool any = false;
+    for (size_t i = 0; i < items.size(); ++i) {
+      std::optional<Decision> denied = deny_while_syncing(items[i].key);
+      if (denied) {
+        out[i] = *denied;
+        any = true;
+      } else {
+        out[i] = Decision{};
+        out[i].reason = DenyReason::kOtherCheckDenied;
+      }
+    }
+    if (any) return false;
+  }
   const bool all = table_.allow_all(items, out, now);
   after_check(now);
   return all;
@@ -190,6 +221,9 @@ NodeStats Node::stats() const {
   s.checks = c.checks;
   s.allowed = c.allowed;
   s.denied = c.denied;
+  s.sync_denied = syncing_.denied.load(std::memory_order_relaxed);
+  s.checks += s.sync_denied;
+  s.denied += s.sync_denied;
   return s;
 }
 
@@ -277,6 +311,7 @@ void Node::tick(MonoNanos now) {
   disseminate(live, std::move(fresh), now);
   push_pull(live, now);
   probe(now);
+  sync_round(now);
   first_round_ = false;
   housekeeping(now);
 }
@@ -290,6 +325,7 @@ void Node::advance_membership(MonoNanos now) {
   for (const NodeId& id : forgotten) {
     ledger_.forget_origin(id);
     digests_answered_.erase(id);
+    sync_->served.erase(id);
   }
 }
 
@@ -536,7 +572,9 @@ void Node::probe(MonoNanos now) {
 }
 
 void Node::housekeeping(MonoNanos now) {
-  ledger_.expire(now);
+  // While waiting for balances from a peer, what we applied meanwhile is kept: finish_sync
+  // subtracts what the peer's balances lack of it (bounded all the same by max_retained_bytes).
+  if (!syncing()) ledger_.expire(now);
   table_.sweep_idle(now, kSweepPerRound);
   if (options_.partition_policy == PartitionPolicy::kProportional) {
     const auto [reachable, known] = membership_.reachable_fraction();
@@ -584,6 +622,8 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     ledger_.start_incarnation(life);
   }
   if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
+  if (m.sync_request) serve_sync(m, now);
+  if (m.sync_page) take_sync_page(m, now);
   // Relay: a member of another group asks us to pass its own batches on to our group. Its row
   // goes on too, even if it counts groups otherwise (rows are safe to pass on): our group may
   // hear of it only through us.
@@ -692,6 +732,7 @@ void Node::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now) {
   // at most max_origins are tracked.
   membership_.set_peers(peers, now);
   update_groups();
+  if (sync_->asking && !sync_->started && membership_.known() <= 1) stop_syncing();  // alone
 }
 
 void Node::leave(MonoNanos now) {

@@ -47,6 +47,7 @@
 namespace tollgate {
 
 class RuleSet;
+struct SyncServed;  // node_sync.h
 
 // kRelay: two hops over groups of about sqrt(N) members (docs/design.md, "Relay"): each node
 // sends its batches to the members of its own group and to one member (its contact) of every
@@ -116,6 +117,19 @@ struct NodeOptions {
   // at 256 nodes against 59 ms relaying), while relay repairs no loss between groups and so
   // does worse under heavy loss in smaller clusters (docs/results.md, "Busy clusters").
   size_t auto_relay_members = 256;
+  // Balances from a peer on start (issue 35; docs/design.md 6.5). When > 0, a node that has
+  // someone to ask (peers, or seeds) asks one peer, in pages, for every bucket it holds that is
+  // not full and the ledger positions those include, and takes each balance that is lower than
+  // its own. Until then it denies (DenyReason::kSyncing) the checks of keys whose limit takes
+  // longer than the ledger's retention to refill from its floor: a fresh burst of such a key
+  // could be one the cluster spent long ago, which push-pull repair can no longer tell it. It
+  // stops waiting when no peer has answered for this long (and then answers from what it has).
+  // 0: off.
+  int64_t sync_deadline_ns = 0;
+  // Cuts a transfer into pages that each fit one message (the daemon: the codec's
+  // split_transfer); by default pages of 32 positions or balances.
+  std::function<std::vector<SyncPage>(std::vector<OriginDigest>, std::vector<std::pair<std::string, int64_t>>)>
+      split_for_transfer;
   std::vector<std::string> seeds;  // heartbeat membership: addresses to join through
   MembershipOptions membership;
   KeyTableOptions keys;
@@ -157,6 +171,17 @@ struct NodeStats {
                                         // runs another mode): batches and digest dropped
   uint64_t regroupings = 0;             // times the mode in use (auto) or the count of groups
                                         // changed (what we held stops being repaired)
+  // Balances from a peer on start (NodeOptions::sync_deadline_ns).
+  uint64_t sync_denied = 0;        // checks denied while waiting for them (DenyReason::kSyncing)
+  uint64_t sync_taken = 0;         // transfers taken (0 or 1)
+  uint64_t sync_balances = 0;      // balances a transfer lowered here
+  uint64_t sync_gave_up = 0;       // times no peer answered by the deadline (0 or 1)
+  uint64_t sync_all_starting = 0;  // times every live member was starting too (0 or 1)
+  uint64_t sync_attempts = 0;      // transfers asked for (one per peer tried)
+  uint64_t sync_served = 0;        // transfers prepared for others
+  uint64_t sync_pages_sent = 0;    // pages sent to others
+  uint64_t sync_refused = 0;       // requests not served: waiting for our own, or too many at once
+  uint64_t sync_ignored = 0;       // pages of no transfer of ours (another session, a replay)
 };
 
 // What a node carries across a restart (issue 35; tollgated's --state-dir): the balances of its
@@ -217,6 +242,9 @@ class Node {
   // first message. Returns the balances restored (keys no rule governs, or beyond max_keys, are
   // not).
   size_t import_state(const NodeState& state, MonoNanos now_ns, int64_t down_ns);
+
+  // True while waiting for balances from a peer (NodeOptions::sync_deadline_ns). Any thread.
+  bool syncing() const { return syncing_.flag.load(std::memory_order_relaxed); }
 
   const NodeOptions& options() const { return options_; }
   // The mode in use: options().mode, or for kAuto the one it chose (kGossip or kRelay).
@@ -327,6 +355,23 @@ class Node {
   std::vector<BatchPtr> previous_fresh_;                        // our batches of the last round, sent once to...
   std::vector<std::pair<NodeId, uint64_t>> previous_contacts_;  // ...these contacts (id, life; by group)
   uint64_t relay_round_ = 0;
+
+  // Balances from a peer on start (node_sync.cc).
+  struct Sync;
+  std::unique_ptr<Sync> sync_;
+  struct alignas(64) Syncing {  // read by every check, as seal_wanted_
+    std::atomic<bool> flag{false};
+    std::atomic<uint64_t> denied{0};
+  } syncing_;
+  // Denies a check of a long-window key while syncing (see NodeOptions::sync_deadline_ns).
+  std::optional<Decision> deny_while_syncing(std::string_view key);
+  void sync_round(MonoNanos now);  // asks (or gives up), and prepares the transfers we serve
+  void serve_sync(const GossipMessage& m, MonoNanos now);
+  void take_sync_page(const GossipMessage& m, MonoNanos now);
+  void finish_sync(MonoNanos now);
+  // Serving: the next slice of a transfer's export; once all are in, its pages.
+  void prepare_sync(SyncServed& t, MonoNanos now);
+  void stop_syncing();
 };
 
 }  // namespace tollgate

@@ -19,6 +19,8 @@ const char* deny_reason_name(DenyReason reason) {
       return "key reserved for Envoy's rate limit service (first byte 0x1E)";
     case DenyReason::kOtherCheckDenied:
       return "another check of the request was denied";
+    case DenyReason::kSyncing:
+      return "starting: still learning this key's balance from peers";
   }
   return "unknown";
 }

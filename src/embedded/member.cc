@@ -288,6 +288,7 @@ class Member::Impl {
     s.denied = c.denied;
     s.rounds = rounds_.load(std::memory_order_relaxed);
     s.members_alive = alive_.load(std::memory_order_relaxed);
+    s.syncing = host_->node().syncing();
     s.messages_sent = sent_.load(std::memory_order_relaxed);
     s.messages_received = received_.load(std::memory_order_relaxed);
     s.early_seals = early_seals_.load(std::memory_order_relaxed);

@@ -138,6 +138,13 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   n.split_for_sealing = [id = n.id, max_batch_bytes](std::vector<ConsumptionEntry> entries) {
     return split_for_sealing(std::move(entries), id, max_batch_bytes);
   };
+  // A transfer of balances to a starting peer goes a page per message: each fits one datagram
+  // (TCP: 16 KiB, so that the 64 pages one request may draw stay well inside a peer's send queue).
+  const size_t max_page_bytes = options_.transport == TransportKind::kUdp ? options_.max_datagram : size_t{16} << 10;
+  n.split_for_transfer =
+      [max_page_bytes](std::vector<OriginDigest> positions, std::vector<std::pair<std::string, int64_t>> balances) {
+    return split_transfer(std::move(positions), std::move(balances), max_page_bytes);
+  };
   // Keys are hashed with a secret of this process, 128 bits straight from the operating system
   // (not from random_, whose 64-bit state its outputs would give away).
   n.keys.hash_key = std::array<uint64_t, 2>{seed_from_os(), seed_from_os()};
@@ -681,7 +688,7 @@ struct HostStatSources {
   const TransportStats& t;
   const FaultStats& f;
   const HostReloads& r;
-  int64_t rules_version, peers_problem, relay_groups;
+  int64_t rules_version, peers_problem, relay_groups, syncing;
   uint64_t state_writes, state_write_failures, state_restored, state_bytes, state_write_ns, state_export_slice_ns,
       state_skipped;
 };
@@ -787,6 +794,22 @@ const HostStat kHostStats[] = {
     TOLLGATE_STAT("relay_regroupings", kCounter, kNone, "Changes of mode or of the count of relay groups",
                   s.n.regroupings),
     TOLLGATE_STAT("relay_groups", kGauge, kNone, "Relay groups in use (0: not relaying)", s.relay_groups),
+    TOLLGATE_STAT("syncing", kGauge, kNone, "1 while waiting at start for a peer's balances (--sync-deadline)",
+                  s.syncing),
+    TOLLGATE_STAT("sync_denied", kCounter, kNone, "Checks of long-window keys denied while waiting for balances",
+                  s.n.sync_denied),
+    TOLLGATE_STAT("sync_taken", kCounter, kNone, "Transfers of balances taken from a peer at start", s.n.sync_taken),
+    TOLLGATE_STAT("sync_balances", kCounter, kNone, "Balances a transfer lowered here", s.n.sync_balances),
+    TOLLGATE_STAT("sync_gave_up", kCounter, kNone, "Times no peer answered by --sync-deadline", s.n.sync_gave_up),
+    TOLLGATE_STAT("sync_all_starting", kCounter, kNone, "Times every live member was starting too",
+                  s.n.sync_all_starting),
+    TOLLGATE_STAT("sync_attempts", kCounter, kNone, "Transfers asked for (one per peer tried)", s.n.sync_attempts),
+    TOLLGATE_STAT("sync_served", kCounter, kNone, "Transfers prepared for starting peers", s.n.sync_served),
+    TOLLGATE_STAT("sync_pages_sent", kCounter, kNone, "Pages of balances sent to starting peers", s.n.sync_pages_sent),
+    TOLLGATE_STAT("sync_refused", kCounter, kNone, "Transfer requests refused (starting, or two served at once)",
+                  s.n.sync_refused),
+    TOLLGATE_STAT("sync_ignored", kCounter, kNone, "Transfer pages or requests of no session (replays, stale)",
+                  s.n.sync_ignored),
     TOLLGATE_STAT("transport_sent", kCounter, kNone, "Datagrams or frames written", s.t.messages_sent),
     TOLLGATE_STAT("transport_bytes_sent", kCounter, kBytes, "Bytes of datagrams or frames written", s.t.bytes_sent),
     TOLLGATE_STAT("transport_received", kCounter, kNone, "Datagrams or frames that decoded and authenticated",
@@ -834,6 +857,7 @@ StatsList NodeHost::stats() const {
                                 rules_version_,
                                 peers_problem_ ? 1 : 0,
                                 int64_t(node_->relay_groups()),
+                                node_->syncing() ? 1 : 0,
                                 state_.writes,
                                 state_.write_failures,
                                 state_.restored,

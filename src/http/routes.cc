@@ -491,14 +491,23 @@ void Routes::readyz(Reply reply) {
         const bool heard = std::any_of(members.begin(), members.end(),
                                        [](const MemberInfo& m) { return !m.self && m.state == MemberState::kAlive; });
         const bool ready = heard || options_.alone_long_enough();
-        return [reply, ready] {
-          if (!ready)
-            return reply(error_response(503, "not ready: no member heard from yet, and not alone for fail_after"));
-          HttpResponse ok;
-          ok.content_type = "text/plain; charset=utf-8";
-          ok.body = "ready\n";
-          reply(std::move(ok));
-        };
+        const StatsList stats = handler.stats();
+        const bool syncing = std::any_of(stats.begin(), stats.end(),
+                                         [](const auto& s) { return s.first == "syncing" && s.second != 0; });
+        return
+            [reply, ready, syncing] {
+      if (!ready)
+        return reply(error_response(503, "not ready: no member heard from yet, and not alone for fail_after"));
+      if (syncing) {
+        return reply(error_response(503,
+                                    "not ready: learning balances from a peer (long-window keys are denied until then; "
+                                    "--sync-deadline)"));
+      }
+      HttpResponse ok;
+      ok.content_type = "text/plain; charset=utf-8";
+      ok.body = "ready\n";
+      reply(std::move(ok));
+            };
       },
       reply);
 }

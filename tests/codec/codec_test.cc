@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -144,9 +145,9 @@ TEST(Codec, MacIsHmacSha256OverTheVersionAndThePayload) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(datagrams.at(0)));
   EXPECT_EQ(e.version_major(), 1u);
-  EXPECT_EQ(e.version_minor(), 2u);
+  EXPECT_EQ(e.version_minor(), 3u);
   EXPECT_EQ(e.mac().size(), 32u);
-  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 2, e.payload()));
+  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 3, e.payload()));
 }
 
 TEST(Codec, SplitsAcrossDatagramsUnderMaxDatagram) {
@@ -354,6 +355,97 @@ TEST(Codec, TheLargestItemsFitInTheSmallestDatagram) {
   EXPECT_EQ(origins, 3u);
 }
 
+// Balances from a peer on start: every page of a transfer of the largest items fits one datagram
+// of the smallest size from the largest sender, signed, and decodes to what was cut.
+TEST(Codec, TransferPagesFitOneDatagramAndRoundTrip) {
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  const SeenWindow full = window(max, max, {max, max, max, max});
+  std::vector<OriginDigest> positions;
+  for (int i = 0; i < 40; ++i)
+    positions.push_back({std::string(kMaxNodeIdBytes - 3, 'o') + std::to_string(100 + i), full, full});
+  std::vector<std::pair<std::string, int64_t>> balances;
+  for (int i = 0; i < 300; ++i) {
+    balances.emplace_back(std::string(size_t(i % 2 ? kMaxKeyBytes - 3 : 5), 'k') + std::to_string(100 + i),
+                          i % 3 == 0 ? std::numeric_limits<int64_t>::min() / 2 : int64_t(i) * 977 - 100'000);
+  }
+  const auto want_positions = positions;
+  const auto want_balances = balances;
+  const std::vector<SyncPage> pages = split_transfer(positions, balances, kMinDatagramBytes);
+  ASSERT_GT(pages.size(), 100u);
+  GossipMessage m;
+  m.sender = std::string(kMaxSenderIdBytes, 's');
+  m.sender_incarnation = max;
+  m.sender_address = std::string(kMaxAddressBytes, 'a');
+  m.relay_groups = kMaxRelayGroups;
+  m.relay = true;
+  std::vector<OriginDigest> got_positions;
+  std::vector<std::pair<std::string, int64_t>> got_balances;
+  for (const SyncPage& page : pages) {
+    EXPECT_EQ(page.pages, pages.size());
+    auto p = std::make_shared<SyncPage>(page);
+    p->session = max;
+    m.sync_page = p;
+    EncodeStats stats;
+    const auto datagrams = encode_datagrams(m, key_a(), kMinDatagramBytes, &stats);
+    ASSERT_EQ(datagrams.size(), 1u) << "page " << page.page;
+    EXPECT_EQ(stats.dropped_sync, 0u);
+    const GossipMessage got = decode_ok(datagrams[0], key_a());
+    ASSERT_TRUE(got.sync_page);
+    EXPECT_EQ(got.sync_page->page, page.page);
+    EXPECT_EQ(got.sync_page->session, max);
+    got_positions.insert(got_positions.end(), got.sync_page->positions.begin(), got.sync_page->positions.end());
+    got_balances.insert(got_balances.end(), got.sync_page->balances.begin(), got.sync_page->balances.end());
+  }
+  expect_same_origins(got_positions, want_positions);
+  EXPECT_EQ(got_balances, want_balances);
+}
+
+TEST(Codec, SyncRequestsRoundTripAndMalformedTransfersAreRefused) {
+  GossipMessage m;
+  m.sender = "n1";
+  m.sender_address = "10.0.0.1:7946";
+  m.sync_request = SyncRequest{.session = 9, .pages = {0, 5, 63}};
+  const GossipMessage got = decode_ok(encode_datagrams(m, key_a()).at(0), key_a());
+  ASSERT_TRUE(got.sync_request);
+  EXPECT_EQ(got.sync_request->session, 9u);
+  EXPECT_EQ(got.sync_request->pages, (std::vector<uint32_t>{0, 5, 63}));
+
+  auto refused = [](const std::function<void(v1::Gossip&)>& change) {
+    v1::Gossip g = valid_gossip();
+    change(g);
+    return decode(craft(g, key_a()), key_a()).error;
+  };
+  EXPECT_EQ(refused([](v1::Gossip& g) { g.mutable_sync_request()->set_session(0); }), DecodeError::kInvalidContent);
+  EXPECT_EQ(refused([](v1::Gossip& g) {
+              g.mutable_sync_request()->set_session(1);
+              for (uint32_t i = 0; i <= kMaxSyncPagesPerRequest; ++i) g.mutable_sync_request()->add_pages(i);
+            }),
+            DecodeError::kInvalidContent);
+  EXPECT_EQ(refused([](v1::Gossip& g) {
+              g.mutable_sync_page()->set_session(1);
+              g.mutable_sync_page()->set_page(3);
+              g.mutable_sync_page()->set_pages(3);
+            }),
+            DecodeError::kInvalidContent);
+  EXPECT_EQ(refused([](v1::Gossip& g) {  // "preparing" carries nothing
+              g.mutable_sync_page()->set_session(1);
+              g.mutable_sync_page()->add_balances()->set_key("k");
+            }),
+            DecodeError::kInvalidContent);
+  EXPECT_EQ(refused([](v1::Gossip& g) {
+              g.mutable_sync_page()->set_session(1);
+              g.mutable_sync_page()->set_pages(1);
+              g.mutable_sync_page()->add_balances()->set_key(std::string(kMaxKeyBytes + 1, 'k'));
+            }),
+            DecodeError::kInvalidContent);
+  EXPECT_EQ(refused([](v1::Gossip& g) {
+              g.mutable_sync_page()->set_session(1);
+              g.mutable_sync_page()->set_pages(1);
+              g.mutable_sync_page()->add_positions()->set_origin("");
+            }),
+            DecodeError::kInvalidContent);
+}
+
 TEST(Codec, SealedRunsFitInOneDatagramFromAnySender) {
   const size_t max_batch = max_batch_bytes_for(kDefaultMaxDatagramBytes);
   EXPECT_GT(max_batch, 800u);
@@ -420,7 +512,7 @@ TEST(Codec, AHigherMinorVersionWithUnknownFieldsIsRead) {
 TEST(Codec, TheMacCoversTheVersion) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(encode_datagrams(full_message(), key_a()).at(0)));
-  e.set_version_minor(3);  // same payload and MAC, another minor version
+  e.set_version_minor(4);  // same payload and MAC, another minor version
   EXPECT_EQ(decode(e.SerializeAsString(), key_a()).error, DecodeError::kBadMac);
 }
 

@@ -39,6 +39,7 @@ class VirtualCluster : public Outbox {
     size_t max_batches_per_message = 128;
     uint32_t relay_groups = 0;
     size_t auto_relay_members = 256;
+    int64_t sync_deadline_ns = 0;  // balances from a peer on start: off unless a test asks
   };
 
   explicit VirtualCluster(Config c) : config_(c), random_(c.seed), rng_(c.seed) {
@@ -79,6 +80,7 @@ class VirtualCluster : public Outbox {
     o.relay_groups = config_.relay_groups;
     o.auto_relay_members = config_.auto_relay_members;
     o.membership.kind = config_.membership;
+    o.sync_deadline_ns = config_.sync_deadline_ns;
     if (config_.membership == MembershipKind::kHeartbeat) o.seeds = {address(0)};
     if (nodes_.size() <= i) nodes_.resize(i + 1);
     nodes_[i] = std::make_unique<Node>(o, rules_, *this, random_);
@@ -912,6 +914,176 @@ TEST(Node, CountsWhatAShadowRuleWouldHaveDeniedAsAllowedAndShadowDenied) {
   EXPECT_EQ(counted(all, "s*", &RuleCounters::denied), 0u);
   EXPECT_EQ(counted(all, "s*", &RuleCounters::shadow_denied), 3u);
   EXPECT_EQ(node.stats().denied, 0u);
+}
+
+// --- Balances from a peer on start (issue 35; docs/design.md 6.5) ---------------------------
+
+constexpr int64_t kSyncDeadline = 5 * kNanosPerSecond;
+
+// Spends `tokens` of "k" at node 0 and waits past the ledger's retention (10 s), so that no
+// peer can repair the batch to a restarted node any more: only a transfer can tell it.
+void spend_and_outlive_retention(VirtualCluster& c, int64_t tokens) {
+  c.rounds(3);
+  ASSERT_TRUE(c.node(0).check("k", tokens, c.now()).allowed);
+  c.rounds(12 * kNanosPerSecond / kRound);
+  for (size_t i = 0; i < 3; ++i) ASSERT_EQ(c.charged(i, "k"), tokens) << "node " << i;
+}
+
+// The failure the transfer exists for, both ways: without it a node restarted after the
+// retention window holds a spent long-window key full; with it, the node denies that key until
+// it has its peers' balance, and then holds the debt.
+TEST(NodeSync, ARestartedNodeTakesItsPeersDebtAndDeniesLongWindowKeysUntilThen) {
+  for (const bool sync : {false, true}) {
+    SCOPED_TRACE(sync ? "sync on" : "sync off");
+    VirtualCluster c({.nodes = 3, .sync_deadline_ns = sync ? kSyncDeadline : 0});
+    spend_and_outlive_retention(c, 700);
+    c.crash(2);
+    c.rounds(2);
+    c.start(2, 2);
+    const Decision first = c.node(2).check("k", 1, c.now());
+    if (!sync) {
+      EXPECT_TRUE(first.allowed);
+      c.rounds(5);
+      EXPECT_EQ(c.charged(2, "k"), 1) << "without a transfer the restarted node forgot the debt";
+      continue;
+    }
+    EXPECT_FALSE(first.allowed);
+    EXPECT_EQ(first.reason, DenyReason::kSyncing);
+    EXPECT_TRUE(c.node(2).syncing());
+    c.rounds(5);
+    EXPECT_FALSE(c.node(2).syncing());
+    EXPECT_EQ(c.charged(2, "k"), 700);
+    const NodeStats s = c.node(2).stats();
+    EXPECT_EQ(s.sync_taken, 1u);
+    EXPECT_EQ(s.sync_balances, 1u);
+    EXPECT_EQ(s.sync_denied, 1u);
+    EXPECT_GE(c.node(0).stats().sync_served + c.node(1).stats().sync_served, 1u);
+    // And from here on it is a member like any other: what it admits reaches the others once.
+    ASSERT_TRUE(c.node(2).check("k", 5, c.now()).allowed);
+    c.rounds(6);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 705) << "node " << i;
+  }
+}
+
+// A key whose bucket refills within the retention window is answered at once: push-pull repair
+// gives the new node all the consumption that can still matter to it.
+TEST(NodeSync, ShortWindowKeysAreAnsweredWhileSyncing) {
+  VirtualCluster c({.nodes = 3, .limit = Limit{Rate{100, kNanosPerSecond}, 100, 0}, .sync_deadline_ns = kSyncDeadline});
+  c.rounds(3);
+  c.crash(1);
+  c.start(1, 2);
+  ASSERT_TRUE(c.node(1).syncing());
+  const Decision d = c.node(1).check("k", 1, c.now());
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(c.node(1).stats().sync_denied, 0u);
+}
+
+// Exact while the cluster keeps spending: batches admitted during the transfer, before or after
+// the peer took its snapshot, and the restarted node's own, are each counted once everywhere.
+TEST(NodeSync, ConsumptionDuringTheTransferIsCountedOnceEverywhere) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    VirtualCluster c({.nodes = 3, .seed = seed, .sync_deadline_ns = kSyncDeadline});
+    spend_and_outlive_retention(c, 300);
+    c.crash(2);
+    int64_t spent = 300;
+    // While it is down (its peers retain these batches and will repair them to it) ...
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_TRUE(c.node(0).check("k", 10, c.now()).allowed);
+      spent += 10;
+      c.round();
+    }
+    c.start(2, 2);
+    // ... and while it asks.
+    for (int r = 0; r < 12; ++r) {
+      for (size_t i = 0; i < 2; ++i) {
+        ASSERT_TRUE(c.node(i).check("k", int64_t(1 + i + r), c.now()).allowed);
+        spent += int64_t(1 + i + r);
+      }
+      c.round();
+    }
+    ASSERT_FALSE(c.node(2).syncing());
+    ASSERT_TRUE(c.node(2).check("k", 4, c.now()).allowed);
+    spent += 4;
+    c.rounds(30);  // past a push-pull period: anything lost would have been repaired
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), spent) << "node " << i;
+  }
+}
+
+// The whole cluster starts at once: every member answers that it is starting too, so nobody
+// waits for the deadline, and everyone answers from what it has.
+TEST(NodeSync, AClusterThatStartsTogetherStopsWaitingAtOnce) {
+  VirtualCluster c({.nodes = 4, .sync_deadline_ns = kSyncDeadline});
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(c.node(i).syncing());
+  c.rounds(20);  // one second, well inside the deadline
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_FALSE(c.node(i).syncing()) << "node " << i;
+    EXPECT_EQ(c.node(i).stats().sync_all_starting, 1u) << "node " << i;
+    EXPECT_TRUE(c.node(i).check("k", 1, c.now()).allowed);
+  }
+}
+
+// Nobody answers (every peer is down): the node denies long-window keys until the deadline,
+// then answers from what it has, and says it gave up.
+TEST(NodeSync, WithNobodyToAnswerTheNodeStopsWaitingAtTheDeadline) {
+  VirtualCluster c({.nodes = 3, .sync_deadline_ns = kSyncDeadline});
+  c.crash(0);
+  c.crash(1);
+  c.crash(2);
+  c.start(2, 2);
+  c.rounds(int(kSyncDeadline / kRound) - 2);
+  EXPECT_TRUE(c.node(2).syncing());
+  EXPECT_EQ(c.node(2).check("k", 1, c.now()).reason, DenyReason::kSyncing);
+  c.rounds(3);
+  EXPECT_FALSE(c.node(2).syncing());
+  EXPECT_EQ(c.node(2).stats().sync_gave_up, 1u);
+  EXPECT_GE(c.node(2).stats().sync_attempts, 2u) << "a peer that does not answer is replaced by another";
+  EXPECT_TRUE(c.node(2).check("k", 1, c.now()).allowed);
+}
+
+// A lone node (no peers, or heartbeat without a seed but itself) has nobody to ask: it never
+// denies a check for it.
+TEST(NodeSync, ALoneNodeDoesNotWait) {
+  VirtualCluster c({.nodes = 1, .sync_deadline_ns = kSyncDeadline});
+  EXPECT_FALSE(c.node(0).syncing());
+  EXPECT_TRUE(c.node(0).check("k", 1, c.now()).allowed);
+}
+
+// Under loss the asker asks again for the pages it lacks: the transfer still completes, and what
+// it took is exact.
+TEST(NodeSync, PagesLostOnTheWayAreAskedForAgain) {
+  VirtualCluster c({.nodes = 3, .sync_deadline_ns = kSyncDeadline});
+  c.rounds(3);
+  for (int k = 0; k < 200; ++k) ASSERT_TRUE(c.node(0).check("k" + std::to_string(k), 1 + k, c.now()).allowed);
+  c.rounds(12 * kNanosPerSecond / kRound);
+  c.crash(2);
+  c.start(2, 2);
+  c.set_loss(0.3);
+  c.rounds(40);
+  c.set_loss(0);
+  EXPECT_FALSE(c.node(2).syncing());
+  EXPECT_EQ(c.node(2).stats().sync_taken, 1u);
+  for (int k = 0; k < 200; ++k) EXPECT_EQ(c.charged(2, "k" + std::to_string(k)), 1 + k) << k;
+}
+
+// A request replayed (the same message of the same life) draws nothing: one transfer is
+// prepared per session, and pages only for a message not seen before.
+TEST(NodeSync, AReplayedRequestDrawsNothing) {
+  VirtualCluster c({.nodes = 2});
+  c.rounds(3);
+  GossipMessage ask;
+  ask.sender = VirtualCluster::id(1);
+  ask.sender_incarnation = 1;
+  ask.sender_address = VirtualCluster::address(1);
+  ask.message_seq = 1000;
+  ask.sync_request = SyncRequest{.session = 77, .pages = {}};
+  Node& server = c.node(0);
+  server.receive(ask, c.now());
+  const NodeStats after_first = server.stats();
+  EXPECT_EQ(after_first.sync_served, 1u);
+  server.receive(ask, c.now());  // the same message again
+  EXPECT_EQ(server.stats().sync_served, 1u);
+  EXPECT_EQ(server.stats().sync_ignored, after_first.sync_ignored + 1);
 }
 
 }  // namespace

@@ -167,6 +167,7 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"push-pull-interval", "500ms"},
       {"max-keys", "4096"},
       {"retransmit-mult", "6"},
+      {"sync-deadline", "3s"},
       {"cluster-key-file", key},
       {"insecure-gossip", "false"},
       {"max-datagram", "9000"},
@@ -400,6 +401,7 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   changed.push_pull_interval_ns = 500 * kNanosPerMilli;
   changed.max_keys = 4096;
   changed.retransmit_mult = 6;
+  changed.sync_deadline_ns = 3 * kNanosPerSecond;
   std::vector<std::string> args = {"--rules", "r.yaml", "--seeds", "127.0.0.1:7000", "--insecure-gossip"};
   std::string config = "rules: r.yaml\nseeds: 127.0.0.1:7000\ninsecure-gossip: true\n";
   for (const NodeSettingField& f : node_setting_fields()) {

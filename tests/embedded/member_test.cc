@@ -31,6 +31,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
+// Sees its peer alive and no longer waits for a peer's balances (MemberStats::syncing).
+bool ready(const Member& m) { return m.stats().members_alive == 1 && !m.stats().syncing; }
+
 bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = 20s) {
   const auto end = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < end) {
@@ -110,7 +113,7 @@ TEST(Member, TwoMembersCheckedFromManyThreadsChargeEachOthersConsumptionOnce) {
   MemberOptions ob = options("b", "127.0.0.1:" + std::to_string(a.gossip_port()));
   ob.early_seal_keys = 256;
   Member b(ob);
-  ASSERT_TRUE(eventually([&] { return a.stats().members_alive == 1 && b.stats().members_alive == 1; }));
+  ASSERT_TRUE(eventually([&] { return ready(a) && ready(b); }));
   constexpr int kThreads = 4, kChecks = 3000;
   std::atomic<int64_t> admitted{0};
   std::vector<std::thread> threads;
@@ -208,7 +211,8 @@ TEST(Member, ChecksGoOnAnsweringWhileTheBackgroundThreadIsStuck) {
     stall.cv.wait(lock, [&] { return stall.released; });
   };
   // Static membership; 1,000 keys at most, so that the flood below evicts.
-  o.settings = {{"interval", "20ms"}, {"fail-after", "1s"}, {"max-keys", "1000"}};
+  // Alone: nobody's balances to wait for at start (docs/design.md 6.5).
+  o.settings = {{"interval", "20ms"}, {"fail-after", "1s"}, {"max-keys", "1000"}, {"sync-deadline", "0s"}};
   o.early_seal_keys = 256;
   auto member = std::make_unique<Member>(o);
   ASSERT_TRUE(eventually([&] { return member->stats().rounds > 2; }));
@@ -277,6 +281,7 @@ TEST(Member, ASpentDailyLimitStaysSpentWhenTheMemberIsCreatedAgain) {
   MemberOptions o = options("a", "127.0.0.1:9");
   o.rules_yaml = "rules:\n  - {match: \"day:*\", rate: 3/d, burst: 3}\n";
   o.state_dir = dir.string();
+  o.settings.emplace_back("sync-deadline", "0s");  // alone (its seed is nobody): its file is all there is
   {
     Member m(o);
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(m.check("day:alice").allowed);
@@ -366,7 +371,7 @@ TEST(Member, ARulesEditAndAKeyRotationApplyWithoutARestart) {
   replace_file(dir / "b.key", key1 + "\n");
   ASSERT_TRUE(b.reload());
   EXPECT_EQ(b.stats().reloads, 2u);  // the rules file and the key file, as SIGHUP reads them
-  ASSERT_TRUE(eventually([&] { return a.stats().members_alive == 1 && b.stats().members_alive == 1; }));
+  ASSERT_TRUE(eventually([&] { return ready(a) && ready(b); }));
   EXPECT_EQ(a.check("k1", 3).remaining, 2);
   EXPECT_TRUE(eventually([&] { return b.check("k1", 0).remaining == 2; })) << b.check("k1", 0).remaining;
 
@@ -457,7 +462,7 @@ descriptors:
   ob.node_id = "b";
   ob.seeds = {"127.0.0.1:" + std::to_string(a.gossip_port())};
   Member b(ob);
-  ASSERT_TRUE(eventually([&] { return a.stats().members_alive == 1 && b.stats().members_alive == 1; }));
+  ASSERT_TRUE(eventually([&] { return ready(a) && ready(b); }));
 
   const std::vector<RateLimitDescriptor> ip = {{{{"remote_address", "10.0.0.1"}}}};
   std::vector<RateLimitStatus> out;

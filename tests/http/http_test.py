@@ -117,6 +117,9 @@ class TwoNodes(unittest.TestCase):
         limits = ["--http-max-connections", "5", "--http-timeout", "1s"]
         cls.a = Daemon(cls.dir, "a", ports["a"], peers, limits)
         cls.b = Daemon(cls.dir, "b", ports["b"], peers, limits)
+        # Ready: each hears the other and has its peer's balances (tests run in any order).
+        for d in (cls.a, cls.b):
+            wait_until(d.name + " ready", lambda d=d: d.request("GET", "/readyz")[0] == 200)
 
     @classmethod
     def tearDownClass(cls):
