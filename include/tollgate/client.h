@@ -147,6 +147,9 @@ class Client {
   // Replaces the daemon's fault settings. Returns "" on success, else the client's or the
   // daemon's error.
   std::string set_faults(const FaultSettings& faults);
+  // Makes `key` full again at every node (`tollgate reset KEY`; docs/design.md 6.6). On failure
+  // the reply's error says why (the client's, or the daemon's).
+  ResetReply reset(std::string_view key);
 
   // True while a connection to the daemon is established.
   bool connected() const;

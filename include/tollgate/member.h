@@ -177,6 +177,12 @@ class Member {
   // from the log callback, it only starts the reload): false when that thread has stopped
   // (stats().stopped_by) or did not get to it in time, true once done. Thread-safe.
   bool reload();
+  // Makes `key` full again at every member and daemon of the cluster within a round or two, as
+  // `tollgate reset KEY` does (docs/design.md 6.6): consumption admitted before a node heard of
+  // the reset does not count against the fresh bucket. Made on the member's thread; waits up to
+  // 10 s for it (the reply's error says so when the thread has stopped or did not get to it:
+  // it resets when it gets to it, if it ever does). Thread-safe.
+  ResetReply reset(std::string_view key);
 
   uint16_t gossip_port() const;  // the bound port (with port 0 in `bind`)
   MemberStats stats() const;

@@ -60,6 +60,15 @@ struct MemberInfo {
 // Named counters and gauges, in the daemon's stable order (`tollgate stats`).
 using StatsList = std::vector<std::pair<std::string, int64_t>>;
 
+// What a reset did (`tollgate reset KEY`, `POST /v1/reset`, Member::reset; docs/design.md 6.6):
+// the key's bucket is full again at the node that made it, and at every node within a round or
+// two; consumption admitted anywhere before a node learned of the reset charges no fresh bucket.
+struct ResetReply {
+  std::string error;      // "" when the reset was made
+  bool limited = false;   // a rule governs the key where it was made
+  int64_t remaining = 0;  // when limited: the tokens its bucket holds now (its burst)
+};
+
 // Network faults a daemon injects into its own gossip (tests and tollgate-sim, through the admin
 // API). All defaults: no faults.
 struct FaultSettings {

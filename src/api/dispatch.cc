@@ -270,6 +270,14 @@ Dispatch::Outcome Dispatch::answer(std::string_view payload, std::string& out, s
         response.mutable_faults()->set_error(handler_.set_faults(faults));
         break;
       }
+      case pb::Request::kReset: {
+        const ResetReply r = handler_.reset(request.reset().key());
+        pb::ResetResult& result = *response.mutable_reset();
+        result.set_error(r.error);
+        result.set_limited(r.limited);
+        result.set_remaining(r.remaining);
+        break;
+      }
       case pb::Request::BODY_NOT_SET:
         ++counters_.errors_empty_request;
         write_frame(error_response(id, pb::Error::EMPTY_REQUEST, "request has no body"), out);

@@ -31,6 +31,7 @@
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules_file.h"
 #include "util/closest.h"
+#include "util/printable.h"
 
 namespace {
 
@@ -108,6 +109,14 @@ int main(int argc, char** argv) {
       "Ask the daemon which rules are in force: their version (as `rules check` prints it for a file), reloads "
       "done and refused, and with --rules-url the polls of the rules service");
   rules_show->add_flag("--json", json, "Print {\"stats\": {...}} with the rules counters only");
+
+  CLI::App* reset = app.add_subcommand(
+      "reset",
+      "Make KEY full again at every node within a round or two; what was admitted before a node heard of the "
+      "reset does not count against the fresh bucket (docs/design.md 6.6)");
+  std::string reset_key;
+  reset->add_option("KEY", reset_key, "The key to reset")->required();
+  reset->add_flag("--json", json, "Print {\"key\": ..., \"limited\": ..., \"remaining\": ...}");
 
   CLI::App* admin = app.add_subcommand("admin", "Administrative commands");
   admin->require_subcommand(1);
@@ -259,6 +268,21 @@ int main(int argc, char** argv) {
     auto list = client->stats(&error);
     if (!list) return fail(error);
     std::cout << (json ? tollgate::json::format_stats_json(*list) : tollgate::cli::format_stats_text(*list));
+    return 0;
+  }
+  if (reset->parsed()) {
+    const tollgate::ResetReply r = client->reset(reset_key);
+    if (!r.error.empty()) return fail(r.error);
+    if (json) {
+      std::cout << "{\"key\": " << tollgate::json::json_string(reset_key)
+                << ", \"limited\": " << (r.limited ? "true" : "false") << ", \"remaining\": " << r.remaining << "}\n";
+    } else if (r.limited) {
+      std::cout << "reset " << tollgate::printable(reset_key) << ": full again (" << r.remaining
+                << " tokens); every node within a round or two\n";
+    } else {
+      std::cout << "reset " << tollgate::printable(reset_key)
+                << ": no rule governs it at this daemon; the reset goes to every node all the same\n";
+    }
     return 0;
   }
   if (faults->parsed()) {

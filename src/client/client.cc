@@ -344,6 +344,25 @@ std::string Client::set_faults(const FaultSettings& faults) {
                                   });
 }
 
+ResetReply Client::reset(std::string_view key) {
+  pb::Request request;
+  request.mutable_reset()->set_key(std::string(key));
+  return impl_->call<ResetReply>(request, impl_->options_.admin_timeout,
+                                 [](const pb::Response* response, const std::string& why) -> ResetReply {
+                                   ResetReply r;
+                                   if (response == nullptr) {
+                                     r.error = why;
+                                   } else if (!response->has_reset()) {
+                                     r.error = client::unexpected_body(*response, "reset result");
+                                   } else {
+                                     r.error = response->reset().error();
+                                     r.limited = response->reset().limited();
+                                     r.remaining = response->reset().remaining();
+                                   }
+                                   return r;
+                                 });
+}
+
 bool Client::connected() const { return impl_->io_.connected(); }
 
 bool Client::wait_connected(std::chrono::nanoseconds timeout) { return impl_->io_.wait_connected(timeout); }

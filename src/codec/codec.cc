@@ -22,7 +22,8 @@ using codec_internal::kMacBytes;
 static_assert(pb::Gossip::kSyncPageFieldNumber < 16 && pb::Gossip::kLeavingFieldNumber < 16 &&
               pb::Envelope::kMacFieldNumber < 16 && pb::Batch::kRefundsFieldNumber < 16 &&
               pb::Member::kLeftFieldNumber < 16 && pb::Digest::kEndsBeforeFieldNumber < 16 &&
-              pb::OriginDigest::kPreviousFieldNumber < 16);
+              pb::OriginDigest::kPreviousFieldNumber < 16 && pb::Batch::kResetsFieldNumber < 16 &&
+              pb::Entry::kEpochFieldNumber < 16);
 
 size_t varint_bytes(uint64_t v) { return google::protobuf::io::CodedOutputStream::VarintSize64(v); }
 
@@ -44,13 +45,21 @@ bool valid_entry(const ConsumptionEntry& e) {
 
 uint64_t magnitude(int64_t tokens) { return tokens < 0 ? uint64_t(-tokens) : uint64_t(tokens); }
 
+bool valid_reset(const ResetMark& r) { return r.key.size() <= kMaxKeyBytes && r.epoch >= 1; }
+
 bool valid_batch(const Batch& b) {
-  return valid_id(b.origin) && b.seq >= 1 && std::all_of(b.entries.begin(), b.entries.end(), valid_entry);
+  return valid_id(b.origin) && b.seq >= 1 && std::all_of(b.entries.begin(), b.entries.end(), valid_entry) &&
+         std::all_of(b.resets.begin(), b.resets.end(), valid_reset);
 }
 
 bool valid_member(const MemberRecord& m) { return valid_id(m.id) && m.address.size() <= kMaxAddressBytes; }
 
 // --- C++ -> protobuf ----------------------------------------------------------------------------
+
+void to_pb(const ResetMark& r, pb::Reset* out) {
+  out->set_key(r.key);
+  out->set_epoch(r.epoch);
+}
 
 void to_pb(const Batch& b, pb::Batch* out) {
   out->set_origin(b.origin);
@@ -61,7 +70,9 @@ void to_pb(const Batch& b, pb::Batch* out) {
     pb::Entry* entry = e.tokens > 0 ? out->add_entries() : out->add_refunds();
     entry->set_key(e.key);
     entry->set_tokens(int64_t(magnitude(e.tokens)));
+    entry->set_epoch(e.epoch);
   }
+  for (const ResetMark& r : b.resets) to_pb(r, out->add_resets());
 }
 
 void to_pb(const MemberRecord& m, pb::Member* out) {
@@ -106,6 +117,7 @@ void to_pb(const SyncPage& page, pb::SyncPage* out) {
     b->set_key(key);
     b->set_microtokens(microtokens);
   }
+  for (const ResetMark& r : page.resets) to_pb(r, out->add_resets());
 }
 
 // --- protobuf -> C++, with the content rules of gossip.proto -----------------------------------
@@ -119,6 +131,12 @@ bool from_pb(const pb::Window& w, SeenWindow* out) {
   return true;
 }
 
+bool from_pb(const pb::Reset& r, ResetMark* out) {
+  if (r.key().size() > kMaxKeyBytes || r.epoch() == 0) return false;
+  *out = ResetMark{r.key(), r.epoch()};
+  return true;
+}
+
 bool from_pb(const pb::Batch& b, BatchPtr* out) {
   Batch batch;
   batch.origin = b.origin();
@@ -127,11 +145,15 @@ bool from_pb(const pb::Batch& b, BatchPtr* out) {
   batch.entries.reserve(static_cast<size_t>(b.entries_size() + b.refunds_size()));
   for (const pb::Entry& e : b.entries()) {
     if (e.tokens() <= 0) return false;
-    batch.entries.push_back({e.key(), e.tokens()});
+    batch.entries.push_back({e.key(), e.tokens(), e.epoch()});
   }
   for (const pb::Entry& e : b.refunds()) {
     if (e.tokens() <= 0) return false;
-    batch.entries.push_back({e.key(), -e.tokens()});
+    batch.entries.push_back({e.key(), -e.tokens(), e.epoch()});
+  }
+  batch.resets.resize(static_cast<size_t>(b.resets_size()));
+  for (int i = 0; i < b.resets_size(); ++i) {
+    if (!from_pb(b.resets(i), &batch.resets[static_cast<size_t>(i)])) return false;
   }
   if (!valid_batch(batch)) return false;
   *out = std::make_shared<const Batch>(std::move(batch));
@@ -178,7 +200,7 @@ bool from_pb(const pb::SyncRequest& r, SyncRequest* out) {
 
 bool from_pb(const pb::SyncPage& p, SyncPagePtr* out) {
   if (p.session() == 0) return false;
-  if (p.pages() == 0 ? (p.page() != 0 || p.positions_size() + p.balances_size() > 0)
+  if (p.pages() == 0 ? (p.page() != 0 || p.positions_size() + p.balances_size() + p.resets_size() > 0)
                      : (p.page() >= p.pages() || p.starting())) {
     return false;
   }
@@ -198,6 +220,10 @@ bool from_pb(const pb::SyncPage& p, SyncPagePtr* out) {
   for (const pb::Balance& b : p.balances()) {
     if (b.key().size() > kMaxKeyBytes) return false;
     page->balances.emplace_back(b.key(), b.microtokens());
+  }
+  page->resets.resize(static_cast<size_t>(p.resets_size()));
+  for (int i = 0; i < p.resets_size(); ++i) {
+    if (!from_pb(p.resets(i), &page->resets[static_cast<size_t>(i)])) return false;
   }
   *out = std::move(page);
   return true;
@@ -539,12 +565,15 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
   if (!gossip.ParseFromString(envelope.payload())) return fail(DecodeError::kMalformed);
 
   size_t entries = 0;
-  for (const pb::Batch& b : gossip.batches()) entries += static_cast<size_t>(b.entries_size() + b.refunds_size());
+  for (const pb::Batch& b : gossip.batches()) {
+    entries += static_cast<size_t>(b.entries_size() + b.refunds_size() + b.resets_size());
+  }
   if (static_cast<size_t>(gossip.batches_size()) > kMaxBatchesPerMessage || entries > kMaxEntriesPerMessage ||
       static_cast<size_t>(gossip.members_size()) > kMaxMembersPerMessage ||
       static_cast<size_t>(gossip.digest().origins_size()) > kMaxDigestOriginsPerMessage ||
       static_cast<size_t>(gossip.sync_page().positions_size()) > kMaxDigestOriginsPerMessage ||
-      static_cast<size_t>(gossip.sync_page().balances_size()) > kMaxEntriesPerMessage) {
+      static_cast<size_t>(gossip.sync_page().balances_size() + gossip.sync_page().resets_size()) >
+          kMaxEntriesPerMessage) {
     return fail(DecodeError::kTooLarge);
   }
 
@@ -599,7 +628,8 @@ size_t max_batch_bytes_for(size_t max_datagram_bytes) {
 }
 
 std::vector<SyncPage> split_transfer(std::vector<OriginDigest> positions,
-                                     std::vector<std::pair<std::string, int64_t>> balances, size_t max_datagram_bytes) {
+                                     std::vector<std::pair<std::string, int64_t>> balances,
+                                     std::vector<ResetMark> resets, size_t max_datagram_bytes) {
   const size_t budget = max_batch_bytes_for(max_datagram_bytes);  // a field next to any header
   // A page's body: session, then page and pages at their largest.
   const size_t base = 1 + 8 + 2 * varint_field_bytes(std::numeric_limits<uint32_t>::max());
@@ -627,6 +657,13 @@ std::vector<SyncPage> split_transfer(std::vector<OriginDigest> positions,
     room_for(field_bytes(b.ByteSizeLong()));
     pages.back().balances.emplace_back(std::move(key), microtokens);
   }
+  for (ResetMark& r : resets) {
+    if (r.key.size() > kMaxKeyBytes || r.epoch == 0) continue;  // never in a node's epochs
+    pb::Reset m;
+    to_pb(r, &m);
+    room_for(field_bytes(m.ByteSizeLong()));
+    pages.back().resets.push_back(std::move(r));
+  }
   if (pages.empty()) pages.emplace_back();  // an empty transfer is one empty page
   for (size_t i = 0; i < pages.size(); ++i) {
     pages[i].page = static_cast<uint32_t>(i);
@@ -642,7 +679,8 @@ std::vector<std::vector<ConsumptionEntry>> split_for_sealing(std::vector<Consump
   std::vector<std::vector<ConsumptionEntry>> runs;
   size_t body = base;
   for (ConsumptionEntry& e : entries) {
-    const size_t entry_body = bytes_field_bytes(e.key.size()) + varint_field_bytes(magnitude(e.tokens));
+    const size_t entry_body =
+        bytes_field_bytes(e.key.size()) + varint_field_bytes(magnitude(e.tokens)) + varint_field_bytes(e.epoch);
     const size_t bytes = field_bytes(entry_body);
     if (runs.empty() || (body > base && field_bytes(body + bytes) > max_batch_bytes)) {
       runs.emplace_back();

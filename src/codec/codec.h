@@ -40,7 +40,7 @@
 namespace tollgate {
 
 inline constexpr uint32_t kProtocolVersionMajor = 1;
-inline constexpr uint32_t kProtocolVersionMinor = 3;  // 1: message_seq, sent_at_s; 2: relay; 3: sync
+inline constexpr uint32_t kProtocolVersionMinor = 4;  // 1: message_seq, sent_at_s; 2: relay; 3: sync; 4: resets
 
 inline constexpr size_t kDefaultMaxDatagramBytes = 1400;  // Ethernet MTU minus headers, with room
 // The smallest allowed max_datagram_bytes: the IPv6 minimum MTU (1280) minus the IPv6 and UDP
@@ -156,7 +156,8 @@ size_t max_batch_bytes_for(size_t max_datagram_bytes);
 // one frame of that many bytes). Sets each page's number and the count; the session is the
 // sender's to set. Always at least one page.
 std::vector<SyncPage> split_transfer(std::vector<OriginDigest> positions,
-                                     std::vector<std::pair<std::string, int64_t>> balances, size_t max_datagram_bytes);
+                                     std::vector<std::pair<std::string, int64_t>> balances,
+                                     std::vector<ResetMark> resets, size_t max_datagram_bytes);
 
 // Splits one round's consumption (as from KeyTable::take_pending) into runs, in order, each of
 // which Ledger::seal turns into a batch by `origin` of at most max_batch_bytes (assuming the

@@ -28,11 +28,22 @@ inline std::string_view origin_node(std::string_view origin) {
   return origin;
 }
 
-// `tokens` of `key` admitted by one node.
+// `tokens` of `key` admitted by one node, under the reset epoch of the key that node knew when
+// it sealed them (0: none; docs/design.md 6.6): a node that knows a later reset of the key does
+// not count them.
 struct ConsumptionEntry {
   std::string key;
   int64_t tokens = 0;
+  uint64_t epoch = 0;
   friend bool operator==(const ConsumptionEntry&, const ConsumptionEntry&) = default;
+};
+
+// A reset of `key` (tollgate reset KEY, docs/design.md 6.6): its bucket is full again, and from
+// then on consumption sealed under an older epoch of the key does not count.
+struct ResetMark {
+  std::string key;
+  uint64_t epoch = 0;  // >= 1
+  friend bool operator==(const ResetMark&, const ResetMark&) = default;
 };
 
 // One node's consumption over one dissemination round, named by (origin, incarnation, seq).
@@ -45,6 +56,7 @@ struct Batch {
   uint64_t incarnation = 0;
   uint64_t seq = 0;
   std::vector<ConsumptionEntry> entries;  // at most one entry per key
+  std::vector<ResetMark> resets{};        // resets this node made (or relays), taken before the entries
 };
 using BatchPtr = std::shared_ptr<const Batch>;
 

@@ -41,6 +41,7 @@ struct SyncPage {
   bool starting = false;                // with pages 0: the sender is waiting for its own transfer: ask another
   std::vector<OriginDigest> positions;  // the ledger positions the balances include
   std::vector<std::pair<std::string, int64_t>> balances;  // key, microtokens
+  std::vector<ResetMark> resets;                          // the sender's reset epochs
 };
 using SyncPagePtr = std::shared_ptr<const SyncPage>;
 

@@ -275,6 +275,19 @@ class Shard {
     return true;
   }
 
+  // KeyTable::reset.
+  bool reset(std::string_view key, size_t hash, MonoNanos now) {
+    const uint32_t slot = find(key, hash);
+    if (slot == kNil) {
+      remembered_.take(hash);  // an evicted balance must not come back
+      return false;
+    }
+    Entry& e = slots_[slot];
+    e.bucket = TokenBucket(limit_of(e.rule), now);
+    e.pending = 0;  // admitted before the reset: it charges no fresh bucket anywhere
+    return true;
+  }
+
   // KeyTable::lower.
   bool lower(std::string_view key, size_t hash, int64_t balance, MonoNanos at, int64_t minus_tokens, MonoNanos now) {
     if (key.size() > options_.max_key_bytes) return false;
@@ -822,6 +835,10 @@ class KeyTable::Impl {
     return on_key_shard(key, [&](Shard& shard, size_t hash) { return shard.restore(key, hash, balance, at); });
   }
 
+  bool reset(std::string_view key, MonoNanos now) {
+    return on_key_shard(key, [&](Shard& shard, size_t hash) { return shard.reset(key, hash, now); });
+  }
+
   bool lower(std::string_view key, int64_t balance, MonoNanos at, int64_t minus_tokens, MonoNanos now) {
     return on_key_shard(
         key, [&](Shard& shard, size_t hash) { return shard.lower(key, hash, balance, at, minus_tokens, now); });
@@ -1131,6 +1148,7 @@ size_t KeyTable::sweep_idle(MonoNanos now_ns, size_t max_scan) { return impl_->s
 bool KeyTable::restore(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns) {
   return impl_->restore(key, balance_microtokens, at_ns);
 }
+bool KeyTable::reset(std::string_view key, MonoNanos now_ns) { return impl_->reset(key, now_ns); }
 bool KeyTable::lower(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns, int64_t minus_tokens,
                      MonoNanos now_ns) {
   return impl_->lower(key, balance_microtokens, at_ns, minus_tokens, now_ns);

@@ -190,6 +190,10 @@ class KeyTable {
   // counted at its next use), clamped to its limit. False, and nothing done, when no rule
   // governs the key, it is too long, or it is in the table already.
   bool restore(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns);
+  // A reset (docs/design.md 6.6): the key's bucket is full from `now_ns`, and its consumption not
+  // yet taken by take_pending is dropped; an evicted key's remembered balance is forgotten.
+  // True if the table held the key.
+  bool reset(std::string_view key, MonoNanos now_ns);
   // Balances from a peer (Node's sync on start): the bucket a peer held at `balance_microtokens`
   // as of `at_ns`, refilled to `now_ns` and less `minus_tokens` (consumption we hold that the
   // peer's balance does not include), replaces ours when it is lower; a missing bucket is

@@ -16,6 +16,8 @@ namespace tollgate {
 size_t batch_bytes(const Batch& batch) {
   size_t bytes = sizeof(Batch) + batch.origin.capacity() + batch.entries.capacity() * sizeof(ConsumptionEntry);
   for (const ConsumptionEntry& e : batch.entries) bytes += e.key.capacity();
+  bytes += batch.resets.capacity() * sizeof(ResetMark);
+  for (const ResetMark& r : batch.resets) bytes += r.key.capacity();
   return bytes;
 }
 
@@ -154,11 +156,11 @@ class Ledger::Impl {
     own.current.incarnation = incarnation_;
   }
 
-  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now) {
-    return seal_as(self_, last_seq_, std::move(entries), now);
+  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now, std::vector<ResetMark> resets) {
+    return seal_as(self_, last_seq_, std::move(entries), now, std::move(resets));
   }
 
-  BatchPtr seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now) {
+  BatchPtr seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now, std::vector<ResetMark> resets) {
     // The window of our relay batches is made at the first one, not at start: other modes never
     // relay, and their digests do not list it. A past life's relay batches, applied once after
     // a restart (how a restarted node relearns what it relayed), left a window of that life:
@@ -169,12 +171,13 @@ class Ledger::Impl {
       st.current = SeenWindow{};
       st.current.incarnation = incarnation_;
     }
-    return seal_as(relay_id_, last_relay_seq_, std::move(entries), now);
+    return seal_as(relay_id_, last_relay_seq_, std::move(entries), now, std::move(resets));
   }
 
   void start_epoch() { ++epoch_; }
 
-  BatchPtr seal_as(const NodeId& origin, uint64_t& last_seq, std::vector<ConsumptionEntry> entries, MonoNanos now) {
+  BatchPtr seal_as(const NodeId& origin, uint64_t& last_seq, std::vector<ConsumptionEntry> entries, MonoNanos now,
+                   std::vector<ResetMark> resets) {
     // Entries of the same key are combined, brought together by sorting on the key's hash (the
     // key breaks ties): integer comparisons. Comparing the keys themselves was half of a round's
     // time when a key flood (300,000 new keys/s) sealed 15,000 keys a round, and the round holds
@@ -194,6 +197,7 @@ class Ledger::Impl {
       ConsumptionEntry& e = entries[i];
       if (!combined.empty() && hash == last_hash && combined.back().key == e.key) {
         combined.back().tokens += e.tokens;
+        combined.back().epoch = std::max(combined.back().epoch, e.epoch);
       } else {
         combined.push_back(std::move(e));
         last_hash = hash;
@@ -201,19 +205,20 @@ class Ledger::Impl {
     }
     // A key whose refunds cancel its consumption has nothing to tell.
     std::erase_if(combined, [](const ConsumptionEntry& e) { return e.tokens == 0; });
-    if (combined.empty()) return nullptr;
+    if (combined.empty() && resets.empty()) return nullptr;
     auto batch = std::make_shared<Batch>();
     batch->origin = origin;
     batch->incarnation = incarnation_;
     batch->seq = ++last_seq;
     batch->entries = std::move(combined);
+    batch->resets = std::move(resets);
     origins_[origin].current.insert(batch->seq, nullptr);
     ++stats_.sealed;
     retain(batch, now);
     return batch;
   }
 
-  MergeResult merge(const BatchPtr& batch, KeyTable& table, MonoNanos now) {
+  MergeResult merge(const BatchPtr& batch, KeyTable& table, MonoNanos now, ResetFilter* resets) {
     SeenWindow* window = nullptr;
     const MergeResult verdict = classify(*batch, /*create=*/true, &window);
     if (verdict != MergeResult::kApplied) {
@@ -221,7 +226,12 @@ class Ledger::Impl {
       return verdict;
     }
     window->insert(batch->seq, &stats_.abandoned);
-    for (const ConsumptionEntry& e : batch->entries) table.charge_remote(e.key, e.tokens, now);
+    if (resets) {
+      for (const ResetMark& r : batch->resets) resets->reset(r, now);
+    }
+    for (const ConsumptionEntry& e : batch->entries) {
+      if (!resets || resets->counts(e, now)) table.charge_remote(e.key, e.tokens, now);
+    }
     stats_.entries_applied += batch->entries.size();
     ++stats_.applied;
     retain(batch, now);
@@ -466,14 +476,14 @@ Ledger& Ledger::operator=(Ledger&&) noexcept = default;
 
 const NodeId& Ledger::self() const { return impl_->self(); }
 uint64_t Ledger::incarnation() const { return impl_->incarnation(); }
-BatchPtr Ledger::seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now_ns) {
-  return impl_->seal_relay(std::move(entries), now_ns);
+BatchPtr Ledger::seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets) {
+  return impl_->seal_relay(std::move(entries), now_ns, std::move(resets));
 }
-BatchPtr Ledger::seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns) {
-  return impl_->seal(std::move(entries), now_ns);
+BatchPtr Ledger::seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets) {
+  return impl_->seal(std::move(entries), now_ns, std::move(resets));
 }
-MergeResult Ledger::merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns) {
-  return impl_->merge(batch, table, now_ns);
+MergeResult Ledger::merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns, ResetFilter* resets) {
+  return impl_->merge(batch, table, now_ns, resets);
 }
 Digest Ledger::digest() const { return impl_->digest({}); }
 Digest Ledger::own_positions() const { return impl_->own_positions(); }

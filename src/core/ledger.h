@@ -38,6 +38,17 @@ namespace tollgate {
 
 class KeyTable;
 
+// Resets of keys (docs/design.md 6.6), as a merge asks the ledger's owner about them.
+class ResetFilter {
+ public:
+  virtual ~ResetFilter() = default;
+  // A reset the batch being applied carries.
+  virtual void reset(const ResetMark& mark, MonoNanos now_ns) = 0;
+  // Whether an entry of it counts: false for consumption sealed under an epoch of its key older
+  // than the one the owner knows (admitted before a reset).
+  virtual bool counts(const ConsumptionEntry& entry, MonoNanos now_ns) = 0;
+};
+
 struct LedgerOptions {
   // How long sealed and applied batches are kept for repair and relaying. Longer repairs longer
   // outages at the cost of memory; 10 s covers many gossip rounds and a push-pull period.
@@ -86,17 +97,19 @@ class Ledger {
   uint64_t incarnation() const;
 
   // Seals this node's consumption (as from KeyTable::take_pending; a key may appear more than
-  // once, its tokens add up) into the next batch, retains it, and returns it for sending.
-  // Returns nullptr when there is nothing to seal: empty rounds use no seq.
-  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns);
+  // once, its tokens add up, the later epoch wins) and `resets` into the next batch, retains it,
+  // and returns it for sending. Returns nullptr when there is nothing to seal: empty rounds use
+  // no seq.
+  BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets = {});
   // Relay mode: seals consumption this node relays (other groups' batches it applied, summed)
   // under relay_origin(self), a sequence of its own; retained like our own batches, and
   // never charged here again.
-  BatchPtr seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now_ns);
+  BatchPtr seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets = {});
 
-  // Applies a batch heard from the network to `table`, unless it was applied before. Applied
-  // batches are retained for relaying and repair.
-  MergeResult merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns);
+  // Applies a batch heard from the network to `table`, unless it was applied before: its resets
+  // first, then each entry that `resets` says still counts (without a filter, every entry).
+  // Applied batches are retained for relaying and repair.
+  MergeResult merge(const BatchPtr& batch, KeyTable& table, MonoNanos now_ns, ResetFilter* resets = nullptr);
 
   // This node's windows, to send to a peer for repair.
   Digest digest() const;

@@ -228,9 +228,18 @@ NodeStats Node::stats() const {
 }
 
 void Node::seal(MonoNanos now, size_t max_keys) {
+  if (!resets_to_seal_.empty()) {
+    // Resets made here go first, in batches of their own, so that a node applies them before any
+    // consumption sealed after them.
+    for (std::vector<ResetMark>& run : split_resets(std::move(resets_to_seal_))) {
+      if (BatchPtr b = ledger_.seal({}, now, std::move(run))) keep_sealed(std::move(b), now);
+    }
+    resets_to_seal_.clear();
+  }
   pending_.clear();
   table_.take_pending(pending_, max_keys);
   if (pending_.empty()) return;
+  tag_epochs(pending_);
   if (options_.split_for_sealing) {
     for (auto& run : options_.split_for_sealing(std::move(pending_))) {
       if (BatchPtr b = ledger_.seal(std::move(run), now)) keep_sealed(std::move(b), now);
@@ -425,8 +434,21 @@ void Node::plan_relay() {
 void Node::seal_relay(MonoNanos now, std::vector<BatchPtr>& out) {
   if (relay_parts_.empty()) return;
   std::vector<ConsumptionEntry> entries;
-  for (const BatchPtr& b : relay_parts_) entries.insert(entries.end(), b->entries.begin(), b->entries.end());
+  std::vector<ResetMark> resets;
+  for (const BatchPtr& b : relay_parts_) {
+    entries.insert(entries.end(), b->entries.begin(), b->entries.end());
+    resets.insert(resets.end(), b->resets.begin(), b->resets.end());
+  }
+  if (!epochs_.empty()) {
+    // What we did not count (admitted before a reset we know) we do not pass on; the rest goes
+    // under the epoch we know, so our group counts it as we did.
+    std::erase_if(entries, [&](const ConsumptionEntry& e) { return e.epoch < reset_epoch(e.key); });
+    tag_epochs(entries);
+  }
   stats_.relayed += relay_parts_.size();
+  for (std::vector<ResetMark>& run : split_resets(std::move(resets))) {
+    if (BatchPtr b = ledger_.seal_relay({}, now, std::move(run))) out.push_back(std::move(b));
+  }
   if (options_.split_for_sealing) {
     for (auto& run : options_.split_for_sealing(std::move(entries))) {
       if (BatchPtr b = ledger_.seal_relay(std::move(run), now)) out.push_back(std::move(b));
@@ -640,7 +662,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
 
   for (const BatchPtr& b : m.batches) {
     if (relay && b->origin != m.sender) continue;  // only its own: relayed batches stay in their group
-    if (ledger_.merge(b, table_, now) != MergeResult::kApplied) continue;
+    if (ledger_.merge(b, table_, now, this) != MergeResult::kApplied) continue;
     if (options_.on_applied) options_.on_applied(*b);
     if (mode_ == DisseminationMode::kGossip) enqueue(b, now);  // news to us: relay it
     if (relay) relay_parts_.push_back(b);
@@ -783,6 +805,8 @@ NodeState Node::begin_export() const {
   s.node_id = options_.id;
   s.incarnation = options_.incarnation;
   s.positions = ledger_.digest();
+  s.resets.reserve(epochs_.size());
+  for (const auto& [key, epoch] : epochs_) s.resets.push_back({key, epoch});
   s.balances.reserve(table_.size());  // at most: a walk in slices then never moves them
   for (OriginDigest& o : ledger_.own_positions().origins) {
     // (The relay id's entry is in the digest already when this life relayed: the larger wins.)
@@ -798,6 +822,11 @@ NodeState Node::begin_export() const {
 }
 
 size_t Node::import_state(const NodeState& state, MonoNanos now, int64_t down_ns) {
+  // The epochs first: a reset known before the restart stays known (a tagged entry of it that
+  // arrives later would otherwise read as a reset missed, and fill the bucket again).
+  for (const ResetMark& r : state.resets) {
+    if (r.epoch > reset_epoch(r.key) && epochs_.size() < kMaxResetEpochs) epochs_[r.key] = r.epoch;
+  }
   // Refill is counted from the export: a bucket spent a day before comes back full for a limit
   // of N per day. Beyond ten years the gap is capped (it refills any limit the parser accepts).
   constexpr int64_t kTenYears = int64_t(3650) * 86400 * kNanosPerSecond;
@@ -806,6 +835,84 @@ size_t Node::import_state(const NodeState& state, MonoNanos now, int64_t down_ns
   for (const auto& [key, balance] : state.balances) restored += table_.restore(key, balance, at) ? 1 : 0;
   ledger_.restore(state.positions);
   return restored;
+}
+
+// --- Resets (docs/design.md 6.6) -------------------------------------------------------------
+
+uint64_t Node::reset_epoch(std::string_view key) const {
+  if (epochs_.empty()) return 0;
+  const auto it = epochs_.find(std::string(key));
+  return it == epochs_.end() ? 0 : it->second;
+}
+
+std::optional<int64_t> Node::reset(std::string_view key, MonoNanos now) {
+  // Above every epoch of the key this node knows; two nodes that reset a key at once may pick
+  // the same epoch, and then their resets are one.
+  const ResetMark mark{std::string(key), reset_epoch(key) + 1};
+  apply_reset(mark, now);
+  resets_to_seal_.push_back(mark);
+  ++stats_.resets;
+  const std::optional<int64_t> balance = table_.balance_microtokens(key, now);
+  if (balance) return *balance / kMicrotokensPerToken;
+  const std::optional<Limit> limit = table_.limit_for(key);
+  if (limit) return limit->burst;
+  return std::nullopt;
+}
+
+bool Node::apply_reset(const ResetMark& mark, MonoNanos now) {
+  if (mark.epoch == 0 || mark.epoch <= reset_epoch(mark.key)) return false;
+  if (epochs_.size() >= kMaxResetEpochs && !epochs_.contains(mark.key)) {
+    // Beyond the bound the smallest epoch goes: a tagged entry of that key arriving later reads as
+    // a reset missed, and fills the bucket once more (counted, as a forgotten epoch).
+    auto smallest = std::min_element(epochs_.begin(), epochs_.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+    epochs_.erase(smallest);
+    ++stats_.reset_epochs_forgotten;
+  }
+  epochs_[mark.key] = mark.epoch;
+  table_.reset(mark.key, now);
+  ++stats_.resets_applied;
+  return true;
+}
+
+bool Node::counts(const ConsumptionEntry& e, MonoNanos now) {
+  if (epochs_.empty() && e.epoch == 0) return true;
+  const uint64_t known = reset_epoch(e.key);
+  if (e.epoch < known) {
+    ++stats_.reset_skipped;  // admitted before the reset: it charges no fresh bucket
+    return false;
+  }
+  // Sealed under a reset we have not heard of yet (its batch is late or lost): take it first.
+  if (e.epoch > known) apply_reset({e.key, e.epoch}, now);
+  return true;
+}
+
+std::vector<std::vector<ResetMark>> Node::split_resets(std::vector<ResetMark> resets) const {
+  std::vector<std::vector<ResetMark>> runs;
+  if (resets.empty()) return runs;
+  if (!options_.split_for_sealing) {
+    runs.push_back(std::move(resets));
+    return runs;
+  }
+  // Cut as entries of the same keys would be: a reset takes fewer bytes than such an entry.
+  std::vector<ConsumptionEntry> as_entries;
+  as_entries.reserve(resets.size());
+  for (const ResetMark& r : resets) as_entries.push_back({r.key, 1, r.epoch});
+  size_t next = 0;
+  for (const auto& run : options_.split_for_sealing(std::move(as_entries))) {
+    runs.emplace_back(std::make_move_iterator(resets.begin() + long(next)),
+                      std::make_move_iterator(resets.begin() + long(next + run.size())));
+    next += run.size();
+  }
+  return runs;
+}
+
+void Node::tag_epochs(std::vector<ConsumptionEntry>& entries) const {
+  if (epochs_.empty()) return;
+  for (ConsumptionEntry& e : entries) {
+    const auto it = epochs_.find(e.key);
+    e.epoch = it == epochs_.end() ? 0 : it->second;
+  }
 }
 
 }  // namespace tollgate

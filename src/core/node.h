@@ -128,7 +128,8 @@ struct NodeOptions {
   int64_t sync_deadline_ns = 0;
   // Cuts a transfer into pages that each fit one message (the daemon: the codec's
   // split_transfer); by default pages of 32 positions or balances.
-  std::function<std::vector<SyncPage>(std::vector<OriginDigest>, std::vector<std::pair<std::string, int64_t>>)>
+  std::function<std::vector<SyncPage>(std::vector<OriginDigest>, std::vector<std::pair<std::string, int64_t>>,
+                                      std::vector<ResetMark>)>
       split_for_transfer;
   std::vector<std::string> seeds;  // heartbeat membership: addresses to join through
   MembershipOptions membership;
@@ -182,6 +183,11 @@ struct NodeStats {
   uint64_t sync_pages_sent = 0;    // pages sent to others
   uint64_t sync_refused = 0;       // requests not served: waiting for our own, or too many at once
   uint64_t sync_ignored = 0;       // pages of no transfer of ours (another session, a replay)
+  // Resets (Node::reset).
+  uint64_t resets = 0;                  // made here
+  uint64_t resets_applied = 0;          // of keys, made here or heard of (each epoch once)
+  uint64_t reset_skipped = 0;           // entries not counted: admitted before a reset of their key
+  uint64_t reset_epochs_forgotten = 0;  // epochs dropped at the bound (kMaxResetEpochs)
 };
 
 // What a node carries across a restart (issue 35; tollgated's --state-dir): the balances of its
@@ -192,9 +198,10 @@ struct NodeState {
   uint64_t incarnation = 0;                               // the life that exported it
   std::vector<std::pair<std::string, int64_t>> balances;  // key, balance in microtokens
   Digest positions;
+  std::vector<ResetMark> resets;  // the reset epoch of every key known to have been reset
 };
 
-class Node {
+class Node : private ResetFilter {
  public:
   Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random);
   ~Node();
@@ -210,6 +217,14 @@ class Node {
   // Gives `tokens` back to the key's bucket, never above burst, and spreads the refund like any
   // consumption (KeyTable::refund). Callable like check().
   Decision refund(std::string_view key, int64_t tokens, MonoNanos now_ns);
+  // Makes `key` full again on every node (tollgate reset KEY; docs/design.md 6.6): a new reset
+  // epoch of the key, above any this node knows, fills its bucket here and drops its unsealed
+  // consumption, and goes out with the next batch; consumption that any node admitted before it
+  // learned of the reset charges no fresh bucket. The owner's. Returns the tokens the bucket
+  // holds now, or nullopt when no rule governs the key here (the reset goes out all the same).
+  std::optional<int64_t> reset(std::string_view key, MonoNanos now_ns);
+  // The key's reset epoch as this node knows it (0: never reset).
+  uint64_t reset_epoch(std::string_view key) const;
   // Concurrent: seals what early_seal_keys allows now, on the owner's thread, after
   // NodeOptions::seal_wanted asked for it.
   void seal_early(MonoNanos now_ns);
@@ -355,6 +370,21 @@ class Node {
   std::vector<BatchPtr> previous_fresh_;                        // our batches of the last round, sent once to...
   std::vector<std::pair<NodeId, uint64_t>> previous_contacts_;  // ...these contacts (id, life; by group)
   uint64_t relay_round_ = 0;
+
+  // Resets (docs/design.md 6.6): the epoch of every key reset, at most kMaxResetEpochs (the
+  // smallest go first beyond it), and those made here not sealed yet.
+  static constexpr size_t kMaxResetEpochs = 65536;
+  std::unordered_map<std::string, uint64_t> epochs_;
+  std::vector<ResetMark> resets_to_seal_;
+  // Takes a reset: false if this node knew it (or a later one) already.
+  bool apply_reset(const ResetMark& mark, MonoNanos now);
+  // ResetFilter, for the ledger's merges.
+  void reset(const ResetMark& mark, MonoNanos now_ns) override { apply_reset(mark, now_ns); }
+  bool counts(const ConsumptionEntry& entry, MonoNanos now_ns) override;
+  // Tags each entry with its key's epoch (consumption sealed now was admitted after it).
+  void tag_epochs(std::vector<ConsumptionEntry>& entries) const;
+  // Resets cut into runs that each fit one batch (split_for_sealing's measure).
+  std::vector<std::vector<ResetMark>> split_resets(std::vector<ResetMark> resets) const;
 
   // Balances from a peer on start (node_sync.cc).
   struct Sync;

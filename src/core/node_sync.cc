@@ -16,16 +16,18 @@
 namespace tollgate {
 namespace {
 
-constexpr size_t kMaxServed = 2;           // transfers prepared or held for others at once
-constexpr size_t kExportSliceKeys = 4096;  // keys visited per round for each (about 0.7 ms)
+constexpr size_t kMaxServed = 2;                         // transfers prepared or held for others at once
+constexpr size_t kExportSliceKeys = 4096;                // keys visited per round for each (about 0.7 ms)
 constexpr int64_t kServedIdleNs = 30 * kNanosPerSecond;  // a held transfer nobody asks for goes
 constexpr size_t kDefaultPageItems = 32;
 
 std::vector<SyncPage> split_by_count(std::vector<OriginDigest> positions,
-                                     std::vector<std::pair<std::string, int64_t>> balances) {
+                                     std::vector<std::pair<std::string, int64_t>> balances,
+                                     std::vector<ResetMark> resets) {
   std::vector<SyncPage> pages(1);
   auto room = [&] {
-    if (pages.back().positions.size() + pages.back().balances.size() == kDefaultPageItems) pages.emplace_back();
+    const SyncPage& p = pages.back();
+    if (p.positions.size() + p.balances.size() + p.resets.size() == kDefaultPageItems) pages.emplace_back();
   };
   for (OriginDigest& o : positions) {
     room();
@@ -34,6 +36,10 @@ std::vector<SyncPage> split_by_count(std::vector<OriginDigest> positions,
   for (auto& b : balances) {
     room();
     pages.back().balances.push_back(std::move(b));
+  }
+  for (ResetMark& r : resets) {
+    room();
+    pages.back().resets.push_back(std::move(r));
   }
   for (size_t i = 0; i < pages.size(); ++i) {
     pages[i].page = static_cast<uint32_t>(i);
@@ -72,9 +78,10 @@ void Node::stop_syncing() {
 void Node::prepare_sync(SyncServed& t, MonoNanos now) {
   if (!continue_export(t.state, &t.cursor, kExportSliceKeys, now)) return;
   std::vector<SyncPage> pages =
-      options_.split_for_transfer
-          ? options_.split_for_transfer(std::move(t.state.positions.origins), std::move(t.state.balances))
-          : split_by_count(std::move(t.state.positions.origins), std::move(t.state.balances));
+      options_.split_for_transfer ? options_.split_for_transfer(std::move(t.state.positions.origins),
+                                                                std::move(t.state.balances), std::move(t.state.resets))
+                                  : split_by_count(std::move(t.state.positions.origins), std::move(t.state.balances),
+                                                   std::move(t.state.resets));
   t.state = {};
   t.pages.reserve(pages.size());
   for (SyncPage& p : pages) {
@@ -117,8 +124,8 @@ void Node::sync_round(MonoNanos now) {
     // Whom to ask: a live member (relay: of our group, whose positions name the same relay
     // origins as ours), else any member or seed we know of.
     const std::vector<const MemberInfo*>& live = membership_.live();
-    if (!live.empty() && std::all_of(live.begin(), live.end(),
-                                     [&](const MemberInfo* v) { return s.starting.contains(v->id); })) {
+    if (!live.empty() &&
+        std::all_of(live.begin(), live.end(), [&](const MemberInfo* v) { return s.starting.contains(v->id); })) {
       ++stats_.sync_all_starting;  // the whole cluster is starting: nobody has more than we do
       stop_syncing();
       return;
@@ -183,8 +190,8 @@ void Node::serve_sync(const GossipMessage& m, MonoNanos now) {
   t.last_seq = m.message_seq;
   const SyncRequest& r = *m.sync_request;
   if (!t.active || t.session != r.session) {
-    const size_t active = size_t(std::count_if(s.served.begin(), s.served.end(),
-                                               [](const auto& e) { return e.second.active; }));
+    const size_t active =
+        size_t(std::count_if(s.served.begin(), s.served.end(), [](const auto& e) { return e.second.active; }));
     if (!t.active && active >= kMaxServed) {
       ++stats_.sync_refused;
       return;
@@ -262,12 +269,13 @@ void Node::take_sync_page(const GossipMessage& m, MonoNanos now) {
   s.received[p.page] = true;
   ++s.received_count;
   if (s.positions.size() + p.positions.size() > options_.ledger.max_origins * 2 ||
-      s.balances.size() + p.balances.size() > most) {
+      s.balances.size() + p.balances.size() > most || s.resets.size() + p.resets.size() > kMaxResetEpochs) {
     ++stats_.sync_ignored;
     s.session = 0;
     return;
   }
   s.positions.insert(s.positions.end(), p.positions.begin(), p.positions.end());
+  s.resets.insert(s.resets.end(), p.resets.begin(), p.resets.end());
   for (const auto& [key, balance] : p.balances) s.balances.push_back({key, balance, now});
   if (s.received_count == s.pages) finish_sync(now);
 }
@@ -277,12 +285,17 @@ void Node::finish_sync(MonoNanos now) {
   // Our own consumption not sealed yet goes into batches first (they go out with the round), so
   // that all we hold is in the ledger's retained batches, which expire() has kept meanwhile.
   seal(now, SIZE_MAX);
+  // Resets the peer knows of and we do not: taken first (its balances are after them).
+  for (const ResetMark& r : s.resets) apply_reset(r, now);
   Digest theirs{std::move(s.positions)};
   // What we hold that the peer's balances do not include: our retained batches (our own, and
-  // those we applied since we started) that its positions do not name.
+  // those we applied since we started) that its positions do not name, but for consumption
+  // admitted before a reset we know.
   std::unordered_map<std::string, int64_t> extra;
   for (const BatchPtr& b : ledger_.missing_for(theirs)) {
-    for (const ConsumptionEntry& e : b->entries) extra[e.key] += e.tokens;
+    for (const ConsumptionEntry& e : b->entries) {
+      if (e.epoch >= reset_epoch(e.key)) extra[e.key] += e.tokens;
+    }
   }
   size_t lowered = 0;
   for (const Sync::Taken& t : s.balances) {

@@ -22,7 +22,7 @@ struct SyncServed {
   uint64_t session = 0;
   bool active = false;  // preparing or ready (at most kMaxServed at once)
   MonoNanos last_asked = 0;
-  NodeState state;      // while preparing: taken a slice per round
+  NodeState state;  // while preparing: taken a slice per round
   uint64_t cursor = 0;
   bool ready = false;
   std::vector<SyncPagePtr> pages;
@@ -54,6 +54,7 @@ struct Node::Sync {
     MonoNanos at;  // when its page arrived: refill counts from then, never from before
   };
   std::vector<Taken> balances;
+  std::vector<ResetMark> resets;
   // Members that answered that they are starting too: not asked again. When every live member
   // is, the whole cluster is starting, and nobody has more than it started with.
   std::unordered_set<NodeId> starting;
@@ -67,6 +68,7 @@ struct Node::Sync {
     received_count = 0;
     positions.clear();
     balances.clear();
+    resets.clear();
   }
 
   // --- Serving (any node that is not waiting for its own) ---

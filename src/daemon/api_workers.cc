@@ -37,6 +37,10 @@ class WorkerHandler final : public RequestHandler {
     return on_node_thread<std::vector<std::pair<std::string, RuleCounters>>>([this] { return node_.rule_counters(); },
                                                                              {});
   }
+  ResetReply reset(std::string_view key) override {
+    return on_node_thread<ResetReply>([this, key] { return node_.reset(key); },
+                                      {.error = "the daemon is shutting down", .limited = false, .remaining = 0});
+  }
   std::string set_faults(const FaultSettings& faults) override {
     return on_node_thread<std::string>([this, &faults] { return node_.set_faults(faults); },
                                        "the daemon is shutting down");

@@ -16,6 +16,7 @@
 #include "http/routes.h"
 #include "retriever/rules_feed.h"
 #include "tcp_transport.h"
+#include "util/printable.h"
 
 namespace tollgate {
 namespace {
@@ -258,6 +259,15 @@ StatsList Daemon::stats() {
   StatsList s = host_->stats();
   for (const auto& f : front_ends_) f->append_stats(s);
   return s;
+}
+
+ResetReply Daemon::reset(std::string_view key) {
+  if (std::string why = reset_key_problem(key, host_->max_key_bytes()); !why.empty()) {
+    return {.error = why, .limited = false, .remaining = 0};
+  }
+  const std::optional<int64_t> left = host_->node().reset(key, host_->now_ns());
+  spdlog::info("key {} reset: full again at every node within a round or two", printable(key));
+  return {.error = "", .limited = left.has_value(), .remaining = left.value_or(0)};
 }
 
 std::string Daemon::set_faults(const FaultSettings& faults) {

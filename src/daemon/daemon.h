@@ -43,6 +43,7 @@ class Daemon final : public RequestHandler {
   StatsList stats() override;
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override;
   std::string set_faults(const FaultSettings& faults) override;
+  ResetReply reset(std::string_view key) override;
 
  private:
   // Logs the most memory these settings can take; throws ConfigError when it exceeds the limit.

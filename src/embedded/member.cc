@@ -257,6 +257,27 @@ class Member::Impl {
     return finished.wait_for(kReloadWait) == std::future_status::ready;
   }
 
+  ResetReply reset(std::string_view key) {
+    if (std::string why = reset_key_problem(key, host_->max_key_bytes()); !why.empty()) {
+      return {.error = why, .limited = false, .remaining = 0};
+    }
+    auto make = [this, k = std::string(key)] {
+      const std::optional<int64_t> left = host_->node().reset(k, host_->now_ns());
+      return ResetReply{.error = "", .limited = left.has_value(), .remaining = left.value_or(0)};
+    };
+    if (std::this_thread::get_id() == thread_.get_id()) return make();
+    if (!running_.load()) return {.error = "the member's thread has stopped", .limited = false, .remaining = 0};
+    auto done = std::make_shared<std::promise<ResetReply>>();
+    std::future<ResetReply> result = done->get_future();
+    boost::asio::post(io_, [make, done] { done->set_value(make()); });
+    if (result.wait_for(kReloadWait) != std::future_status::ready) {
+      return {.error = "the member's thread did not get to the reset in time (it makes it when it does)",
+              .limited = false,
+              .remaining = 0};
+    }
+    return result.get();
+  }
+
   bool should_rate_limit(std::string_view domain, std::span<const RateLimitDescriptor> descriptors,
                          std::vector<RateLimitStatus>& out, uint32_t hits_addend) {
     const std::shared_ptr<const RlsConfig> config = host_->rls_config();
@@ -342,5 +363,6 @@ bool Member::should_rate_limit(std::string_view domain, std::span<const RateLimi
 uint16_t Member::gossip_port() const { return impl_->port(); }
 MemberStats Member::stats() const { return impl_->stats(); }
 bool Member::reload() { return impl_->reload(); }
+ResetReply Member::reset(std::string_view key) { return impl_->reset(key); }
 
 }  // namespace tollgate

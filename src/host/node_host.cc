@@ -141,9 +141,10 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   // A transfer of balances to a starting peer goes a page per message: each fits one datagram
   // (TCP: 16 KiB, so that the 64 pages one request may draw stay well inside a peer's send queue).
   const size_t max_page_bytes = options_.transport == TransportKind::kUdp ? options_.max_datagram : size_t{16} << 10;
-  n.split_for_transfer =
-      [max_page_bytes](std::vector<OriginDigest> positions, std::vector<std::pair<std::string, int64_t>> balances) {
-    return split_transfer(std::move(positions), std::move(balances), max_page_bytes);
+  n.split_for_transfer = [max_page_bytes](std::vector<OriginDigest> positions,
+                                          std::vector<std::pair<std::string, int64_t>> balances,
+                                          std::vector<ResetMark> resets) {
+    return split_transfer(std::move(positions), std::move(balances), std::move(resets), max_page_bytes);
   };
   // Keys are hashed with a secret of this process, 128 bits straight from the operating system
   // (not from random_, whose 64-bit state its outputs would give away).
@@ -810,6 +811,12 @@ const HostStat kHostStats[] = {
                   s.n.sync_refused),
     TOLLGATE_STAT("sync_ignored", kCounter, kNone, "Transfer pages or requests of no session (replays, stale)",
                   s.n.sync_ignored),
+    TOLLGATE_STAT("resets", kCounter, kNone, "Keys reset here (tollgate reset, POST /v1/reset)", s.n.resets),
+    TOLLGATE_STAT("resets_applied", kCounter, kNone, "Resets of keys taken, made here or heard of", s.n.resets_applied),
+    TOLLGATE_STAT("reset_skipped", kCounter, kNone, "Consumption not counted: admitted before a reset of its key",
+                  s.n.reset_skipped),
+    TOLLGATE_STAT("reset_epochs_forgotten", kCounter, kNone, "Reset epochs dropped at the bound (65,536 keys)",
+                  s.n.reset_epochs_forgotten),
     TOLLGATE_STAT("transport_sent", kCounter, kNone, "Datagrams or frames written", s.t.messages_sent),
     TOLLGATE_STAT("transport_bytes_sent", kCounter, kBytes, "Bytes of datagrams or frames written", s.t.bytes_sent),
     TOLLGATE_STAT("transport_received", kCounter, kNone, "Datagrams or frames that decoded and authenticated",

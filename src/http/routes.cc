@@ -211,6 +211,8 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
   if (path == "/v1/check") {
     if (get) return check_get(query, std::move(counted));
     if (request.method == "POST") return check_post(request.body, std::move(counted));
+  } else if (path == "/v1/reset") {
+    if (request.method == "POST") return reset(query, std::move(counted));
   } else if (path == "/json") {
     if (request.method == "POST") return rls_json(request.body, std::move(counted));
   } else if (path == "/rlconfig") {
@@ -229,11 +231,13 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
   } else {
     return counted(error_response(
         404, "no such endpoint: " + path +
-                 " (endpoints: /v1/check, /json, /rlconfig, /metrics, /healthz, /readyz, /healthcheck, /v1/members, "
-                 "/v1/stats)"));
+                 " (endpoints: /v1/check, /v1/reset, /json, /rlconfig, /metrics, /healthz, /readyz, /healthcheck, "
+                 "/v1/members, /v1/stats)"));
   }
   HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
-  r.headers.emplace_back("Allow", path == "/v1/check" ? "GET, POST" : path == "/json" ? "POST" : "GET");
+  r.headers.emplace_back("Allow", path == "/v1/check"                      ? "GET, POST"
+                                  : path == "/json" || path == "/v1/reset" ? "POST"
+                                                                           : "GET");
   counted(std::move(r));
 }
 
@@ -262,6 +266,32 @@ bool Routes::authorized(const std::string& authorization) const {
 void Routes::on_node(NodeJob job, const Reply& reply) {
   if (!run_on_node_(std::move(job), reply))
     reply(error_response(503, "tollgated is busy or stopping; the request was not decided"));
+}
+
+// POST /v1/reset?key=K: the key full again at every node (Node::reset, docs/design.md 6.6).
+void Routes::reset(const std::string& query, Reply reply) {
+  std::string why;
+  const auto params = parse_query(query, &why);
+  if (!params) return reply(error_response(400, why));
+  if (params->size() != 1 || (*params)[0].first != "key") {
+    return reply(error_response(400, "a reset takes one parameter: /v1/reset?key=K"));
+  }
+  const std::string key = (*params)[0].second;
+  if (std::string problem = reset_key_problem(key, options_.max_key_bytes); !problem.empty()) {
+    return reply(error_response(400, problem));
+  }
+  on_node(
+      [key, reply](RequestHandler& handler) -> std::function<void()> {
+        const ResetReply r = handler.reset(key);
+        return [key, reply, r] {
+          if (!r.error.empty()) return reply(error_response(503, r.error));
+          HttpResponse ok;
+          ok.body = "{\"key\":" + tollgate::json::json_string(key) + ",\"limited\":" + (r.limited ? "true" : "false") +
+                    ",\"remaining\":\"" + std::to_string(r.remaining) + "\"}";
+          reply(std::move(ok));
+        };
+      },
+      reply);
 }
 
 void Routes::check_get(const std::string& query, Reply reply) {

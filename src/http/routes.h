@@ -101,6 +101,7 @@ class Routes {
 
  private:
   void check_get(const std::string& query, Reply reply);
+  void reset(const std::string& query, Reply reply);
   void check_post(const std::string& body, Reply reply);
   struct Batch;  // a POST /v1/check on its way through the node, a slice at a time
   void check_slice(std::shared_ptr<Batch> batch, size_t from, Reply reply);

@@ -14,6 +14,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/node.h"
@@ -25,6 +26,17 @@ namespace tollgate {
 // not be decided together (not all or nothing): the rest wait for the next turn, so one client's
 // large batch never holds the node's thread, and the other clients' checks, for long.
 inline constexpr int kChecksPerSlice = 16;
+
+// Why `key` cannot be reset, or "": every door that resets a key asks this first.
+inline std::string reset_key_problem(std::string_view key, size_t max_key_bytes) {
+  if (key.empty()) return "reset: no key given";
+  if (key.size() > max_key_bytes) {
+    return "reset: the key is " + std::to_string(key.size()) + " bytes, longer than any key a bucket holds (" +
+           std::to_string(max_key_bytes) + ")";
+  }
+  if (is_reserved_key(key)) return "reset: a key whose first byte is 0x1E is an Envoy bucket's, not resettable here";
+  return "";
+}
 
 class RequestHandler {
  public:
@@ -45,6 +57,11 @@ class RequestHandler {
   virtual std::vector<std::pair<std::string, RuleCounters>> rule_counters() { return {}; }
   // Replaces the fault settings (empty settings clear them). Returns an error text, or "".
   virtual std::string set_faults(const FaultSettings& faults) = 0;
+  // Makes `key` full again at every node (Node::reset). Front ends that cannot say so.
+  virtual ResetReply reset(std::string_view key) {
+    (void)key;
+    return {.error = "resetting a key is not available here", .limited = false, .remaining = 0};
+  }
 };
 
 }  // namespace tollgate

@@ -68,6 +68,11 @@ std::string encode(const NodeState& s, int64_t written_unix_ns, const ClusterKey
     to_proto(o.current, *p->mutable_current());
     to_proto(o.previous, *p->mutable_previous());
   }
+  for (const ResetMark& r : s.resets) {
+    pb::ResetEpoch* e = m.add_resets();
+    e->set_key(r.key);
+    e->set_epoch(r.epoch);
+  }
   // Written as the reader will take it: never a file the next start refuses for its size.
   const size_t payload_bytes = m.ByteSizeLong();
   if (payload_bytes > kMaxStateFileBytes - kHeaderBytes) {
@@ -118,6 +123,9 @@ Loaded decode(std::string_view bytes, const ClusterKeys& keys, const std::string
   for (const pb::Balance& b : m.balances()) out.state.balances.emplace_back(b.key(), b.balance_microtokens());
   for (const pb::OriginPosition& p : m.positions()) {
     out.state.positions.origins.push_back({p.origin(), from_proto(p.current()), from_proto(p.previous())});
+  }
+  for (const pb::ResetEpoch& e : m.resets()) {
+    if (e.epoch() > 0) out.state.resets.push_back({e.key(), e.epoch()});
   }
   return out;
 }

@@ -79,6 +79,20 @@ TEST_F(CliTest, MembersAndStats) {
   EXPECT_EQ(stats.out, "{\"stats\": {\"checks\": 0, \"keys\": 2}}\n");
 }
 
+TEST_F(CliTest, ResetSaysWhatTheDaemonDidAndExitsTwoOnARefusal) {
+  CliRun done = run(endpoint_ + " reset governed");
+  EXPECT_EQ(done.exit_code, 0) << done.out;
+  EXPECT_EQ(done.out, "reset governed: full again (5 tokens); every node within a round or two\n");
+  CliRun json = run(endpoint_ + " reset governed --json");
+  EXPECT_EQ(json.out, "{\"key\": \"governed\", \"limited\": true, \"remaining\": 5}\n");
+  CliRun free = run(endpoint_ + " reset other");
+  EXPECT_EQ(free.exit_code, 0);
+  EXPECT_NE(free.out.find("no rule governs it"), std::string::npos) << free.out;
+  EXPECT_EQ(run(endpoint_ + " reset refuse").exit_code, 2);
+  EXPECT_EQ(run(endpoint_ + " reset").exit_code, 2);  // KEY is required
+  EXPECT_EQ(handler_.resets(), (std::vector<std::string>{"governed", "governed", "other", "refuse"}));
+}
+
 TEST_F(CliTest, AdminFaults) {
   CliRun set = run(endpoint_ +
                    " admin faults --drop-to b,c --drop-from d --loss 0.5 --delay 1500ms --duplicate 0.1 --jitter 20");

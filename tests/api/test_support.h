@@ -125,6 +125,18 @@ class FakeHandler : public RequestHandler {
     return faults.loss > 0.9 ? "loss above 0.9 would stop the cluster" : "";
   }
 
+  // A reset: "governed" keys are limited (burst 5), "refuse" is refused by the daemon.
+  ResetReply reset(std::string_view key) override {
+    std::lock_guard lock(mutex_);
+    resets_.emplace_back(key);
+    if (key == "refuse") return {.error = "refused by the daemon", .limited = false, .remaining = 0};
+    return {.error = "", .limited = key == "governed", .remaining = key == "governed" ? 5 : 0};
+  }
+  std::vector<std::string> resets() {
+    std::lock_guard lock(mutex_);
+    return resets_;
+  }
+
   // Replaces the decision logic (e.g. to block, or to count calls).
   void set_on_check(std::function<Decision(std::string_view, int64_t)> hook) {
     std::lock_guard lock(mutex_);
@@ -143,6 +155,7 @@ class FakeHandler : public RequestHandler {
   std::mutex mutex_;
   std::vector<std::pair<std::string, int64_t>> seen_;
   std::optional<FaultSettings> faults_;
+  std::vector<std::string> resets_;
   std::function<Decision(std::string_view, int64_t)> on_check_;
 };
 

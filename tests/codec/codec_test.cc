@@ -145,9 +145,9 @@ TEST(Codec, MacIsHmacSha256OverTheVersionAndThePayload) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(datagrams.at(0)));
   EXPECT_EQ(e.version_major(), 1u);
-  EXPECT_EQ(e.version_minor(), 3u);
+  EXPECT_EQ(e.version_minor(), 4u);
   EXPECT_EQ(e.mac().size(), 32u);
-  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 3, e.payload()));
+  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 4, e.payload()));
 }
 
 TEST(Codec, SplitsAcrossDatagramsUnderMaxDatagram) {
@@ -370,7 +370,7 @@ TEST(Codec, TransferPagesFitOneDatagramAndRoundTrip) {
   }
   const auto want_positions = positions;
   const auto want_balances = balances;
-  const std::vector<SyncPage> pages = split_transfer(positions, balances, kMinDatagramBytes);
+  const std::vector<SyncPage> pages = split_transfer(positions, balances, {}, kMinDatagramBytes);
   ASSERT_GT(pages.size(), 100u);
   GossipMessage m;
   m.sender = std::string(kMaxSenderIdBytes, 's');
@@ -398,6 +398,32 @@ TEST(Codec, TransferPagesFitOneDatagramAndRoundTrip) {
   }
   expect_same_origins(got_positions, want_positions);
   EXPECT_EQ(got_balances, want_balances);
+}
+
+// Resets (docs/design.md 6.6): a batch's resets and its entries' epochs travel, a reset-only
+// batch included, and a reset of epoch 0 is refused.
+TEST(Codec, ResetsAndEpochsRoundTripAndAResetOfEpochZeroIsRefused) {
+  GossipMessage m;
+  m.sender = "n1";
+  m.sender_address = "10.0.0.1:7946";
+  auto b = std::make_shared<Batch>(Batch{"n1", 3, 7, {{"k", 5, 2}, {"r", -4, 9}}, {{"k", 2}, {"z", 11}}});
+  m.batches.push_back(b);
+  m.batches.push_back(std::make_shared<Batch>(Batch{"n1", 3, 8, {}, {{"only", 1}}}));
+  const GossipMessage got = decode_ok(encode_datagrams(m, key_a()).at(0), key_a());
+  ASSERT_EQ(got.batches.size(), 2u);
+  EXPECT_EQ(got.batches[0]->entries, b->entries);
+  EXPECT_EQ(got.batches[0]->resets, b->resets);
+  EXPECT_TRUE(got.batches[1]->entries.empty());
+  EXPECT_EQ(got.batches[1]->resets, (std::vector<ResetMark>{{"only", 1}}));
+
+  v1::Gossip g = valid_gossip();
+  v1::Reset* r = g.mutable_batches(0)->add_resets();
+  r->set_key("k");
+  EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kInvalidContent);  // epoch 0
+  r->set_epoch(1);
+  EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kNone);
+  r->set_key(std::string(kMaxKeyBytes + 1, 'k'));
+  EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kInvalidContent);
 }
 
 TEST(Codec, SyncRequestsRoundTripAndMalformedTransfersAreRefused) {
@@ -512,7 +538,7 @@ TEST(Codec, AHigherMinorVersionWithUnknownFieldsIsRead) {
 TEST(Codec, TheMacCoversTheVersion) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(encode_datagrams(full_message(), key_a()).at(0)));
-  e.set_version_minor(4);  // same payload and MAC, another minor version
+  e.set_version_minor(kProtocolVersionMinor + 1);  // same payload and MAC, another minor version
   EXPECT_EQ(decode(e.SerializeAsString(), key_a()).error, DecodeError::kBadMac);
 }
 

@@ -1086,5 +1086,112 @@ TEST(NodeSync, AReplayedRequestDrawsNothing) {
   EXPECT_EQ(server.stats().sync_ignored, after_first.sync_ignored + 1);
 }
 
+// --- Resets (docs/design.md 6.6) --------------------------------------------------------------
+
+// A reset at any node makes the key full again at every node, in every mode, within a few rounds.
+TEST(NodeReset, AResetKeyIsFullAgainAtEveryNode) {
+  for (const DisseminationMode mode :
+       {DisseminationMode::kMesh, DisseminationMode::kGossip, DisseminationMode::kRelay}) {
+    SCOPED_TRACE(dissemination_mode_name(mode));
+    VirtualCluster c({.nodes = 4, .mode = mode});
+    c.rounds(3);
+    ASSERT_TRUE(c.node(0).check("k", 700, c.now()).allowed);
+    c.rounds(6);
+    for (size_t i = 0; i < 4; ++i) ASSERT_EQ(c.charged(i, "k"), 700) << "node " << i;
+    const std::optional<int64_t> left = c.node(1).reset("k", c.now());
+    ASSERT_TRUE(left);
+    EXPECT_EQ(*left, 1'000'000);
+    EXPECT_EQ(c.charged(1, "k"), 0);
+    c.rounds(4);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(c.charged(i, "k"), 0) << "node " << i;
+      EXPECT_EQ(c.node(i).reset_epoch("k"), 1u) << "node " << i;
+    }
+    // Consumption after the reset counts everywhere, once.
+    ASSERT_TRUE(c.node(3).check("k", 9, c.now()).allowed);
+    c.rounds(6);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.charged(i, "k"), 9) << "node " << i;
+    EXPECT_EQ(c.node(1).stats().resets, 1u);
+  }
+}
+
+// What a node admitted before it learned of a reset (here: cut off from the node that reset)
+// charges no fresh bucket, wherever it arrives; what it admits after counts everywhere.
+TEST(NodeReset, ConsumptionAdmittedBeforeTheResetDoesNotChargeTheFreshBucket) {
+  for (const DisseminationMode mode : {DisseminationMode::kMesh, DisseminationMode::kGossip}) {
+    SCOPED_TRACE(dissemination_mode_name(mode));
+    VirtualCluster c({.nodes = 3, .mode = mode});
+    c.rounds(3);
+    ASSERT_TRUE(c.node(0).check("k", 300, c.now()).allowed);
+    c.rounds(6);
+    c.partition({2});
+    ASSERT_TRUE(c.node(2).check("k", 50, c.now()).allowed);  // before it hears of the reset
+    c.rounds(2);
+    c.node(0).reset("k", c.now());
+    c.rounds(2);
+    ASSERT_TRUE(c.node(0).check("k", 5, c.now()).allowed);  // after it
+    c.rounds(2);
+    c.heal();
+    c.rounds(40);  // past push-pull: node 2's batches of before the reset reach everyone
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 5) << "node " << i;
+    EXPECT_GT(c.node(0).stats().reset_skipped + c.node(1).stats().reset_skipped, 0u);
+  }
+}
+
+// The reset's own batch is lost, but consumption sealed after it arrives: that entry's epoch
+// tells the node of the reset, which it takes first.
+TEST(NodeReset, AResetWhoseBatchIsLostIsTakenFromTheEntriesAfterIt) {
+  VirtualCluster c({.nodes = 2, .mode = DisseminationMode::kMesh});
+  c.rounds(3);
+  ASSERT_TRUE(c.node(0).check("k", 100, c.now()).allowed);
+  c.rounds(3);
+  ASSERT_EQ(c.charged(1, "k"), 100);
+  c.set_loss(1.0);
+  c.node(0).reset("k", c.now());
+  c.round();  // the reset's batch goes, and is lost
+  c.set_loss(0);
+  ASSERT_TRUE(c.node(0).check("k", 7, c.now()).allowed);
+  c.round();
+  EXPECT_EQ(c.node(1).reset_epoch("k"), 1u);
+  EXPECT_EQ(c.charged(1, "k"), 7);
+}
+
+// A node that starts after a reset takes the key's epoch with its peer's balances: the tagged
+// consumption that arrives later is counted, not read as a reset it missed (which would fill
+// the bucket again).
+TEST(NodeReset, ANodeThatStartsAfterAResetKeepsItsPeersEpoch) {
+  VirtualCluster c({.nodes = 3, .sync_deadline_ns = kSyncDeadline});
+  c.rounds(20);
+  ASSERT_TRUE(c.node(0).check("k", 300, c.now()).allowed);
+  c.rounds(4);
+  c.node(0).reset("k", c.now());
+  c.rounds(2);
+  ASSERT_TRUE(c.node(0).check("k", 40, c.now()).allowed);
+  c.rounds(12 * kNanosPerSecond / kRound);  // past retention: only the transfer tells a new node
+  c.crash(2);
+  c.start(2, 2);
+  c.rounds(5);
+  ASSERT_FALSE(c.node(2).syncing());
+  EXPECT_EQ(c.node(2).reset_epoch("k"), 1u);
+  EXPECT_EQ(c.charged(2, "k"), 40);
+  ASSERT_TRUE(c.node(1).check("k", 10, c.now()).allowed);
+  c.rounds(6);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 50) << "node " << i;
+}
+
+// Across a restart with a state: the epochs go into NodeState and come back.
+TEST(NodeReset, EpochsTravelInTheNodesState) {
+  VirtualCluster c({.nodes = 1});
+  c.node(0).reset("k", c.now());
+  c.node(0).reset("k", c.now());
+  const NodeState state = c.node(0).export_state(c.now());
+  ASSERT_EQ(state.resets.size(), 1u);
+  EXPECT_EQ(state.resets[0], (ResetMark{"k", 2}));
+  c.start(0, 2);
+  EXPECT_EQ(c.node(0).reset_epoch("k"), 0u);
+  c.node(0).import_state(state, c.now(), 0);
+  EXPECT_EQ(c.node(0).reset_epoch("k"), 2u);
+}
+
 }  // namespace
 }  // namespace tollgate

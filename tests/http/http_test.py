@@ -148,6 +148,23 @@ class TwoNodes(unittest.TestCase):
         self.assertGreaterEqual(int(headers["Retry-After"]), 1)
         self.assertFalse(json.loads(body)["allowed"])
 
+    def test_a_reset_makes_a_spent_key_full_again_at_both_nodes(self):
+        remaining = lambda d: json.loads(d.request("GET", "/v1/check?key=shared-reset&cost=0")[2])["remaining"]
+        self.assertEqual(self.a.request("GET", "/v1/check?key=shared-reset&cost=10")[0], 200)
+        wait_until("b to see shared-reset spent", lambda: remaining(self.b) == "0")
+        status, _, body = self.b.request("POST", "/v1/reset?key=shared-reset")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body), {"key": "shared-reset", "limited": True, "remaining": "10"})
+        wait_until("a to see shared-reset full again", lambda: remaining(self.a) == "10")
+        self.assertEqual(self.a.request("GET", "/v1/check?key=shared-reset&cost=3")[0], 200)
+        wait_until("b to count what a admitted after the reset", lambda: remaining(self.b) == "7")
+        # Only POST, one key, and not an Envoy bucket's.
+        status, headers, _ = self.a.request("GET", "/v1/reset?key=shared-reset")
+        self.assertEqual((status, headers.get("Allow")), (405, "POST"))
+        for bad in ("/v1/reset", "/v1/reset?key=", "/v1/reset?key=a&key=b", "/v1/reset?key=%1Eweb"):
+            status, _, body = self.a.request("POST", bad)
+            self.assertEqual(status, 400, bad + ": " + body)
+
     def test_a_batch_and_envoys_json(self):
         status, _, body = self.a.request(
             "POST", "/v1/check", json.dumps({"checks": [{"key": "k1", "cost": 60}, {"key": "k2"}]}),
@@ -428,11 +445,11 @@ class Credentials(unittest.TestCase):
             f.write(token + "\n")
         os.replace(tmp, cls.token_file)
 
-    def status(self, path, token=None, port=None):
+    def status(self, path, token=None, port=None, method="GET"):
         headers = {"Authorization": "Bearer " + token} if token else {}
         conn = http.client.HTTPConnection("127.0.0.1", port or self.d.http_port, timeout=10)
         try:
-            conn.request("GET", path, headers=headers)
+            conn.request(method, path, headers=headers)
             r = conn.getresponse()
             r.read()
             return r.status
@@ -446,6 +463,9 @@ class Credentials(unittest.TestCase):
         self.assertEqual(self.status("/metrics"), 401)
         self.assertEqual(self.status("/healthz"), 200)
         self.assertEqual(self.status("/v1/check?key=k1", self.TOKEN), 200)
+        # A reset is a write like a check: behind the token.
+        self.assertEqual(self.status("/v1/reset?key=k1", method="POST"), 401)
+        self.assertEqual(self.status("/v1/reset?key=k1", self.TOKEN, method="POST"), 200)
         # The metrics listener: metrics and health without a token, nothing else.
         self.assertEqual(self.status("/metrics", port=self.metrics_port), 200)
         self.assertEqual(self.status("/healthz", port=self.metrics_port), 200)
