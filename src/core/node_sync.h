@@ -24,6 +24,7 @@ struct SyncServed {
   MonoNanos last_asked = 0;
   NodeState state;  // while preparing: taken a slice per round
   uint64_t cursor = 0;
+  std::vector<SyncPage> building;  // while preparing: the pages cut so far
   bool ready = false;
   std::vector<SyncPagePtr> pages;
   size_t sent_this_round = 0;

@@ -1388,8 +1388,9 @@ TEST(EmbeddedMember, JoinsAClusterOfDaemonsSharesItsLimitsAndHealsAfterAPartitio
                 {"push-pull-interval", "500ms"}};
   auto member = std::make_unique<Member>(o);
   ASSERT_TRUE(eventually([&] {
+    // Ready everywhere: the daemons too may still be learning balances (--sync-deadline).
     return c.state_of(0, 2) == "alive" && c.state_of(1, 2) == "alive" && member->stats().members_alive == 2 &&
-           !member->stats().syncing;
+           !member->stats().syncing && c.stat(0, "syncing") == 0 && c.stat(1, "syncing") == 0;
   })) << c.state_of(0, 2)
       << " " << c.state_of(1, 2) << " " << member->stats().members_alive;
 
