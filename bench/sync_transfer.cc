@@ -73,8 +73,8 @@ NodeOptions options(const std::string& id, size_t max_keys) {
   o.split_for_sealing = [id, max_batch](std::vector<ConsumptionEntry> e) {
     return split_for_sealing(std::move(e), id, max_batch);
   };
-  o.split_for_transfer = [](std::vector<OriginDigest> p, std::vector<std::pair<std::string, int64_t>> b,
-                            std::vector<ResetMark> r) {
+  o.split_for_transfer =
+      [](std::vector<OriginDigest> p, std::vector<std::pair<std::string, int64_t>> b, std::vector<ResetMark> r) {
     return split_transfer(std::move(p), std::move(b), std::move(r), kDatagram);
   };
   return o;
@@ -160,9 +160,10 @@ int run(size_t keys) {
     }
   }
   std::printf("keys not full at the server      %zu\n", keys);
-  std::printf("transfer taken                   %s (%llu balances lowered; %zu of %zu keys equal at both, within "
-              "%lld microtokens of refill)\n",
-              s.sync_taken ? "yes" : "NO", (unsigned long long)s.sync_balances, same, keys, (long long)slack);
+  std::printf(
+      "transfer taken                   %s (%llu balances lowered; %zu of %zu keys equal at both, within "
+      "%lld microtokens of refill)\n",
+      s.sync_taken ? "yes" : "NO", (unsigned long long)s.sync_balances, same, keys, (long long)slack);
   std::printf("rounds / virtual seconds         %d / %.1f s (wall %.1f s)\n", rounds, rounds * 0.05, wall_s);
   std::printf("pages served                     %llu\n", (unsigned long long)server.stats().sync_pages_sent);
   std::printf("datagrams / bytes, both ways     %llu / %.1f MB (%.1f bytes a key)\n",
