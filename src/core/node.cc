@@ -627,6 +627,11 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   const MemberInfo* before = membership_.find(m.sender);
   const bool was_alive = before && (before->state == MemberState::kAlive || before->state == MemberState::kSuspect);
   const uint64_t life_before = before ? before->incarnation : 0;
+  // A member failed for longer than the ledger's retention: what it and its side admitted since
+  // is beyond any repair (a partition healing, not a restart: the same life).
+  const bool back_from_long_failure =
+      before && (before->state == MemberState::kDead || before->state == MemberState::kUnreachable) &&
+      now - before->last_heard_ns > options_.ledger.retention_ns;
   membership_.merge(m.members, now);
   // The group count follows the members known at once, not at the next round: a message we
   // send before it (a flood of checks can hold the round up) would be ignored by members that
@@ -646,6 +651,10 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
   if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
   if (m.sync_request) serve_sync(m, now);
   if (m.sync_page) take_sync_page(m, now);
+  if (back_from_long_failure && options_.sync_deadline_ns > 0) {
+    const MemberInfo* after = membership_.find(m.sender);
+    if (after && after->state == MemberState::kAlive && after->incarnation == life_before) heal_from(m, now);
+  }
   // Relay: a member of another group asks us to pass its own batches on to our group. Its row
   // goes on too, even if it counts groups otherwise (rows are safe to pass on): our group may
   // hear of it only through us.
@@ -788,7 +797,7 @@ void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
 }
 
 NodeState Node::export_state(MonoNanos now) {
-  NodeState s = begin_export();
+  NodeState s = begin_export(now);
   uint64_t cursor = 0;
   while (!continue_export(s, &cursor, SIZE_MAX, now)) {
   }
@@ -800,7 +809,8 @@ bool Node::continue_export(NodeState& s, uint64_t* cursor, size_t max_entries, M
                                 [&](std::string_view key, int64_t balance) { s.balances.emplace_back(key, balance); });
 }
 
-NodeState Node::begin_export() const {
+NodeState Node::begin_export(MonoNanos now) {
+  seal(now, SIZE_MAX);  // our own unsealed consumption: in the balances, so in the positions too
   NodeState s;
   s.node_id = options_.id;
   s.incarnation = options_.incarnation;

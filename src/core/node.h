@@ -183,6 +183,11 @@ struct NodeStats {
   uint64_t sync_pages_sent = 0;    // pages sent to others
   uint64_t sync_refused = 0;       // requests not served: waiting for our own, or too many at once
   uint64_t sync_ignored = 0;       // pages of no transfer of ours (another session, a replay)
+  // Balances from a member that comes back after a partition longer than the retention window.
+  uint64_t heal_attempts = 0;  // transfers asked for
+  uint64_t heal_taken = 0;     // taken
+  uint64_t heal_balances = 0;  // long-window balances they lowered here
+  uint64_t heal_gave_up = 0;   // the member did not answer (or was starting)
   // Resets (Node::reset).
   uint64_t resets = 0;                  // made here
   uint64_t resets_applied = 0;          // of keys, made here or heard of (each epoch once)
@@ -249,7 +254,9 @@ class Node : private ResetFilter {
   // `max_entries` keys and returns true once all are in. Positions are taken first: a batch
   // applied during the walk may be counted in some balances but not in the positions, and is
   // then applied again to those after the restart (too much debt, never a fresh burst).
-  NodeState begin_export() const;
+  // (It seals what this node admitted and has not sealed yet first: that consumption is in its
+  // balances, so its batch must be in the positions, or whoever takes them counts it twice.)
+  NodeState begin_export(MonoNanos now_ns);
   bool continue_export(NodeState& state, uint64_t* cursor, size_t max_entries, MonoNanos now_ns);
   // A previous life's state, `down_ns` after it was exported (wall time; refill is counted from
   // it): each balance of a key a rule still governs comes back, refilled by down_ns under the
@@ -402,6 +409,10 @@ class Node : private ResetFilter {
   // Serving: the next slice of a transfer's export; once all are in, its pages.
   void prepare_sync(SyncServed& t, MonoNanos now);
   void stop_syncing();
+  // A member came back after a partition longer than the ledger's retention: ask it for a transfer.
+  void heal_from(const GossipMessage& m, MonoNanos now);
+  // True for a limit whose bucket takes longer than the ledger's retention to refill from its floor.
+  bool long_window(const Limit& limit) const;
 };
 
 }  // namespace tollgate

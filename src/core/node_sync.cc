@@ -50,16 +50,19 @@ std::vector<SyncPage> split_by_count(std::vector<OriginDigest> positions,
 
 }  // namespace
 
+bool Node::long_window(const Limit& limit) const {
+  // A key whose bucket refills from its floor (-max_debt) to full within the ledger's retention:
+  // push-pull repair gives a node every batch of that long, so it learns all the consumption that
+  // can still matter. A longer one may have been spent before anything a peer can still send.
+  if (limit.shadow || limit.rate.tokens <= 0) return false;
+  __extension__ typedef __int128 Wide;
+  const Wide refill = Wide(limit.burst + limit.max_debt) * limit.rate.period_ns;
+  return refill > Wide(options_.ledger.retention_ns) * limit.rate.tokens;
+}
+
 std::optional<Decision> Node::deny_while_syncing(std::string_view key) {
   const std::optional<Limit> limit = table_.limit_for(key);
-  if (!limit || limit->shadow || limit->rate.tokens <= 0) return std::nullopt;
-  // A key whose bucket refills from its floor (-max_debt) to full within the ledger's retention
-  // is answered as usual: push-pull repair gives a new node every batch of that long, so it
-  // relearns all the consumption that can still matter. A longer one may have been spent
-  // before anything we can still be sent.
-  __extension__ typedef __int128 Wide;
-  const Wide refill = Wide(limit->burst + limit->max_debt) * limit->rate.period_ns;
-  if (refill <= Wide(options_.ledger.retention_ns) * limit->rate.tokens) return std::nullopt;
+  if (!limit || !long_window(*limit)) return std::nullopt;
   syncing_.denied.fetch_add(1, std::memory_order_relaxed);
   Decision d;
   d.reason = DenyReason::kSyncing;
@@ -68,8 +71,24 @@ std::optional<Decision> Node::deny_while_syncing(std::string_view key) {
   return d;
 }
 
+void Node::heal_from(const GossipMessage& m, MonoNanos now) {
+  Sync& s = *sync_;
+  // One heal transfer at a time, and one per kServedIdleNs: a partition that heals brings many
+  // members back at once, and one of them has what the other side spent.
+  if (s.asking || (s.last_heal != 0 && now - s.last_heal < kServedIdleNs)) return;
+  s.forget_transfer();
+  s.asking = true;
+  s.heal = true;
+  s.last_heal = now;
+  s.session = s.random.next_u64() | 1;
+  s.target = m.sender_address;
+  s.session_progress = s.last_progress = now;
+  ++stats_.heal_attempts;
+}
+
 void Node::stop_syncing() {
   sync_->asking = false;
+  sync_->heal = false;
   sync_->forget_transfer();
   sync_->starting.clear();
   syncing_.flag.store(false, std::memory_order_relaxed);
@@ -127,19 +146,27 @@ void Node::sync_round(MonoNanos now) {
   }
 
   if (!s.asking) return;
-  if (!s.started) {
+  const int64_t retry_ns = std::max<int64_t>(5 * options_.interval_ns, 250 * kNanosPerMilli);
+  if (s.heal) {
+    // The member that came back, and no other: it holds what its side spent. One that stops
+    // answering (or is starting itself) is let be: push-pull repairs what it still can.
+    if (s.session == 0 || now - s.session_progress >= 4 * retry_ns) {
+      ++stats_.heal_gave_up;
+      stop_syncing();
+      return;
+    }
+  } else if (!s.started) {
     s.started = true;
     s.last_progress = now;
   }
-  if (now - s.last_progress >= options_.sync_deadline_ns) {
+  if (!s.heal && now - s.last_progress >= options_.sync_deadline_ns) {
     ++stats_.sync_gave_up;
     stop_syncing();
     return;
   }
   // A peer that has not answered for a few rounds is replaced by another, with a new session
   // (pages of the old one that still arrive are ignored).
-  const int64_t retry_ns = std::max<int64_t>(5 * options_.interval_ns, 250 * kNanosPerMilli);
-  if (s.session == 0 || now - s.session_progress >= retry_ns) {
+  if (!s.heal && (s.session == 0 || now - s.session_progress >= retry_ns)) {
     // Whom to ask: a live member (relay: of our group, whose positions name the same relay
     // origins as ours), else any member or seed we know of.
     const std::vector<const MemberInfo*>& live = membership_.live();
@@ -225,7 +252,7 @@ void Node::serve_sync(const GossipMessage& m, MonoNanos now) {
     // table's next slices go one per round (sync_round). A batch applied between two slices is
     // in the balances of the later ones but not in the positions: the asker then counts it
     // twice for those keys (too much debt, never a fresh burst; docs/design.md 6.5).
-    t.state = begin_export();
+    t.state = begin_export(now);
     t.state.balances = {};  // (begin_export reserves room for the whole table: a slice at a time here)
     t.state.balances.reserve(kExportSliceKeys);
     t.building.clear();
@@ -321,13 +348,28 @@ void Node::finish_sync(MonoNanos now) {
   }
   size_t lowered = 0;
   for (const Sync::Taken& t : s.balances) {
+    if (s.heal) {
+      // After a partition, both sides hold consumption the other lacks, older than any repair:
+      // for a long-window key the side that spent more wins (at most the smaller side's spending
+      // is lost, never a fresh burst); a short-window key is left to push-pull, exact for it.
+      const std::optional<Limit> limit = table_.limit_for(t.key);
+      if (!limit || !long_window(*limit)) continue;
+    }
     const auto it = extra.find(t.key);
     lowered += table_.lower(t.key, t.balance, t.at, it == extra.end() ? 0 : it->second, now) ? 1 : 0;
   }
-  // From now on a batch the peer's balances include is a duplicate here.
-  ledger_.restore(theirs);
-  stats_.sync_balances += lowered;
-  ++stats_.sync_taken;
+  if (s.heal) {
+    // Not its positions: our side's consumption of the partition is in none of its balances, and
+    // what push-pull brings of its last retention window counts again on top (too much debt for
+    // those keys, never a fresh burst; docs/design.md 6.5).
+    stats_.heal_balances += lowered;
+    ++stats_.heal_taken;
+  } else {
+    // From now on a batch the peer's balances include is a duplicate here.
+    ledger_.restore(theirs);
+    stats_.sync_balances += lowered;
+    ++stats_.sync_taken;
+  }
   stop_syncing();
 }
 

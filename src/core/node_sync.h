@@ -32,8 +32,12 @@ struct SyncServed {
 
 struct Node::Sync {
   // --- Asking (the node that starts) ---
-  bool asking = false;          // until the transfer is taken or the deadline passes
-  bool started = false;         // the first round has looked for someone to ask
+  bool asking = false;   // until the transfer is taken or the deadline passes
+  bool started = false;  // the first round has looked for someone to ask
+  // A heal transfer (Node::heal_from): from the member that came back, checks answered as usual
+  // meanwhile, only long-window keys taken, and not its positions.
+  bool heal = false;
+  MonoNanos last_heal = 0;
   MonoNanos last_progress = 0;  // of any transfer: the deadline counts from it
   // Sessions and whom to ask: drawn from a stream of their own, seeded by the node's id and life,
   // so that asking leaves the node's randomness (its gossip targets) as it was. A session only

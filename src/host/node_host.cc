@@ -249,7 +249,7 @@ void NodeHost::start_state_write() {
     return;
   }
   collect_state_write();
-  exporting_ = std::make_shared<NodeState>(node_->begin_export());
+  exporting_ = std::make_shared<NodeState>(node_->begin_export(now_ns()));
   export_cursor_ = 0;
   state_.export_slice_ns = 0;
   boost::asio::post(io_, [this, generation = ++export_generation_] { export_slice(generation); });
@@ -811,6 +811,13 @@ const HostStat kHostStats[] = {
                   s.n.sync_refused),
     TOLLGATE_STAT("sync_ignored", kCounter, kNone, "Transfer pages or requests of no session (replays, stale)",
                   s.n.sync_ignored),
+    TOLLGATE_STAT("heal_attempts", kCounter, kNone, "Balances asked of a member back from a long partition",
+                  s.n.heal_attempts),
+    TOLLGATE_STAT("heal_taken", kCounter, kNone, "Balances taken from a member back from a long partition",
+                  s.n.heal_taken),
+    TOLLGATE_STAT("heal_balances", kCounter, kNone, "Long-window balances a heal transfer lowered here",
+                  s.n.heal_balances),
+    TOLLGATE_STAT("heal_gave_up", kCounter, kNone, "Heal transfers the member did not answer", s.n.heal_gave_up),
     TOLLGATE_STAT("resets", kCounter, kNone, "Keys reset here (tollgate reset, POST /v1/reset)", s.n.resets),
     TOLLGATE_STAT("resets_applied", kCounter, kNone, "Resets of keys taken, made here or heard of", s.n.resets_applied),
     TOLLGATE_STAT("reset_skipped", kCounter, kNone, "Consumption not counted: admitted before a reset of its key",

@@ -1010,6 +1010,24 @@ TEST(NodeSync, ConsumptionDuringTheTransferIsCountedOnceEverywhere) {
   }
 }
 
+// The peer's own consumption not sealed yet when it takes its snapshot is in its balances: it
+// must be in its positions too, or the batch it seals later counts twice at the asker (found by
+// a loaded run of ClusterSecurity.FaultInjectionIsRefusedUnlessTheDaemonEnablesIt: 986 for 993).
+TEST(NodeSync, ThePeersUnsealedConsumptionAtItsSnapshotIsCountedOnce) {
+  VirtualCluster c({.nodes = 2, .mode = DisseminationMode::kMesh, .sync_deadline_ns = kSyncDeadline});
+  c.rounds(20);
+  c.crash(1);
+  c.rounds(2);
+  c.start(1, 2);
+  c.node(1).tick(c.now());                                // its request is on the way...
+  ASSERT_TRUE(c.node(0).check("k", 7, c.now()).allowed);  // ...and the peer admits, unsealed
+  c.deliver();                                            // the peer serves it now
+  c.rounds(10);
+  EXPECT_FALSE(c.node(1).syncing());
+  EXPECT_EQ(c.charged(1, "k"), 7);
+  EXPECT_EQ(c.charged(0, "k"), 7);
+}
+
 // The whole cluster starts at once: every member answers that it is starting too, so nobody
 // waits for the deadline, and everyone answers from what it has.
 TEST(NodeSync, AClusterThatStartsTogetherStopsWaitingAtOnce) {
@@ -1084,6 +1102,32 @@ TEST(NodeSync, AReplayedRequestDrawsNothing) {
   server.receive(ask, c.now());  // the same message again
   EXPECT_EQ(server.stats().sync_served, 1u);
   EXPECT_EQ(server.stats().sync_ignored, after_first.sync_ignored + 1);
+}
+
+// A partition longer than the retention window: each side's spending of it is beyond any repair.
+// When it heals, each node asks a member that came back for its balances and, for long-window
+// keys, the side that spent more wins: never a fresh burst of what the other side spent.
+TEST(NodeSync, AfterALongPartitionTheSideThatSpentMoreWinsForLongWindowKeys) {
+  for (const bool heal : {false, true}) {
+    SCOPED_TRACE(heal ? "heal transfer on" : "off");
+    VirtualCluster c({.nodes = 3, .sync_deadline_ns = heal ? kSyncDeadline : 0});
+    c.rounds(20);
+    c.partition({2});
+    ASSERT_TRUE(c.node(0).check("k", 300, c.now()).allowed);
+    ASSERT_TRUE(c.node(2).check("k", 100, c.now()).allowed);
+    c.rounds(15 * kNanosPerSecond / kRound);  // past retention, each side alone
+    ASSERT_EQ(c.charged(1, "k"), 300);
+    ASSERT_EQ(c.charged(2, "k"), 100);
+    c.heal();
+    c.rounds(40);
+    if (!heal) {
+      EXPECT_EQ(c.charged(2, "k"), 100) << "without it, the other side's spending is never learned";
+      continue;
+    }
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 300) << "node " << i;
+    EXPECT_GE(c.node(2).stats().heal_taken, 1u);
+    EXPECT_FALSE(c.node(2).syncing()) << "a heal transfer denies nothing meanwhile";
+  }
 }
 
 // --- Resets (docs/design.md 6.6) --------------------------------------------------------------

@@ -72,7 +72,7 @@ class Server {
   // Every input starts from an empty key table, so that one saved as a crash replays alone as it
   // failed (issue 37, item 11).
   void reset() {
-    on_node([&] { handler_.reset(); });
+    on_node([&] { handler_.clear(); });
   }
 
  private:

@@ -698,7 +698,9 @@ TEST(ClusterSecurity, FaultInjectionIsRefusedUnlessTheDaemonEnablesIt) {
       << c.log(1);
   // Nothing was injected: node 1 still hears node 0 and is heard.
   ASSERT_TRUE(c.client(0).check("k", 7).allowed);
-  EXPECT_TRUE(eventually([&] { return c.remaining(1, "k") == 993; }, 5s)) << c.remaining(1, "k");
+  EXPECT_TRUE(eventually([&] { return c.remaining(1, "k") == 993; }, 5s)) << c.remaining(1, "k") << "\n"
+                                                                          << c.stats_text(1) << "\n"
+                                                                          << c.log(1);
   EXPECT_EQ(c.stat(1, "faults_lost"), 0);
   // The daemon with it enabled takes the same request.
   EXPECT_EQ(c.client(0).set_faults(isolate), "");

@@ -24,7 +24,7 @@ class TableHandler : public RequestHandler {
 
   // Empty again, the clock and the counts at 0: a fuzz target that keeps its handler across
   // inputs starts each from the same state.
-  void reset() {
+  void clear() {
     table_ = KeyTable(rules_, options_);
     now = 0;
     calls = checks = check_alls = refunds = 0;
