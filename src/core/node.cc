@@ -851,7 +851,7 @@ size_t Node::import_state(const NodeState& state, MonoNanos now, int64_t down_ns
 
 uint64_t Node::reset_epoch(std::string_view key) const {
   if (epochs_.empty()) return 0;
-  const auto it = epochs_.find(std::string(key));
+  const auto it = epochs_.find(key);
   return it == epochs_.end() ? 0 : it->second;
 }
 
@@ -871,7 +871,7 @@ std::optional<int64_t> Node::reset(std::string_view key, MonoNanos now) {
 
 bool Node::apply_reset(const ResetMark& mark, MonoNanos now) {
   if (mark.epoch == 0 || mark.epoch <= reset_epoch(mark.key)) return false;
-  if (epochs_.size() >= kMaxResetEpochs && !epochs_.contains(mark.key)) {
+  if (epochs_.size() >= kMaxResetEpochs && epochs_.find(mark.key) == epochs_.end()) {
     // Beyond the bound the smallest epoch goes: a tagged entry of that key arriving later reads as
     // a reset missed, and fills the bucket once more (counted, as a forgotten epoch).
     auto smallest = std::min_element(epochs_.begin(), epochs_.end(),

@@ -43,6 +43,7 @@
 #include "core/membership.h"
 #include "core/outbox.h"
 #include "core/random.h"
+#include "util/string_map.h"
 
 namespace tollgate {
 
@@ -381,7 +382,7 @@ class Node : private ResetFilter {
   // Resets (docs/design.md 6.6): the epoch of every key reset, at most kMaxResetEpochs (the
   // smallest go first beyond it), and those made here not sealed yet.
   static constexpr size_t kMaxResetEpochs = 65536;
-  std::unordered_map<std::string, uint64_t> epochs_;
+  StringMap<uint64_t> epochs_;  // looked up by view: once a key was reset, every merged entry asks
   std::vector<ResetMark> resets_to_seal_;
   // Takes a reset: false if this node knew it (or a later one) already.
   bool apply_reset(const ResetMark& mark, MonoNanos now);
@@ -403,6 +404,7 @@ class Node : private ResetFilter {
   // Denies a check of a long-window key while syncing (see NodeOptions::sync_deadline_ns).
   std::optional<Decision> deny_while_syncing(std::string_view key);
   void sync_round(MonoNanos now);  // asks (or gives up), and prepares the transfers we serve
+  bool start_transfer(MonoNanos now, int64_t retry_ns);
   void serve_sync(const GossipMessage& m, MonoNanos now);
   void take_sync_page(const GossipMessage& m, MonoNanos now);
   void finish_sync(MonoNanos now);

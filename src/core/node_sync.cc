@@ -41,11 +41,7 @@ std::vector<SyncPage> split_by_count(std::vector<OriginDigest> positions,
     room();
     pages.back().resets.push_back(std::move(r));
   }
-  for (size_t i = 0; i < pages.size(); ++i) {
-    pages[i].page = static_cast<uint32_t>(i);
-    pages[i].pages = static_cast<uint32_t>(pages.size());
-  }
-  return pages;
+  return pages;  // (numbered by prepare_sync, once every slice's pages are in)
 }
 
 }  // namespace
@@ -128,6 +124,61 @@ void Node::prepare_sync(SyncServed& t, MonoNanos now) {
   t.ready = true;
 }
 
+// Starting: gives up at the deadline, and picks a member to ask (a new session) when none is
+// being asked or the one asked has not answered for retry_ns. False when it stopped waiting.
+bool Node::start_transfer(MonoNanos now, int64_t retry_ns) {
+  Sync& s = *sync_;
+  if (!s.started) {
+    s.started = true;
+    s.last_progress = now;
+  }
+  if (now - s.last_progress >= options_.sync_deadline_ns) {
+    ++stats_.sync_gave_up;
+    stop_syncing();
+    return false;
+  }
+  // A peer that has not answered for a few rounds is replaced by another, with a new session
+  // (pages of the old one that still arrive are ignored).
+  if (s.session != 0 && now - s.session_progress < retry_ns) return true;
+  // Whom to ask: a live member (relay: of our group, whose positions name the same relay
+  // origins as ours), else any member or seed we know of.
+  const std::vector<const MemberInfo*>& live = membership_.live();
+  if (!live.empty() &&
+      std::all_of(live.begin(), live.end(), [&](const MemberInfo* v) { return s.starting.contains(v->id); })) {
+    ++stats_.sync_all_starting;  // the whole cluster is starting: nobody has more than we do
+    stop_syncing();
+    return false;
+  }
+  std::vector<std::string> to;
+  for (const MemberInfo* v : live) {
+    if (s.starting.contains(v->id)) continue;
+    if (mode_ != DisseminationMode::kRelay || in_our_group(v->id)) to.push_back(v->address);
+  }
+  if (to.empty()) {
+    for (const MemberInfo* v : live) {
+      if (!s.starting.contains(v->id)) to.push_back(v->address);
+    }
+  }
+  if (to.empty()) {
+    membership_.for_each_member([&](const MemberInfo& v) {
+      if (v.state != MemberState::kLeft && !s.starting.contains(v.id)) to.push_back(v.address);
+    });
+    for (const std::string& seed : options_.seeds) {
+      if (seed != options_.address) to.push_back(seed);
+    }
+  }
+  if (to.empty()) {
+    stop_syncing();  // alone: nobody's consumption to learn
+    return false;
+  }
+  s.forget_transfer();
+  s.session = s.random.next_u64() | 1;
+  s.target = to[s.random.below(to.size())];
+  s.session_progress = now;
+  ++stats_.sync_attempts;
+  return true;
+}
+
 void Node::sync_round(MonoNanos now) {
   Sync& s = *sync_;
   // Serving: each transfer being prepared gets a slice of the table per round, so serving never
@@ -155,54 +206,8 @@ void Node::sync_round(MonoNanos now) {
       stop_syncing();
       return;
     }
-  } else if (!s.started) {
-    s.started = true;
-    s.last_progress = now;
-  }
-  if (!s.heal && now - s.last_progress >= options_.sync_deadline_ns) {
-    ++stats_.sync_gave_up;
-    stop_syncing();
+  } else if (!start_transfer(now, retry_ns)) {
     return;
-  }
-  // A peer that has not answered for a few rounds is replaced by another, with a new session
-  // (pages of the old one that still arrive are ignored).
-  if (!s.heal && (s.session == 0 || now - s.session_progress >= retry_ns)) {
-    // Whom to ask: a live member (relay: of our group, whose positions name the same relay
-    // origins as ours), else any member or seed we know of.
-    const std::vector<const MemberInfo*>& live = membership_.live();
-    if (!live.empty() &&
-        std::all_of(live.begin(), live.end(), [&](const MemberInfo* v) { return s.starting.contains(v->id); })) {
-      ++stats_.sync_all_starting;  // the whole cluster is starting: nobody has more than we do
-      stop_syncing();
-      return;
-    }
-    std::vector<std::string> to;
-    for (const MemberInfo* v : live) {
-      if (s.starting.contains(v->id)) continue;
-      if (mode_ != DisseminationMode::kRelay || in_our_group(v->id)) to.push_back(v->address);
-    }
-    if (to.empty()) {
-      for (const MemberInfo* v : live) {
-        if (!s.starting.contains(v->id)) to.push_back(v->address);
-      }
-    }
-    if (to.empty()) {
-      membership_.for_each_member([&](const MemberInfo& v) {
-        if (v.state != MemberState::kLeft && !s.starting.contains(v.id)) to.push_back(v.address);
-      });
-      for (const std::string& seed : options_.seeds) {
-        if (seed != options_.address) to.push_back(seed);
-      }
-    }
-    if (to.empty()) {
-      stop_syncing();  // alone: nobody's consumption to learn
-      return;
-    }
-    s.forget_transfer();
-    s.session = s.random.next_u64() | 1;
-    s.target = to[s.random.below(to.size())];
-    s.session_progress = now;
-    ++stats_.sync_attempts;
   }
   SyncRequest r{.session = s.session, .pages = {}};
   for (uint32_t p = 0; p < s.pages && r.pages.size() < kMaxSyncPagesPerRequest; ++p) {

@@ -12,19 +12,13 @@
 
 #include "tollgate/config_error.h"
 #include "tollgate/rules.h"
+#include "util/string_map.h"
 
 namespace tollgate {
 namespace {
 
 constexpr char kExactSep = '\x01';     // key, then its configured value
 constexpr char kWildcardSep = '\x02';  // key, then the wildcard's prefix
-
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-template <typename V>
-using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
 bool has_control_char(std::string_view s) {
   return std::any_of(s.begin(), s.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; });
