@@ -1,6 +1,7 @@
 // Balances from a peer on start (issue 35, docs/design.md 6.5), at size: one node holding N
 // buckets that are not full serves them to a node that starts, over the codec's signed UDP
-// datagrams (1,400 bytes) in virtual time, 50 ms rounds. Prints what the transfer costs:
+// datagrams (1,400 bytes; --tcp: 16 KiB frames) in virtual time, 50 ms rounds. Prints what the
+// transfer costs:
 //   - rounds and virtual seconds until the starting node has every balance (and whether each is
 //     exact: the sum of the balances it took against the server's);
 //   - datagrams and bytes on the wire, both ways;
@@ -8,7 +9,7 @@
 //     serves, against its longest round without a transfer: what a check waits behind, at most;
 //   - the starting node's thread: the longest step (the page that completes the transfer takes
 //     every balance in one go).
-//   build/bench/tollgate-sync-bench [--keys 1000000]
+//   build/bench/tollgate-sync-bench [--keys 1000000] [--tcp]
 // CPU times on a shared VM: report them as the ratio to the same run's round without a transfer.
 #include <algorithm>
 #include <chrono>
@@ -30,7 +31,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kRoundNs = 50 * kNanosPerMilli;
-constexpr size_t kDatagram = 1400;
+// A datagram (UDP, the default) or, with --tcp, a frame of 16 KiB: the page and message size
+// tollgated uses for each transport (node_host.cc).
+size_t g_message_bytes = 1400;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
@@ -39,7 +42,7 @@ class Wire final : public Outbox {
  public:
   explicit Wire(ClusterKeys keys) : keys_(std::move(keys)) {}
   void send(const std::string& to, const GossipMessagePtr& m) override {
-    for (std::string& d : encode_datagrams(*m, keys_, kDatagram, nullptr, 1)) {
+    for (std::string& d : encode_datagrams(*m, keys_, g_message_bytes, nullptr, 1)) {
       ++datagrams;
       bytes += d.size();
       queue_.push_back({to, std::move(d)});
@@ -69,13 +72,14 @@ NodeOptions options(const std::string& id, size_t max_keys) {
   o.mode = DisseminationMode::kMesh;
   o.keys.max_keys = max_keys;
   o.sync_deadline_ns = id == "joiner" ? 5 * kNanosPerSecond : 0;  // the server has been up for long
-  const size_t max_batch = max_batch_bytes_for(kDatagram);
+  const size_t max_batch = max_batch_bytes_for(1400);             // batches fit a datagram whatever the transport
   o.split_for_sealing = [id, max_batch](std::vector<ConsumptionEntry> e) {
     return split_for_sealing(std::move(e), id, max_batch);
   };
+  o.sync_pages_per_round = std::max<size_t>(1, (size_t{128} * 1400) / g_message_bytes);  // as tollgated
   o.split_for_transfer =
       [](std::vector<OriginDigest> p, std::vector<std::pair<std::string, int64_t>> b, std::vector<ResetMark> r) {
-    return split_transfer(std::move(p), std::move(b), std::move(r), kDatagram);
+    return split_transfer(std::move(p), std::move(b), std::move(r), g_message_bytes);
   };
   return o;
 }
@@ -184,8 +188,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--keys") == 0 && i + 1 < argc) {
       keys = std::strtoull(argv[++i], nullptr, 10);
+    } else if (std::strcmp(argv[i], "--tcp") == 0) {
+      tollgate::g_message_bytes = size_t{16} << 10;
     } else {
-      std::fprintf(stderr, "usage: %s [--keys N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--keys N] [--tcp]\n", argv[0]);
       return 2;
     }
   }

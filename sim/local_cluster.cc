@@ -112,6 +112,12 @@ class Daemons {
       args.insert(args.end(),
                   {"--rls-config", (dir_ / "rls.yaml").string(), "--rls-listen", "unix:" + rls_socket_path(i)});
     }
+    if (s_.state_interval_ns > 0) {  // balances across restarts: a state directory per node
+      const fs::path state = dir_ / ("state-" + std::to_string(i));
+      fs::create_directories(state);
+      args.insert(args.end(),
+                  {"--state-dir", state.string(), "--state-interval", format_duration(s_.state_interval_ns)});
+    }
     std::error_code ec;
     fs::remove(socket_path(i), ec);  // a SIGKILLed daemon leaves its socket files behind
     fs::remove(rls_socket_path(i), ec);
@@ -463,7 +469,7 @@ class LocalRun {
           faults_due_.push_back(e.node);
         } else {
           up_[e.node] = false;
-          daemons_.kill(e.node, SIGKILL);
+          daemons_.kill(e.node, e.graceful ? SIGTERM : SIGKILL);
         }
         break;
       case Event::Kind::kJoin:

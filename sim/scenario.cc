@@ -178,7 +178,7 @@ class EventWords {
 
 constexpr const char* kGrammar =
     "partition G|G[|G...] at T [for D]; loss P% from T [for D]; crash node I at T[, restart at T2]; "
-    "join K nodes at T";
+    "stop node I at T[, restart at T2]; join K nodes at T";
 
 // "0-3,5|4,6-7" -> groups of ranges.
 std::vector<GroupSpec> parse_groups(const std::string& spec, const EventWords& words) {
@@ -257,14 +257,15 @@ ParsedEvent parse_event_syntax(std::string_view raw) {
       e.until_ns = words.end_after(e.at_ns);
     }
     words.expect_end(e.until_ns ? "" : "\"for D\"");
-  } else if (kind == "crash") {
+  } else if (kind == "crash" || kind == "stop") {
     e.kind = Event::Kind::kCrash;
+    e.graceful = kind == "stop";
     // The comma before "restart" is a word of its own wherever the spaces are.
     std::string spaced = line;
     if (const size_t comma = spaced.find(','); comma != std::string::npos) spaced.replace(comma, 1, " , ");
     EventWords words(line, split_words(spaced));
-    words.take("crash");
-    words.expect("node", "\"crash\"");
+    words.take(kind);
+    words.expect("node", quoted(kind));
     const std::string& index = words.take("a node index after \"node\"");
     const auto node = parse_whole<size_t>(index);
     if (!node) words.fail("expected a node index after \"node\", got " + quoted(index));
@@ -276,7 +277,7 @@ ParsedEvent parse_event_syntax(std::string_view raw) {
       words.expect("restart", "the comma");
       words.expect("at", "\"restart\"");
       e.until_ns = words.time("\"restart at\"");
-      if (*e.until_ns <= e.at_ns) words.fail("the restart must come after the crash");
+      if (*e.until_ns <= e.at_ns) words.fail("the restart must come after the " + kind);
     }
     words.expect_end(e.until_ns ? "" : "\", restart at T\"");
   } else if (kind == "join") {
@@ -298,7 +299,8 @@ ParsedEvent parse_event_syntax(std::string_view raw) {
     throw std::invalid_argument(
         quoted(line) +
         ": a restart belongs to its crash, on one line: "
-        "\"crash node I at T, restart at T2\" (inside [ ] quote the entry: the comma splits it)");
+        "\"crash node I at T, restart at T2\" or \"stop node I at T, restart at T2\" (inside [ ] quote the entry: "
+        "the comma splits it)");
   } else {
     throw std::invalid_argument(quoted(line) + ": unknown event " + quoted(kind) + "; expected one of: " + kGrammar);
   }
@@ -389,7 +391,7 @@ std::vector<Phase> Scenario::phases() const {
         if (e.until_ns) boundaries.push_back({*e.until_ns, false, "loss-over"});
         break;
       case Event::Kind::kCrash:
-        boundaries.push_back({e.at_ns, true, "crashed"});
+        boundaries.push_back({e.at_ns, true, e.graceful ? "stopped" : "crashed"});
         if (e.until_ns) boundaries.push_back({*e.until_ns, false, "restarted"});
         break;
       case Event::Kind::kJoin:
@@ -450,7 +452,8 @@ class ScenarioParser {
     for (const NodeSettingField& f : node_setting_fields()) setting_keys.push_back(f.key());
     std::vector<std::string_view> fields = {"name", "nodes"};
     fields.insert(fields.end(), setting_keys.begin(), setting_keys.end());
-    fields.insert(fields.end(), {"transport", "front_end", "duration", "seed", "network", "rules", "load", "timeline"});
+    fields.insert(fields.end(), {"transport", "front_end", "duration", "seed", "state_interval", "network", "rules",
+                                 "load", "timeline"});
     for_each_field(root, fields, [&](const std::string& field, const YAML::Node& v) {
       for (const NodeSettingField& f : node_setting_fields()) {
         if (field != f.key()) continue;
@@ -472,6 +475,10 @@ class ScenarioParser {
         s.duration_ns = positive_duration(v, field);
       } else if (field == "seed") {
         s.seed = whole<uint64_t>(v, field, 0, UINT64_MAX);
+      } else if (field == "state_interval") {
+        s.state_interval_ns = positive_duration(v, field);
+        if (s.state_interval_ns < kNanosPerSecond || s.state_interval_ns > 3600 * kNanosPerSecond)
+          fail(v, "`state_interval` must be from 1s to 1h, as tollgated's --state-interval");
       } else if (field == "network") {
         parse_network(v, s.network);
       } else if (field == "rules") {

@@ -30,11 +30,14 @@
 //   timeline:
 //     - partition 0-3|4-7 at 10s for 20s
 //     - loss 20% from 5s               # (optionally "for 10s")
-//     - crash node 3 at 10s, restart at 20s
+//     - crash node 3 at 10s, restart at 20s   # SIGKILL
+//     - stop node 2 at 12s, restart at 14s    # SIGTERM: the node leaves (and writes its state)
 //     - join 2 nodes at 30s
+//   state_interval: 10s       # (optional) every node keeps its state as with tollgated --state-dir,
+//                             # written this often and when it stops, read back when it restarts
 //
 // Phases: the timeline cuts the run into named phases, in time order: "steady" before the first
-// event, then one per event ("partition", "loss", "crashed", "joined"), and after an event with an
+// event, then one per event ("partition", "loss", "crashed", "stopped", "joined"), and after an event with an
 // end ("for", "restart at") "healed", "loss-over" or "restarted".
 #ifndef TOLLGATE_SIM_SCENARIO_H_
 #define TOLLGATE_SIM_SCENARIO_H_
@@ -78,6 +81,7 @@ struct Event {
   size_t node = 0;                          // kCrash: which node
   size_t count = 0;                         // kJoin: how many new nodes
   std::string text;                         // as written, for messages
+  bool graceful = false;                    // kCrash: "stop" (SIGTERM: leaves, writes its state), not "crash"
 };
 
 struct Phase {
@@ -103,6 +107,10 @@ struct Scenario {
   std::string rules_yaml;  // the `rules:` block, re-serialized in the rules file's format
   LoadSpec load;
   std::vector<Event> timeline;  // sorted by at_ns
+  // Balances across restarts, as tollgated --state-dir: each node's state is written every this
+  // long and when it stops (not when it crashes), and read back when it restarts. 0: none, so a
+  // node that restarts learns balances only from its peers.
+  int64_t state_interval_ns = 0;
 
   // The phases the timeline cuts [0, duration) into, in order, covering it without gaps.
   std::vector<Phase> phases() const;

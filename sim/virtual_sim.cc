@@ -5,6 +5,7 @@
 #include <charconv>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -162,6 +163,9 @@ class Simulation {
     uint64_t epoch = 0;  // bumps at every crash/restart: stale events are ignored
     uint64_t incarnation = 0;
     std::pair<uint64_t, uint64_t> last_tracked{0, 0};  // (incarnation, seq) of its newest timed batch
+    // Scenario::state_interval_ns: its state "on disk" (tollgated --state-dir), and when written.
+    std::optional<NodeState> saved;
+    int64_t saved_ns = 0;
     // The event being run at this node, while it runs, and where its effects go.
     Tag running{0, 0};
     Effects* effects = nullptr;
@@ -305,6 +309,7 @@ class Simulation {
       case Kind::kTick:
         if (!n.up || n.epoch != it.epoch) break;
         n.node->tick(it.t);
+        if (s_.state_interval_ns > 0 && it.t - n.saved_ns >= s_.state_interval_ns) save_state(n, it.t);
         fx.scheduled.emplace_back(n.running,
                                   Item{it.t + s_.node.interval_ns, 0, Kind::kTick, it.node, it.epoch, nullptr});
         break;
@@ -422,6 +427,23 @@ class Simulation {
 
   // ---- the timeline, between windows
 
+  void save_state(SimNode& n, int64_t now) {
+    n.saved = n.node->export_state(now);
+    n.saved_ns = now;
+  }
+
+  // A stop (SIGTERM), as tollgated's: the node sends what it admitted and announces that it leaves,
+  // then writes its state. Run between windows as if it were one of the node's events.
+  void stop_node(size_t i) {
+    SimNode& n = nodes_[i];
+    Effects& fx = effects_[0];
+    n.running = {now_, order_++};
+    n.effects = &fx;
+    n.node->leave(now_);
+    if (s_.state_interval_ns > 0) save_state(n, now_);
+    merge_effects(now_);
+  }
+
   void event_start(const Event& e) {
     switch (e.kind) {
       case Event::Kind::kPartition:
@@ -436,6 +458,7 @@ class Simulation {
         break;
       case Event::Kind::kCrash:
         if (e.node < nodes_.size() && nodes_[e.node].up) {
+          if (e.graceful) stop_node(e.node);
           recorder_.alive(now_, live_);
           nodes_[e.node].up = false;
           up_[e.node] = false;
@@ -466,7 +489,13 @@ class Simulation {
         loss_ = s_.network.loss;
         break;
       case Event::Kind::kCrash:
-        if (e.node < nodes_.size() && !nodes_[e.node].up) start_node(e.node, nodes_[e.node].incarnation + 1);
+        if (e.node < nodes_.size() && !nodes_[e.node].up) {
+          SimNode& n = nodes_[e.node];
+          start_node(e.node, n.incarnation + 1);
+          // What the daemon reads from its state file: the balances with the refill of the time
+          // since they were written (a crash loses what came after the last write).
+          if (n.saved) n.node->import_state(*n.saved, now_, now_ - n.saved_ns);
+        }
         break;
       case Event::Kind::kJoin:
         break;

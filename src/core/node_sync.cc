@@ -279,8 +279,8 @@ void Node::serve_sync(const GossipMessage& m, MonoNanos now) {
   const std::vector<uint32_t> first{0};
   for (uint32_t p : r.pages.empty() ? first : r.pages) {
     // A request names at most kMaxSyncPagesPerRequest pages (the codec refuses more), and a
-    // round answers at most twice that to one asker, however many requests it sends.
-    if (p >= t.pages.size() || t.sent_this_round >= 2 * kMaxSyncPagesPerRequest) continue;
+    // round answers at most sync_pages_per_round to one asker, however many requests it sends.
+    if (p >= t.pages.size() || t.sent_this_round >= options_.sync_pages_per_round) continue;
     ++t.sent_this_round;
     ++stats_.sync_pages_sent;
     reply(t.pages[p]);

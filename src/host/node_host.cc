@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
@@ -141,6 +142,8 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   // A transfer of balances to a starting peer goes a page per message: each fits one datagram
   // (TCP: 16 KiB, so that the 64 pages one request may draw stay well inside a peer's send queue).
   const size_t max_page_bytes = options_.transport == TransportKind::kUdp ? options_.max_datagram : size_t{16} << 10;
+  // And at most about 180 KB of pages a round to one asker: 128 datagrams, or 12 frames.
+  n.sync_pages_per_round = std::max<size_t>(1, (size_t{128} * 1400) / max_page_bytes);
   n.split_for_transfer = [max_page_bytes](std::vector<OriginDigest> positions,
                                           std::vector<std::pair<std::string, int64_t>> balances,
                                           std::vector<ResetMark> resets) {

@@ -186,6 +186,7 @@ TEST(ScenarioFile, EveryFieldIsRead) {
       "member_rows: 100\n"
       "duration: 2m\n"
       "seed: 18446744073709551615\n"
+      "state_interval: 30s\n"
       "network: {latency: 2ms-7ms, loss: 1.5%, duplicate: 100%}\n"
       "rules:\n"
       "  rules:\n"
@@ -211,6 +212,7 @@ TEST(ScenarioFile, EveryFieldIsRead) {
   EXPECT_EQ(s.node.member_rows, 100u);
   EXPECT_EQ(s.duration_ns, 120 * kSec);
   EXPECT_EQ(s.seed, UINT64_MAX);
+  EXPECT_EQ(s.state_interval_ns, 30 * kSec);
   EXPECT_EQ(s.network.latency_min_ns, 2 * kMs);
   EXPECT_EQ(s.network.latency_max_ns, 7 * kMs);
   EXPECT_DOUBLE_EQ(s.network.loss, 0.015);
@@ -246,6 +248,7 @@ TEST(ScenarioFile, FieldsLeftOutKeepTheirDefaultsAndTheNameComesFromTheFile) {
   EXPECT_EQ(s.node.member_rows, 64u);         // and --member-rows
   EXPECT_EQ(s.duration_ns, 30 * kSec);
   EXPECT_EQ(s.seed, 1u);
+  EXPECT_EQ(s.state_interval_ns, 0) << "no state on disk unless asked, as tollgated without --state-dir";
   EXPECT_EQ(s.network.latency_min_ns, defaults.network.latency_min_ns);
   EXPECT_EQ(s.network.latency_max_ns, defaults.network.latency_max_ns);
   EXPECT_EQ(s.network.loss, 0);
@@ -302,6 +305,8 @@ TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {
       {"fail_after: 99ms", "fail_after 99ms must be at least two interval rounds (50ms)"},
       {"member_rows: 1", "`member_rows` must be a whole number from 2 to 1024"},
       {"seed: x", "`seed` must be a whole number"},
+      {"state_interval: 500ms", "`state_interval` must be from 1s to 1h, as tollgated's --state-interval"},
+      {"state_interval: 2h", "`state_interval` must be from 1s to 1h"},
       {"name: ''", "`name` must not be empty"},
       {"name: [a]", "`name` must be a single value"},
       {"network: {latency: 5ms-1ms}", "the minimum 5ms is above the maximum 1ms"},
@@ -329,7 +334,7 @@ TEST(ScenarioFile, UnknownAndRepeatedFieldsAreErrorsAtTheirLine) {
   // The node settings (config/node_settings.h) are keys too, between nodes and transport.
   std::string expected = "name, nodes";
   for (const NodeSettingField& f : node_setting_fields()) expected += ", " + f.key();
-  expected += ", transport, front_end, duration, seed, network, rules, load, timeline";
+  expected += ", transport, front_end, duration, seed, state_interval, network, rules, load, timeline";
   EXPECT_EQ(scenario_error(scenario_with("nodez: 4\n")),
             "s.yaml:5:1: unknown field \"nodez\" (expected one of: " + expected + ")");
   EXPECT_NE(
@@ -492,6 +497,21 @@ TEST(TimelineEvent, CrashNamesANodeAndOptionallyItsRestart) {
       contains(event_error("crash node 1 at 5s, restart at 9s x"), "unexpected \"x\"; expected the end of the line"));
 }
 
+TEST(TimelineEvent, StopIsACrashThatLeavesFirst) {
+  const Event e = parse_event("stop node 2 at 5s, restart at 9s", 8);
+  EXPECT_EQ(e.kind, Event::Kind::kCrash);
+  EXPECT_TRUE(e.graceful);
+  EXPECT_EQ(e.node, 2u);
+  EXPECT_EQ(e.at_ns, 5 * kSec);
+  EXPECT_EQ(e.until_ns, 9 * kSec);
+  EXPECT_FALSE(parse_event("crash node 2 at 5s", 8).graceful);
+  EXPECT_FALSE(parse_event("stop node 7 at 10s", 8).until_ns.has_value());
+
+  EXPECT_TRUE(contains(event_error("stop node 1 at 5s, restart at 2s"), "the restart must come after the stop"));
+  EXPECT_TRUE(contains(event_error("stop 3 at 1s"), "expected \"node\" after \"stop\", got \"3\""));
+  EXPECT_TRUE(contains(event_error("stop node 9 at 1s"), "node 9 does not exist"));
+}
+
 TEST(TimelineEvent, JoinAddsNodes) {
   const Event e = parse_event("join 2 nodes at 30s", 8);
   EXPECT_EQ(e.kind, Event::Kind::kJoin);
@@ -510,7 +530,7 @@ TEST(TimelineEvent, UnknownOrMisplacedEventsListTheGrammar) {
   EXPECT_TRUE(contains(unknown, "unknown event \"explode\"")) << unknown;
   EXPECT_TRUE(contains(unknown,
                        "partition G|G[|G...] at T [for D]; loss P% from T [for D]; crash node I at T[, restart at T2]; "
-                       "join K nodes at T"));
+                       "stop node I at T[, restart at T2]; join K nodes at T"));
   EXPECT_TRUE(contains(event_error("Partition 0-3|4-7 at 1s"), "unknown event \"Partition\""))
       << "keywords are case-sensitive";
   EXPECT_TRUE(contains(event_error("   "), "empty timeline entry"));
@@ -648,6 +668,8 @@ TEST(ScenarioPhases, APartitionWithAnEndIsFollowedByHealed) {
 TEST(ScenarioPhases, CrashAndRestartLossAndJoinNameTheirPhases) {
   EXPECT_EQ(phase_list(run_of(30, {"crash node 3 at 10s, restart at 20s"})),
             (std::vector<std::string>{"steady 0-10", "crashed 10-20", "restarted 20-30"}));
+  EXPECT_EQ(phase_list(run_of(30, {"stop node 3 at 10s, restart at 20s"})),
+            (std::vector<std::string>{"steady 0-10", "stopped 10-20", "restarted 20-30"}));
   EXPECT_EQ(phase_list(run_of(30, {"loss 20% from 5s for 10s"})),
             (std::vector<std::string>{"steady 0-5", "loss 5-15", "loss-over 15-30"}));
   EXPECT_EQ(phase_list(run_of(30, {"join 2 nodes at 25s"})), (std::vector<std::string>{"steady 0-25", "joined 25-30"}));

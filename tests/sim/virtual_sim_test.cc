@@ -83,6 +83,37 @@ TEST(VirtualSim, CountsMembersMarkedFailed) {
   EXPECT_EQ(run_virtual(s, parse_rules(s.rules_yaml, "test")).member_failures, 8 * 4);
 }
 
+// Scenario::state_interval (tollgated --state-dir): a lone node, a day's limit spent in its first
+// two seconds. Its state is written at the first round 10 s in, and when it stops, never when it
+// crashes: a crash before the first write loses the day's spending (the bound the docs give: one
+// write interval), a crash after it loses none, and a stop none either.
+TEST(VirtualSim, AStateFileKeepsWhatWasWrittenAndAStopWritesIt) {
+  const auto admitted_after_restart = [](int64_t state_interval_ns, bool graceful, int64_t down_at_s) {
+    Scenario s;
+    s.name = "state-test";
+    s.nodes = 1;
+    s.node.mode = DisseminationMode::kGossip;
+    s.duration_ns = 30 * kNanosPerSecond;
+    s.state_interval_ns = state_interval_ns;
+    s.rules_yaml = "rules:\n  - {match: \"k*\", rate: 100/d, burst: 100, max_debt: 100}\n";
+    s.load.rate_per_sec = 50;
+    s.load.keys = 1;
+    Event e{Event::Kind::kCrash, down_at_s * kNanosPerSecond, (down_at_s + 1) * kNanosPerSecond, {}, 0, 0, 0, "down"};
+    e.graceful = graceful;
+    s.timeline.push_back(e);
+    const SimResult r = run_virtual(s, parse_rules(s.rules_yaml, "test"));
+    EXPECT_EQ(r.phases.front().admitted, 100u) << "the day's burst, before the restart";
+    uint64_t after = 0;
+    for (size_t i = 1; i < r.phases.size(); ++i) after += r.phases[i].admitted;
+    return after;
+  };
+  const int64_t every_10s = 10 * kNanosPerSecond;
+  EXPECT_EQ(admitted_after_restart(every_10s, false, 15), 0u) << "written at 10 s, crashed at 15 s";
+  EXPECT_EQ(admitted_after_restart(every_10s, true, 5), 0u) << "a stop writes the state as it leaves";
+  EXPECT_EQ(admitted_after_restart(every_10s, false, 5), 100u) << "a crash before any write loses that interval";
+  EXPECT_EQ(admitted_after_restart(0, true, 15), 100u) << "no state: a lone node comes back full";
+}
+
 // A 1.5 s partition outlasts a 1 s fail_after, not the default 2 s: the scenario's fail_after
 // is what the nodes' membership uses.
 TEST(VirtualSim, TheScenariosFailAfterDecidesWhenASilentPeerIsMarkedFailed) {
