@@ -64,6 +64,7 @@ struct MemberOptions {
   std::string rls_config;
   bool rls_merge_domains = false;  // as --rls-merge-domains: a domain may span several files
   bool rls_shadow_mode = false;    // as --rls-shadow-mode: every descriptor in shadow mode
+  bool rls_quota_mode = false;     // as --rls-quota-mode: every descriptor in quota mode
   // Any node setting by tollgated's flag name, without the dashes: {"interval", "50ms"},
   // {"mode", "gossip"}, {"fail-after", "3s"}, {"max-keys", "200000"}, ... A cluster's members
   // should agree on interval, mode and membership.

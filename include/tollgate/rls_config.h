@@ -98,12 +98,29 @@ struct RlsLimitOverride {
   uint32_t unit_multiplier = 1;  // 0 is read as 1
 };
 
+// A value of a descriptor's `metadata` (YAML, typed as the reference server's Go YAML reader
+// types it: true/false, numbers, null, strings, lists and mappings), returned in the response's
+// dynamic metadata for the descriptors that passed.
+struct RlsValue {
+  enum class Kind : uint8_t { kNull, kBool, kNumber, kString, kList, kMap };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string text;                // kString
+  std::vector<RlsValue> items;     // kList; kMap: the values, in file order
+  std::vector<std::string> names;  // kMap: the keys, one per value in `items`
+};
+
 // One descriptor of a domain's tree, as configured.
 struct RlsDescriptor {
   std::string key;
   std::optional<std::string> value;  // absent: any value; with a '*' anywhere: a wildcard
   std::optional<RlsLimit> rate_limit;
-  bool shadow_mode = false;      // counted as usual, never denies
+  bool shadow_mode = false;  // counted as usual, never denies
+  // Over-limit quota descriptors do not deny alone: a request is over only when every quota
+  // descriptor of it is (and no other descriptor is over). The reference server's quota_mode.
+  bool quota_mode = false;
+  RlsValue metadata;             // kMap, or kNull when none
   bool detailed_metric = false;  // accepted for compatibility: affects metric names only
   bool value_to_metric = false;  // likewise
   bool share_threshold = false;  // only with a wildcard value: all matching values share one bucket
@@ -134,6 +151,9 @@ struct RlsMatch {
   // The governing limit, or null: no limit applies (unknown domain, no match, or replaced).
   const RlsLimit* limit = nullptr;
   bool shadow_mode = false;
+  bool quota_mode = false;
+  // The descriptor's `metadata` (null when it has none, or for an override).
+  const RlsValue* metadata = nullptr;
   // The bucket key, when limit->limited(); else empty.
   std::string key;
   // Bytes of `key` before the values (prefix, domain, node path and the 0x1D separator).
@@ -145,6 +165,16 @@ struct RlsMatch {
   bool override_ignored = false;
 };
 
+// Switches over a whole config (the reference server's environment settings).
+struct RlsModes {
+  // Every descriptor (and every limit override) acts as if it had shadow_mode: true, the
+  // reference server's global SHADOW_MODE: counted as usual, never denying.
+  bool shadow_all = false;
+  // Every descriptor (and every limit override) acts as if it had quota_mode: true, the
+  // reference server's global QUOTA_MODE: a request is over only when all its limits are.
+  bool quota_all = false;
+};
+
 class RlsConfig {
  public:
   RlsConfig();  // no domains
@@ -153,9 +183,7 @@ class RlsConfig {
   // at one level, an empty key, control characters in config text (names included), a path too long for a
   // bucket key, a limit with no unit, `unlimited` together with a unit, a bad burst or max_debt,
   // `replaces` naming the limit itself or an empty name, `share_threshold` without a wildcard.
-  // `shadow_all`: every descriptor (and every limit override) acts as if it had shadow_mode: true,
-  // the reference server's global SHADOW_MODE: counted as usual, never denying.
-  explicit RlsConfig(std::vector<RlsDomain> domains, bool shadow_all = false);
+  explicit RlsConfig(std::vector<RlsDomain> domains, RlsModes modes = {});
   ~RlsConfig();
   RlsConfig(RlsConfig&&) noexcept;
   RlsConfig& operator=(RlsConfig&&) noexcept;
@@ -185,7 +213,8 @@ class RlsConfig {
   std::optional<uint32_t> limit_index(std::string_view key) const;
   // The limit at an index from limit_index (always limited()).
   const RlsLimit& limit(uint32_t index) const;
-  bool shadow_all() const { return shadow_all_; }
+  bool shadow_all() const { return modes_.shadow_all; }
+  bool quota_all() const { return modes_.quota_all; }
   // The configured limits (indices 0 .. limit_count() - 1).
   size_t limit_count() const { return limits_.size(); }
   // Every index limit_index can return: the configured limits, then kMaxOverrideLimits slots for
@@ -203,7 +232,7 @@ class RlsConfig {
   std::vector<RlsDomain> domains_;
   std::vector<const RlsLimit*> limits_;  // the limited ones, into domains_
   std::vector<std::string> labels_;      // label(i) of limits_[i]
-  bool shadow_all_ = false;
+  RlsModes modes_;
   std::unique_ptr<Tree> tree_;
 };
 

@@ -18,6 +18,10 @@
 //         charge_when_over: false     # tollgate: charge a denied cost all the same, into debt
 //                                     # (Envoy's apply_on_stream_done: the cost is known after)
 //       shadow_mode: false            # counted, never denies
+//       quota_mode: false             # over alone does not deny: a request is over only when
+//                                     # all its quota descriptors are (and no other one is)
+//       metadata: {name: service_1}   # a mapping, returned in the response's dynamic metadata
+//                                     # (--rls-response-metadata) when this descriptor passed
 //       share_threshold: false        # with a wildcard value: all values share one bucket
 //       detailed_metric: false        # accepted; affects metric names only
 //       value_to_metric: false        # likewise
@@ -58,6 +62,8 @@ struct RlsLoadOptions {
   bool merge_domains = false;
   // Every descriptor in shadow mode (the reference server's SHADOW_MODE): RlsConfig's shadow_all.
   bool shadow_mode = false;
+  // Every descriptor in quota mode (the reference server's QUOTA_MODE): RlsConfig's quota_all.
+  bool quota_mode = false;
 };
 
 // Parses the files together.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -79,8 +80,8 @@ class RlsParser {
     d.column = node.Mark().column + 1;
     bool has_key = false;
     static constexpr std::string_view kFields[] = {
-        "key",         "value",           "rate_limit",      "descriptors",
-        "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"};
+        "key",        "value",    "rate_limit",      "descriptors",     "shadow_mode",
+        "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"};
     yaml::for_each_field(source_, node, kFields,
                          [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
       at_ = at.Mark();
@@ -97,6 +98,13 @@ class RlsParser {
         d.descriptors = descriptor_list(value);
       } else if (name == "shadow_mode") {
         d.shadow_mode = boolean(value, "shadow_mode");
+      } else if (name == "quota_mode") {
+        d.quota_mode = boolean(value, "quota_mode");
+      } else if (name == "metadata") {
+        if (!value.IsNull() && !value.IsMap())
+          fail(value, "`metadata` must be a mapping (returned to Envoy as a Struct)");
+        size_t budget = kMaxMetadataValues;
+        d.metadata = metadata_value(value, 0, budget);
       } else if (name == "detailed_metric") {
         d.detailed_metric = boolean(value, "detailed_metric");
       } else if (name == "value_to_metric") {
@@ -107,6 +115,59 @@ class RlsParser {
     });
     if (!has_key) fail(node, "descriptor has no `key`");
     return d;
+  }
+
+  // A `metadata` value, typed as the reference's YAML reader types it (YAML 1.1: yes/no/on/off
+  // are booleans too): a quoted scalar is a string; a plain one is null, a boolean, a number or
+  // a string. Bounded in depth and in values, like the descriptors (aliases can multiply them).
+  static constexpr size_t kMaxMetadataDepth = 16;
+  static constexpr size_t kMaxMetadataValues = 1024;
+  RlsValue metadata_value(const YAML::Node& node, size_t depth, size_t& budget) const {
+    if (depth > kMaxMetadataDepth) fail(node, "`metadata` nests deeper than " + std::to_string(kMaxMetadataDepth));
+    if (budget == 0) fail(node, "`metadata` has more than " + std::to_string(kMaxMetadataValues) + " values");
+    --budget;
+    RlsValue v;
+    if (node.IsNull()) return v;
+    if (node.IsSequence()) {
+      v.kind = RlsValue::Kind::kList;
+      for (const YAML::Node& item : node) v.items.push_back(metadata_value(item, depth + 1, budget));
+      return v;
+    }
+    if (node.IsMap()) {
+      v.kind = RlsValue::Kind::kMap;
+      for (const auto& field : node) {
+        if (!field.first.IsScalar()) fail(field.first, "`metadata` keys must be single values");
+        const std::string& name = field.first.Scalar();
+        if (std::find(v.names.begin(), v.names.end(), name) != v.names.end()) {
+          fail(field.first, "`metadata` key \"" + name + "\" appears twice");
+        }
+        v.names.push_back(name);
+        v.items.push_back(metadata_value(field.second, depth + 1, budget));
+      }
+      return v;
+    }
+    const std::string& text = node.Scalar();
+    v.kind = RlsValue::Kind::kString;
+    v.text = text;
+    if (node.Tag() == "!") return v;  // quoted: a string whatever it says
+    if (text == "~" || text == "null" || text == "Null" || text == "NULL") {
+      v.kind = RlsValue::Kind::kNull;
+      v.text.clear();
+    } else if (YAML::convert<bool>::decode(node, v.boolean)) {
+      v.kind = RlsValue::Kind::kBool;
+      v.text.clear();
+    } else if (double number = 0; !text.empty() && parse_number(text, number)) {
+      v.kind = RlsValue::Kind::kNumber;
+      v.number = number;
+      v.text.clear();
+    }
+    return v;
+  }
+
+  static bool parse_number(const std::string& text, double& out) {
+    const char* begin = text.data() + (text[0] == '+' ? 1 : 0);
+    const auto [end, ec] = std::from_chars(begin, text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size() && std::isfinite(out);
   }
 
   RlsLimit rate_limit(const YAML::Node& node) const {
@@ -238,7 +299,8 @@ std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigTex
       same->descriptors.push_back(std::move(desc));
     }
   }
-  return std::make_shared<const RlsConfig>(std::move(domains), options.shadow_mode);
+  return std::make_shared<const RlsConfig>(
+      std::move(domains), RlsModes{.shadow_all = options.shadow_mode, .quota_all = options.quota_mode});
 }
 
 std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path, const RlsLoadOptions& options) {

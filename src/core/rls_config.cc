@@ -168,8 +168,8 @@ struct RlsConfig::Tree {
   OverrideLimits overrides;
 };
 
-RlsConfig::RlsConfig(std::vector<RlsDomain> domains, bool shadow_all)
-    : domains_(std::move(domains)), shadow_all_(shadow_all), tree_(std::make_unique<Tree>()) {
+RlsConfig::RlsConfig(std::vector<RlsDomain> domains, RlsModes modes)
+    : domains_(std::move(domains)), modes_(modes), tree_(std::make_unique<Tree>()) {
   auto fail = [](const RlsDomain& d, int line, int column, const std::string& problem) {
     throw ConfigError(d.source, line, column, problem);
   };
@@ -191,7 +191,8 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains, bool shadow_all)
       std::unordered_set<std::string> seen;
       for (RlsDescriptor& desc : list) {
         const std::string& source = desc.source.empty() ? inherited_source : desc.source;
-        if (shadow_all_) desc.shadow_mode = true;
+        if (modes_.shadow_all) desc.shadow_mode = true;
+        if (modes_.quota_all) desc.quota_mode = true;
         auto at = [&](const std::string& problem) { throw ConfigError(source, desc.line, desc.column, problem); };
         if (desc.key.empty()) at("descriptor `key` must not be empty");
         if (has_control_char(desc.key) || (desc.value && has_control_char(*desc.value))) {
@@ -304,6 +305,8 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
   if (!d.rate_limit) return m;
   m.limit = &*d.rate_limit;
   m.shadow_mode = d.shadow_mode;
+  m.quota_mode = d.quota_mode;
+  if (d.metadata.kind == RlsValue::Kind::kMap) m.metadata = &d.metadata;
   if (!m.limit->limited()) return m;
   m.key.reserve(node->path.size() + 1 + 16 * values.size());
   m.key = node->path;
@@ -361,7 +364,7 @@ RlsMatch RlsConfig::match_override(std::string_view domain, std::span<const RlsE
   if (!tree_ || !tree_->roots.contains(domain)) return {};  // the reference's: no limit outside the config
   RlsLimitOverride spec = limit;
   std::optional<uint32_t> slot;
-  if (normalize(spec)) slot = tree_->overrides.find_or_add(spec, shadow_all_);
+  if (normalize(spec)) slot = tree_->overrides.find_or_add(spec, modes_.shadow_all);
   if (!slot) {
     RlsMatch m = match(domain, entries);
     m.override_ignored = true;
@@ -369,7 +372,8 @@ RlsMatch RlsConfig::match_override(std::string_view domain, std::span<const RlsE
   }
   RlsMatch m;
   m.limit = &tree_->overrides.slots[*slot].limit;
-  m.shadow_mode = shadow_all_;
+  m.shadow_mode = modes_.shadow_all;
+  m.quota_mode = modes_.quota_all;
   if (!m.limit->limited()) return m;  // requests_per_unit 0: blocks, no bucket
   m.key.reserve(32 + domain.size() + 8 * entries.size());
   m.key += kRlsKeyPrefix;
@@ -413,7 +417,7 @@ std::optional<uint32_t> RlsConfig::limit_index(std::string_view key) const {
     if (end == std::string_view::npos || !tree_->roots.contains(rest.substr(0, end))) return std::nullopt;
     RlsLimitOverride spec{uint32_t(rpu), RlsUnit(unit), uint32_t(multiplier)};
     if (rpu == 0 || multiplier == 0 || !normalize(spec)) return std::nullopt;
-    const std::optional<uint32_t> slot = tree_->overrides.find_or_add(spec, shadow_all_);
+    const std::optional<uint32_t> slot = tree_->overrides.find_or_add(spec, modes_.shadow_all);
     if (!slot) return std::nullopt;
     return uint32_t(limits_.size()) + *slot;
   }

@@ -286,6 +286,7 @@ NodeHostOptions node_host_options(const DaemonOptions& d) {
   h.rls_config = d.rls_config;
   h.rls_merge_domains = d.rls_merge_domains;
   h.rls_shadow_mode = d.rls_shadow_mode;
+  h.rls_quota_mode = d.rls_quota_mode;
   h.node = d.node;
   h.incarnation = d.incarnation;
   h.state_dir = d.state_dir;

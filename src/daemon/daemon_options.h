@@ -62,6 +62,8 @@ struct DaemonOptions {
   std::string rls_config;                 // envoyproxy/ratelimit YAML: a file or a directory
   bool rls_merge_domains = false;         // a domain may span several files of rls_config
   bool rls_shadow_mode = false;           // every descriptor in shadow mode: always OK, counted
+  bool rls_quota_mode = false;            // every descriptor in quota mode: over only when all are
+  bool rls_response_metadata = false;     // the request and passed descriptors' metadata in responses
   bool rls_response_headers = false;      // RateLimit-Policy, RateLimit, Retry-After in responses
   size_t rls_max_pending = 4096;          // calls waiting for the node at most
   std::string rls_tls_cert, rls_tls_key;  // PEM: serve TLS

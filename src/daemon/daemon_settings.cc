@@ -234,6 +234,12 @@ std::vector<DaemonSetting> make_rows() {
   add(on_off("rls-shadow-mode", &DaemonOptions::rls_shadow_mode,
              "Every RLS descriptor in shadow mode (the reference server's SHADOW_MODE): each call is counted as "
              "usual and answered OK, what would have been over counted in rls_shadow_over_limit"));
+  add(on_off("rls-quota-mode", &DaemonOptions::rls_quota_mode,
+             "Every RLS descriptor in quota mode (the reference server's QUOTA_MODE): a call is over only when all "
+             "its descriptors are; one that is over alone answers OVER_LIMIT in its status and is not charged"));
+  add(on_off("rls-response-metadata", &DaemonOptions::rls_response_metadata,
+             "Answer rate limit calls with the reference server's RESPONSE_DYNAMIC_METADATA: the domain, each "
+             "descriptor's entries and hits, and the `metadata` of the descriptors that passed, merged"));
   add(on_off("rls-response-headers", &DaemonOptions::rls_response_headers,
              "Answer rate limit calls with the IETF draft RateLimit-Policy and RateLimit headers, and Retry-After "
              "when over the limit, for Envoy to pass to the caller"));

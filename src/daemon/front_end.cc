@@ -139,6 +139,7 @@ class RateLimitService final : public FrontEnd {
     rls::RlsServerOptions r;
     r.listen = o.rls_listen;
     r.response_headers = o.rls_response_headers;
+    r.response_metadata = o.rls_response_metadata;
     r.max_pending = o.rls_max_pending;
     // With client API threads the node's checks are safe from any thread (the table is
     // concurrent): Envoy's calls are decided on gRPC's threads, not queued for the node's.

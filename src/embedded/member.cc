@@ -137,6 +137,7 @@ NodeHostOptions host_options(const MemberOptions& o, const NodeSettings& setting
   h.rls_config = o.rls_config;
   h.rls_merge_domains = o.rls_merge_domains;
   h.rls_shadow_mode = o.rls_shadow_mode;
+  h.rls_quota_mode = o.rls_quota_mode;
   h.node = settings;
   h.incarnation = o.incarnation;
   h.state_dir = o.state_dir;

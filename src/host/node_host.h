@@ -115,7 +115,9 @@ class NodeHost {
 
  private:
   RlsLoadOptions rls_load_options() const {
-    return {.merge_domains = options_.rls_merge_domains, .shadow_mode = options_.rls_shadow_mode};
+    return {.merge_domains = options_.rls_merge_domains,
+            .shadow_mode = options_.rls_shadow_mode,
+            .quota_mode = options_.rls_quota_mode};
   }
   void log(LogLevel level, const std::string& line) const;
   void schedule_tick();

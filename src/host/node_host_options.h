@@ -39,6 +39,7 @@ struct NodeHostOptions {
   std::string rls_config;          // envoyproxy/ratelimit YAML, a file or a directory; watched
   bool rls_merge_domains = false;  // a domain may span several of its files (RlsLoadOptions)
   bool rls_shadow_mode = false;    // every descriptor in shadow mode (RlsLoadOptions)
+  bool rls_quota_mode = false;     // every descriptor in quota mode (RlsLoadOptions)
   NodeSettings node;
   uint64_t incarnation = 0;  // 0: the wall clock's microseconds, higher at every restart
   // Checks come from other threads than the owner's (the key table is concurrent); the owner

@@ -50,6 +50,26 @@ uint32_t clamp_remaining(int64_t remaining) {
   return uint32_t(std::clamp<int64_t>(remaining, 0, std::numeric_limits<uint32_t>::max()));
 }
 
+// A quota_mode descriptor's balance, looked at (cost 0) before anything is charged: true if it
+// has room for its hits (a cost-0 one: if it is not in debt); else `r` says it is over.
+bool quota_has_room(RequestHandler& handler, const DescriptorPlan& p, DescriptorResult& r) {
+  if (!p.match.limit->limited()) {  // requests_per_unit 0: over for any cost
+    if (p.hits == 0) return true;
+    r.code = Code::kOverLimit;
+    r.retry_after_ns = kRetryNever;
+    return false;
+  }
+  const CheckItem look{p.match.key, 0};
+  Decision d;
+  handler.check({&look, 1}, {&d, 1});
+  if (!d.limited) return true;  // the node's rules no longer know this limit: no limit
+  r.until_full_ns = until_full_ns(d);
+  if (p.hits == 0 ? d.remaining >= 0 : d.remaining >= p.hits) return true;
+  r.code = Code::kOverLimit;
+  r.retry_after_ns = retry_after_ns(d, p.hits);
+  return false;
+}
+
 }  // namespace
 
 int64_t until_full_ns(const Decision& d) { return refills(d) ? nanos_to_hold(d, d.limit.burst) : -1; }
@@ -116,6 +136,8 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
   items.reserve(n);
   where.reserve(n);
   bool blocked = false;  // a requests_per_unit-0 limit denies the request
+  size_t quotas = 0, quotas_with_room = 0;
+  std::vector<size_t> charge_anyway;  // quota descriptors over, charge_when_over: paid all the same
   for (size_t i = 0; i < n; ++i) {
     const DescriptorPlan& p = plan.descriptors[i];
     const RlsLimit* limit = p.match.limit;
@@ -127,6 +149,19 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     out[i].limit = limit;
     if (p.refund) continue;             // given back below, after the checks
     if (p.match.shadow_mode) continue;  // looked at below; never denies
+    if (p.match.quota_mode) {
+      // Over alone does not deny: charged with the others if it has room, else answered over
+      // and left out; the request is over only if every quota descriptor is.
+      ++quotas;
+      if (quota_has_room(handler, p, out[i])) {
+        ++quotas_with_room;
+        items.push_back({p.match.key, p.hits});
+        where.push_back(i);
+      } else if (limit->limited() && limit->bucket.charge_when_over && p.hits > 0) {
+        charge_anyway.push_back(i);
+      }
+      continue;
+    }
     if (p.hits == 0) {
       // Costs nothing: over only while its bucket is in debt (the reference server's
       // count + 0 > limit), and then the request is denied like any other.
@@ -153,21 +188,56 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     where.push_back(i);
   }
 
+  if (quotas > 0 && quotas_with_room == 0) blocked = true;  // every quota descriptor is over
   std::vector<Decision> decisions(items.size());
   bool allowed = !blocked;
-  if (!items.empty()) {
-    if (blocked) {
-      // Denied already, so nothing may be charged but charge_when_over limits (paid whatever the
-      // answer): the others are only looked at (cost 0), and judged by their balance in whole
-      // tokens, which is exact for a whole-token cost.
-      std::vector<CheckItem> look = items;
-      for (size_t k = 0; k < look.size(); ++k) {
-        if (!plan.descriptors[where[k]].match.limit->bucket.charge_when_over) look[k].cost = 0;
+  if (!items.empty() && !blocked) {
+    allowed = handler.check_all(items, decisions);
+    // A quota descriptor that had room when looked at may lack it here (its key twice in one
+    // request, or another thread's check in between): it is answered over and left out, and the
+    // rest tried again, so that it denies the request only as every quota being over would.
+    while (!allowed) {
+      std::vector<size_t> drop;
+      bool other_denied = false;
+      for (size_t k = 0; k < items.size(); ++k) {
+        const Decision& d = decisions[k];
+        if (d.allowed || d.reason == DenyReason::kOtherCheckDenied) continue;
+        if (plan.descriptors[where[k]].match.quota_mode) {
+          drop.push_back(k);
+        } else {
+          other_denied = true;
+        }
       }
-      handler.check(look, decisions);
-    } else {
+      // (A charge_when_over limit was paid by the attempt: another would pay it twice.)
+      const bool paid = std::any_of(where.begin(), where.end(),
+                                    [&](size_t i) { return plan.descriptors[i].match.limit->bucket.charge_when_over; });
+      if (other_denied || drop.empty() || paid) break;
+      for (auto k = drop.rbegin(); k != drop.rend(); ++k) {
+        DescriptorResult& r = out[where[*k]];
+        r.code = Code::kOverLimit;
+        r.until_full_ns = until_full_ns(decisions[*k]);
+        r.retry_after_ns = decisions[*k].retry_after_ns;
+        items.erase(items.begin() + long(*k));
+        where.erase(where.begin() + long(*k));
+        --quotas_with_room;
+      }
+      decisions.assign(items.size(), Decision{});
+      if (quotas_with_room == 0) {
+        blocked = true;
+        break;
+      }
       allowed = handler.check_all(items, decisions);
     }
+  }
+  if (!items.empty() && blocked) {
+    // Denied already, so nothing may be charged but charge_when_over limits (paid whatever the
+    // answer): the others are only looked at (cost 0), and judged by their balance in whole
+    // tokens, which is exact for a whole-token cost.
+    std::vector<CheckItem> look = items;
+    for (size_t k = 0; k < look.size(); ++k) {
+      if (!plan.descriptors[where[k]].match.limit->bucket.charge_when_over) look[k].cost = 0;
+    }
+    handler.check(look, decisions);
   }
   for (size_t k = 0; k < items.size(); ++k) {
     const Decision& d = decisions[k];
@@ -216,6 +286,11 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       r.shadow_over = p.hits > 0 ? d.remaining < p.hits : d.remaining < 0;
     }
     r.remaining = r.shadow_over ? 0 : clamp_remaining(d.remaining);
+  }
+  for (size_t i : charge_anyway) {
+    const CheckItem item{plan.descriptors[i].match.key, plan.descriptors[i].hits};
+    Decision d;
+    handler.check({&item, 1}, {&d, 1});
   }
   // Refunds: whatever the request's outcome, each gives its hits back and answers OK.
   for (size_t i = 0; i < n; ++i) {

@@ -8,6 +8,10 @@
 //   untouched remaining count; overall_code is OVER_LIMIT.
 // - A shadow_mode descriptor is charged only when the request is allowed, and answers OK even
 //   when it would have denied (shadow_over tells).
+// - A quota_mode descriptor (the reference server's quota mode) does not deny alone: one with
+//   room is charged with the others (all or nothing); one without answers OVER_LIMIT and is not
+//   charged (unless charge_when_over), and the request is over only if every quota descriptor
+//   of it is over, or another descriptor is.
 // - A descriptor that costs nothing (its own hits_addend 0) is only looked at: OK unless its
 //   bucket is in debt (the reference server's count + 0 > limit), and then it denies the
 //   request like any other.

@@ -92,7 +92,68 @@ void name_the_denials(const std::vector<DescriptorResult>& results, pb::RateLimi
   }
 }
 
+void set_value(const RlsValue& v, pb::MetadataValue& out);
+
+// Merges the mapping `from` into `into`: a key `into` lacks is added; where both hold a mapping
+// they are merged; otherwise the value already there stays (the earlier descriptor's).
+void merge_map(const RlsValue& from, pb::Metadata& into) {
+  for (size_t i = 0; i < from.names.size(); ++i) {
+    const RlsValue& v = from.items[i];
+    auto have = std::find_if(into.mutable_fields()->begin(), into.mutable_fields()->end(),
+                             [&](const pb::Metadata::Field& f) { return f.key() == from.names[i]; });
+    if (have == into.mutable_fields()->end()) {
+      set_value(v, add_field(into, from.names[i]));
+    } else if (v.kind == RlsValue::Kind::kMap && have->value().has_struct_value()) {
+      merge_map(v, *have->mutable_value()->mutable_struct_value());
+    }
+  }
+}
+
+void set_value(const RlsValue& v, pb::MetadataValue& out) {
+  switch (v.kind) {
+    case RlsValue::Kind::kNull:
+      out.set_null_value(0);
+      break;
+    case RlsValue::Kind::kBool:
+      out.set_bool_value(v.boolean);
+      break;
+    case RlsValue::Kind::kNumber:
+      out.set_number_value(v.number);
+      break;
+    case RlsValue::Kind::kString:
+      out.set_string_value(v.text);
+      break;
+    case RlsValue::Kind::kList:
+      for (const RlsValue& item : v.items) set_value(item, *out.mutable_list_value()->add_values());
+      out.mutable_list_value();  // an empty list is still a list
+      break;
+    case RlsValue::Kind::kMap:
+      merge_map(v, *out.mutable_struct_value());
+      break;
+  }
+}
+
 }  // namespace
+
+void add_request_metadata(const pb::RateLimitRequest& request, const Plan& plan,
+                          const std::vector<DescriptorResult>& results, pb::RateLimitResponse& response) {
+  pb::Metadata& m = *response.mutable_dynamic_metadata();
+  add_field(m, "domain").set_string_value(request.domain());
+  pb::MetadataList& list = *add_field(m, "descriptors").mutable_list_value();
+  for (const pb::RateLimitDescriptor& d : request.descriptors()) {
+    pb::Metadata& one = *list.add_values()->mutable_struct_value();
+    pb::MetadataList& entries = *add_field(one, "entries").mutable_list_value();
+    for (const auto& e : d.entries()) entries.add_values()->set_string_value(e.key() + "=" + e.value());
+    if (d.has_hits_addend()) add_field(one, "hitsAddend").set_number_value(double(d.hits_addend().value()));
+  }
+  if (request.hits_addend() != 0) add_field(m, "hitsAddend").set_number_value(double(request.hits_addend()));
+  pb::Metadata merged;
+  for (size_t i = 0; i < plan.descriptors.size() && i < results.size(); ++i) {
+    const RlsValue* meta = plan.descriptors[i].match.metadata;
+    if (meta && results[i].code != Code::kOverLimit) merge_map(*meta, merged);
+  }
+  if (merged.fields_size() > 0) *add_field(m, "metadata").mutable_struct_value() = std::move(merged);
+}
 
 int64_t ceil_seconds(int64_t ns) { return ns <= 0 ? 0 : ns / kNanosPerSecond + (ns % kNanosPerSecond != 0); }
 

@@ -28,6 +28,15 @@ int64_t ceil_seconds(int64_t ns);
 void fill_response(Code overall, const std::vector<DescriptorResult>& results, bool headers,
                    envoy::service::ratelimit::v3::RateLimitResponse& response);
 
+// The reference server's RESPONSE_DYNAMIC_METADATA, added to the response's dynamic metadata:
+// "domain"; "descriptors", one {"entries": ["key=value", ...]} per request descriptor (with its
+// "hitsAddend" when it set one); the request's "hitsAddend" when not 0; and "metadata", the
+// configured `metadata` of every descriptor that did not answer OVER_LIMIT, merged (nested
+// mappings merged key by key; on a clash the earlier descriptor's value stays).
+void add_request_metadata(const envoy::service::ratelimit::v3::RateLimitRequest& request, const Plan& plan,
+                          const std::vector<DescriptorResult>& results,
+                          envoy::service::ratelimit::v3::RateLimitResponse& response);
+
 }  // namespace tollgate::rls
 
 #endif  // TOLLGATE_SRC_RLS_MESSAGES_H_

@@ -408,6 +408,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (job->overall == Code::kOverLimit) ++over_limit_;
     for (const DescriptorResult& r : job->results) shadow_over_ += r.shadow_over;
     fill_response(job->overall, job->results, options_.response_headers, *job->response);
+    if (options_.response_metadata) add_request_metadata(*job->request, job->plan, job->results, *job->response);
     finish(job, grpc::Status::OK);
   }
 

@@ -386,6 +386,60 @@ descriptors:
   EXPECT_FALSE(b.shadow_mode);  // the node's own flag, not its parent's
 }
 
+TEST(RlsConfigMatch, QuotaModeAndMetadataArePerNode) {
+  auto c = parse(R"(domain: d
+descriptors:
+  - key: a
+    quota_mode: true
+    metadata:
+      name: service_1
+      hits: 3
+      ratio: 0.5
+      on: yes
+      off: false
+      nothing: ~
+      quoted: "42"
+      tags: [x, 7]
+      nested: {team: core, level: {deep: true}}
+    rate_limit: {unit: second, requests_per_unit: 1}
+    descriptors:
+      - key: b
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: nolimit
+    metadata: {name: unused}
+)");
+  const RlsMatch a = match(*c, "d", {{"a", "1"}});
+  EXPECT_TRUE(a.quota_mode);
+  ASSERT_NE(a.metadata, nullptr);
+  const RlsValue& m = *a.metadata;
+  ASSERT_EQ(m.kind, RlsValue::Kind::kMap);
+  ASSERT_EQ(m.names,
+            (std::vector<std::string>{"name", "hits", "ratio", "on", "off", "nothing", "quoted", "tags", "nested"}));
+  EXPECT_EQ(m.items[0].kind, RlsValue::Kind::kString);
+  EXPECT_EQ(m.items[0].text, "service_1");
+  EXPECT_EQ(m.items[1].kind, RlsValue::Kind::kNumber);
+  EXPECT_EQ(m.items[1].number, 3);
+  EXPECT_EQ(m.items[2].number, 0.5);
+  EXPECT_EQ(m.items[3].kind, RlsValue::Kind::kBool) << "YAML 1.1, as the reference's reader";
+  EXPECT_TRUE(m.items[3].boolean);
+  EXPECT_EQ(m.items[4].kind, RlsValue::Kind::kBool);
+  EXPECT_FALSE(m.items[4].boolean);
+  EXPECT_EQ(m.items[5].kind, RlsValue::Kind::kNull);
+  EXPECT_EQ(m.items[6].kind, RlsValue::Kind::kString) << "quoted: a string whatever it says";
+  EXPECT_EQ(m.items[6].text, "42");
+  ASSERT_EQ(m.items[7].kind, RlsValue::Kind::kList);
+  ASSERT_EQ(m.items[7].items.size(), 2u);
+  EXPECT_EQ(m.items[7].items[1].kind, RlsValue::Kind::kNumber);
+  ASSERT_EQ(m.items[8].kind, RlsValue::Kind::kMap);
+  EXPECT_EQ(m.items[8].names, (std::vector<std::string>{"team", "level"}));
+  EXPECT_TRUE(m.items[8].items[1].items[0].boolean);
+
+  const RlsMatch b = match(*c, "d", {{"a", "1"}, {"b", "2"}});
+  EXPECT_FALSE(b.quota_mode);  // the node's own flag, not its parent's
+  EXPECT_EQ(b.metadata, nullptr);
+  EXPECT_EQ(match(*c, "d", {{"nolimit", "1"}}).metadata, nullptr) << "no limit: nothing passed or was over";
+}
+
 // --- bucket keys -------------------------------------------------------------------------------
 
 TEST(RlsConfigKeys, ValuelessNodesGiveEachValueItsOwnSelfDescribingKey) {
@@ -933,6 +987,14 @@ TEST(RlsConfigFile, ErrorsNameFileLineAndProblem) {
       {d + "  - key: \"\"\n", "rls.yaml:3:10:", "descriptor `key` must not be empty"},
       {d + "  - key: ''\n    value: v\n", "rls.yaml:3:10:", "descriptor `key` must not be empty"},
       {d + "  - value: v\n", "rls.yaml:3:5:", "descriptor has no `key`"},
+      {d + "  - key: a\n    quota_mode: maybe\n", "rls.yaml:4:17:", "`quota_mode` must be true or false"},
+      {d + "  - key: a\n    metadata: service_1\n", "rls.yaml:4:15:", "`metadata` must be a mapping"},
+      {d + "  - key: a\n    metadata: {n: 1, n: 2}\n", "rls.yaml:4:", "`metadata` key \"n\" appears twice"},
+      {d + "  - key: a\n    metadata: {[k]: 1}\n", "rls.yaml:4:", "`metadata` keys must be single values"},
+      {d + "  - key: a\n    metadata: " + std::string(20, '[') + std::string(20, ']') + "\n",
+       "rls.yaml:4:", "`metadata` must be a mapping"},
+      {d + "  - key: a\n    metadata: {x: " + std::string(20, '[') + std::string(20, ']') + "}\n",
+       "rls.yaml:4:", "`metadata` nests deeper than 16"},
       // TestDuplicateKey: the same key and value twice at one level
       {d + "  - key: a\n    value: b\n  - key: a\n    value: b\n",
        "rls.yaml:5:5:", "duplicate descriptor: key \"a\" value \"b\" is already defined at this level"},

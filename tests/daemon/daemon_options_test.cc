@@ -192,6 +192,8 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"rls-response-headers", "true"},
       {"rls-merge-domains", "true"},
       {"rls-shadow-mode", "true"},
+      {"rls-quota-mode", "true"},
+      {"rls-response-metadata", "true"},
       {"rls-max-pending", "100"},
       {"rls-tls-cert", "c.pem"},
       {"rls-tls-key", "k.pem"},

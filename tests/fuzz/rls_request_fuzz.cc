@@ -32,7 +32,11 @@ std::shared_ptr<const RlsConfig> config() {
         "    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 1}\n"
         "  - key: tenant\n    value: \"t*\"\n    rate_limit: {unit: hour, requests_per_unit: 5}\n    shadow_mode: "
         "true\n"
-        "  - key: open\n    rate_limit: {unlimited: true}\n"}});
+        "  - key: open\n    rate_limit: {unlimited: true}\n"
+        "  - key: quota\n    quota_mode: true\n    metadata: {name: a, nested: {x: 1, l: [true, ~]}}\n"
+        "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+        "  - key: quota2\n    quota_mode: true\n    metadata: {name: b, nested: {y: 2}}\n"
+        "    rate_limit: {unit: minute, requests_per_unit: 3}\n"}});
   return c;
 }
 
@@ -58,10 +62,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(results.size() == plan.descriptors.size(), "not one result per descriptor");
   rpb::RateLimitResponse response;
   rls::fill_response(overall, results, true, response);
+  rls::add_request_metadata(request, plan, results, response);
   FUZZ_CHECK(response.statuses_size() == int(results.size()), "not one status per descriptor");
-  bool any_over = false;
-  for (const auto& s : response.statuses()) any_over = any_over || s.code() == rpb::RateLimitResponse::OVER_LIMIT;
-  FUZZ_CHECK(any_over == (response.overall_code() == rpb::RateLimitResponse::OVER_LIMIT),
+  // Over overall when a descriptor that is not a quota is over, or every quota one is (and then
+  // some status says over); a quota descriptor alone over leaves the call OK.
+  bool any_over = false, regular_over = false;
+  size_t quotas = 0, quotas_over = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const bool over = response.statuses(int(i)).code() == rpb::RateLimitResponse::OVER_LIMIT;
+    any_over = any_over || over;
+    const auto& m = plan.descriptors[i].match;
+    const bool quota = m.quota_mode && !m.shadow_mode && !plan.descriptors[i].refund && m.limit && !m.limit->unlimited;
+    quotas += quota;
+    quotas_over += quota && over;
+    regular_over = regular_over || (over && !quota);
+  }
+  const bool overall_over = response.overall_code() == rpb::RateLimitResponse::OVER_LIMIT;
+  FUZZ_CHECK(!overall_over || any_over, "over overall with no status over");
+  FUZZ_CHECK(overall_over == (regular_over || (quotas > 0 && quotas_over == quotas)),
              "the overall code disagrees with the statuses");
   FUZZ_CHECK(handler.keys() <= 64, "the key table outgrew its cap");
   return 0;

@@ -662,6 +662,135 @@ TEST(RlsDecideShadowAll, EveryDescriptorIsCountedAndNoneDenies) {
   EXPECT_TRUE(out[0].shadow_over);
 }
 
+// --- quota mode (a descriptor's quota_mode; --rls-quota-mode) -----------------------------------
+// The reference server's cases (its service tests), on real buckets: "regular" is 1/s, "quota"
+// and "quota2" 1/s in quota mode. Each case first spends what it needs over.
+
+const char* const kQuotaConfig = R"(domain: d
+descriptors:
+  - key: regular
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: quota2
+    quota_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: quotablock
+    quota_mode: true
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: quotacharged
+    quota_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1, max_debt: 5, charge_when_over: true}
+)";
+
+class RlsDecideQuota : public ::testing::Test {
+ protected:
+  explicit RlsDecideQuota(RlsLoadOptions options = {})
+      : config_(parse_rls_config({{"rls.yaml", kQuotaConfig}}, options)), handler_(config_) {}
+  Code run(const std::vector<DescriptorInput>& descriptors) {
+    Plan plan;
+    EXPECT_EQ(plan_request(config_, "d", 0, descriptors, 256, plan), "");
+    return decide(handler_, plan, out);
+  }
+  // Spends (key=value)'s one token.
+  void spend(std::string_view key, std::string_view value) {
+    ASSERT_EQ(run({desc({{key, value}})}), Code::kOk) << key << " was already spent";
+  }
+  std::shared_ptr<const RlsConfig> config_;
+  TableHandler handler_;
+  std::vector<DescriptorResult> out;
+};
+
+TEST_F(RlsDecideQuota, ARegularDescriptorOverDeniesWhateverTheQuotaSays) {
+  spend("regular", "x");
+  EXPECT_EQ(run({desc({{"regular", "x"}}), desc({{"quota", "x"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[1].code, Code::kOk);
+  EXPECT_EQ(out[1].remaining, 1u) << "the quota with room was not charged by a denied request";
+}
+
+TEST_F(RlsDecideQuota, OneQuotaOverAloneDeniesItsRequest) {
+  spend("quota", "x");
+  EXPECT_EQ(run({desc({{"regular", "x"}}), desc({{"quota", "x"}})}), Code::kOverLimit)
+      << "every quota descriptor of the request is over";
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_EQ(out[0].remaining, 1u) << "not charged: the request was denied";
+  EXPECT_EQ(out[1].code, Code::kOverLimit);
+}
+
+TEST_F(RlsDecideQuota, NothingOverIsOkAndChargesEveryone) {
+  EXPECT_EQ(run({desc({{"regular", "x"}}), desc({{"quota", "x"}})}), Code::kOk);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(out[1].remaining, 0u);
+}
+
+TEST_F(RlsDecideQuota, AllQuotasOverDeny) {
+  spend("quota", "x");
+  spend("quota2", "x");
+  EXPECT_EQ(run({desc({{"quota", "x"}}), desc({{"quota2", "x"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[1].code, Code::kOverLimit);
+}
+
+TEST_F(RlsDecideQuota, SomeQuotasOverAnswerOkAndOnlyThoseWithRoomAreCharged) {
+  spend("quota", "x");
+  EXPECT_EQ(run({desc({{"quota", "x"}}), desc({{"quota2", "x"}}), desc({{"regular", "x"}})}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOverLimit) << "its own status still says it is over, as the reference's";
+  EXPECT_GT(out[0].retry_after_ns, 0);
+  EXPECT_EQ(out[1].code, Code::kOk);
+  EXPECT_EQ(out[1].remaining, 0u) << "charged";
+  EXPECT_EQ(out[2].code, Code::kOk);
+  EXPECT_EQ(out[2].remaining, 0u) << "charged";
+  // The one over was not charged: a second later it holds a whole token again.
+  handler_.now += kSec;
+  EXPECT_EQ(run({desc({{"quota", "x"}})}), Code::kOk);
+}
+
+TEST_F(RlsDecideQuota, ABlockingQuotaIsOverButDoesNotDenyAlone) {
+  EXPECT_EQ(run({desc({{"quotablock", "x"}}), desc({{"quota", "x"}})}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(run({desc({{"quotablock", "x"}})}), Code::kOverLimit) << "the only quota descriptor";
+}
+
+TEST_F(RlsDecideQuota, AQuotaOverThatChargesWhenOverIsPaidAllTheSame) {
+  spend("quotacharged", "x");
+  EXPECT_EQ(run({desc({{"quotacharged", "x"}}), desc({{"quota", "x"}})}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(run({desc({{"quotacharged", "x"}}, 0)}), Code::kOverLimit) << "charged while over: in debt";
+  EXPECT_EQ(run({desc({{"quota", "y"}}, 0)}), Code::kOk) << "a quota with nothing spent is not in debt";
+}
+
+// The same quota key twice in one request, with room for one: the reference counts two hits,
+// the first OK and the second over, and the request passes (not every quota is over). Here the
+// second fails the all-or-nothing check, is answered over and left out, and the rest retried.
+TEST_F(RlsDecideQuota, AQuotaKeyTwiceWithRoomForOneLeavesOneOver) {
+  EXPECT_EQ(run({desc({{"quota", "x"}}), desc({{"quota", "x"}}), desc({{"regular", "x"}})}), Code::kOk);
+  const int over = (out[0].code == Code::kOverLimit) + (out[1].code == Code::kOverLimit);
+  EXPECT_EQ(over, 1);
+  EXPECT_EQ(out[2].code, Code::kOk);
+  handler_.now += kSec;  // one token back: enough only if the retry charged regular once
+  EXPECT_EQ(run({desc({{"regular", "x"}})}), Code::kOk);
+}
+
+class RlsDecideQuotaAll : public RlsDecideQuota {
+ protected:
+  RlsDecideQuotaAll() : RlsDecideQuota({.merge_domains = false, .shadow_mode = false, .quota_mode = true}) {}
+};
+
+TEST_F(RlsDecideQuotaAll, EveryDescriptorIsAQuota) {
+  ASSERT_TRUE(config_->quota_all());
+  spend("regular", "x");
+  EXPECT_EQ(run({desc({{"regular", "x"}}), desc({{"regular", "y"}})}), Code::kOk) << "one of two over";
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(run({desc({{"regular", "x"}}), desc({{"regular", "y"}})}), Code::kOverLimit) << "both over";
+  // A limit override is in quota mode as well.
+  DescriptorInput o = desc({{"regular", "z"}});
+  o.limit = RlsLimitOverride{1, RlsUnit::kHour, 1};
+  EXPECT_EQ(run({o, desc({{"quota", "z"}})}), Code::kOk);
+  EXPECT_EQ(run({o, desc({{"quota2", "z"}})}), Code::kOk) << "the override is over, quota2 has room";
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+}
 }  // namespace
 
 }  // namespace tollgate::rls

@@ -432,6 +432,83 @@ class ResponseHeaders(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+class QuotaModeAndResponseMetadata(unittest.TestCase):
+    """The reference server's quota mode (a descriptor's quota_mode, QUOTA_MODE) and its
+    RESPONSE_DYNAMIC_METADATA (--rls-response-metadata), decoded as Envoy decodes them: a Struct."""
+
+    CONFIG = """domain: q
+descriptors:
+  - key: regular
+    metadata: {name: service_1, team: {id: 7}}
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: quota
+    quota_mode: true
+    metadata: {name: service_2, other: x, team: {lead: ann}}
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: quota2
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+"""
+
+    @staticmethod
+    def metadata(r):
+        from google.protobuf import json_format, struct_pb2
+        return json_format.MessageToDict(struct_pb2.Struct.FromString(r.dynamic_metadata.SerializeToString()))
+
+    def test_quota_descriptors_deny_only_together_and_metadata_names_what_passed(self):
+        work = tempfile.mkdtemp(prefix="tollgate-rls-quota-")
+        config = os.path.join(work, "rls.yaml")
+        with open(config, "w") as f:
+            f.write(self.CONFIG)
+        d = Daemon(work, "quota", config, extra=["--rls-response-metadata"])
+        try:
+            first = d.call("q", [([("regular", "a")], None), ([("quota", "a")], 1)], hits=2)
+            self.assertEqual(first.overall_code, OK)
+            self.assertEqual(self.metadata(first), {
+                "domain": "q",
+                "descriptors": [{"entries": ["regular=a"]}, {"entries": ["quota=a"], "hitsAddend": 1}],
+                "hitsAddend": 2,
+                # merged: service_1's name wins (the first), the nested mappings are joined
+                "metadata": {"name": "service_1", "team": {"id": 7, "lead": "ann"}, "other": "x"}})
+            # quota=a is spent: over in its own status, but quota2 has room, so the request is OK;
+            # only the descriptors that passed give their metadata.
+            r = d.call("q", [([("quota", "a")], None), ([("quota2", "a")], None)])
+            self.assertEqual(r.overall_code, OK)
+            self.assertEqual([s.code for s in r.statuses], [OVER, OK])
+            self.assertNotIn("metadata", self.metadata(r))  # quota2 has none; quota was over
+            # Now both quota descriptors are spent: the request is over.
+            r = d.call("q", [([("quota", "a")], None), ([("quota2", "a")], None)])
+            self.assertEqual(r.overall_code, OVER)
+            self.assertEqual([s.code for s in r.statuses], [OVER, OVER])
+            # A regular descriptor with room does not save a request whose only quota is over,
+            # and was not charged: 5 - 2 (the first call) left.
+            r = d.call("q", [([("regular", "a")], None), ([("quota", "a")], None)])
+            self.assertEqual(r.overall_code, OVER)
+            self.assertEqual(r.statuses[0].code, OK)
+            self.assertEqual(r.statuses[0].limit_remaining, 3)
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(work, ignore_errors=True)
+
+    def test_the_global_quota_mode_makes_every_limit_a_quota(self):
+        work = tempfile.mkdtemp(prefix="tollgate-rls-quota-all-")
+        config = os.path.join(work, "rls.yaml")
+        with open(config, "w") as f:
+            f.write(self.CONFIG)
+        d = Daemon(work, "quotaall", config, extra=["--rls-quota-mode"])
+        try:
+            for _ in range(5):
+                self.assertEqual(d.one("q", [("regular", "b")]).overall_code, OK)
+            r = d.call("q", [([("regular", "b")], None), ([("regular", "c")], None)])
+            self.assertEqual(r.overall_code, OK)  # one of two over
+            self.assertEqual([s.code for s in r.statuses], [OVER, OK])
+            self.assertEqual(d.one("q", [("regular", "b")]).overall_code, OVER)  # alone: over
+            self.assertEqual(len(d.one("q", [("regular", "d")]).dynamic_metadata.fields), 0)  # metadata off
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class Reload(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tollgate-rls-reload-")
