@@ -84,6 +84,10 @@ const NodeSettingField kFields[] =
     TOLLGATE_WHOLE_FIELD("retransmit-mult", retransmit_mult, 1, 16,
                          "Gossip: each node sends a batch to mult x ceil(log10(N + 1)) peers in all (N members); "
                          "more copies reach every node sooner and under more loss, at the cost of bytes"),
+    TOLLGATE_WHOLE_FIELD("near-limit", near_limit, 1, 100,
+                         "An allowed check that leaves more than this percent of its limit's burst used counts as "
+                         "near the limit (tollgate_rule_near_limit_total; the reference RLS server's "
+                         "NEAR_LIMIT_RATIO, 0.8, is 80)"),
     TOLLGATE_DURATION_FIELD("sync-deadline", sync_deadline_ns, 0,
                             "At start, learn every bucket that is not full from one live peer (and the consumption "
                             "it includes) before answering for keys whose limit refills more slowly than the 10s "
@@ -143,6 +147,7 @@ void NodeSettings::apply_to(NodeOptions& o) const {
   o.keys.max_keys = max_keys;
   o.retransmit_mult = static_cast<uint32_t>(retransmit_mult);
   o.sync_deadline_ns = sync_deadline_ns;
+  o.keys.near_limit_percent = uint32_t(near_limit);
 }
 
 }  // namespace tollgate

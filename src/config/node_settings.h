@@ -32,6 +32,7 @@ struct NodeSettings {
   size_t max_keys = 1'000'000;                          // buckets held at most
   size_t retransmit_mult = 4;                           // gossip: copies of a batch = mult x ceil(log10(N + 1))
   int64_t sync_deadline_ns = 5 * kNanosPerSecond;       // balances from a peer on start (0: off)
+  size_t near_limit = 80;                               // percent of a burst used that counts as near
 
   // Sets these settings' part of `o` (a member dead after twice fail_after, ...).
   void apply_to(NodeOptions& o) const;

@@ -136,7 +136,9 @@ class Shard {
     }
     ++c.allowed;
     if (d.shadow_denied) ++c.shadow_denied;
-    if (d.has_limit() && d.remaining * 5 < d.limit.burst) ++c.near_limit;
+    if (d.has_limit() && d.remaining * 100 < d.limit.burst * int64_t(100 - options_.near_limit_percent)) {
+      ++c.near_limit;
+    }
   }
   const CheckCounts& totals() const { return totals_; }
   const std::vector<RuleCounters>& counts() const { return counts_; }

@@ -52,6 +52,9 @@ class RuleSet;
 struct KeyTableOptions {
   size_t max_keys = 1'000'000;  // buckets held at most; a least recently used key is evicted beyond this
   size_t max_key_bytes = 256;   // longer keys are denied with DenyReason::kKeyTooLong
+  // RuleCounters::near_limit counts an allowed check that leaves more than this percent of its
+  // burst used (the reference RLS server's NEAR_LIMIT_RATIO, 0.8).
+  uint32_t near_limit_percent = 80;
   // Evicted, not yet refilled balances remembered (about 100 bytes each). 0 disables it.
   size_t max_remembered = 65'536;
   // Evicted keys whose consumption take_pending has not taken yet are kept up to the largest of
@@ -113,7 +116,7 @@ struct KeyTableStats {
 struct RuleCounters {
   uint64_t checks = 0, allowed = 0, denied = 0;
   uint64_t shadow_denied = 0;  // allowed (and counted so) only because the limit is in shadow mode
-  uint64_t near_limit = 0;     // allowed, leaving less than 20% of the burst (80% used)
+  uint64_t near_limit = 0;     // allowed, leaving more than near_limit_percent of the burst used
 };
 
 // Every check decided by the table (allow and allow_all; each item of a request counts).

@@ -209,6 +209,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
         "service only)");
   }
   if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
+  if (o->rls_limit_header_names.size() != 3) {
+    return usage_error("--rls-limit-header-names takes three names, LIMIT,REMAINING,RESET; got " +
+                       std::to_string(o->rls_limit_header_names.size()));
+  }
   const bool rls_tls = !o->rls_tls_cert.empty() || !o->rls_tls_key.empty() || !o->rls_tls_client_ca.empty();
   if (o->rls_listen.empty() && (rls_tls || o->rls_insecure)) {
     return usage_error(std::string(o->rls_insecure ? "--rls-insecure" : "--rls-tls-*") + " is for --rls-listen");

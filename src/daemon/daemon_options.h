@@ -58,12 +58,14 @@ struct DaemonOptions {
   // but one, at least 1 and at most 4). Above 1 the key table is concurrent (KeyTableOptions::concurrent).
   size_t threads = 0;
   // The Envoy rate limit service (gRPC): off unless rls_listen is given, which needs rls_config.
-  std::string rls_listen;                 // "HOST:PORT" or "unix:PATH"
-  std::string rls_config;                 // envoyproxy/ratelimit YAML: a file or a directory
-  bool rls_merge_domains = false;         // a domain may span several files of rls_config
-  bool rls_shadow_mode = false;           // every descriptor in shadow mode: always OK, counted
-  bool rls_quota_mode = false;            // every descriptor in quota mode: over only when all are
-  bool rls_response_metadata = false;     // the request and passed descriptors' metadata in responses
+  std::string rls_listen;              // "HOST:PORT" or "unix:PATH"
+  std::string rls_config;              // envoyproxy/ratelimit YAML: a file or a directory
+  bool rls_merge_domains = false;      // a domain may span several files of rls_config
+  bool rls_shadow_mode = false;        // every descriptor in shadow mode: always OK, counted
+  bool rls_quota_mode = false;         // every descriptor in quota mode: over only when all are
+  bool rls_response_metadata = false;  // the request and passed descriptors' metadata in responses
+  bool rls_limit_headers = false;      // the reference's RateLimit-Limit/-Remaining/-Reset headers
+  std::vector<std::string> rls_limit_header_names = {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"};
   bool rls_response_headers = false;      // RateLimit-Policy, RateLimit, Retry-After in responses
   size_t rls_max_pending = 4096;          // calls waiting for the node at most
   std::string rls_tls_cert, rls_tls_key;  // PEM: serve TLS

@@ -1,5 +1,6 @@
 // tollgated's settings table (daemon_options.h says how a row is used). Rows read text into a
 // DaemonOptions field and print it back; the checks across settings are in daemon_options.cc.
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -45,6 +46,16 @@ std::string a_memory_limit(std::string_view text) {
   std::string why;
   if (text == "auto" || text == "none" || parse_memory_size(std::string(text), &why)) return {};
   return why + ", auto or none";
+}
+
+// An HTTP field name (RFC 9110's token).
+std::string a_header_name(std::string_view text) {
+  static constexpr std::string_view kSpecials = "!#$%&'*+-.^_`|~";
+  const bool ok = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           kSpecials.find(c) != std::string_view::npos;
+  });
+  return ok ? std::string() : "not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)";
 }
 
 DaemonSetting text(std::string flag, Text member, std::string type_name, std::string help, Check check = any_text) {
@@ -240,6 +251,14 @@ std::vector<DaemonSetting> make_rows() {
   add(on_off("rls-response-metadata", &DaemonOptions::rls_response_metadata,
              "Answer rate limit calls with the reference server's RESPONSE_DYNAMIC_METADATA: the domain, each "
              "descriptor's entries and hits, and the `metadata` of the descriptors that passed, merged"));
+  add(on_off("rls-limit-headers", &DaemonOptions::rls_limit_headers,
+             "Answer rate limit calls with the reference server's headers (its LIMIT_RESPONSE_HEADERS_ENABLED): the "
+             "limit, the tokens left and the seconds until full of the descriptor closest to its limit, as plain "
+             "numbers, named by --rls-limit-header-names"));
+  add(list("rls-limit-header-names", &DaemonOptions::rls_limit_header_names, "LIMIT,REMAINING,RESET",
+           "The three header names of --rls-limit-headers (the reference's LIMIT_LIMIT_HEADER, "
+           "LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)",
+           a_header_name));
   add(on_off("rls-response-headers", &DaemonOptions::rls_response_headers,
              "Answer rate limit calls with the IETF draft RateLimit-Policy and RateLimit headers, and Retry-After "
              "when over the limit, for Envoy to pass to the caller"));

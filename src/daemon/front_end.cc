@@ -140,6 +140,10 @@ class RateLimitService final : public FrontEnd {
     r.listen = o.rls_listen;
     r.response_headers = o.rls_response_headers;
     r.response_metadata = o.rls_response_metadata;
+    r.limit_headers = o.rls_limit_headers;
+    r.limit_header = o.rls_limit_header_names.at(0);
+    r.remaining_header = o.rls_limit_header_names.at(1);
+    r.reset_header = o.rls_limit_header_names.at(2);
     r.max_pending = o.rls_max_pending;
     // With client API threads the node's checks are safe from any thread (the table is
     // concurrent): Envoy's calls are decided on gRPC's threads, not queued for the node's.

@@ -107,7 +107,8 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
       {"tollgate_rule_shadow_denied_total",
        "Checks a rule in shadow mode would have denied: allowed (and in _allowed_total), uncharged",
        &RuleCounters::shadow_denied},
-      {"tollgate_rule_near_limit_total", "Allowed checks that left less than 20% of the burst (80% used)",
+      {"tollgate_rule_near_limit_total",
+       "Allowed checks that left more than --near-limit percent of the burst used (80 by default)",
        &RuleCounters::near_limit}};
   for (const PerRule& p : kPerRule) {
     prom::MetricFamily f{p.name, p.help, prom::MetricType::Counter, {}};

@@ -150,6 +150,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     if (p.refund) continue;             // given back below, after the checks
     if (p.match.shadow_mode) continue;  // looked at below; never denies
     if (p.match.quota_mode) {
+      out[i].quota = true;
       // Over alone does not deny: charged with the others if it has room, else answered over
       // and left out; the request is over only if every quota descriptor is.
       ++quotas;

@@ -86,6 +86,7 @@ struct DescriptorResult {
   int64_t until_full_ns = -1;       // duration_until_reset; -1: none
   int64_t retry_after_ns = 0;       // when over: until the same cost would pass (kRetryNever: never)
   bool shadow_over = false;         // a shadow_mode descriptor that would have denied
+  bool quota = false;               // a quota_mode descriptor: over alone does not deny
 };
 
 // Nanoseconds until the bucket `d` decided on is full again (to within one token's refill time),

@@ -135,6 +135,23 @@ void set_value(const RlsValue& v, pb::MetadataValue& out) {
 
 }  // namespace
 
+void add_limit_headers(const std::vector<DescriptorResult>& results, const std::string& limit_name,
+                       const std::string& remaining_name, const std::string& reset_name,
+                       pb::RateLimitResponse& response) {
+  const DescriptorResult* pick = nullptr;
+  for (const DescriptorResult& r : results) {
+    if (!r.limit || !r.limit->limited()) continue;
+    if (!pick || r.remaining < pick->remaining) pick = &r;
+  }
+  for (const DescriptorResult& r : results) {
+    if (r.limit && r.limit->limited() && r.code == Code::kOverLimit && !r.quota) pick = &r;
+  }
+  if (!pick) return;
+  add_header(response, limit_name, std::to_string(pick->limit->requests_per_unit));
+  add_header(response, remaining_name, std::to_string(pick->remaining));
+  if (pick->until_full_ns >= 0) add_header(response, reset_name, std::to_string(ceil_seconds(pick->until_full_ns)));
+}
+
 void add_request_metadata(const pb::RateLimitRequest& request, const Plan& plan,
                           const std::vector<DescriptorResult>& results, pb::RateLimitResponse& response) {
   pb::Metadata& m = *response.mutable_dynamic_metadata();

@@ -28,6 +28,15 @@ int64_t ceil_seconds(int64_t ns);
 void fill_response(Code overall, const std::vector<DescriptorResult>& results, bool headers,
                    envoy::service::ratelimit::v3::RateLimitResponse& response);
 
+// The reference server's response headers (LIMIT_RESPONSE_HEADERS_ENABLED), under the names
+// given (its LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER): plain numbers for
+// one descriptor, the one with a limit and the fewest tokens left, or the last one over that is
+// not a quota: its requests_per_unit, its limit_remaining, and the whole seconds until its bucket
+// is full again (the reference: until its window resets). None when no descriptor has a limit.
+void add_limit_headers(const std::vector<DescriptorResult>& results, const std::string& limit_name,
+                       const std::string& remaining_name, const std::string& reset_name,
+                       envoy::service::ratelimit::v3::RateLimitResponse& response);
+
 // The reference server's RESPONSE_DYNAMIC_METADATA, added to the response's dynamic metadata:
 // "domain"; "descriptors", one {"entries": ["key=value", ...]} per request descriptor (with its
 // "hitsAddend" when it set one); the request's "hitsAddend" when not 0; and "metadata", the

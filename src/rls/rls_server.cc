@@ -409,6 +409,10 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     for (const DescriptorResult& r : job->results) shadow_over_ += r.shadow_over;
     fill_response(job->overall, job->results, options_.response_headers, *job->response);
     if (options_.response_metadata) add_request_metadata(*job->request, job->plan, job->results, *job->response);
+    if (options_.limit_headers) {
+      add_limit_headers(job->results, options_.limit_header, options_.remaining_header, options_.reset_header,
+                        *job->response);
+    }
     finish(job, grpc::Status::OK);
   }
 

@@ -37,7 +37,11 @@ struct RlsServerOptions {
   size_t max_request_bytes = 64 * 1024;  // a larger request is refused by gRPC (RESOURCE_EXHAUSTED)
   bool response_headers = false;         // add RateLimit-Policy, RateLimit and Retry-After
   bool response_metadata = false;        // the reference's RESPONSE_DYNAMIC_METADATA (add_request_metadata)
-  uint32_t unix_socket_mode = 0660;      // a unix: listener's file, whatever the umask (as the client API's)
+  bool limit_headers = false;            // the reference's LIMIT_RESPONSE_HEADERS_ENABLED (add_limit_headers)
+  std::string limit_header = "RateLimit-Limit";
+  std::string remaining_header = "RateLimit-Remaining";
+  std::string reset_header = "RateLimit-Reset";
+  uint32_t unix_socket_mode = 0660;  // a unix: listener's file, whatever the umask (as the client API's)
   // The handler's check and check_all are safe from any thread: decide on gRPC's threads.
   bool decide_on_grpc_threads = false;
 

@@ -1125,6 +1125,13 @@ TEST(RlsConfigFile, BadYamlIsASyntaxErrorAtItsLine) {
   EXPECT_EQ(empty, "rls.yaml: empty file: expected `domain:` and `descriptors:`");  // no line to point at
   const std::string comment = error_of("# nothing but a comment\n");
   EXPECT_EQ(comment.rfind("rls.yaml: empty file", 0), 0u) << comment;
+  // A quoted value left open to the end of the file (found by the conformance suite: yaml-cpp
+  // 0.7 loads it as "d " when the file ends with a line break), both quotes, and a quote whose
+  // end is lines away.
+  for (const char* text : {"domain: \"d\n", "domain: 'd\n", "domain: \"d\ndescriptors: []\n", "domain: \"d"}) {
+    const std::string open = error_of(text);
+    EXPECT_NE(open.find("illegal EOF in scalar"), std::string::npos) << text << " -> " << open;
+  }
 }
 
 TEST(RlsConfigFile, MergedDomainsJoinTheirFilesAndErrorsNameTheFileTheyAreIn) {

@@ -898,6 +898,22 @@ TEST(Node, CountsChecksPerRuleAndKeepsThemAcrossAReload) {
   EXPECT_EQ(counted(all, "c", &RuleCounters::checks), 0u);
 }
 
+// --near-limit (the reference RLS server's NEAR_LIMIT_RATIO): what counts as near is the
+// operator's. At 50% of a burst of 10, the 6th to 10th allowed checks are near (more than half used).
+TEST(Node, TheNearLimitPercentIsConfigurable) {
+  DropEverything out;
+  SplitMix64 random(1);
+  NodeOptions o;
+  o.id = "n";
+  o.address = "127.0.0.1:1";
+  o.keys.near_limit_percent = 50;  // tollgated's --near-limit 50 (NodeSettings::apply_to)
+  auto rules = std::make_shared<const RuleSet>(std::vector<Rule>{{"a*", Limit{Rate{10, kNanosPerSecond}, 10, 10}, 0}},
+                                               std::nullopt);
+  Node node(o, rules, out, random);
+  for (int i = 0; i < 10; ++i) node.check("a1", 1, 0);
+  EXPECT_EQ(counted(node.rule_counters(), "a*", &RuleCounters::near_limit), 5u);
+}
+
 TEST(Node, CountsWhatAShadowRuleWouldHaveDeniedAsAllowedAndShadowDenied) {
   DropEverything out;
   SplitMix64 random(1);

@@ -168,6 +168,7 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"max-keys", "4096"},
       {"retransmit-mult", "6"},
       {"sync-deadline", "3s"},
+      {"near-limit", "90"},
       {"cluster-key-file", key},
       {"insecure-gossip", "false"},
       {"max-datagram", "9000"},
@@ -193,6 +194,8 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"rls-merge-domains", "true"},
       {"rls-shadow-mode", "true"},
       {"rls-quota-mode", "true"},
+      {"rls-limit-headers", "true"},
+      {"rls-limit-header-names", "X-Limit,X-Left,X-Reset"},
       {"rls-response-metadata", "true"},
       {"rls-max-pending", "100"},
       {"rls-tls-cert", "c.pem"},
@@ -324,6 +327,9 @@ TEST_F(DaemonOptionsTest, BadValuesAreRejectedWithTheReason) {
        "--rules-poll must be from 100ms to 1h"},
       {{"--rules", "r", "--rules-cache", "c", "--peers-file", "p"}, "--rules-cache is for --rules-url"},
       {{"--rules", "r", "--peers-file", "p", "--rls-listen", "127.0.0.1:8081"}, "--rls-listen needs --rls-config PATH"},
+      {{"--rules", "r", "--peers-file", "p", "--rls-limit-header-names", "A,B"},
+       "--rls-limit-header-names takes three names, LIMIT,REMAINING,RESET; got 2"},
+      {{"--rules", "r", "--peers-file", "p", "--rls-limit-header-names", "A,B C,D"}, "not an HTTP header name"},
       {{"--peers-file", "p", "--rls-config", "c"}, "--rls-config is used by the rate limit service: give --rls-listen"},
       {{"--peers-file", "p", "--rls-config", "c", "--rls-listen", "h:1", "--rls-max-pending", "0"},
        "--rls-max-pending"},
@@ -404,6 +410,7 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   changed.max_keys = 4096;
   changed.retransmit_mult = 6;
   changed.sync_deadline_ns = 3 * kNanosPerSecond;
+  changed.near_limit = 90;
   std::vector<std::string> args = {"--rules", "r.yaml", "--seeds", "127.0.0.1:7000", "--insecure-gossip"};
   std::string config = "rules: r.yaml\nseeds: 127.0.0.1:7000\ninsecure-gossip: true\n";
   for (const NodeSettingField& f : node_setting_fields()) {

@@ -432,6 +432,31 @@ class ResponseHeaders(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+class ReferenceLimitHeaders(unittest.TestCase):
+    def test_the_reference_servers_headers_under_the_names_given(self):
+        """--rls-limit-headers (the reference's LIMIT_RESPONSE_HEADERS_ENABLED): plain numbers for the
+        descriptor with the fewest tokens left, or the one over; names from --rls-limit-header-names."""
+        work = tempfile.mkdtemp(prefix="tollgate-rls-limit-headers-")
+        config = os.path.join(work, "rls.yaml")
+        with open(config, "w") as f:
+            f.write('domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n'
+                    '  - key: wide\n    rate_limit: {unit: second, requests_per_unit: 100}\n')
+        d = Daemon(work, "limitheaders", config,
+                   extra=["--rls-limit-headers", "--rls-limit-header-names", "X-Limit,X-Left,X-Reset"])
+        try:
+            headers = lambda r: {h.key: h.value for h in r.response_headers_to_add}
+            first = headers(d.call("h", [([("wide", "x")], None), ([("k", "x")], None)]))
+            self.assertEqual(first, {"X-Limit": "2", "X-Left": "1", "X-Reset": "30"})  # k: fewest left
+            d.one("h", [("k", "x")])
+            over = d.call("h", [([("k", "x")], None), ([("wide", "x")], None)])
+            self.assertEqual(over.overall_code, OVER)
+            self.assertEqual(headers(over), {"X-Limit": "2", "X-Left": "0", "X-Reset": "60"})
+            self.assertEqual(len(d.one("h", [("other", "z")]).response_headers_to_add), 0)  # no limit, no headers
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class QuotaModeAndResponseMetadata(unittest.TestCase):
     """The reference server's quota mode (a descriptor's quota_mode, QUOTA_MODE) and its
     RESPONSE_DYNAMIC_METADATA (--rls-response-metadata), decoded as Envoy decodes them: a Struct."""
