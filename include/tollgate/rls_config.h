@@ -120,9 +120,11 @@ struct RlsDescriptor {
   // Over-limit quota descriptors do not deny alone: a request is over only when every quota
   // descriptor of it is (and no other descriptor is over). The reference server's quota_mode.
   bool quota_mode = false;
-  RlsValue metadata;             // kMap, or kNull when none
-  bool detailed_metric = false;  // accepted for compatibility: affects metric names only
-  bool value_to_metric = false;  // likewise
+  RlsValue metadata;  // kMap, or kNull when none
+  // Per-value counts (tollgated's tollgate_rls_value_hits_total, RlsMatch::metric): this
+  // descriptor's every request entry, key and value; or, on the way down, this level's value.
+  bool detailed_metric = false;
+  bool value_to_metric = false;
   bool share_threshold = false;  // only with a wildcard value: all matching values share one bucket
   std::vector<RlsDescriptor> descriptors;
   int line = 0;  // where it came from (1-based), for error messages
@@ -154,6 +156,11 @@ struct RlsMatch {
   bool quota_mode = false;
   // The descriptor's `metadata` (null when it has none, or for an override).
   const RlsValue* metadata = nullptr;
+  // With detailed_metric or value_to_metric on the way to a limited descriptor: the name the
+  // reference server's stats would give this request's values ("web.path_/a.user_123"), and
+  // the limit's own name (label()) it counts under. Empty otherwise.
+  std::string metric;
+  std::string_view metric_rule;
   // The bucket key, when limit->limited(); else empty.
   std::string key;
   // Bytes of `key` before the values (prefix, domain, node path and the 0x1D separator).

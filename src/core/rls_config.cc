@@ -162,6 +162,7 @@ struct OverrideLimits {
 };
 
 struct RlsConfig::Tree {
+  bool value_metrics = false;  // some descriptor has detailed_metric or value_to_metric
   std::deque<Node> nodes;
   StringMap<Node*> roots;       // by domain
   StringMap<uint32_t> by_path;  // Node::path of each limited node -> index into limits_
@@ -193,6 +194,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains, RlsModes modes)
         const std::string& source = desc.source.empty() ? inherited_source : desc.source;
         if (modes_.shadow_all) desc.shadow_mode = true;
         if (modes_.quota_all) desc.quota_mode = true;
+        tree_->value_metrics = tree_->value_metrics || desc.detailed_metric || desc.value_to_metric;
         auto at = [&](const std::string& problem) { throw ConfigError(source, desc.line, desc.column, problem); };
         if (desc.key.empty()) at("descriptor `key` must not be empty");
         if (has_control_char(desc.key) || (desc.value && has_control_char(*desc.value))) {
@@ -281,6 +283,13 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
   std::string exact_key;
   // Which levels put their value into the key, decided on the way down.
   std::vector<std::string_view> values;
+  // The reference server's per-value metric name (value_to_metric), built on the way down when
+  // the config asks for one anywhere: each level's key, with "_value" where the match was by
+  // value, or by a wildcard or valueless entry with value_to_metric (a wildcard without it
+  // names its pattern).
+  std::string metric;
+  bool metric_values = false;
+  if (tree_->value_metrics) metric.assign(domain);
   for (size_t i = 0; i < entries.size(); ++i) {
     const RlsEntry& e = entries[i];
     const Node* next = nullptr;
@@ -300,6 +309,18 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
     if (!next) return m;  // no such branch: no limit
     if (next->value_in_key) values.push_back(e.value);
     node = next;
+    if (tree_->value_metrics) {
+      const RlsDescriptor& d = *node->descriptor;
+      metric.append(1, '.').append(e.key);
+      if (d.value && !is_wildcard(d.value)) {
+        metric.append(1, '_').append(e.value);
+      } else if (d.value_to_metric) {
+        metric.append(1, '_').append(e.value);
+        metric_values = true;
+      } else if (d.value) {
+        metric.append(1, '_').append(*d.value);
+      }
+    }
   }
   const RlsDescriptor& d = *node->descriptor;
   if (!d.rate_limit) return m;
@@ -308,6 +329,13 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
   m.quota_mode = d.quota_mode;
   if (d.metadata.kind == RlsValue::Kind::kMap) m.metadata = &d.metadata;
   if (!m.limit->limited()) return m;
+  if (d.detailed_metric) {  // every entry's key and value, whatever matched it
+    m.metric.assign(domain);
+    for (const RlsEntry& e : entries) m.metric.append(1, '.').append(e.key).append(1, '_').append(e.value);
+  } else if (metric_values) {
+    m.metric = std::move(metric);
+  }
+  if (!m.metric.empty()) m.metric_rule = node->label;
   m.key.reserve(node->path.size() + 1 + 16 * values.size());
   m.key = node->path;
   m.key += kRlsKeyValuesSep;

@@ -162,7 +162,11 @@ Daemon::Daemon(DaemonOptions options)
   // from (or whose peers are all down) serves from its own buckets.
   const auto ready_alone_at = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.node.fail_after_ns);
   routes.alone_long_enough = [ready_alone_at] { return std::chrono::steady_clock::now() >= ready_alone_at; };
-  routes.extra_metrics = [h = histograms_.get()] { return h->collect(); };
+  routes.extra_metrics = [this] {
+    std::vector<prometheus::MetricFamily> families = histograms_->collect();
+    for (const std::unique_ptr<FrontEnd>& f : front_ends_) f->append_metrics(families);
+    return families;
+  };
   routes.stat_catalog = std::make_shared<const StatCatalog>(daemon_stat_catalog(options_));
   front_ends_ = make_front_ends(options_, io_, *this, *host_, routes, std::move(rules_etag));
 

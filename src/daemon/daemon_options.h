@@ -64,6 +64,7 @@ struct DaemonOptions {
   bool rls_shadow_mode = false;        // every descriptor in shadow mode: always OK, counted
   bool rls_quota_mode = false;         // every descriptor in quota mode: over only when all are
   bool rls_response_metadata = false;  // the request and passed descriptors' metadata in responses
+  size_t rls_value_metrics = 100;      // detailed_metric / value_to_metric series per limit (0: none)
   bool rls_limit_headers = false;      // the reference's RateLimit-Limit/-Remaining/-Reset headers
   std::vector<std::string> rls_limit_header_names = {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"};
   bool rls_response_headers = false;      // RateLimit-Policy, RateLimit, Retry-After in responses

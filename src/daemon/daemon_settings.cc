@@ -251,6 +251,10 @@ std::vector<DaemonSetting> make_rows() {
   add(on_off("rls-response-metadata", &DaemonOptions::rls_response_metadata,
              "Answer rate limit calls with the reference server's RESPONSE_DYNAMIC_METADATA: the domain, each "
              "descriptor's entries and hits, and the `metadata` of the descriptors that passed, merged"));
+  add(whole("rls-value-metrics", &DaemonOptions::rls_value_metrics, size_t{0}, size_t{10000},
+            "Series per RLS limit for descriptors with detailed_metric or value_to_metric "
+            "(tollgate_rls_value_hits_total, one per value): values beyond it are not counted, and "
+            "rls_value_metrics_dropped counts them (10,000 series at most in all; 0: none)"));
   add(on_off("rls-limit-headers", &DaemonOptions::rls_limit_headers,
              "Answer rate limit calls with the reference server's headers (its LIMIT_RESPONSE_HEADERS_ENABLED): the "
              "limit, the tokens left and the seconds until full of the descriptor closest to its limit, as plain "

@@ -1,5 +1,7 @@
 #include "daemon/front_end.h"
 
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_family.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -140,6 +142,7 @@ class RateLimitService final : public FrontEnd {
     r.listen = o.rls_listen;
     r.response_headers = o.rls_response_headers;
     r.response_metadata = o.rls_response_metadata;
+    r.value_metrics_per_rule = o.rls_value_metrics;
     r.limit_headers = o.rls_limit_headers;
     r.limit_header = o.rls_limit_header_names.at(0);
     r.remaining_header = o.rls_limit_header_names.at(1);
@@ -164,6 +167,28 @@ class RateLimitService final : public FrontEnd {
                                           : "",
                  server_->address(), config->domains().size(), o.rls_config);
     host.on_rls_config([rls = server_.get()](std::shared_ptr<const RlsConfig> c) { rls->set_config(std::move(c)); });
+  }
+  // detailed_metric and value_to_metric: a series per value (capped; rls_value_metrics_dropped).
+  void append_metrics(std::vector<prometheus::MetricFamily>& families) const override {
+    const std::vector<rls::ValueMetrics::Series> series = server_->value_metrics();
+    if (series.empty()) return;
+    prometheus::MetricFamily f{"tollgate_rls_value_hits_total",
+                               "Hits of Envoy's descriptors by value (detailed_metric, value_to_metric), by answer: "
+                               "descriptor as the reference server names its stats, rule the limit's",
+                               prometheus::MetricType::Counter,
+                               {}};
+    auto add = [&](const rls::ValueMetrics::Series& s, const char* result, uint64_t hits) {
+      prometheus::ClientMetric m;
+      m.label = {{"rule", "rls:" + s.rule}, {"descriptor", s.name}, {"result", result}};
+      m.counter.value = double(hits);
+      f.metric.push_back(std::move(m));
+    };
+    for (const rls::ValueMetrics::Series& s : series) {
+      add(s, "within_limit", s.within_limit);
+      add(s, "over_limit", s.over_limit);
+      if (s.shadow_over > 0) add(s, "shadow_over", s.shadow_over);
+    }
+    families.push_back(std::move(f));
   }
   void drain() override { server_->drain(); }  // health NOT_SERVING; calls are still answered
   void stop(std::function<void()> done) override {

@@ -21,6 +21,9 @@
 namespace boost::asio {
 class io_context;
 }
+namespace prometheus {
+struct MetricFamily;
+}
 
 namespace tollgate {
 
@@ -50,6 +53,8 @@ class FrontEnd {
   virtual void shutdown() {}
   // Its counters, under tollgate stats' names.
   virtual void append_stats(StatsList& stats) const = 0;
+  // Series of its own that are not stats (labelled by what they count), for /metrics. Any thread.
+  virtual void append_metrics(std::vector<prometheus::MetricFamily>& /*families*/) const {}
 };
 
 // Makes every front end the options ask for, bound and serving, in the order the daemon drives

@@ -228,6 +228,10 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
         {{"rls_overrides_ignored", StatKind::kCounter,
           "Descriptor limit overrides not honoured (no unit, or too many distinct ones): the config's limit applied"},
          &Impl::overrides_ignored_},
+        {{"rls_value_metrics_dropped", StatKind::kCounter,
+          "Descriptor values not given a series of their own (detailed_metric, value_to_metric): beyond "
+          "--rls-value-metrics values of one limit, or 10,000 in all"},
+         &Impl::value_metrics_dropped_},
     };
     return kStats;
   }
@@ -236,6 +240,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     append_stats(stat_table(), *this, s);
     return s;
   }
+  std::vector<ValueMetrics::Series> value_metrics() const { return value_metrics_.snapshot(); }
 
   const std::string& address() const { return address_; }
   bool is_loopback() const { return loopback_; }
@@ -407,6 +412,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     if (!job->status.ok()) return finish(job, job->status);
     if (job->overall == Code::kOverLimit) ++over_limit_;
     for (const DescriptorResult& r : job->results) shadow_over_ += r.shadow_over;
+    value_metrics_dropped_ += int64_t(value_metrics_.count(job->plan, job->results));
     fill_response(job->overall, job->results, options_.response_headers, *job->response);
     if (options_.response_metadata) add_request_metadata(*job->request, job->plan, job->results, *job->response);
     if (options_.limit_headers) {
@@ -442,7 +448,8 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   std::atomic<int> deciding_{0};
 
   std::atomic<int64_t> calls_{0}, over_limit_{0}, invalid_{0}, busy_{0}, deadline_expired_{0}, cancelled_{0},
-      unavailable_{0}, shadow_over_{0}, overrides_ignored_{0}, domain_not_found_{0};
+      unavailable_{0}, shadow_over_{0}, overrides_ignored_{0}, domain_not_found_{0}, value_metrics_dropped_{0};
+  ValueMetrics value_metrics_{options_.value_metrics_per_rule};
 };
 
 RlsServer::RlsServer(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options)
@@ -458,6 +465,7 @@ void RlsServer::drain() { impl_->drain(); }
 void RlsServer::stop() { impl_->stop(); }
 void RlsServer::shutdown() { impl_->shutdown(); }
 StatsList RlsServer::stats() const { return impl_->stats(); }
+std::vector<ValueMetrics::Series> RlsServer::value_metrics() const { return impl_->value_metrics(); }
 std::vector<StatDef> RlsServer::stat_defs() {
   std::vector<StatDef> defs;
   append_stat_defs(Impl::stat_table(), defs);

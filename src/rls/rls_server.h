@@ -23,6 +23,7 @@
 #include <string>
 
 #include "request/request_handler.h"
+#include "rls/value_metrics.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/types.h"
 #include "util/stat_def.h"
@@ -37,6 +38,7 @@ struct RlsServerOptions {
   size_t max_request_bytes = 64 * 1024;  // a larger request is refused by gRPC (RESOURCE_EXHAUSTED)
   bool response_headers = false;         // add RateLimit-Policy, RateLimit and Retry-After
   bool response_metadata = false;        // the reference's RESPONSE_DYNAMIC_METADATA (add_request_metadata)
+  size_t value_metrics_per_rule = 100;   // detailed_metric / value_to_metric series per limit (0: none)
   bool limit_headers = false;            // the reference's LIMIT_RESPONSE_HEADERS_ENABLED (add_limit_headers)
   std::string limit_header = "RateLimit-Limit";
   std::string remaining_header = "RateLimit-Remaining";
@@ -102,6 +104,8 @@ class RlsServer {
   StatsList stats() const;
   // Their declarations (util/stat_def.h).
   static std::vector<StatDef> stat_defs();
+  // The per-value counts (detailed_metric, value_to_metric), each value's as counted so far.
+  std::vector<ValueMetrics::Series> value_metrics() const;
 
  private:
   class Impl;

@@ -440,6 +440,56 @@ descriptors:
   EXPECT_EQ(match(*c, "d", {{"nolimit", "1"}}).metadata, nullptr) << "no limit: nothing passed or was over";
 }
 
+// The reference server's per-value stat names (its PR #996 and detailed_metric), which
+// tollgated counts in tollgate_rls_value_hits_total: a level with value_to_metric names the
+// request's value, an explicit value always names itself, a wildcard without the flag names its
+// pattern; detailed_metric names every entry. No flag on the way: no per-value name.
+TEST(RlsConfigMatch, ValueToMetricAndDetailedMetricNameTheValues) {
+  auto c = parse(R"(domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value: GET
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: second, requests_per_unit: 5}
+  - key: path
+    value: "/api/*"
+    descriptors:
+      - key: user
+        value_to_metric: true
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: wild
+    value: "a*"
+    value_to_metric: true
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: detailed
+    detailed_metric: true
+    descriptors:
+      - key: leaf
+        detailed_metric: true
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 5}
+)");
+  const RlsMatch a = match(*c, "d", {{"route", "api"}, {"http_method", "GET"}, {"subject_id", "123"}});
+  EXPECT_EQ(a.metric, "d.route_api.http_method_GET.subject_id");  // the reference's own example
+  EXPECT_EQ(a.metric_rule, "d.route.http_method_GET.subject_id");
+  EXPECT_EQ(match(*c, "d", {{"path", "/api/v1"}, {"user", "bob"}}).metric, "d.path_/api/*.user_bob");
+  EXPECT_EQ(match(*c, "d", {{"wild", "abc"}}).metric, "d.wild_abc");
+  EXPECT_EQ(match(*c, "d", {{"detailed", "x"}, {"leaf", "y"}}).metric, "d.detailed_x.leaf_y");
+  const RlsMatch plain = match(*c, "d", {{"plain", "p"}});
+  EXPECT_EQ(plain.metric, "") << "no flag: the limit's own series is enough";
+  EXPECT_TRUE(plain.metric_rule.empty());
+  EXPECT_EQ(match(*parse("domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+                  "e", {{"k", "v"}})
+                .metric,
+            "")
+      << "a config without the flags builds no name";
+}
+
 // --- bucket keys -------------------------------------------------------------------------------
 
 TEST(RlsConfigKeys, ValuelessNodesGiveEachValueItsOwnSelfDescribingKey) {

@@ -195,6 +195,7 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"rls-shadow-mode", "true"},
       {"rls-quota-mode", "true"},
       {"rls-limit-headers", "true"},
+      {"rls-value-metrics", "7"},
       {"rls-limit-header-names", "X-Limit,X-Left,X-Reset"},
       {"rls-response-metadata", "true"},
       {"rls-max-pending", "100"},

@@ -14,6 +14,7 @@
 
 #include "core/key_table.h"
 #include "request/request_handler.h"
+#include "rls/value_metrics.h"
 #include "support/table_handler.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/rls_config_file.h"
@@ -790,6 +791,46 @@ TEST_F(RlsDecideQuotaAll, EveryDescriptorIsAQuota) {
   EXPECT_EQ(run({o, desc({{"quota", "z"}})}), Code::kOk);
   EXPECT_EQ(run({o, desc({{"quota2", "z"}})}), Code::kOk) << "the override is over, quota2 has room";
   EXPECT_EQ(out[0].code, Code::kOverLimit);
+}
+
+// --- per-value counts (detailed_metric, value_to_metric): ValueMetrics ------------------------
+
+TEST(RlsValueMetrics, CountsHitsByValueAndAnswerUpToTheCapThenCountsTheDrops) {
+  const auto config = parse_rls_config({{"rls.yaml", R"(domain: d
+descriptors:
+  - key: user
+    value_to_metric: true
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 2}
+)"}});
+  TableHandler handler(config);
+  ValueMetrics metrics(2);  // two values of one limit at most
+  size_t dropped = 0;
+  auto run = [&](std::string_view user, uint64_t hits) {
+    Plan plan;
+    EXPECT_EQ(plan_request(config, "d", 0, {desc({{"user", user}}, hits), desc({{"plain", "p"}}, 0)}, 256, plan), "");
+    std::vector<DescriptorResult> out;
+    decide(handler, plan, out);
+    dropped += metrics.count(plan, out);
+  };
+  run("ann", 1);
+  run("ann", 1);
+  run("ann", 1);  // over: 2/s
+  run("bob", 2);
+  run("cid", 1);  // a third value of the limit: not kept
+  EXPECT_EQ(dropped, 1u);
+  const std::vector<ValueMetrics::Series> s = metrics.snapshot();
+  ASSERT_EQ(s.size(), 2u) << "plain has no per-value name";
+  EXPECT_EQ(s[0].name, "d.user_ann");
+  EXPECT_EQ(s[0].rule, "d.user");
+  EXPECT_EQ(s[0].within_limit, 2u);
+  EXPECT_EQ(s[0].over_limit, 1u);
+  EXPECT_EQ(s[1].name, "d.user_bob");
+  EXPECT_EQ(s[1].within_limit, 2u) << "hits, not calls";
+  run("ann", 0);  // a kept value is counted whatever the cap
+  EXPECT_EQ(dropped, 1u);
+  EXPECT_EQ(ValueMetrics(0).count(Plan{}, {}), 0u);
 }
 }  // namespace
 

@@ -457,6 +457,41 @@ class ReferenceLimitHeaders(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+class ValueMetrics(unittest.TestCase):
+    def test_detailed_metric_and_value_to_metric_give_each_value_a_capped_series(self):
+        """The reference's per-value stats, in /metrics: tollgate_rls_value_hits_total by descriptor
+        value, at most --rls-value-metrics values a limit, the rest counted as dropped."""
+        import urllib.request
+        work = tempfile.mkdtemp(prefix="tollgate-rls-value-metrics-")
+        config = os.path.join(work, "rls.yaml")
+        with open(config, "w") as f:
+            f.write("domain: v\ndescriptors:\n  - key: user\n    value_to_metric: true\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+                    "  - key: tenant\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+        http_port = free_port()
+        d = Daemon(work, "values", config,
+                   extra=["--http-listen", "127.0.0.1:%d" % http_port, "--rls-value-metrics", "2"])
+        try:
+            for user in ("ann", "ann", "bob", "cid"):
+                d.one("v", [("user", user)])
+            d.call("v", [([("tenant", "t1")], 3)])
+            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=5).read().decode()
+            series = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                      for line in text.splitlines() if line.startswith("tollgate_rls_value_hits_total{")}
+            def hits(rule, name, result):
+                key = 'tollgate_rls_value_hits_total{rule="%s",descriptor="%s",result="%s"}' % (rule, name, result)
+                return series.get(key)
+            self.assertEqual(hits("rls:v.user", "v.user_ann", "within_limit"), 1)
+            self.assertEqual(hits("rls:v.user", "v.user_ann", "over_limit"), 1)
+            self.assertEqual(hits("rls:v.user", "v.user_bob", "within_limit"), 1)
+            self.assertIsNone(hits("rls:v.user", "v.user_cid", "within_limit"))  # the third value of the limit
+            self.assertEqual(hits("rls:v.tenant", "v.tenant_t1", "within_limit"), 3)  # hits, not calls
+            self.assertIn("tollgate_rls_value_metrics_dropped_total 1", text)
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class QuotaModeAndResponseMetadata(unittest.TestCase):
     """The reference server's quota mode (a descriptor's quota_mode, QUOTA_MODE) and its
     RESPONSE_DYNAMIC_METADATA (--rls-response-metadata), decoded as Envoy decodes them: a Struct."""
