@@ -116,6 +116,10 @@ struct RlsDescriptor {
   std::string key;
   std::optional<std::string> value;  // absent: any value; with a '*' anywhere: a wildcard
   std::optional<RlsLimit> rate_limit;
+  // tollgate's `rate_limits:` (a list, instead of `rate_limit`): the first is `rate_limit`, the
+  // others are here. Several limits on one descriptor, all or nothing like a request's
+  // descriptors: 10 a second and 1,000 a day on the same key and value.
+  std::vector<RlsLimit> more_limits;
   bool shadow_mode = false;  // counted as usual, never denies
   // Over-limit quota descriptors do not deny alone: a request is over only when every quota
   // descriptor of it is (and no other descriptor is over). The reference server's quota_mode.
@@ -161,6 +165,9 @@ struct RlsMatch {
   // the limit's own name (label()) it counts under. Empty otherwise.
   std::string metric;
   std::string_view metric_rule;
+  // The descriptor's other limits (RlsDescriptor::more_limits), each resolved like this one
+  // (its own limit and bucket key; the same flags).
+  std::vector<RlsMatch> more;
   // The bucket key, when limit->limited(); else empty.
   std::string key;
   // Bytes of `key` before the values (prefix, domain, node path and the 0x1D separator).

@@ -17,6 +17,8 @@
 //         max_debt: 500               # tollgate: how deep remote consumption may go (default burst)
 //         charge_when_over: false     # tollgate: charge a denied cost all the same, into debt
 //                                     # (Envoy's apply_on_stream_done: the cost is known after)
+//       rate_limits: [{...}, {...}]   # tollgate: instead of rate_limit, several limits (up to
+//                                     # 8), all or nothing: 10 a second and 1,000 a day
 //       shadow_mode: false            # counted, never denies
 //       quota_mode: false             # over alone does not deny: a request is over only when
 //                                     # all its quota descriptors are (and no other one is)
@@ -48,6 +50,7 @@ namespace tollgate {
 
 inline constexpr size_t kMaxRlsDescriptorDepth = 64;
 inline constexpr size_t kMaxRlsDescriptors = 100'000;
+inline constexpr size_t kMaxRlsLimitsPerDescriptor = 8;  // `rate_limits:` entries
 
 // One file's text and the name errors give it (usually its path).
 struct RlsConfigText {

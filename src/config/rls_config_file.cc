@@ -80,7 +80,7 @@ class RlsParser {
     d.column = node.Mark().column + 1;
     bool has_key = false;
     static constexpr std::string_view kFields[] = {
-        "key",        "value",    "rate_limit",      "descriptors",     "shadow_mode",
+        "key",        "value",    "rate_limit",      "rate_limits",     "descriptors",    "shadow_mode",
         "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"};
     yaml::for_each_field(source_, node, kFields,
                          [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
@@ -93,7 +93,23 @@ class RlsParser {
         // As in envoyproxy/ratelimit, an empty value is the same as none: any value matches.
         if (std::string v = scalar(value, "value"); !v.empty()) d.value = std::move(v);
       } else if (name == "rate_limit") {
+        if (d.rate_limit) fail_value(value, "a descriptor takes `rate_limit` or `rate_limits`, not both");
         d.rate_limit = rate_limit(value);
+      } else if (name == "rate_limits") {
+        if (d.rate_limit) fail_value(value, "a descriptor takes `rate_limit` or `rate_limits`, not both");
+        if (!value.IsSequence() || value.size() == 0 || value.size() > kMaxRlsLimitsPerDescriptor) {
+          fail_value(value, "`rate_limits` must be a list of 1 to " + std::to_string(kMaxRlsLimitsPerDescriptor) +
+                                " limits, each like a `rate_limit`");
+        }
+        for (const YAML::Node& item : value) {
+          RlsLimit l = rate_limit(item);
+          if (l.unlimited && value.size() > 1) fail(item, "`unlimited: true` cannot be one of several limits");
+          if (!d.rate_limit) {
+            d.rate_limit = std::move(l);
+          } else {
+            d.more_limits.push_back(std::move(l));
+          }
+        }
       } else if (name == "descriptors") {
         d.descriptors = descriptor_list(value);
       } else if (name == "shadow_mode") {

@@ -17,8 +17,9 @@
 namespace tollgate {
 namespace {
 
-constexpr char kExactSep = '\x01';     // key, then its configured value
-constexpr char kWildcardSep = '\x02';  // key, then the wildcard's prefix
+constexpr char kExactSep = '\x01';       // key, then its configured value
+constexpr char kWildcardSep = '\x02';    // key, then the wildcard's prefix
+constexpr char kMoreLimitMark = '\x03';  // a descriptor's other limits: the path component 0x03 N
 
 bool has_control_char(std::string_view s) {
   return std::any_of(s.begin(), s.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; });
@@ -98,10 +99,11 @@ bool parse_rls_unit(std::string_view text, RlsUnit* out) {
 
 struct RlsConfig::Node {
   const RlsDescriptor* descriptor = nullptr;
-  std::string path;           // prefix, domain and the node path: the key up to (not including) 0x1D
-  std::string label;          // "domain.key_value.key": RlsConfig::label
-  bool value_in_key = false;  // the request's value at this level goes into the key's values
-  StringMap<Node*> exact;     // "key" 0x01 "value"
+  std::string path;                     // prefix, domain and the node path: the key up to (not including) 0x1D
+  std::string label;                    // "domain.key_value.key": RlsConfig::label
+  bool value_in_key = false;            // the request's value at this level goes into the key's values
+  std::vector<std::string> more_paths;  // the paths of the descriptor's more_limits, in order
+  StringMap<Node*> exact;               // "key" 0x01 "value"
   struct Wildcard {
     std::string key, pattern;
     std::string head;  // the pattern's text before its first '*': a cheap reject
@@ -232,8 +234,8 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains, RlsModes modes)
           parent.any.emplace(desc.key, &node);
         }
 
-        if (desc.rate_limit) {
-          RlsLimit& limit = *desc.rate_limit;  // its `bucket` is derived here
+        // A limit's `bucket` is derived here, and a limited one registered under `path`.
+        auto derive = [&](RlsLimit& limit, const std::string& path, const std::string& label) {
           if (has_control_char(limit.name)) at("a limit's `name` must not contain control characters");
           if (limit.unlimited && limit.unit != RlsUnit::kUnknown) at("`unlimited: true` cannot have a `unit`");
           if (!limit.unlimited && limit.unit == RlsUnit::kUnknown) at("`rate_limit` needs a `unit`");
@@ -253,12 +255,26 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains, RlsModes modes)
             // are charged whatever the answer, so their shadow is decided there alone.
             limit.bucket.shadow = desc.shadow_mode && !limit.charge_when_over;
             if (std::string why = validate_limit(limit.bucket); !why.empty()) at(why);
-            tree_->by_path.emplace(node.path, uint32_t(limits_.size()));
+            tree_->by_path.emplace(path, uint32_t(limits_.size()));
             limits_.push_back(&limit);
-            labels_.push_back(node.label);
+            labels_.push_back(label);
           } else if (limit.burst || limit.max_debt || limit.charge_when_over) {
             at("`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0");
           }
+        };
+        if (desc.rate_limit) derive(*desc.rate_limit, node.path, node.label);
+        if (!desc.more_limits.empty() && !desc.rate_limit) at("`rate_limits` beyond the first needs the first");
+        // The others of `rate_limits`: each its own bucket, under a path of its own below the
+        // descriptor's (a component no request can name: control characters are refused).
+        for (size_t j = 0; j < desc.more_limits.size(); ++j) {
+          node.more_paths.push_back(node.path + kRlsKeyPathSep + kMoreLimitMark + std::to_string(j + 1));
+          if (node.more_paths.back().size() + 1 > kRlsMaxKeyPathBytes) {
+            at("domain and descriptor keys and values add up to more than " + std::to_string(kRlsMaxKeyPathBytes) +
+               " bytes: too long for a bucket key");
+          }
+          const RlsLimit& l = desc.more_limits[j];
+          derive(desc.more_limits[j], node.more_paths.back(),
+                 node.label + "#" + (l.name.empty() ? std::to_string(j + 2) : l.name));
         }
         add(desc.descriptors, node, source);
       }
@@ -328,6 +344,17 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
   m.shadow_mode = d.shadow_mode;
   m.quota_mode = d.quota_mode;
   if (d.metadata.kind == RlsValue::Kind::kMap) m.metadata = &d.metadata;
+  for (size_t j = 0; j < d.more_limits.size(); ++j) {  // rate_limits: the others, likewise
+    RlsMatch& e = m.more.emplace_back();
+    e.limit = &d.more_limits[j];
+    e.shadow_mode = m.shadow_mode;
+    e.quota_mode = m.quota_mode;
+    if (!e.limit->limited()) continue;
+    e.key = node->more_paths[j];
+    e.key += kRlsKeyValuesSep;
+    e.path_bytes = e.key.size();
+    for (std::string_view v : values) e.key.append(std::to_string(v.size())).append(1, ':').append(v);
+  }
   if (!m.limit->limited()) return m;
   if (d.detailed_metric) {  // every entry's key and value, whatever matched it
     m.metric.assign(domain);
@@ -348,10 +375,27 @@ void RlsConfig::apply_replaces(std::span<RlsMatch> matches) {
   std::unordered_set<std::string_view> replaced;
   for (const RlsMatch& m : matches) {
     if (m.limit) replaced.insert(m.limit->replaces.begin(), m.limit->replaces.end());
+    for (const RlsMatch& e : m.more) replaced.insert(e.limit->replaces.begin(), e.limit->replaces.end());
   }
   if (replaced.empty()) return;
+  auto is_replaced = [&](const RlsMatch& m) {
+    return m.limit && !m.limit->name.empty() && replaced.contains(m.limit->name);
+  };
   for (RlsMatch& m : matches) {
-    if (m.limit && !m.limit->name.empty() && replaced.contains(m.limit->name)) m = RlsMatch{};
+    std::erase_if(m.more, is_replaced);
+    if (!is_replaced(m)) continue;
+    if (m.more.empty()) {
+      m = RlsMatch{};
+      continue;
+    }
+    // The descriptor's first limit is replaced, not its others: the next one takes its place.
+    std::vector<RlsMatch> rest(std::make_move_iterator(m.more.begin() + 1), std::make_move_iterator(m.more.end()));
+    RlsMatch next = std::move(m.more.front());
+    next.metadata = m.metadata;
+    next.metric = std::move(m.metric);
+    next.metric_rule = m.metric_rule;
+    next.more = std::move(rest);
+    m = std::move(next);
   }
 }
 

@@ -119,16 +119,25 @@ std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_vi
   RlsConfig::apply_replaces(matches);
   for (size_t i = 0; i < matches.size(); ++i) {
     RlsMatch& m = matches[i];
-    if (m.key.size() > max_key_bytes) {
-      m.key = m.key.substr(0, m.path_bytes) + values_digest(std::string_view(m.key).substr(m.path_bytes));
-    }
+    auto fit = [&](RlsMatch& one) {
+      if (one.key.size() > max_key_bytes) {
+        one.key = one.key.substr(0, one.path_bytes) + values_digest(std::string_view(one.key).substr(one.path_bytes));
+      }
+    };
+    fit(m);
+    for (RlsMatch& e : m.more) fit(e);
     plan.descriptors[i].match = std::move(m);
   }
   return {};
 }
 
-Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorResult>& out) {
-  const size_t n = plan.descriptors.size();
+namespace {
+
+// decide() over one limit per entry: a request's descriptors, each of several limits spread into
+// entries of their own.
+Code decide_each(RequestHandler& handler, const std::vector<DescriptorPlan>& descriptors,
+                 std::vector<DescriptorResult>& out) {
+  const size_t n = descriptors.size();
   out.assign(n, DescriptorResult{});
   // The descriptors that decide: non-shadow, limited, costing something.
   std::vector<CheckItem> items;
@@ -139,7 +148,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
   size_t quotas = 0, quotas_with_room = 0;
   std::vector<size_t> charge_anyway;  // quota descriptors over, charge_when_over: paid all the same
   for (size_t i = 0; i < n; ++i) {
-    const DescriptorPlan& p = plan.descriptors[i];
+    const DescriptorPlan& p = descriptors[i];
     const RlsLimit* limit = p.match.limit;
     if (!limit) continue;  // no limit: OK, remaining 0
     if (limit->unlimited) {
@@ -203,7 +212,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       for (size_t k = 0; k < items.size(); ++k) {
         const Decision& d = decisions[k];
         if (d.allowed || d.reason == DenyReason::kOtherCheckDenied) continue;
-        if (plan.descriptors[where[k]].match.quota_mode) {
+        if (descriptors[where[k]].match.quota_mode) {
           drop.push_back(k);
         } else {
           other_denied = true;
@@ -211,7 +220,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       }
       // (A charge_when_over limit was paid by the attempt: another would pay it twice.)
       const bool paid = std::any_of(where.begin(), where.end(),
-                                    [&](size_t i) { return plan.descriptors[i].match.limit->bucket.charge_when_over; });
+                                    [&](size_t i) { return descriptors[i].match.limit->bucket.charge_when_over; });
       if (other_denied || drop.empty() || paid) break;
       for (auto k = drop.rbegin(); k != drop.rend(); ++k) {
         DescriptorResult& r = out[where[*k]];
@@ -236,7 +245,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     // tokens, which is exact for a whole-token cost.
     std::vector<CheckItem> look = items;
     for (size_t k = 0; k < look.size(); ++k) {
-      if (!plan.descriptors[where[k]].match.limit->bucket.charge_when_over) look[k].cost = 0;
+      if (!descriptors[where[k]].match.limit->bucket.charge_when_over) look[k].cost = 0;
     }
     handler.check(look, decisions);
   }
@@ -248,7 +257,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
       continue;
     }
     r.until_full_ns = until_full_ns(d);
-    const bool charged = plan.descriptors[where[k]].match.limit->bucket.charge_when_over;
+    const bool charged = descriptors[where[k]].match.limit->bucket.charge_when_over;
     const bool has_room =
         blocked && !charged ? d.remaining >= items[k].cost : d.allowed || d.reason == DenyReason::kOtherCheckDenied;
     if (has_room) {
@@ -262,7 +271,7 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
   // Shadow descriptors: charged only if the request goes ahead, never denying. And the balance
   // of those that cost nothing, looked at above, once the request's charges are in.
   for (size_t i = 0; i < n; ++i) {
-    const DescriptorPlan& p = plan.descriptors[i];
+    const DescriptorPlan& p = descriptors[i];
     const RlsLimit* limit = p.match.limit;
     if (!limit || limit->unlimited || p.refund || (!p.match.shadow_mode && p.hits != 0)) continue;
     DescriptorResult& r = out[i];
@@ -289,13 +298,13 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     r.remaining = r.shadow_over ? 0 : clamp_remaining(d.remaining);
   }
   for (size_t i : charge_anyway) {
-    const CheckItem item{plan.descriptors[i].match.key, plan.descriptors[i].hits};
+    const CheckItem item{descriptors[i].match.key, descriptors[i].hits};
     Decision d;
     handler.check({&item, 1}, {&d, 1});
   }
   // Refunds: whatever the request's outcome, each gives its hits back and answers OK.
   for (size_t i = 0; i < n; ++i) {
-    const DescriptorPlan& p = plan.descriptors[i];
+    const DescriptorPlan& p = descriptors[i];
     const RlsLimit* limit = p.match.limit;
     if (!p.refund || !limit || !limit->limited()) continue;  // no bucket: nothing to give back
     const CheckItem item{p.match.key, p.hits};
@@ -310,6 +319,47 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     r.until_full_ns = until_full_ns(d);
   }
   return allowed ? Code::kOk : Code::kOverLimit;
+}
+
+}  // namespace
+
+Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorResult>& out) {
+  const bool several = std::any_of(plan.descriptors.begin(), plan.descriptors.end(),
+                                   [](const DescriptorPlan& p) { return !p.match.more.empty(); });
+  if (!several) return decide_each(handler, plan.descriptors, out);
+  // A descriptor of several limits (rate_limits): each limit an entry of its own, decided all
+  // together (all or nothing), then answered as one: the first of its limits that is over, or
+  // else the one with the fewest tokens left.
+  std::vector<DescriptorPlan> each;
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < plan.descriptors.size(); ++i) {
+    const DescriptorPlan& p = plan.descriptors[i];
+    each.push_back(p);
+    each.back().match.more.clear();
+    owner.push_back(i);
+    for (const RlsMatch& m : p.match.more) {
+      DescriptorPlan& q = each.emplace_back();
+      q.match = m;
+      q.hits = p.hits;
+      q.refund = p.refund;
+      owner.push_back(i);
+    }
+  }
+  std::vector<DescriptorResult> results;
+  const Code overall = decide_each(handler, each, results);
+  out.assign(plan.descriptors.size(), DescriptorResult{});
+  std::vector<bool> taken(plan.descriptors.size(), false);
+  for (size_t k = 0; k < results.size(); ++k) {
+    const DescriptorResult& r = results[k];
+    DescriptorResult& o = out[owner[k]];
+    const bool shadow_over = o.shadow_over || r.shadow_over;
+    const bool better = !taken[owner[k]] || (r.code == Code::kOverLimit && o.code != Code::kOverLimit) ||
+                        (r.code == o.code && r.code != Code::kOverLimit && r.limit && r.remaining < o.remaining);
+    if (better) o = r;
+    o.shadow_over = shadow_over;
+    taken[owner[k]] = true;
+  }
+  return overall;
 }
 
 }  // namespace tollgate::rls

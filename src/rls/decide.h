@@ -8,6 +8,9 @@
 //   untouched remaining count; overall_code is OVER_LIMIT.
 // - A shadow_mode descriptor is charged only when the request is allowed, and answers OK even
 //   when it would have denied (shadow_over tells).
+// - A descriptor of several limits (rate_limits) is decided as one entry per limit, all or
+//   nothing with the rest, and answered as one: the first of its limits over, or else the one
+//   with the fewest tokens left.
 // - A quota_mode descriptor (the reference server's quota mode) does not deny alone: one with
 //   room is charged with the others (all or nothing); one without answers OVER_LIMIT and is not
 //   charged (unless charge_when_over), and the request is over only if every quota descriptor

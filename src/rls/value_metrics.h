@@ -24,8 +24,8 @@ class ValueMetrics {
   explicit ValueMetrics(size_t per_rule) : per_rule_(per_rule) {}
 
   struct Series {
-    std::string rule;  // RlsConfig::label of the limit
-    std::string name;  // RlsMatch::metric
+    std::string rule;           // RlsConfig::label of the limit
+    std::string name;           // RlsMatch::metric
     uint64_t within_limit = 0;  // hits of descriptors answered OK
     uint64_t over_limit = 0;    // hits of descriptors answered OVER_LIMIT
     uint64_t shadow_over = 0;   // hits a shadow_mode descriptor would have put over
@@ -40,7 +40,7 @@ class ValueMetrics {
  private:
   const size_t per_rule_;
   mutable std::mutex mutex_;
-  StringMap<size_t> index_;     // name -> series_
+  StringMap<size_t> index_;           // name -> series_
   StringMap<size_t> per_rule_count_;  // rule -> values kept
   std::vector<Series> series_;
 };

@@ -490,6 +490,47 @@ descriptors:
       << "a config without the flags builds no name";
 }
 
+// tollgate's `rate_limits:`: several limits on one descriptor, each its own bucket that every
+// node finds from the key alone; names are kept, and `replaces` sees them.
+TEST(RlsConfigMatch, SeveralLimitsOnOneDescriptorEachHaveTheirOwnBucket) {
+  auto c = parse(R"(domain: d
+descriptors:
+  - key: api_key
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: day, requests_per_unit: 1000, name: daily}
+      - {unit: hour, requests_per_unit: 100}
+  - key: one
+    rate_limits: [{unit: second, requests_per_unit: 1}]
+  - key: vip
+    rate_limit: {unit: second, requests_per_unit: 50, replaces: [{name: daily}]}
+)");
+  const RlsMatch m = match(*c, "d", {{"api_key", "k1"}});
+  EXPECT_EQ(rpu(m), 10);
+  ASSERT_EQ(m.more.size(), 2u);
+  EXPECT_EQ(m.more[0].limit->requests_per_unit, 1000u);
+  EXPECT_EQ(m.more[0].limit->name, "daily");
+  EXPECT_EQ(m.more[1].limit->unit, RlsUnit::kHour);
+  const std::set<std::string> keys{m.key, m.more[0].key, m.more[1].key};
+  EXPECT_EQ(keys.size(), 3u) << "one bucket each";
+  EXPECT_NE(m.more[0].key, match(*c, "d", {{"api_key", "k2"}}).more[0].key) << "and one per value";
+  for (const RlsMatch* one : {&m, &m.more[0], &m.more[1]}) {
+    const std::optional<uint32_t> index = c->limit_index(one->key);
+    ASSERT_TRUE(index.has_value()) << "a node that only hears the key finds its limit";
+    EXPECT_EQ(&c->limit(*index), one->limit);
+  }
+  EXPECT_EQ(c->label(*c->limit_index(m.more[0].key)), "d.api_key#daily");
+  EXPECT_EQ(c->label(*c->limit_index(m.more[1].key)), "d.api_key#3");
+  EXPECT_TRUE(match(*c, "d", {{"one", "x"}}).more.empty()) << "a list of one is a rate_limit";
+
+  // `replaces` drops a named limit among several, and the descriptor keeps the others.
+  std::vector<RlsMatch> both{match(*c, "d", {{"api_key", "k1"}}), match(*c, "d", {{"vip", "v"}})};
+  RlsConfig::apply_replaces(both);
+  ASSERT_EQ(both[0].more.size(), 1u);
+  EXPECT_EQ(both[0].more[0].limit->unit, RlsUnit::kHour);
+  EXPECT_EQ(rpu(both[0]), 10);
+}
+
 // --- bucket keys -------------------------------------------------------------------------------
 
 TEST(RlsConfigKeys, ValuelessNodesGiveEachValueItsOwnSelfDescribingKey) {
@@ -1027,122 +1068,144 @@ TEST(RlsConfigFile, ErrorsNameFileLineAndProblem) {
   };
   const std::string d = "domain: d\ndescriptors:\n";
   const std::string a = d + "  - key: a\n    rate_limit:\n";  // rate_limit fields go on line 5
-  const Case cases[] = {
-      // TestEmptyDomain / missing domain
-      {"domain: \"\"\ndescriptors: []\n", "rls.yaml:1:1:", "`domain` must not be empty"},
-      {"domain:\ndescriptors: []\n", "rls.yaml:1:", "`domain` must not be empty"},
-      {"descriptors:\n  - key: a\n", "rls.yaml:1:", "no `domain`"},
-      {"domain: [d]\n", "rls.yaml:1:9:", "`domain` must be a single value"},
-      // TestEmptyKey / missing key
-      {d + "  - key: \"\"\n", "rls.yaml:3:10:", "descriptor `key` must not be empty"},
-      {d + "  - key: ''\n    value: v\n", "rls.yaml:3:10:", "descriptor `key` must not be empty"},
-      {d + "  - value: v\n", "rls.yaml:3:5:", "descriptor has no `key`"},
-      {d + "  - key: a\n    quota_mode: maybe\n", "rls.yaml:4:17:", "`quota_mode` must be true or false"},
-      {d + "  - key: a\n    metadata: service_1\n", "rls.yaml:4:15:", "`metadata` must be a mapping"},
-      {d + "  - key: a\n    metadata: {n: 1, n: 2}\n", "rls.yaml:4:", "`metadata` key \"n\" appears twice"},
-      {d + "  - key: a\n    metadata: {[k]: 1}\n", "rls.yaml:4:", "`metadata` keys must be single values"},
-      {d + "  - key: a\n    metadata: " + std::string(20, '[') + std::string(20, ']') + "\n",
-       "rls.yaml:4:", "`metadata` must be a mapping"},
-      {d + "  - key: a\n    metadata: {x: " + std::string(20, '[') + std::string(20, ']') + "}\n",
-       "rls.yaml:4:", "`metadata` nests deeper than 16"},
-      // TestDuplicateKey: the same key and value twice at one level
-      {d + "  - key: a\n    value: b\n  - key: a\n    value: b\n",
-       "rls.yaml:5:5:", "duplicate descriptor: key \"a\" value \"b\" is already defined at this level"},
-      {d + "  - key: a\n  - key: a\n", "rls.yaml:4:5:", "duplicate descriptor: key \"a\" is already defined"},
-      {d + "  - key: a\n  - key: a\n    value: \"\"\n", "rls.yaml:4:5:", "duplicate descriptor"},  // "" = none
-      {d + "  - key: a\n    descriptors:\n      - key: b\n        value: x*\n      - key: b\n        value: x*\n",
-       "rls.yaml:7:9:", "duplicate descriptor: key \"b\" value \"x*\""},
-      // TestBadLimitUnit
-      {a + "      unit: fortnight\n      requests_per_unit: 1\n",
-       "rls.yaml:5:13:", "unknown unit \"fortnight\" (expected second, minute, hour, day, week, month or year)"},
-      {a + "      unit: unknown\n      requests_per_unit: 1\n", "rls.yaml:5:13:", "unknown unit \"unknown\""},
-      {a + "      unit: seconds\n      requests_per_unit: 1\n", "rls.yaml:5:13:", "unknown unit \"seconds\""},
-      // TestMisspelledKey (x2), and keys in the wrong place
-      {d + "  - key: a\n    ratelimit:\n      unit: second\n      requests_per_unit: 5\n",
-       "rls.yaml:4:5:", "unknown field \"ratelimit\""},
-      {a + "      unit: second\n      requests_per_unti: 5\n", "rls.yaml:6:7:", "unknown field \"requests_per_unti\""},
-      {"domian: d\n", "rls.yaml:1:1:", "unknown field \"domian\""},
-      {d + "  - key: a\n    unit: second\n", "rls.yaml:4:5:", "unknown field \"unit\""},
-      {a + "      unit: second\n      requests_per_unit: 5\n      domain: d\n",
-       "rls.yaml:7:7:", "unknown field \"domain\""},
-      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: [{name: b, nam: c}]\n",
-       "rls.yaml:7:", "unknown field \"nam\""},
-      // TestNonStringKey: map keys that are not field names, fields that are not single values
-      {d + "  - key: a\n    0.25: b\n", "rls.yaml:4:5:", "unknown field \"0.25\""},
-      {"? [a, b]\n: c\n", "rls.yaml:1:", "unknown field \"\""},
-      {d + "  - key: [a, b]\n", "rls.yaml:3:10:", "`key` must be a single value"},
-      {d + "  - key: {a: b}\n", "rls.yaml:3:10:", "`key` must be a single value"},
-      {d + "  - key: a\n    value: [b]\n", "rls.yaml:4:12:", "`value` must be a single value"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      name: [n]\n",
-       "rls.yaml:7:13:", "`name` must be a single value"},
-      // TestNonMapList: descriptors not a list, items not mappings
-      {d + "  key: a\n", "rls.yaml:3:3:", "`descriptors` must be a list"},
-      {d + "  - key: a\n    descriptors: b\n", "rls.yaml:4:18:", "`descriptors` must be a list"},
-      {d + "  - a\n  - b\n", "rls.yaml:3:5:", "a descriptor must be a mapping"},
-      {d + "  - [key, a]\n", "rls.yaml:3:5:", "a descriptor must be a mapping"},
-      {d + "  - key: a\n    rate_limit: 5\n", "rls.yaml:4:17:", "`rate_limit` must be a mapping"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: base\n",
-       "rls.yaml:7:17:", "`replaces` must be a list"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      replaces: [base]\n",
-       "rls.yaml:7:18:", "each `replaces` entry must be a mapping"},
-      {"- domain: d\n", "rls.yaml:1:1:", "expected a mapping"},
-      {"just text\n", "rls.yaml:1:1:", "expected a mapping"},
-      // TestUnlimitedWithRateLimitUnit, whichever comes first
-      {a + "      unlimited: true\n      unit: second\n", "rls.yaml:6:13:", "`unlimited: true` cannot have a `unit`"},
-      {a + "      unit: second\n      unlimited: true\n", "rls.yaml:5:13:", "`unlimited: true` cannot have a `unit`"},
-      // TestReplacesSelf / TestReplacesEmpty
-      {a + "      name: self\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: self}]\n",
-       "rls.yaml:3:5:", "limit \"self\" cannot replace itself"},
-      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{name: \"\"}]\n",
-       "rls.yaml:7:", "`replaces` needs a non-empty `name`"},
-      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{name: }]\n",
-       "rls.yaml:7:", "`replaces` needs a non-empty `name`"},
-      {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{}]\n",
-       "rls.yaml:7:", "`replaces` entry has no `name`"},
-      // a limit without a unit or without requests_per_unit
-      {d + "  - key: a\n    rate_limit: {requests_per_unit: 5}\n",
-       "rls.yaml:4:17:", "`rate_limit` has no `unit` (e.g. unit: second)"},
-      {a + "      requests_per_unit: 5\n", "rls.yaml:5:7:", "`rate_limit` has no `unit`"},
-      {a + "      unlimited: false\n      requests_per_unit: 5\n", "rls.yaml:5:7:", "`rate_limit` has no `unit`"},
-      {a + "      unit: second\n", "rls.yaml:5:7:", "`rate_limit` has no `requests_per_unit`"},
-      // control characters in config text
-      {d + "  - key: \"a\\tb\"\n", "rls.yaml:3:5:", "descriptor key and value must not contain control characters"},
-      {d + "  - key: a\n    value: \"x\\u0001\"\n", "rls.yaml:3:5:", "must not contain control characters"},
-      {d + "  - key: \"a\\x7f\"\n", "rls.yaml:3:5:", "must not contain control characters"},
-      {"domain: \"d\\x1f\"\n", "rls.yaml:1:9:", "`domain` must not contain control characters"},
-      // share_threshold needs a wildcard value
-      {d + "  - key: a\n    value: b\n    share_threshold: true\n",
-       "rls.yaml:3:5:", "`share_threshold` needs a wildcard `value` (one with a '*')"},
-      {d + "  - key: a\n    share_threshold: true\n", "rls.yaml:3:5:", "`share_threshold` needs a wildcard"},
-      // numbers out of range
-      {a + "      unit: second\n      requests_per_unit: 5\n      burst: 0\n",
-       "rls.yaml:7:14:", "`burst` must be between 1 and 1000000000000, got 0"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      burst: 1000000000001\n",
-       "rls.yaml:7:", "`burst` must be between 1 and 1000000000000"},
-      {a + "      unit: second\n      requests_per_unit: 5\n      max_debt: -1\n",
-       "rls.yaml:7:", "`max_debt` must be between 0 and 1000000000000, got -1"},
-      {a + "      unit: second\n      requests_per_unit: 4294967296\n",
-       "rls.yaml:6:26:", "`requests_per_unit` must be between 0 and 4294967295, got 4294967296"},
-      {a + "      unit: second\n      requests_per_unit: -1\n",
-       "rls.yaml:6:", "`requests_per_unit` must be between 0 and 4294967295, got -1"},
-      {a + "      unit: second\n      requests_per_unit: 1.5\n",
-       "rls.yaml:6:", "`requests_per_unit` must be a whole number, got \"1.5\""},
-      {a + "      unit: second\n      requests_per_unit: ten\n", "rls.yaml:6:", "must be a whole number, got \"ten\""},
-      {a + "      unit: second\n      requests_per_unit: 1\n      unit_multiplier: 0\n",
-       "rls.yaml:7:", "`unit_multiplier` must be between 1 and 4294967295, got 0"},
-      {a + "      unit: year\n      requests_per_unit: 1\n      unit_multiplier: 101\n",
-       "rls.yaml:3:5:", "exceeds 100 years"},
-      {a + "      unit: second\n      requests_per_unit: 0\n      burst: 5\n",
-       "rls.yaml:3:5:", "`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0"},
-      {a + "      unlimited: true\n      max_debt: 5\n",
-       "rls.yaml:3:5:", "`burst`, `max_debt` and `charge_when_over` need"},
-      {a + "      unlimited: true\n      charge_when_over: true\n", "rls.yaml:3:5:", "`charge_when_over` need"},
-      // booleans
-      {d + "  - key: a\n    shadow_mode: maybe\n", "rls.yaml:4:18:", "`shadow_mode` must be true or false"},
-      {a + "      unlimited: [true]\n", "rls.yaml:5:18:", "`unlimited` must be true or false"},
-      // repeated fields
-      {d + "  - key: a\n    key: b\n", "rls.yaml:4:5:", "field \"key\" appears twice"},
-      {"domain: d\ndomain: e\n", "rls.yaml:2:1:", "field \"domain\" appears twice"},
+  const Case cases[] =
+      {
+          // TestEmptyDomain / missing domain
+          {"domain: \"\"\ndescriptors: []\n", "rls.yaml:1:1:", "`domain` must not be empty"},
+          {"domain:\ndescriptors: []\n", "rls.yaml:1:", "`domain` must not be empty"},
+          {"descriptors:\n  - key: a\n", "rls.yaml:1:", "no `domain`"},
+          {"domain: [d]\n", "rls.yaml:1:9:", "`domain` must be a single value"},
+          // TestEmptyKey / missing key
+          {d + "  - key: \"\"\n", "rls.yaml:3:10:", "descriptor `key` must not be empty"},
+          {d + "  - key: ''\n    value: v\n", "rls.yaml:3:10:", "descriptor `key` must not be empty"},
+          {d + "  - value: v\n", "rls.yaml:3:5:", "descriptor has no `key`"},
+          {d + "  - key: a\n    quota_mode: maybe\n", "rls.yaml:4:17:", "`quota_mode` must be true or false"},
+          {d + "  - key: a\n    rate_limits: []\n", "rls.yaml:4:", "`rate_limits` must be a list of 1 to 8 limits"},
+          {d + "  - key: a\n    rate_limits: {unit: second}\n", "rls.yaml:4:", "`rate_limits` must be a list"},
+          {d + "  - key: a\n    rate_limits: [" +
+               [] {
+    std::string l;
+    for (int i = 0; i < 9; ++i) l += std::string(i ? ", " : "") + "{unit: second, requests_per_unit: 1}";
+    return l;
+           }() +
+           "]\n",
+           "rls.yaml:4:", "`rate_limits` must be a list of 1 to 8 limits"},
+          {d + "  - key: a\n    rate_limits: [{unlimited: true}, {unit: second, requests_per_unit: 1}]\n",
+           "rls.yaml:4:", "`unlimited: true` cannot be one of several limits"},
+          {d + "  - key: a\n    rate_limits: [{unit: second}]\n",
+           "rls.yaml:4:", "`rate_limit` has no `requests_per_unit`"},
+          {d + "  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits: [{unit: day, "
+               "requests_per_unit: 1}]\n",
+           "rls.yaml:5:", "a descriptor takes `rate_limit` or `rate_limits`, not both"},
+          {d + "  - key: a\n    metadata: service_1\n", "rls.yaml:4:15:", "`metadata` must be a mapping"},
+          {d + "  - key: a\n    metadata: {n: 1, n: 2}\n", "rls.yaml:4:", "`metadata` key \"n\" appears twice"},
+          {d + "  - key: a\n    metadata: {[k]: 1}\n", "rls.yaml:4:", "`metadata` keys must be single values"},
+          {d + "  - key: a\n    metadata: " + std::string(20, '[') + std::string(20, ']') + "\n",
+           "rls.yaml:4:", "`metadata` must be a mapping"},
+          {d + "  - key: a\n    metadata: {x: " + std::string(20, '[') + std::string(20, ']') + "}\n",
+           "rls.yaml:4:", "`metadata` nests deeper than 16"},
+          // TestDuplicateKey: the same key and value twice at one level
+          {d + "  - key: a\n    value: b\n  - key: a\n    value: b\n",
+           "rls.yaml:5:5:", "duplicate descriptor: key \"a\" value \"b\" is already defined at this level"},
+          {d + "  - key: a\n  - key: a\n", "rls.yaml:4:5:", "duplicate descriptor: key \"a\" is already defined"},
+          {d + "  - key: a\n  - key: a\n    value: \"\"\n", "rls.yaml:4:5:", "duplicate descriptor"},  // "" = none
+          {d + "  - key: a\n    descriptors:\n      - key: b\n        value: x*\n      - key: b\n        value: x*\n",
+           "rls.yaml:7:9:", "duplicate descriptor: key \"b\" value \"x*\""},
+          // TestBadLimitUnit
+          {a + "      unit: fortnight\n      requests_per_unit: 1\n",
+           "rls.yaml:5:13:", "unknown unit \"fortnight\" (expected second, minute, hour, day, week, month or year)"},
+          {a + "      unit: unknown\n      requests_per_unit: 1\n", "rls.yaml:5:13:", "unknown unit \"unknown\""},
+          {a + "      unit: seconds\n      requests_per_unit: 1\n", "rls.yaml:5:13:", "unknown unit \"seconds\""},
+          // TestMisspelledKey (x2), and keys in the wrong place
+          {d + "  - key: a\n    ratelimit:\n      unit: second\n      requests_per_unit: 5\n",
+           "rls.yaml:4:5:", "unknown field \"ratelimit\""},
+          {a + "      unit: second\n      requests_per_unti: 5\n",
+           "rls.yaml:6:7:", "unknown field \"requests_per_unti\""},
+          {"domian: d\n", "rls.yaml:1:1:", "unknown field \"domian\""},
+          {d + "  - key: a\n    unit: second\n", "rls.yaml:4:5:", "unknown field \"unit\""},
+          {a + "      unit: second\n      requests_per_unit: 5\n      domain: d\n",
+           "rls.yaml:7:7:", "unknown field \"domain\""},
+          {a + "      unit: second\n      requests_per_unit: 5\n      replaces: [{name: b, nam: c}]\n",
+           "rls.yaml:7:", "unknown field \"nam\""},
+          // TestNonStringKey: map keys that are not field names, fields that are not single values
+          {d + "  - key: a\n    0.25: b\n", "rls.yaml:4:5:", "unknown field \"0.25\""},
+          {"? [a, b]\n: c\n", "rls.yaml:1:", "unknown field \"\""},
+          {d + "  - key: [a, b]\n", "rls.yaml:3:10:", "`key` must be a single value"},
+          {d + "  - key: {a: b}\n", "rls.yaml:3:10:", "`key` must be a single value"},
+          {d + "  - key: a\n    value: [b]\n", "rls.yaml:4:12:", "`value` must be a single value"},
+          {a + "      unit: second\n      requests_per_unit: 5\n      name: [n]\n",
+           "rls.yaml:7:13:", "`name` must be a single value"},
+          // TestNonMapList: descriptors not a list, items not mappings
+          {d + "  key: a\n", "rls.yaml:3:3:", "`descriptors` must be a list"},
+          {d + "  - key: a\n    descriptors: b\n", "rls.yaml:4:18:", "`descriptors` must be a list"},
+          {d + "  - a\n  - b\n", "rls.yaml:3:5:", "a descriptor must be a mapping"},
+          {d + "  - [key, a]\n", "rls.yaml:3:5:", "a descriptor must be a mapping"},
+          {d + "  - key: a\n    rate_limit: 5\n", "rls.yaml:4:17:", "`rate_limit` must be a mapping"},
+          {a + "      unit: second\n      requests_per_unit: 5\n      replaces: base\n",
+           "rls.yaml:7:17:", "`replaces` must be a list"},
+          {a + "      unit: second\n      requests_per_unit: 5\n      replaces: [base]\n",
+           "rls.yaml:7:18:", "each `replaces` entry must be a mapping"},
+          {"- domain: d\n", "rls.yaml:1:1:", "expected a mapping"},
+          {"just text\n", "rls.yaml:1:1:", "expected a mapping"},
+          // TestUnlimitedWithRateLimitUnit, whichever comes first
+          {a + "      unlimited: true\n      unit: second\n",
+           "rls.yaml:6:13:", "`unlimited: true` cannot have a `unit`"},
+          {a + "      unit: second\n      unlimited: true\n",
+           "rls.yaml:5:13:", "`unlimited: true` cannot have a `unit`"},
+          // TestReplacesSelf / TestReplacesEmpty
+          {a + "      name: self\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: self}]\n",
+           "rls.yaml:3:5:", "limit \"self\" cannot replace itself"},
+          {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{name: \"\"}]\n",
+           "rls.yaml:7:", "`replaces` needs a non-empty `name`"},
+          {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{name: }]\n",
+           "rls.yaml:7:", "`replaces` needs a non-empty `name`"},
+          {a + "      unit: second\n      requests_per_unit: 1\n      replaces: [{}]\n",
+           "rls.yaml:7:", "`replaces` entry has no `name`"},
+          // a limit without a unit or without requests_per_unit
+          {d + "  - key: a\n    rate_limit: {requests_per_unit: 5}\n",
+           "rls.yaml:4:17:", "`rate_limit` has no `unit` (e.g. unit: second)"},
+          {a + "      requests_per_unit: 5\n", "rls.yaml:5:7:", "`rate_limit` has no `unit`"},
+          {a + "      unlimited: false\n      requests_per_unit: 5\n", "rls.yaml:5:7:", "`rate_limit` has no `unit`"},
+          {a + "      unit: second\n", "rls.yaml:5:7:", "`rate_limit` has no `requests_per_unit`"},
+          // control characters in config text
+          {d + "  - key: \"a\\tb\"\n", "rls.yaml:3:5:", "descriptor key and value must not contain control characters"},
+          {d + "  - key: a\n    value: \"x\\u0001\"\n", "rls.yaml:3:5:", "must not contain control characters"},
+          {d + "  - key: \"a\\x7f\"\n", "rls.yaml:3:5:", "must not contain control characters"},
+          {"domain: \"d\\x1f\"\n", "rls.yaml:1:9:", "`domain` must not contain control characters"},
+          // share_threshold needs a wildcard value
+          {d + "  - key: a\n    value: b\n    share_threshold: true\n",
+           "rls.yaml:3:5:", "`share_threshold` needs a wildcard `value` (one with a '*')"},
+          {d + "  - key: a\n    share_threshold: true\n", "rls.yaml:3:5:", "`share_threshold` needs a wildcard"},
+          // numbers out of range
+          {a + "      unit: second\n      requests_per_unit: 5\n      burst: 0\n",
+           "rls.yaml:7:14:", "`burst` must be between 1 and 1000000000000, got 0"},
+          {a + "      unit: second\n      requests_per_unit: 5\n      burst: 1000000000001\n",
+           "rls.yaml:7:", "`burst` must be between 1 and 1000000000000"},
+          {a + "      unit: second\n      requests_per_unit: 5\n      max_debt: -1\n",
+           "rls.yaml:7:", "`max_debt` must be between 0 and 1000000000000, got -1"},
+          {a + "      unit: second\n      requests_per_unit: 4294967296\n",
+           "rls.yaml:6:26:", "`requests_per_unit` must be between 0 and 4294967295, got 4294967296"},
+          {a + "      unit: second\n      requests_per_unit: -1\n",
+           "rls.yaml:6:", "`requests_per_unit` must be between 0 and 4294967295, got -1"},
+          {a + "      unit: second\n      requests_per_unit: 1.5\n",
+           "rls.yaml:6:", "`requests_per_unit` must be a whole number, got \"1.5\""},
+          {a + "      unit: second\n      requests_per_unit: ten\n",
+           "rls.yaml:6:", "must be a whole number, got \"ten\""},
+          {a + "      unit: second\n      requests_per_unit: 1\n      unit_multiplier: 0\n",
+           "rls.yaml:7:", "`unit_multiplier` must be between 1 and 4294967295, got 0"},
+          {a + "      unit: year\n      requests_per_unit: 1\n      unit_multiplier: 101\n",
+           "rls.yaml:3:5:", "exceeds 100 years"},
+          {a + "      unit: second\n      requests_per_unit: 0\n      burst: 5\n",
+           "rls.yaml:3:5:", "`burst`, `max_debt` and `charge_when_over` need a limit with requests_per_unit above 0"},
+          {a + "      unlimited: true\n      max_debt: 5\n",
+           "rls.yaml:3:5:", "`burst`, `max_debt` and `charge_when_over` need"},
+          {a + "      unlimited: true\n      charge_when_over: true\n", "rls.yaml:3:5:", "`charge_when_over` need"},
+          // booleans
+          {d + "  - key: a\n    shadow_mode: maybe\n", "rls.yaml:4:18:", "`shadow_mode` must be true or false"},
+          {a + "      unlimited: [true]\n", "rls.yaml:5:18:", "`unlimited` must be true or false"},
+          // repeated fields
+          {d + "  - key: a\n    key: b\n", "rls.yaml:4:5:", "field \"key\" appears twice"},
+          {"domain: d\ndomain: e\n", "rls.yaml:2:1:", "field \"domain\" appears twice"},
   };
   for (const Case& c : cases) {
     const std::string msg = error_of(c.text);

@@ -36,7 +36,9 @@ std::shared_ptr<const RlsConfig> config() {
         "  - key: quota\n    quota_mode: true\n    metadata: {name: a, nested: {x: 1, l: [true, ~]}}\n"
         "    rate_limit: {unit: second, requests_per_unit: 1}\n"
         "  - key: quota2\n    quota_mode: true\n    metadata: {name: b, nested: {y: 2}}\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 3}\n"}});
+        "    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+        "  - key: several\n    rate_limits:\n      - {unit: second, requests_per_unit: 2, name: s}\n"
+        "      - {unit: hour, requests_per_unit: 5, name: h, replaces: [{name: none}]}\n"}});
   return c;
 }
 

@@ -793,6 +793,51 @@ TEST_F(RlsDecideQuotaAll, EveryDescriptorIsAQuota) {
   EXPECT_EQ(out[0].code, Code::kOverLimit);
 }
 
+// --- several limits on one descriptor (rate_limits) -------------------------------------------
+
+TEST(RlsDecideSeveralLimits, AllOrNothingAcrossTheLimitsAndTheStatusNamesTheOneOver) {
+  const auto config = parse_rls_config({{"rls.yaml", R"(domain: d
+descriptors:
+  - key: api
+    rate_limits:
+      - {unit: second, requests_per_unit: 3, name: per_second}
+      - {unit: hour, requests_per_unit: 4, name: per_hour}
+  - key: other
+    rate_limit: {unit: second, requests_per_unit: 100}
+)"}});
+  TableHandler handler(config);
+  std::vector<DescriptorResult> out;
+  auto run = [&](const std::vector<DescriptorInput>& descriptors) {
+    Plan plan;
+    EXPECT_EQ(plan_request(config, "d", 0, descriptors, 256, plan), "");
+    return decide(handler, plan, out);
+  };
+  EXPECT_EQ(run({desc({{"api", "k"}})}), Code::kOk);
+  ASSERT_EQ(out.size(), 1u) << "one status per request descriptor";
+  EXPECT_EQ(out[0].limit->name, "per_second") << "the one with the fewest left: 2 of 3 against 3 of 4";
+  EXPECT_EQ(out[0].remaining, 2u);
+  EXPECT_EQ(run({desc({{"api", "k"}}, 2), desc({{"other", "o"}})}), Code::kOk);  // 0 of 3 and 1 of 4 left
+  EXPECT_EQ(out[0].remaining, 0u);
+  handler.now += kSec;  // the second's limit is full again, the hour's is not: 1 left
+  EXPECT_EQ(run({desc({{"api", "k"}}, 2), desc({{"other", "o"}})}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOverLimit);
+  EXPECT_EQ(out[0].limit->name, "per_hour") << "the limit that denied";
+  EXPECT_GT(out[0].retry_after_ns, 0);
+  EXPECT_EQ(out[1].code, Code::kOk);
+  EXPECT_EQ(out[1].remaining, 100u) << "the other descriptor (full again) was not charged by the denied call";
+  // Nothing was charged to the second's limit either: it still holds 3, so 1 (the hour's last) passes.
+  EXPECT_EQ(run({desc({{"api", "k"}})}), Code::kOk);
+  EXPECT_EQ(out[0].limit->name, "per_hour");
+  EXPECT_EQ(out[0].remaining, 0u);
+  // A refund gives back to every limit of the descriptor.
+  Plan plan;
+  DescriptorInput back = desc({{"api", "k"}}, 1);
+  back.is_negative_hits = true;
+  ASSERT_EQ(plan_request(config, "d", 0, {back}, 256, plan), "");
+  EXPECT_EQ(decide(handler, plan, out), Code::kOk);
+  EXPECT_EQ(run({desc({{"api", "k"}})}), Code::kOk) << "the hour's token is back";
+}
+
 // --- per-value counts (detailed_metric, value_to_metric): ValueMetrics ------------------------
 
 TEST(RlsValueMetrics, CountsHitsByValueAndAnswerUpToTheCapThenCountsTheDrops) {

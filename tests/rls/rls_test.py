@@ -457,6 +457,37 @@ class ReferenceLimitHeaders(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+class SeveralLimitsOnOneDescriptor(unittest.TestCase):
+    def test_rate_limits_hold_every_limit_all_or_nothing(self):
+        """tollgate's rate_limits: 4 an hour AND 3 a second on one key: the status names the limit
+        that denied (the first over), and a denied call charges none of them."""
+        work = tempfile.mkdtemp(prefix="tollgate-rls-several-")
+        config = os.path.join(work, "rls.yaml")
+        with open(config, "w") as f:
+            f.write("domain: s\ndescriptors:\n  - key: api\n    rate_limits:\n"
+                    "      - {unit: hour, requests_per_unit: 4, name: per_hour}\n"
+                    "      - {unit: second, requests_per_unit: 3, name: per_second}\n")
+        d = Daemon(work, "several", config)
+        try:
+            first = d.one("s", [("api", "k")], own_hits=3)
+            self.assertEqual(first.overall_code, OK)
+            self.assertEqual(first.statuses[0].current_limit.name, "per_second")  # 0 of 3 left, 1 of 4
+            self.assertEqual(first.statuses[0].limit_remaining, 0)
+            over = d.one("s", [("api", "k")], own_hits=2)
+            self.assertEqual(over.overall_code, OVER)
+            self.assertEqual(over.statuses[0].current_limit.name, "per_hour")  # the first of those over
+            # However long the second takes to refill, the hour has 1 left: 2 never pass, 1 does once.
+            ok = wait_until("the second's limit refilled",
+                            lambda: d.one("s", [("api", "k")], own_hits=1).overall_code == OK)
+            self.assertTrue(ok)
+            last = d.one("s", [("api", "k")], own_hits=1)
+            self.assertEqual(last.overall_code, OVER)
+            self.assertEqual(last.statuses[0].current_limit.name, "per_hour")
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class ValueMetrics(unittest.TestCase):
     def test_detailed_metric_and_value_to_metric_give_each_value_a_capped_series(self):
         """The reference's per-value stats, in /metrics: tollgate_rls_value_hits_total by descriptor
