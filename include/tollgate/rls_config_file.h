@@ -77,6 +77,10 @@ std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigTex
 // and subdirectories are skipped). A directory with no such file is an error.
 std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path, const RlsLoadOptions& options = {});
 
+// True if `path` is a file, or a directory with at least one *.yaml or *.yml file: something
+// load_rls_config(path) would read. Never throws.
+bool rls_config_exists(const std::string& path);
+
 // The files load_rls_config(path) reads, with their modification times and sizes folded into a
 // fingerprint that changes when any of them changes, appears or disappears. Never throws.
 std::string rls_config_fingerprint(const std::string& path);

@@ -328,6 +328,17 @@ std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path, const 
   return parse_rls_config(texts, options);
 }
 
+bool rls_config_exists(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return false;
+  try {
+    return !config_files(path).empty();
+  } catch (const std::exception&) {
+    return true;  // there, but not listable: loading it says why
+  }
+}
+
 std::string rls_config_fingerprint(const std::string& path) {
   namespace fs = std::filesystem;
   std::string out;

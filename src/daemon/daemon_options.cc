@@ -209,6 +209,9 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
         "service only)");
   }
   if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
+  if (o->rls_config_optional && o->rls_config.empty()) {
+    return usage_error("--rls-config-optional is for --rls-config PATH (start before the file exists)");
+  }
   if (o->rls_limit_header_names.size() != 3) {
     return usage_error("--rls-limit-header-names takes three names, LIMIT,REMAINING,RESET; got " +
                        std::to_string(o->rls_limit_header_names.size()));
@@ -291,6 +294,7 @@ NodeHostOptions node_host_options(const DaemonOptions& d) {
   h.rls_merge_domains = d.rls_merge_domains;
   h.rls_shadow_mode = d.rls_shadow_mode;
   h.rls_quota_mode = d.rls_quota_mode;
+  h.rls_config_optional = d.rls_config_optional;
   h.node = d.node;
   h.incarnation = d.incarnation;
   h.state_dir = d.state_dir;

@@ -245,6 +245,10 @@ std::vector<DaemonSetting> make_rows() {
   add(on_off("rls-shadow-mode", &DaemonOptions::rls_shadow_mode,
              "Every RLS descriptor in shadow mode (the reference server's SHADOW_MODE): each call is counted as "
              "usual and answered OK, what would have been over counted in rls_shadow_over_limit"));
+  add(on_off("rls-config-optional", &DaemonOptions::rls_config_optional,
+             "Start when --rls-config does not exist yet (a file not written, or a directory with no *.yaml): "
+             "every rate limit call is answered OK, unlimited, /readyz and rls_config_missing say so, and the "
+             "config is read as soon as it appears. A config that exists but is broken still stops the start"));
   add(on_off("rls-quota-mode", &DaemonOptions::rls_quota_mode,
              "Every RLS descriptor in quota mode (the reference server's QUOTA_MODE): a call is over only when all "
              "its descriptors are; one that is over alone answers OVER_LIMIT in its status and is not charged"));

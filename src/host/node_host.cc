@@ -93,7 +93,17 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   }
   if (!options_.rls_config.empty()) {
     rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
-    set_rls_config(load_rls_config(options_.rls_config, rls_load_options()));
+    if (options_.rls_config_optional && !rls_config_exists(options_.rls_config)) {
+      // Asked to start without it: no domain, so every call is answered OK (unlimited) until
+      // the file appears (the watch reads it then); /readyz and rls_config_missing say so.
+      rls_missing_ = true;
+      set_rls_config(std::make_shared<const RlsConfig>(std::vector<RlsDomain>{}));
+      log(LogLevel::kWarn, "no RLS config at " + options_.rls_config +
+                               " yet (--rls-config-optional): every rate limit call is answered OK, unlimited, "
+                               "until one is written there");
+    } else {
+      set_rls_config(load_rls_config(options_.rls_config, rls_load_options()));
+    }
   }
   ClusterKeys keys;
   if (!options_.cluster_key_file.empty()) {
@@ -423,6 +433,7 @@ void NodeHost::put_rules_in_force() {
   // A new RLS config reaches the front ends (and Member::should_rate_limit) only once the node's
   // rules hold its limits: a bucket key planned from it is then always known to the node.
   if (staged_rls_) {
+    rls_missing_ = false;
     set_rls_config(staged_rls_);
     for (const auto& listener : rls_listeners_) listener(staged_rls_);
     staged_rls_.reset();
@@ -692,7 +703,7 @@ struct HostStatSources {
   const TransportStats& t;
   const FaultStats& f;
   const HostReloads& r;
-  int64_t rules_version, peers_problem, relay_groups, syncing;
+  int64_t rules_version, peers_problem, relay_groups, syncing, rls_missing;
   uint64_t state_writes, state_write_failures, state_restored, state_bytes, state_write_ns, state_export_slice_ns,
       state_skipped;
 };
@@ -723,6 +734,9 @@ const HostStat kHostStats[] = {
     TOLLGATE_STAT("rls_config_reloads", kCounter, kNone, "RLS configs put in force", s.r.rls),
     TOLLGATE_STAT("rls_config_reload_failures", kCounter, kNone, "RLS configs refused (the previous stayed)",
                   s.r.rls_failed),
+    TOLLGATE_STAT("rls_config_missing", kGauge, kNone,
+                  "1 while --rls-config-optional found no RLS config yet: every rate limit call answered OK",
+                  s.rls_missing),
     TOLLGATE_STAT("peers_reloads", kCounter, kNone, "Peers files read again", s.r.peers),
     TOLLGATE_STAT("peers_reload_failures", kCounter, kNone, "Peers files refused (the list in force stayed)",
                   s.r.peers_failed),
@@ -875,6 +889,7 @@ StatsList NodeHost::stats() const {
                                 peers_problem_ ? 1 : 0,
                                 int64_t(node_->relay_groups()),
                                 node_->syncing() ? 1 : 0,
+                                rls_missing_ ? 1 : 0,
                                 state_.writes,
                                 state_.write_failures,
                                 state_.restored,

@@ -172,6 +172,7 @@ class NodeHost {
   std::string peers_fingerprint_;
   HostReloads reloads_;
   bool peers_problem_ = false;
+  bool rls_missing_ = false;  // --rls-config-optional, and no RLS config read yet
   OffenseLimiter offenses_;
   std::mutex offenses_mu_;
   std::unique_ptr<ClusterKeys> keys_;                       // the transport's, for the state file's MAC

@@ -524,8 +524,10 @@ void Routes::readyz(Reply reply) {
         const StatsList stats = handler.stats();
         const bool syncing = std::any_of(stats.begin(), stats.end(),
                                          [](const auto& s) { return s.first == "syncing" && s.second != 0; });
+        const bool no_rls_config = std::any_of(
+            stats.begin(), stats.end(), [](const auto& s) { return s.first == "rls_config_missing" && s.second != 0; });
         return
-            [reply, ready, syncing] {
+            [reply, ready, syncing, no_rls_config] {
       if (!ready)
         return reply(error_response(503, "not ready: no member heard from yet, and not alone for fail_after"));
       if (syncing) {
@@ -535,7 +537,9 @@ void Routes::readyz(Reply reply) {
       }
       HttpResponse ok;
       ok.content_type = "text/plain; charset=utf-8";
-      ok.body = "ready\n";
+      ok.body = no_rls_config ? "ready, without an RLS config yet (--rls-config-optional): every rate limit call is "
+                                "answered OK\n"
+                              : "ready\n";
       reply(std::move(ok));
             };
       },

@@ -488,6 +488,61 @@ class SeveralLimitsOnOneDescriptor(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+class StartingWithoutAConfig(unittest.TestCase):
+    def test_an_optional_config_that_is_not_there_yet_answers_ok_and_is_read_when_it_appears(self):
+        """--rls-config-optional: started before its config is written, the daemon answers every
+        call OK (unlimited), says so in /readyz and rls_config_missing, and takes the file when it
+        appears."""
+        import urllib.error
+        import urllib.request
+        work = tempfile.mkdtemp(prefix="tollgate-rls-optional-")
+        config = os.path.join(work, "rls.yaml")  # not written yet
+        http_port = free_port()
+        d = Daemon(work, "optional", config,
+                   extra=["--rls-config-optional", "--http-listen", "127.0.0.1:%d" % http_port])
+        try:
+            r = d.one("o", [("k", "v")])
+            self.assertEqual(r.overall_code, OK)
+            self.assertFalse(r.statuses[0].HasField("current_limit"))
+            def readyz():  # the body once ready (a lone node: after --fail-after), else None
+                try:
+                    return urllib.request.urlopen("http://127.0.0.1:%d/readyz" % http_port, timeout=5).read().decode()
+                except urllib.error.HTTPError as e:
+                    if e.code == 503:
+                        return None
+                    raise
+            self.assertIn("without an RLS config yet", wait_until("ready", readyz))
+            self.assertEqual(d.stats()["rls_config_missing"], 1)
+            staged = os.path.join(work, "staged.yaml")
+            with open(staged, "w") as f:
+                f.write("domain: o\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+            os.rename(staged, config)  # whole, as operations.md advises
+            wait_until("the config read once it appeared",
+                       lambda: d.one("o", [("k", "v")], own_hits=0).statuses[0].HasField("current_limit"))
+            self.assertEqual(d.one("o", [("k", "v")]).overall_code, OK)
+            self.assertEqual(d.one("o", [("k", "v")]).overall_code, OVER)
+            self.assertEqual(d.stats()["rls_config_missing"], 0)
+            self.assertEqual(readyz(), "ready\n")
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(work, ignore_errors=True)
+
+    def test_without_the_switch_a_missing_config_stops_the_start(self):
+        work = tempfile.mkdtemp(prefix="tollgate-rls-required-")
+        try:
+            missing = os.path.join(work, "rls.yaml")
+            peers = os.path.join(work, "peers")
+            open(peers, "w").close()
+            out = subprocess.run([TOLLGATED, "--node-id", "r", "--bind", "127.0.0.1:%d" % free_port(), "--peers-file", peers,
+                                  "--listen", "unix:" + os.path.join(work, "r.sock"), "--insecure-gossip",
+                                  "--rls-config", missing, "--rls-listen", "127.0.0.1:%d" % free_port()],
+                                 capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn(missing, out.stderr)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class ValueMetrics(unittest.TestCase):
     def test_detailed_metric_and_value_to_metric_give_each_value_a_capped_series(self):
         """The reference's per-value stats, in /metrics: tollgate_rls_value_hits_total by descriptor
