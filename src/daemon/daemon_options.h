@@ -62,7 +62,7 @@ struct DaemonOptions {
   std::string rls_config;              // envoyproxy/ratelimit YAML: a file or a directory
   bool rls_merge_domains = false;      // a domain may span several files of rls_config
   bool rls_shadow_mode = false;        // every descriptor in shadow mode: always OK, counted
-  bool rls_config_optional = false;       // start without --rls-config while it does not exist
+  bool rls_config_optional = false;    // start without --rls-config while it does not exist
   bool rls_quota_mode = false;         // every descriptor in quota mode: over only when all are
   bool rls_response_metadata = false;  // the request and passed descriptors' metadata in responses
   size_t rls_value_metrics = 100;      // detailed_metric / value_to_metric series per limit (0: none)

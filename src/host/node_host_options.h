@@ -36,10 +36,10 @@ struct NodeHostOptions {
   std::string rules_file;
   std::string rules_text;
   std::string rules_origin = "rules";
-  std::string rls_config;          // envoyproxy/ratelimit YAML, a file or a directory; watched
-  bool rls_merge_domains = false;  // a domain may span several of its files (RlsLoadOptions)
-  bool rls_shadow_mode = false;    // every descriptor in shadow mode (RlsLoadOptions)
-  bool rls_quota_mode = false;     // every descriptor in quota mode (RlsLoadOptions)
+  std::string rls_config;            // envoyproxy/ratelimit YAML, a file or a directory; watched
+  bool rls_merge_domains = false;    // a domain may span several of its files (RlsLoadOptions)
+  bool rls_shadow_mode = false;      // every descriptor in shadow mode (RlsLoadOptions)
+  bool rls_quota_mode = false;       // every descriptor in quota mode (RlsLoadOptions)
   bool rls_config_optional = false;  // start without rls_config when it does not exist yet
   NodeSettings node;
   uint64_t incarnation = 0;  // 0: the wall clock's microseconds, higher at every restart
