@@ -88,12 +88,14 @@ const NodeSettingField kFields[] =
                          "An allowed check that leaves more than this percent of its limit's burst used counts as "
                          "near the limit (tollgate_rule_near_limit_total; the reference RLS server's "
                          "NEAR_LIMIT_RATIO, 0.8, is 80)"),
-    TOLLGATE_DURATION_FIELD("sync-deadline", sync_deadline_ns, 0,
-                            "At start, learn every bucket that is not full from one live peer (and the consumption "
-                            "it includes) before answering for keys whose limit refills more slowly than the 10s "
-                            "repair window (e.g. 100/d): those are denied (reason 'syncing') until it has them, or "
-                            "until no peer has answered for this long; 0s turns it off (a restarted node would then "
-                            "hand out a fresh burst of a spent daily limit). docs/design.md 6.5"),
+    TOLLGATE_DURATION_FIELD(
+        "sync-deadline", sync_deadline_ns, 0,
+        "At start, learn every bucket that is not full from one live peer (and the consumption "
+        "it includes) before answering for keys whose limit refills more slowly than the 10s "
+        "repair window (e.g. 100/d): those are denied ('starting: still learning this key's balance "
+        "from peers') until it has them, or "
+        "until no peer has answered for this long; 0s turns it off (a restarted node would then "
+        "hand out a fresh burst of a spent daily limit). docs/design.md 6.5"),
     };
 
 #undef TOLLGATE_DURATION_FIELD
