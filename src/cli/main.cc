@@ -156,19 +156,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help or the error
-    if (rc == 0) return 0;
-    // A mistyped command: CLI11 only says that one is required.
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help: prints it
+    // A mistyped command: CLI11 would only say that one is required; say which was meant instead.
     std::vector<std::string> commands;
     for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
     for (int i = 1; i < argc; ++i) {
       const std::string word = argv[i];
       if (word.starts_with("-") || std::find(commands.begin(), commands.end(), word) != commands.end()) continue;
       if (std::string near = tollgate::closest_name(word, commands); !near.empty()) {
-        std::cerr << "tollgate: unknown command \"" << word << "\"; did you mean \"" << near << "\"?\n";
-        break;
+        std::cerr << "tollgate: unknown command \"" << word << "\"; did you mean \"" << near
+                  << "\"? (tollgate --help lists the commands)\n";
+        return kExitError;
       }
     }
+    app.exit(e);  // prints the error
     return kExitError;
   }
 

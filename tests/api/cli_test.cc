@@ -142,6 +142,7 @@ TEST(CliErrors, AreExitTwo) {
   CliRun typo = run("chek k");
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_NE(typo.out.find("unknown command \"chek\"; did you mean \"check\"?"), std::string::npos) << typo.out;
+  EXPECT_EQ(typo.out.find("A subcommand is required"), std::string::npos) << "only what helps: " << typo.out;
   // A negative cost is a usage error, as HTTP answers 400: not a denial (exit 1).
   CliRun negative = run("--endpoint unix:" + dir.file("nobody.sock") + " check --cost -1 k");
   EXPECT_EQ(negative.exit_code, 2) << negative.out;
