@@ -10,6 +10,7 @@ Usage (ctest runs it): rls_test.py TOLLGATED TOLLGATE_CLI PROTO_DIR [unittest ar
 Nothing here sleeps for synchronisation: every wait polls observable state with a deadline.
 """
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from tollgate_testing import Process, free_port, stop_and_remove, wait_until as poll_until  # noqa: E402
@@ -95,6 +98,27 @@ descriptors:
 
 def wait_until(what, predicate, timeout=WAIT_S):
     return poll_until(what, predicate, timeout)
+
+
+@contextlib.contextmanager
+def daemon_serving(prefix, config_text, extra=(), config_name="rls.yaml"):
+    """One daemon serving `config_text` (None: the config file is not written) from a temporary
+    directory; yields (daemon, config path). It must exit 0 when stopped; the directory goes."""
+    work = tempfile.mkdtemp(prefix="tollgate-rls-" + prefix + "-")
+    config = os.path.join(work, config_name)
+    if config_text is not None:
+        with open(config, "w") as f:
+            f.write(config_text)
+    d = None
+    try:
+        d = Daemon(work, prefix, config, extra=extra)
+        yield d, config
+    finally:
+        try:
+            if d is not None:
+                assert d.stop() == 0, "the daemon did not exit 0; its log:\n" + d.read_log()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 class Daemon:
@@ -436,14 +460,10 @@ class ReferenceLimitHeaders(unittest.TestCase):
     def test_the_reference_servers_headers_under_the_names_given(self):
         """--rls-limit-headers (the reference's LIMIT_RESPONSE_HEADERS_ENABLED): plain numbers for the
         descriptor with the fewest tokens left, or the one over; names from --rls-limit-header-names."""
-        work = tempfile.mkdtemp(prefix="tollgate-rls-limit-headers-")
-        config = os.path.join(work, "rls.yaml")
-        with open(config, "w") as f:
-            f.write('domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n'
-                    '  - key: wide\n    rate_limit: {unit: second, requests_per_unit: 100}\n')
-        d = Daemon(work, "limitheaders", config,
-                   extra=["--rls-limit-headers", "--rls-limit-header-names", "X-Limit,X-Left,X-Reset"])
-        try:
+        config = ('domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n'
+                  '  - key: wide\n    rate_limit: {unit: second, requests_per_unit: 100}\n')
+        with daemon_serving("limitheaders", config,
+                            ["--rls-limit-headers", "--rls-limit-header-names", "X-Limit,X-Left,X-Reset"]) as (d, _):
             headers = lambda r: {h.key: h.value for h in r.response_headers_to_add}
             first = headers(d.call("h", [([("wide", "x")], None), ([("k", "x")], None)]))
             self.assertEqual(first, {"X-Limit": "2", "X-Left": "1", "X-Reset": "30"})  # k: fewest left
@@ -452,23 +472,16 @@ class ReferenceLimitHeaders(unittest.TestCase):
             self.assertEqual(over.overall_code, OVER)
             self.assertEqual(headers(over), {"X-Limit": "2", "X-Left": "0", "X-Reset": "60"})
             self.assertEqual(len(d.one("h", [("other", "z")]).response_headers_to_add), 0)  # no limit, no headers
-        finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(work, ignore_errors=True)
 
 
 class SeveralLimitsOnOneDescriptor(unittest.TestCase):
     def test_rate_limits_hold_every_limit_all_or_nothing(self):
         """tollgate's rate_limits: 4 an hour AND 3 a second on one key: the status names the limit
         that denied (the first over), and a denied call charges none of them."""
-        work = tempfile.mkdtemp(prefix="tollgate-rls-several-")
-        config = os.path.join(work, "rls.yaml")
-        with open(config, "w") as f:
-            f.write("domain: s\ndescriptors:\n  - key: api\n    rate_limits:\n"
-                    "      - {unit: hour, requests_per_unit: 4, name: per_hour}\n"
-                    "      - {unit: second, requests_per_unit: 3, name: per_second}\n")
-        d = Daemon(work, "several", config)
-        try:
+        config = ("domain: s\ndescriptors:\n  - key: api\n    rate_limits:\n"
+                  "      - {unit: hour, requests_per_unit: 4, name: per_hour}\n"
+                  "      - {unit: second, requests_per_unit: 3, name: per_second}\n")
+        with daemon_serving("several", config) as (d, _):
             first = d.one("s", [("api", "k")], own_hits=3)
             self.assertEqual(first.overall_code, OK)
             self.assertEqual(first.statuses[0].current_limit.name, "per_second")  # 0 of 3 left, 1 of 4
@@ -483,9 +496,6 @@ class SeveralLimitsOnOneDescriptor(unittest.TestCase):
             last = d.one("s", [("api", "k")], own_hits=1)
             self.assertEqual(last.overall_code, OVER)
             self.assertEqual(last.statuses[0].current_limit.name, "per_hour")
-        finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(work, ignore_errors=True)
 
 
 class StartingWithoutAConfig(unittest.TestCase):
@@ -493,14 +503,9 @@ class StartingWithoutAConfig(unittest.TestCase):
         """--rls-config-optional: started before its config is written, the daemon answers every
         call OK (unlimited), says so in /readyz and rls_config_missing, and takes the file when it
         appears."""
-        import urllib.error
-        import urllib.request
-        work = tempfile.mkdtemp(prefix="tollgate-rls-optional-")
-        config = os.path.join(work, "rls.yaml")  # not written yet
         http_port = free_port()
-        d = Daemon(work, "optional", config,
-                   extra=["--rls-config-optional", "--http-listen", "127.0.0.1:%d" % http_port])
-        try:
+        with daemon_serving("optional", None,  # the config: not written yet
+                            ["--rls-config-optional", "--http-listen", "127.0.0.1:%d" % http_port]) as (d, config):
             r = d.one("o", [("k", "v")])
             self.assertEqual(r.overall_code, OK)
             self.assertFalse(r.statuses[0].HasField("current_limit"))
@@ -513,7 +518,7 @@ class StartingWithoutAConfig(unittest.TestCase):
                     raise
             self.assertIn("without an RLS config yet", wait_until("ready", readyz))
             self.assertEqual(d.stats()["rls_config_missing"], 1)
-            staged = os.path.join(work, "staged.yaml")
+            staged = config + ".new"
             with open(staged, "w") as f:
                 f.write("domain: o\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
             os.rename(staged, config)  # whole, as operations.md advises
@@ -523,9 +528,6 @@ class StartingWithoutAConfig(unittest.TestCase):
             self.assertEqual(d.one("o", [("k", "v")]).overall_code, OVER)
             self.assertEqual(d.stats()["rls_config_missing"], 0)
             self.assertEqual(readyz(), "ready\n")
-        finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(work, ignore_errors=True)
 
     def test_without_the_switch_a_missing_config_stops_the_start(self):
         work = tempfile.mkdtemp(prefix="tollgate-rls-required-")
@@ -547,17 +549,12 @@ class ValueMetrics(unittest.TestCase):
     def test_detailed_metric_and_value_to_metric_give_each_value_a_capped_series(self):
         """The reference's per-value stats, in /metrics: tollgate_rls_value_hits_total by descriptor
         value, at most --rls-value-metrics values a limit, the rest counted as dropped."""
-        import urllib.request
-        work = tempfile.mkdtemp(prefix="tollgate-rls-value-metrics-")
-        config = os.path.join(work, "rls.yaml")
-        with open(config, "w") as f:
-            f.write("domain: v\ndescriptors:\n  - key: user\n    value_to_metric: true\n"
-                    "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
-                    "  - key: tenant\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+        config = ("domain: v\ndescriptors:\n  - key: user\n    value_to_metric: true\n"
+                  "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+                  "  - key: tenant\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
         http_port = free_port()
-        d = Daemon(work, "values", config,
-                   extra=["--http-listen", "127.0.0.1:%d" % http_port, "--rls-value-metrics", "2"])
-        try:
+        with daemon_serving("values", config,
+                            ["--http-listen", "127.0.0.1:%d" % http_port, "--rls-value-metrics", "2"]) as (d, _):
             for user in ("ann", "ann", "bob", "cid"):
                 d.one("v", [("user", user)])
             d.call("v", [([("tenant", "t1")], 3)])
@@ -573,9 +570,6 @@ class ValueMetrics(unittest.TestCase):
             self.assertIsNone(hits("rls:v.user", "v.user_cid", "within_limit"))  # the third value of the limit
             self.assertEqual(hits("rls:v.tenant", "v.tenant_t1", "within_limit"), 3)  # hits, not calls
             self.assertIn("tollgate_rls_value_metrics_dropped_total 1", text)
-        finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(work, ignore_errors=True)
 
 
 class QuotaModeAndResponseMetadata(unittest.TestCase):
@@ -602,12 +596,7 @@ descriptors:
         return json_format.MessageToDict(struct_pb2.Struct.FromString(r.dynamic_metadata.SerializeToString()))
 
     def test_quota_descriptors_deny_only_together_and_metadata_names_what_passed(self):
-        work = tempfile.mkdtemp(prefix="tollgate-rls-quota-")
-        config = os.path.join(work, "rls.yaml")
-        with open(config, "w") as f:
-            f.write(self.CONFIG)
-        d = Daemon(work, "quota", config, extra=["--rls-response-metadata"])
-        try:
+        with daemon_serving("quota", self.CONFIG, ["--rls-response-metadata"]) as (d, _):
             first = d.call("q", [([("regular", "a")], None), ([("quota", "a")], 1)], hits=2)
             self.assertEqual(first.overall_code, OK)
             self.assertEqual(self.metadata(first), {
@@ -632,17 +621,9 @@ descriptors:
             self.assertEqual(r.overall_code, OVER)
             self.assertEqual(r.statuses[0].code, OK)
             self.assertEqual(r.statuses[0].limit_remaining, 3)
-        finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(work, ignore_errors=True)
 
     def test_the_global_quota_mode_makes_every_limit_a_quota(self):
-        work = tempfile.mkdtemp(prefix="tollgate-rls-quota-all-")
-        config = os.path.join(work, "rls.yaml")
-        with open(config, "w") as f:
-            f.write(self.CONFIG)
-        d = Daemon(work, "quotaall", config, extra=["--rls-quota-mode"])
-        try:
+        with daemon_serving("quotaall", self.CONFIG, ["--rls-quota-mode"]) as (d, _):
             for _ in range(5):
                 self.assertEqual(d.one("q", [("regular", "b")]).overall_code, OK)
             r = d.call("q", [([("regular", "b")], None), ([("regular", "c")], None)])
@@ -650,9 +631,6 @@ descriptors:
             self.assertEqual([s.code for s in r.statuses], [OVER, OK])
             self.assertEqual(d.one("q", [("regular", "b")]).overall_code, OVER)  # alone: over
             self.assertEqual(len(d.one("q", [("regular", "d")]).dynamic_metadata.fields), 0)  # metadata off
-        finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(work, ignore_errors=True)
 
 
 class Reload(unittest.TestCase):
