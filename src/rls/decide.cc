@@ -165,8 +165,10 @@ Code decide_each(RequestHandler& handler, const std::vector<DescriptorPlan>& des
       ++quotas;
       if (quota_has_room(handler, p, out[i])) {
         ++quotas_with_room;
-        items.push_back({p.match.key, p.hits});
-        where.push_back(i);
+        if (limit->limited()) {  // (requests_per_unit 0 has room only for a cost of 0, and no bucket)
+          items.push_back({p.match.key, p.hits});
+          where.push_back(i);
+        }
       } else if (limit->limited() && limit->bucket.charge_when_over && p.hits > 0) {
         charge_anyway.push_back(i);
       }

@@ -752,6 +752,12 @@ TEST_F(RlsDecideQuota, ABlockingQuotaIsOverButDoesNotDenyAlone) {
   EXPECT_EQ(run({desc({{"quotablock", "x"}}), desc({{"quota", "x"}})}), Code::kOk);
   EXPECT_EQ(out[0].code, Code::kOverLimit);
   EXPECT_EQ(run({desc({{"quotablock", "x"}})}), Code::kOverLimit) << "the only quota descriptor";
+  // Costing nothing it has room, and no bucket: nothing is checked for it, and it keeps its limit.
+  const int calls = handler_.calls;
+  EXPECT_EQ(run({desc({{"quotablock", "x"}}, 0)}), Code::kOk);
+  EXPECT_EQ(out[0].code, Code::kOk);
+  EXPECT_NE(out[0].limit, nullptr) << "its status still names its limit";
+  EXPECT_EQ(handler_.calls, calls) << "no check of a bucket it does not have";
 }
 
 TEST_F(RlsDecideQuota, AQuotaOverThatChargesWhenOverIsPaidAllTheSame) {
