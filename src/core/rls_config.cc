@@ -344,16 +344,20 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
   m.shadow_mode = d.shadow_mode;
   m.quota_mode = d.quota_mode;
   if (d.metadata.kind == RlsValue::Kind::kMap) m.metadata = &d.metadata;
+  // A limited match's bucket key: the limit's path, 0x1D, then each value as "LEN:VALUE".
+  auto set_key = [&values](RlsMatch& one, const std::string& path) {
+    one.key.reserve(path.size() + 1 + 16 * values.size());
+    one.key = path;
+    one.key += kRlsKeyValuesSep;
+    one.path_bytes = one.key.size();
+    for (std::string_view v : values) one.key.append(std::to_string(v.size())).append(1, ':').append(v);
+  };
   for (size_t j = 0; j < d.more_limits.size(); ++j) {  // rate_limits: the others, likewise
     RlsMatch& e = m.more.emplace_back();
     e.limit = &d.more_limits[j];
     e.shadow_mode = m.shadow_mode;
     e.quota_mode = m.quota_mode;
-    if (!e.limit->limited()) continue;
-    e.key = node->more_paths[j];
-    e.key += kRlsKeyValuesSep;
-    e.path_bytes = e.key.size();
-    for (std::string_view v : values) e.key.append(std::to_string(v.size())).append(1, ':').append(v);
+    if (e.limit->limited()) set_key(e, node->more_paths[j]);
   }
   if (!m.limit->limited()) return m;
   if (d.detailed_metric) {  // every entry's key and value, whatever matched it
@@ -363,11 +367,7 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
     m.metric = std::move(metric);
   }
   if (!m.metric.empty()) m.metric_rule = node->label;
-  m.key.reserve(node->path.size() + 1 + 16 * values.size());
-  m.key = node->path;
-  m.key += kRlsKeyValuesSep;
-  m.path_bytes = m.key.size();
-  for (std::string_view v : values) m.key.append(std::to_string(v.size())).append(1, ':').append(v);
+  set_key(m, node->path);
   return m;
 }
 
