@@ -68,11 +68,13 @@ struct DaemonOptions {
   size_t rls_value_metrics = 100;      // detailed_metric / value_to_metric series per limit (0: none)
   bool rls_limit_headers = false;      // the reference's RateLimit-Limit/-Remaining/-Reset headers
   std::vector<std::string> rls_limit_header_names = {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"};
-  bool rls_response_headers = false;      // RateLimit-Policy, RateLimit, Retry-After in responses
-  size_t rls_max_pending = 4096;          // calls waiting for the node at most
-  std::string rls_tls_cert, rls_tls_key;  // PEM: serve TLS
-  std::string rls_tls_client_ca;          // PEM: and require client certificates it signed (mTLS)
-  bool rls_insecure = false;              // allow a non-loopback --rls-listen without mutual TLS
+  bool rls_response_headers = false;            // RateLimit-Policy, RateLimit, Retry-After in responses
+  size_t rls_max_pending = 4096;                // calls waiting for the node at most
+  size_t rls_max_connections = 1024;            // TCP connections open at once (RlsServerOptions)
+  size_t rls_max_connections_per_client = 256;  // from one IP address
+  std::string rls_tls_cert, rls_tls_key;        // PEM: serve TLS
+  std::string rls_tls_client_ca;                // PEM: and require client certificates it signed (mTLS)
+  bool rls_insecure = false;                    // allow a non-loopback --rls-listen without mutual TLS
   // The HTTP front end: off unless http_listen is given.
   std::string http_listen;                         // "HOST:PORT"
   size_t http_max_connections = 512;               // open at once (HttpServerOptions)

@@ -273,6 +273,14 @@ std::vector<DaemonSetting> make_rows() {
   add(whole("rls-max-pending", &DaemonOptions::rls_max_pending, size_t{1}, size_t{1} << 20,
             "Rate limit calls waiting for the node at most; beyond, a call fails at once with RESOURCE_EXHAUSTED "
             "(Envoy then applies its failure_mode_deny)"));
+  add(whole("rls-max-connections", &DaemonOptions::rls_max_connections, size_t{1}, size_t{1} << 16,
+            "Rate limit service TCP connections open at once. At the limit a newcomer takes the place of a "
+            "connection of the client holding most: one that has carried no call yet, else its least recently "
+            "active (counted in rls_connections_evicted)"));
+  add(whole("rls-max-connections-per-client", &DaemonOptions::rls_max_connections_per_client, size_t{1},
+            size_t{1} << 16,
+            "Rate limit service TCP connections open at once from one IP address (all local processes are "
+            "127.0.0.1); at the limit a newcomer takes the place of one of that client's, chosen likewise"));
   add(text("rls-tls-cert", &DaemonOptions::rls_tls_cert, "FILE",
            "Serve the rate limit service over TLS with this PEM certificate chain (with --rls-tls-key); reread every "
            "5 s, so a renewed certificate applies without a restart"));

@@ -148,6 +148,8 @@ class RateLimitService final : public FrontEnd {
     r.remaining_header = o.rls_limit_header_names.at(1);
     r.reset_header = o.rls_limit_header_names.at(2);
     r.max_pending = o.rls_max_pending;
+    r.max_connections = o.rls_max_connections;
+    r.max_connections_per_client = o.rls_max_connections_per_client;
     // With client API threads the node's checks are safe from any thread (the table is
     // concurrent): Envoy's calls are decided on gRPC's threads, not queued for the node's.
     r.decide_on_grpc_threads = o.threads > 1;

@@ -11,9 +11,11 @@
 #include <openssl/x509.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <cerrno>
 #include <chrono>
@@ -32,6 +34,7 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "request/listener.h"
 #include "request/node_queue.h"
+#include "rls/connection_gate.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
 
@@ -134,8 +137,14 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
       }
       grpc_address = "unix:" + endpoint->path;
     } else {
-      const bool v6 = endpoint->host.find(':') != std::string::npos;
-      grpc_address = (v6 ? "[" + endpoint->host + "]" : endpoint->host) + ":" + std::to_string(endpoint->port);
+      // TCP is accepted here, not by gRPC, so that connections are capped per client and in all
+      // (connection_gate.h). Bound first: a port another process holds stops the start (our
+      // listener sets no SO_REUSEPORT, so no second daemon can share it either).
+      listener_ = std::make_shared<request::Listener>(accept_io_, *endpoint);
+      if (std::string error = listener_->listen(0); !error.empty()) {
+        listener_.reset();
+        return "cannot serve gRPC on " + options_.listen + ": " + error;
+      }
     }
     std::shared_ptr<grpc::ServerCredentials> credentials;
     if (std::string error = make_credentials(credentials); !error.empty()) return error;
@@ -143,7 +152,12 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(grpc_address, credentials, &port);
+    if (unix_socket) {
+      builder.AddListeningPort(grpc_address, credentials, &port);
+    } else {
+      acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
+    }
     builder.SetMaxReceiveMessageSize(int(options_.max_request_bytes));
     set_limits(builder);
     // No SO_REUSEPORT (gRPC's default on Linux): a second process, in the cluster or not, could
@@ -156,7 +170,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     const mode_t umask_before = unix_socket ? ::umask(0177) : 0;
     server_ = builder.BuildAndStart();
     if (unix_socket) ::umask(umask_before);
-    if (!server_ || (endpoint->kind == api::Endpoint::Kind::kTcp && port == 0)) {
+    if (!server_ || (unix_socket && port == 0)) {
       server_.reset();
       return "cannot serve gRPC on " + options_.listen + " (address in use, or not an address of this host?)";
     }
@@ -168,9 +182,18 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
       server_.reset();
       return error;
     }
-    address_ = endpoint->kind == api::Endpoint::Kind::kUnix
-                   ? grpc_address
-                   : grpc_address.substr(0, grpc_address.rfind(':') + 1) + std::to_string(port);
+    if (unix_socket) {
+      address_ = grpc_address;
+    } else {
+      const api::Endpoint& bound = listener_->bound();
+      const bool v6 = bound.host.find(':') != std::string::npos;
+      address_ = (v6 ? "[" + bound.host + "]" : bound.host) + ":" + std::to_string(bound.port);
+      listener_->accept([this](const boost::system::error_code& ec, request::Listener::Socket socket) {
+        if (!ec) hand_to_grpc(std::move(socket));
+      });
+      sweep_soon();
+      accept_thread_ = std::thread([this] { accept_io_.run(); });
+    }
     server_->GetHealthCheckService()->SetServingStatus(true);
     return {};
   }
@@ -198,9 +221,11 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   void shutdown() {
     if (shut_down_.exchange(true)) return;
     queue_.shutdown();  // what the node never reached answers UNAVAILABLE, here
+    stop_accepting();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     finisher_.join();
     if (server_) server_->Wait();
+    gate_.reset();  // the duplicates of connections gRPC has closed by now
   }
 
   using Stat = StatField<Impl, std::atomic<int64_t>>;
@@ -232,6 +257,14 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
           "Descriptor values not given a series of their own (detailed_metric, value_to_metric): beyond "
           "--rls-value-metrics values of one limit, or 10,000 in all"},
          &Impl::value_metrics_dropped_},
+        {{"rls_connections_accepted", StatKind::kCounter, "TCP connections accepted by the rate limit service"},
+         &Impl::connections_accepted_},
+        {{"rls_connections_evicted", StatKind::kCounter,
+          "TCP connections closed to make room for a newcomer (--rls-max-connections, "
+          "--rls-max-connections-per-client)"},
+         &Impl::connections_evicted_},
+        {{"rls_connections_open", StatKind::kGauge, "TCP connections of the rate limit service open (within a second)"},
+         &Impl::connections_open_},
     };
     return kStats;
   }
@@ -312,9 +345,50 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(o.keepalive_timeout));
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, ms(o.handshake_timeout));
     grpc::ResourceQuota quota("tollgate-rls");
     quota.Resize(o.memory_quota_bytes);
     builder.SetResourceQuota(quota);
+  }
+
+  // Accept thread: a TCP connection through the gate, then to gRPC (which owns it from then on).
+  void hand_to_grpc(request::Listener::Socket socket) {
+    boost::system::error_code ignored;
+    const int fd = socket.release(ignored);
+    ConnectionGate::Held held;
+    if (fd < 0) return;
+    if (std::string why = describe_for_gate(fd, held); !why.empty()) {
+      ::close(fd);  // gone before we could look at it, say
+      return;
+    }
+    gate_->admit(held);
+    ++connections_accepted_;
+    connections_evicted_.store(gate_->evicted());
+    connections_open_.store(int64_t(gate_->open()));
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
+    params.fd = fd;
+    acceptor_->HandleNewConnection(&params);
+  }
+
+  // Accept thread: forget the connections gRPC has closed, every second, so that their
+  // descriptors (the gate's duplicates) do not hold them open for long.
+  void sweep_soon() {
+    sweep_timer_.expires_after(std::chrono::seconds(1));
+    sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      gate_->sweep();
+      connections_open_.store(int64_t(gate_->open()));
+      sweep_soon();
+    });
+  }
+
+  void stop_accepting() {
+    if (!accept_thread_.joinable()) return;
+    boost::asio::post(accept_io_, [this] {
+      listener_->close();
+      sweep_timer_.cancel();
+    });
+    accept_thread_.join();
   }
 
   std::string plan(const pb::RateLimitRequest& request, Plan& plan) {
@@ -433,6 +507,14 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   boost::asio::io_context& node_io_;
   RequestHandler& handler_;
   const RlsServerOptions options_;
+  // TCP: accepted on a thread of its own, through the gate, handed to gRPC by acceptor_.
+  boost::asio::io_context accept_io_;
+  std::shared_ptr<request::Listener> listener_;
+  boost::asio::steady_timer sweep_timer_{accept_io_};
+  std::unique_ptr<ConnectionGate> gate_ = std::make_unique<ConnectionGate>(
+      ConnectionGate::Options{options_.max_connections, options_.max_connections_per_client}, kernel_sockets());
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
+  std::thread accept_thread_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   bool loopback_ = true;
@@ -448,7 +530,8 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   std::atomic<int> deciding_{0};
 
   std::atomic<int64_t> calls_{0}, over_limit_{0}, invalid_{0}, busy_{0}, deadline_expired_{0}, cancelled_{0},
-      unavailable_{0}, shadow_over_{0}, overrides_ignored_{0}, domain_not_found_{0}, value_metrics_dropped_{0};
+      unavailable_{0}, shadow_over_{0}, overrides_ignored_{0}, domain_not_found_{0}, value_metrics_dropped_{0},
+      connections_accepted_{0}, connections_evicted_{0}, connections_open_{0};
   ValueMetrics value_metrics_{options_.value_metrics_per_rule};
 };
 

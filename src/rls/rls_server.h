@@ -68,6 +68,12 @@ struct RlsServerOptions {
   std::chrono::milliseconds max_connection_age_grace{std::chrono::seconds(30)};
   std::chrono::milliseconds keepalive_time{std::chrono::minutes(1)};
   std::chrono::milliseconds keepalive_timeout{std::chrono::seconds(20)};
+  // TCP connections open at once, in all and from one IP address (connection_gate.h: at a cap,
+  // a newcomer takes the place of the least active connection of the client holding most), and
+  // how long a new connection has to finish its handshake (TLS, HTTP/2's preface).
+  size_t max_connections = 1024;
+  size_t max_connections_per_client = 256;
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
 };
 
 class RlsServer {
@@ -100,7 +106,8 @@ class RlsServer {
   void shutdown();
 
   // Counters: rls_calls, rls_calls_over_limit, rls_invalid_argument, rls_busy, rls_deadline_expired,
-  // rls_cancelled, rls_unavailable, rls_shadow_over_limit.
+  // rls_cancelled, rls_unavailable, rls_shadow_over_limit, ..., rls_connections_accepted,
+  // rls_connections_evicted, rls_connections_open (stat_table() in the .cc has them all).
   StatsList stats() const;
   // Their declarations (util/stat_def.h).
   static std::vector<StatDef> stat_defs();

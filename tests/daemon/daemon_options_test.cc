@@ -200,6 +200,8 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"rls-limit-header-names", "X-Limit,X-Left,X-Reset"},
       {"rls-response-metadata", "true"},
       {"rls-max-pending", "100"},
+      {"rls-max-connections", "100"},
+      {"rls-max-connections-per-client", "10"},
       {"rls-tls-cert", "c.pem"},
       {"rls-tls-key", "k.pem"},
       {"rls-tls-client-ca", "ca.pem"},

@@ -3,8 +3,12 @@
 // with it (charge or not) is observed exactly. Driven by a gRPC C++ client on loopback.
 #include "rls/rls_server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -69,12 +74,14 @@ int64_t stat(const StatsList& stats, const std::string& name) {
 
 class RlsServerTest : public ::testing::Test {
  protected:
-  void start(size_t max_pending, bool on_grpc_threads = false, size_t max_pending_bytes = 16u << 20) {
+  void start(size_t max_pending, bool on_grpc_threads = false, size_t max_pending_bytes = 16u << 20,
+             size_t max_connections_per_client = 256) {
     RlsServerOptions options;
     options.listen = "127.0.0.1:0";
     options.max_pending = max_pending;
     options.max_pending_bytes = max_pending_bytes;
     options.decide_on_grpc_threads = on_grpc_threads;
+    options.max_connections_per_client = max_connections_per_client;
     server_ = std::make_unique<RlsServer>(node_io_, handler_, options);
     const auto config = parse_rls_config(
         {{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
@@ -255,6 +262,58 @@ TEST_F(RlsServerTest, OnGrpcThreadsStopRacingCallsInFlightChargesNothingAfterIt)
   EXPECT_EQ(handler_.charged.load(), charged_at_stop) << "charged after stop() returned";
   EXPECT_EQ(handler_.charged.load(), ok.load()) << "every OK was charged, and nothing else";
   EXPECT_EQ(other.load(), 0);
+}
+
+// A TCP connection to `address` ("127.0.0.1:PORT") that sends nothing: a half-open request.
+int connect_silently(const std::string& address) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(uint16_t(std::stoi(address.substr(address.rfind(':') + 1))));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server has closed `fd`'s connection within `limit`: what it sent (gRPC's HTTP/2
+// settings) read and dropped, a read ends (EOF or reset) rather than finding nothing more.
+bool closed_by_server(int fd, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, int(std::max<int64_t>(left.count(), 0))) != 1) return false;
+    char bytes[4096];
+    if (::recv(fd, bytes, sizeof bytes, 0) <= 0) return true;
+  }
+}
+
+// Issue 34, finding 5: gRPC 1.51 has no per-client connection cap, so the server accepts TCP
+// itself and hands each connection to gRPC through a gate. A client at its cap (here every
+// local process, 127.0.0.1, capped at 4) cannot lock out the connection carrying calls:
+// each newcomer takes the place of the oldest connection that carried nothing.
+TEST_F(RlsServerTest, AtAClientsCapANewcomerTakesThePlaceOfAHalfOpenConnectionNotOneCarryingCalls) {
+  start(16, /*on_grpc_threads=*/true, 16u << 20, /*max_connections_per_client=*/4);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(call_async(std::chrono::seconds(20)).get().ok());  // > 1 KiB received
+  std::vector<int> silent;
+  for (int i = 0; i < 8; ++i) {
+    silent.push_back(connect_silently(server_->address()));
+    ASSERT_GE(silent.back(), 0);
+    // Accepted and admitted before the next one (the gate orders by arrival at equal idleness).
+    ASSERT_TRUE(wait_until([&] { return stat("rls_connections_accepted") == i + 2; }));
+  }
+  // 1 channel + 8 silent at a cap of 4: the 5 oldest silent ones made room.
+  EXPECT_EQ(stat("rls_connections_evicted"), 5);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(closed_by_server(silent[i], std::chrono::seconds(10))) << "silent " << i;
+  for (int i = 5; i < 8; ++i) EXPECT_FALSE(closed_by_server(silent[i], std::chrono::milliseconds(0))) << "silent " << i;
+  EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok()) << "the channel carrying calls was kept";
+  EXPECT_EQ(stat("rls_connections_accepted"), 9) << "the channel never had to reconnect";
+  for (int fd : silent) ::close(fd);
+  // Closed by their clients, then by gRPC: forgotten by the gate's sweep (every second).
+  EXPECT_TRUE(wait_until([&] { return stat("rls_connections_open") == 1; }));
 }
 
 // The listener cannot be shared or stolen (issue 34, finding 9). A unix: socket gets mode 0660
