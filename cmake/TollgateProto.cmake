@@ -34,7 +34,10 @@ endfunction()
 # (PROTO's .grpc.pb.cc/.h from grpc_cpp_plugin), linked with gRPC::grpc++.
 function(tollgate_grpc_library target proto)
   find_package(Protobuf REQUIRED)
-  find_package(gRPC CONFIG REQUIRED)
+  # Once per directory: a second find_package(gRPC) there redefines c-ares's imported target.
+  if(NOT TARGET gRPC::grpc++)
+    find_package(gRPC CONFIG REQUIRED)
+  endif()
   set(root ${PROJECT_SOURCE_DIR}/proto)
   set(out ${CMAKE_CURRENT_BINARY_DIR}/generated)
   string(REGEX REPLACE "\\.proto$" "" stem ${proto})

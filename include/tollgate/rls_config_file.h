@@ -73,6 +73,10 @@ struct RlsLoadOptions {
 std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigText>& files,
                                                   const RlsLoadOptions& options = {});
 
+// The config of domains read elsewhere (one RlsDomain per file, or per xDS resource), merged by
+// domain and moded as `options` say, as parse_rls_config does with its files. Throws ConfigError.
+std::shared_ptr<const RlsConfig> make_rls_config(std::vector<RlsDomain> domains, const RlsLoadOptions& options = {});
+
 // Reads `path`: a YAML file, or a directory of *.yaml / *.yml files (in name order; other files
 // and subdirectories are skipped). A directory with no such file is an error.
 std::shared_ptr<const RlsConfig> load_rls_config(const std::string& path, const RlsLoadOptions& options = {});

@@ -301,17 +301,22 @@ std::vector<std::filesystem::path> config_files(const std::string& path) {
 std::shared_ptr<const RlsConfig> parse_rls_config(const std::vector<RlsConfigText>& files,
                                                   const RlsLoadOptions& options) {
   std::vector<RlsDomain> domains;
-  for (const RlsConfigText& f : files) {
-    RlsDomain d = RlsParser(f.source).parse(f.text);
+  for (const RlsConfigText& f : files) domains.push_back(RlsParser(f.source).parse(f.text));
+  return make_rls_config(std::move(domains), options);
+}
+
+std::shared_ptr<const RlsConfig> make_rls_config(std::vector<RlsDomain> parts, const RlsLoadOptions& options) {
+  std::vector<RlsDomain> domains;
+  for (RlsDomain& d : parts) {
     auto same = std::find_if(domains.begin(), domains.end(), [&](const RlsDomain& o) { return o.domain == d.domain; });
     if (!options.merge_domains || same == domains.end()) {
-      domains.push_back(std::move(d));  // a second file of one domain, unmerged: RlsConfig names both
+      domains.push_back(std::move(d));  // a second part of one domain, unmerged: RlsConfig names both
       continue;
     }
-    // Merged: this file's top-level descriptors join the domain's, each keeping its file for
+    // Merged: this part's top-level descriptors join the domain's, each keeping its source for
     // errors (RlsDescriptor::source).
     for (RlsDescriptor& desc : d.descriptors) {
-      desc.source = f.source;
+      if (desc.source.empty()) desc.source = d.source;
       same->descriptors.push_back(std::move(desc));
     }
   }

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "api/endpoint.h"
 #include "config/strict_yaml.h"
 #include "retriever/rules_retriever.h"
 #include "tollgate/config_error.h"
@@ -203,12 +204,41 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
     return usage_error(std::string(o->rules_cache.empty() ? "--rules-ca" : "--rules-cache") +
                        " is for --rules-url (a --rules file is its own copy)");
   }
-  if (o->rules_file.empty() && o->rules_url.empty() && o->rls_config.empty()) {
+  const bool rls_configured = !o->rls_config.empty() || !o->rls_xds.empty();
+  if (o->rules_file.empty() && o->rules_url.empty() && !rls_configured) {
     return usage_error(
-        "--rules FILE or --rules-url URL is required (or --rls-config PATH, to serve Envoy's rate limit "
-        "service only)");
+        "--rules FILE or --rules-url URL is required (or --rls-config PATH or --rls-xds HOST:PORT, to serve "
+        "Envoy's rate limit service only)");
   }
-  if (!o->rls_listen.empty() && o->rls_config.empty()) return usage_error("--rls-listen needs --rls-config PATH");
+  if (!o->rls_listen.empty() && !rls_configured) {
+    return usage_error("--rls-listen needs --rls-config PATH or --rls-xds HOST:PORT");
+  }
+  if (!o->rls_config.empty() && !o->rls_xds.empty()) {
+    return usage_error("--rls-config and --rls-xds are two sources of one RLS config: give one");
+  }
+  const bool xds_tls = !o->rls_xds_tls_ca.empty() || !o->rls_xds_tls_cert.empty() || !o->rls_xds_tls_key.empty() ||
+                       !o->rls_xds_tls_server_name.empty();
+  if (o->rls_xds.empty() && (xds_tls || o->rls_xds_insecure || !o->rls_xds_node_metadata.empty() ||
+                             !o->rls_xds_headers.empty() || o->rls_xds_node_id != "default")) {
+    return usage_error("--rls-xds-* settings are for --rls-xds HOST:PORT");
+  }
+  if (o->rls_xds_tls_cert.empty() != o->rls_xds_tls_key.empty()) {
+    return usage_error("--rls-xds-tls-cert and --rls-xds-tls-key go together: a certificate and its private key");
+  }
+  if (xds_tls && o->rls_xds_tls_ca.empty()) {
+    return usage_error("--rls-xds-tls-* need --rls-xds-tls-ca (the CA the xDS server's certificate chains to)");
+  }
+  if (o->rls_xds_insecure && !o->rls_xds_tls_ca.empty()) {
+    return usage_error("--rls-xds-insecure and --rls-xds-tls-ca contradict each other: TLS or not");
+  }
+  if (!o->rls_xds.empty() && o->rls_xds_tls_ca.empty() && !o->rls_xds_insecure) {
+    const auto at = api::parse_endpoint("tcp:" + o->rls_xds, nullptr);
+    if (!o->rls_xds.starts_with("localhost:") && (!at || !at->is_loopback())) {
+      return usage_error("--rls-xds " + o->rls_xds +
+                         " is not loopback: give --rls-xds-tls-ca (TLS), or --rls-xds-insecure to take every limit "
+                         "from whoever answers at that address");
+    }
+  }
   if (o->rls_config_optional && o->rls_config.empty()) {
     return usage_error("--rls-config-optional is for --rls-config PATH (start before the file exists)");
   }
@@ -237,10 +267,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   if (o->http_insecure && !o->http_token_file.empty()) {
     return usage_error("--http-insecure and --http-token-file contradict each other: HTTP needs a token or does not");
   }
-  if (o->rls_listen.empty() && o->http_listen.empty() && !o->rls_config.empty()) {
-    return usage_error(
-        "--rls-config is used by the rate limit service: give --rls-listen HOST:PORT (gRPC) or "
-        "--http-listen HOST:PORT (POST /json) too");
+  if (o->rls_listen.empty() && o->http_listen.empty() && rls_configured) {
+    return usage_error(std::string(o->rls_xds.empty() ? "--rls-config" : "--rls-xds") +
+                       " is used by the rate limit service: give --rls-listen HOST:PORT (gRPC) or "
+                       "--http-listen HOST:PORT (POST /json) too");
   }
   if (o->node.membership == MembershipKind::kStatic && o->peers_file.empty()) {
     return usage_error("--membership static needs --peers-file FILE");
@@ -295,6 +325,7 @@ NodeHostOptions node_host_options(const DaemonOptions& d) {
   h.rls_shadow_mode = d.rls_shadow_mode;
   h.rls_quota_mode = d.rls_quota_mode;
   h.rls_config_optional = d.rls_config_optional;
+  h.rls_dynamic = !d.rls_xds.empty();
   h.node = d.node;
   h.incarnation = d.incarnation;
   h.state_dir = d.state_dir;

@@ -75,6 +75,13 @@ struct DaemonOptions {
   std::string rls_tls_cert, rls_tls_key;        // PEM: serve TLS
   std::string rls_tls_client_ca;                // PEM: and require client certificates it signed (mTLS)
   bool rls_insecure = false;                    // allow a non-loopback --rls-listen without mutual TLS
+  // The RLS config from an xDS management server instead of rls_config (XdsClientOptions).
+  std::string rls_xds;  // HOST:PORT
+  std::string rls_xds_node_id = "default";
+  std::vector<std::string> rls_xds_node_metadata;  // KEY=VALUE
+  std::vector<std::string> rls_xds_headers;        // NAME:VALUE
+  std::string rls_xds_tls_ca, rls_xds_tls_cert, rls_xds_tls_key, rls_xds_tls_server_name;
+  bool rls_xds_insecure = false;  // allow a non-loopback --rls-xds without TLS
   // The HTTP front end: off unless http_listen is given.
   std::string http_listen;                         // "HOST:PORT"
   size_t http_max_connections = 512;               // open at once (HttpServerOptions)

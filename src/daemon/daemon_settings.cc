@@ -58,6 +58,30 @@ std::string a_header_name(std::string_view text) {
   return ok ? std::string() : "not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)";
 }
 
+// KEY=VALUE of --rls-xds-node-metadata.
+std::string a_metadata_pair(std::string_view text) {
+  const size_t eq = text.find('=');
+  if (eq == 0 || eq == std::string_view::npos) return "not KEY=VALUE";
+  const bool printable = std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  return printable ? std::string() : "not printable ASCII";
+}
+
+// NAME:VALUE of --rls-xds-header: a gRPC metadata name (lower case: gRPC refuses others) and a
+// printable ASCII value.
+std::string a_grpc_header(std::string_view text) {
+  const size_t colon = text.find(':');
+  if (colon == 0 || colon == std::string_view::npos) return "not NAME:VALUE";
+  const std::string_view name = text.substr(0, colon);
+  const bool name_ok = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-' || c == '_' || c == '.';
+  });
+  if (!name_ok) return "the name must be lower-case letters, digits and - _ . (gRPC metadata)";
+  if (name.starts_with("grpc-") || name.ends_with("-bin")) return "names starting grpc- or ending -bin are gRPC's own";
+  const std::string_view value = text.substr(colon + 1);
+  const bool printable = std::all_of(value.begin(), value.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  return printable ? std::string() : "the value must be printable ASCII";
+}
+
 DaemonSetting text(std::string flag, Text member, std::string type_name, std::string help, Check check = any_text) {
   return {std::move(flag),
           SettingShape::kValue,
@@ -292,6 +316,31 @@ std::vector<DaemonSetting> make_rows() {
   add(on_off("rls-insecure", &DaemonOptions::rls_insecure,
              "Serve a non-loopback --rls-listen without mutual TLS: anyone who reaches it can spend any descriptor's "
              "limit"));
+  add(text("rls-xds", &DaemonOptions::rls_xds, "HOST:PORT",
+           "Take the RLS config from this xDS management server (Envoy Gateway's, or any serving "
+           "envoyproxy/ratelimit's RateLimitConfig resources over ADS, state of the world) instead of "
+           "--rls-config. Every rate limit call is answered OK until its first config; a config that does not "
+           "load is refused (NACKed) and the one in force stays",
+           an_address));
+  add(text("rls-xds-node-id", &DaemonOptions::rls_xds_node_id, "ID",
+           "The node id the xDS server knows this service by (Envoy Gateway: envoy-ratelimit)"));
+  add(list("rls-xds-node-metadata", &DaemonOptions::rls_xds_node_metadata, "KEY=VALUE,...",
+           "Metadata sent with the node id (string values)", a_metadata_pair));
+  add(list("rls-xds-header", &DaemonOptions::rls_xds_headers, "NAME:VALUE,...",
+           "gRPC metadata sent when the stream opens (an authorization header, say)", a_grpc_header));
+  add(text("rls-xds-tls-ca", &DaemonOptions::rls_xds_tls_ca, "FILE",
+           "Connect to the xDS server over TLS, its certificate signed by one of these PEM CA certificates; the files "
+           "are read again at each connection. Required for a --rls-xds that is not loopback, unless "
+           "--rls-xds-insecure"));
+  add(text("rls-xds-tls-cert", &DaemonOptions::rls_xds_tls_cert, "FILE",
+           "A PEM client certificate for the xDS server (with --rls-xds-tls-key and --rls-xds-tls-ca)"));
+  add(text("rls-xds-tls-key", &DaemonOptions::rls_xds_tls_key, "FILE",
+           "The PEM private key of --rls-xds-tls-cert (not encrypted)"));
+  add(text("rls-xds-tls-server-name", &DaemonOptions::rls_xds_tls_server_name, "NAME",
+           "The name the xDS server's certificate must have, when not its --rls-xds host"));
+  add(on_off("rls-xds-insecure", &DaemonOptions::rls_xds_insecure,
+             "Take the RLS config from a non-loopback --rls-xds without TLS: whoever can answer for that address "
+             "sets every limit"));
 
   // --- HTTP, metrics, memory, logs ---
   add(text("http-listen", &DaemonOptions::http_listen, "HOST:PORT",

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <stdexcept>
 
@@ -17,6 +18,7 @@
 #include "http/token_file.h"
 #include "retriever/rules_feed.h"
 #include "rls/rls_server.h"
+#include "rls/xds_client.h"
 #include "tollgate/rls_config.h"
 
 namespace tollgate {
@@ -293,6 +295,63 @@ class RulesService final : public FrontEnd {
   RulesFeed feed_;
 };
 
+// The RLS config from an xDS server (--rls-xds): accepted configs go to the host, which puts
+// them in force on the node's thread as it does a reloaded file.
+class XdsConfig final : public FrontEnd {
+ public:
+  XdsConfig(const DaemonOptions& o, boost::asio::io_context& io, NodeHost& host)
+      : client_(
+            xds_options(o),
+            [&io, &host](std::shared_ptr<const RlsConfig> config, const std::string& version) {
+    boost::asio::post(io, [&host, config = std::move(config), version] {
+      host.offer_rls_config(config, "the xDS server's version \"" + version + "\"");
+    });
+            },
+            [](bool error, const std::string& line) {
+    if (error) {
+      spdlog::warn("{}", line);
+    } else {
+      spdlog::info("{}", line);
+    }
+        }),
+  server_(o.rls_xds) {}
+  void start() override {
+    if (std::string why = client_.start(); !why.empty()) throw std::runtime_error("--rls-xds: " + why);
+    spdlog::info("RLS config from the xDS server {}; every rate limit call is answered OK until its first config",
+                 server_);
+  }
+  void shutdown() override { client_.stop(); }
+  void append_stats(StatsList& s) const override {
+    const StatsList mine = client_.stats();
+    s.insert(s.end(), mine.begin(), mine.end());
+  }
+
+ private:
+  static rls::XdsClientOptions xds_options(const DaemonOptions& o) {
+    rls::XdsClientOptions x;
+    x.server = o.rls_xds;
+    x.node_id = o.rls_xds_node_id;
+    for (const std::string& kv : o.rls_xds_node_metadata) {
+      const size_t eq = kv.find('=');
+      x.node_metadata.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    }
+    for (const std::string& h : o.rls_xds_headers) {
+      const size_t colon = h.find(':');
+      std::string value = h.substr(colon + 1);
+      value.erase(0, value.find_first_not_of(' '));
+      x.headers.emplace_back(h.substr(0, colon), value);
+    }
+    x.tls_ca = o.rls_xds_tls_ca;
+    x.tls_cert = o.rls_xds_tls_cert;
+    x.tls_key = o.rls_xds_tls_key;
+    x.tls_server_name = o.rls_xds_tls_server_name;
+    x.load = {.merge_domains = o.rls_merge_domains, .shadow_mode = o.rls_shadow_mode, .quota_mode = o.rls_quota_mode};
+    return x;
+  }
+  rls::XdsClient client_;
+  std::string server_;
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<FrontEnd>> make_front_ends(const DaemonOptions& options, boost::asio::io_context& io,
@@ -305,6 +364,7 @@ std::vector<std::unique_ptr<FrontEnd>> make_front_ends(const DaemonOptions& opti
   if (!options.metrics_listen.empty()) all.push_back(std::make_unique<Http>(options, io, handler, host, routes, true));
   if (!options.rules_url.empty())
     all.push_back(std::make_unique<RulesService>(options, io, host, std::move(rules_etag)));
+  if (!options.rls_xds.empty()) all.push_back(std::make_unique<XdsConfig>(options, io, host));
   return all;
 }
 
@@ -317,6 +377,7 @@ StatCatalog daemon_stat_catalog(const DaemonOptions& options) {
   if (!options.http_listen.empty()) c.add(http::HttpServer::stat_defs());
   if (!options.metrics_listen.empty()) c.add(http::HttpServer::stat_defs(), "metrics_");
   if (!options.rules_url.empty()) c.add(RulesFeed::stat_defs());
+  if (!options.rls_xds.empty()) c.add(rls::XdsClient::stat_defs());
   return c;
 }
 

@@ -91,7 +91,12 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   } else if (!options_.rules_text.empty()) {
     set_rules_text(options_.rules_text, options_.rules_origin);
   }
-  if (!options_.rls_config.empty()) {
+  if (options_.rls_dynamic) {
+    // No domain until the first config is offered: every call is answered OK (unlimited), and
+    // /readyz and rls_config_missing say so.
+    rls_missing_ = true;
+    set_rls_config(std::make_shared<const RlsConfig>(std::vector<RlsDomain>{}));
+  } else if (!options_.rls_config.empty()) {
     rls_fingerprint_ = rls_config_fingerprint(options_.rls_config);
     if (options_.rls_config_optional && !rls_config_exists(options_.rls_config)) {
       // Asked to start without it: no domain, so every call is answered OK (unlimited) until
@@ -438,6 +443,13 @@ void NodeHost::put_rules_in_force() {
     for (const auto& listener : rls_listeners_) listener(staged_rls_);
     staged_rls_.reset();
   }
+}
+
+void NodeHost::offer_rls_config(std::shared_ptr<const RlsConfig> config, const std::string& origin) {
+  log(LogLevel::kInfo, "RLS config from " + origin + ": " + std::to_string(config->domains().size()) + " domains");
+  staged_rls_ = std::move(config);
+  ++reloads_.rls;
+  put_rules_in_force();
 }
 
 void NodeHost::offer_rules(std::string text, const std::string& origin, std::function<void(const std::string&)> done) {

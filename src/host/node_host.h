@@ -71,6 +71,9 @@ class NodeHost {
   // or refused (logged, counted). `done` gets "" or why they were refused, on the owner's thread
   // (not at all if the host is destroyed first).
   void offer_rules(std::string text, const std::string& origin, std::function<void(const std::string&)> done);
+  // An RLS config from elsewhere (rls_dynamic: the xDS client's, already parsed and checked), put
+  // in force now with the rules that hold its limits. On the owner's thread; `origin` is logged.
+  void offer_rls_config(std::shared_ptr<const RlsConfig> config, const std::string& origin);
   // No more rounds or file watching (idempotent); the node still answers checks.
   void stop_rounds();
   // stop_rounds(), then the departure: what was admitted is sealed and sent with it; `done` runs

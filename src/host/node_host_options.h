@@ -41,6 +41,9 @@ struct NodeHostOptions {
   bool rls_shadow_mode = false;      // every descriptor in shadow mode (RlsLoadOptions)
   bool rls_quota_mode = false;       // every descriptor in quota mode (RlsLoadOptions)
   bool rls_config_optional = false;  // start without rls_config when it does not exist yet
+  // The RLS config comes from elsewhere (an xDS server, through offer_rls_config): start with no
+  // domain, in the state rls_config_optional starts in without its file.
+  bool rls_dynamic = false;
   NodeSettings node;
   uint64_t incarnation = 0;  // 0: the wall clock's microseconds, higher at every restart
   // Checks come from other threads than the owner's (the key table is concurrent); the owner

@@ -537,9 +537,12 @@ void Routes::readyz(Reply reply) {
       }
       HttpResponse ok;
       ok.content_type = "text/plain; charset=utf-8";
-      ok.body = no_rls_config ? "ready, without an RLS config yet (--rls-config-optional): every rate limit call is "
-                                "answered OK\n"
-                              : "ready\n";
+      ok.body =
+          no_rls_config
+              ? "ready, without an RLS config yet (--rls-config-optional, or no config from --rls-xds yet): every "
+                "rate limit call is "
+                "answered OK\n"
+              : "ready\n";
       reply(std::move(ok));
             };
       },

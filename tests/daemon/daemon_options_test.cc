@@ -198,6 +198,16 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"rls-limit-headers", "true"},
       {"rls-value-metrics", "7"},
       {"rls-limit-header-names", "X-Limit,X-Left,X-Reset"},
+      // The xDS source contradicts rls-config: XdsSettingsReadBackWhatTheyPrint has them.
+      {"rls-xds", ""},
+      {"rls-xds-node-id", ""},
+      {"rls-xds-node-metadata", ""},
+      {"rls-xds-header", ""},
+      {"rls-xds-tls-ca", ""},
+      {"rls-xds-tls-cert", ""},
+      {"rls-xds-tls-key", ""},
+      {"rls-xds-tls-server-name", ""},
+      {"rls-xds-insecure", ""},
       {"rls-response-metadata", "true"},
       {"rls-max-pending", "100"},
       {"rls-max-connections", "100"},
@@ -248,6 +258,41 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
   EXPECT_EQ(by_file.options.listen, (std::vector<std::string>{"unix:/tmp/a.sock", "tcp:127.0.0.1:7700"}));
   EXPECT_EQ(by_file.options.max_message_age_ns, 20 * kNanosPerSecond);
   EXPECT_TRUE(by_file.options.rls_response_headers);
+}
+
+// The --rls-xds settings, which the test above cannot give beside --rls-config, by flag and by
+// file.
+TEST_F(DaemonOptionsTest, XdsSettingsReadBackWhatTheyPrint) {
+  const std::map<std::string, std::string> values = {
+      {"rls-xds", "xds.example:18001"},
+      {"rls-xds-node-id", "envoy-ratelimit"},
+      {"rls-xds-node-metadata", "zone=a,team=b"},
+      {"rls-xds-header", "authorization:Bearer x"},
+      {"rls-xds-tls-ca", "ca.crt"},
+      {"rls-xds-tls-cert", "tls.crt"},
+      {"rls-xds-tls-key", "tls.key"},
+      {"rls-xds-tls-server-name", "envoy-gateway"},
+  };
+  std::vector<std::string> args = {"--peers-file", "p", "--insecure-gossip", "--rls-listen", "127.0.0.1:8081"};
+  std::string config = "peers-file: p\ninsecure-gossip: true\nrls-listen: 127.0.0.1:8081\n";
+  for (const auto& [flag, value] : values) {
+    args.insert(args.end(), {"--" + flag, value});
+    const bool list = flag == "rls-xds-node-metadata" || flag == "rls-xds-header";
+    config += flag + ": " + (list ? "[" + value + "]" : "\"" + value + "\"") + "\n";
+  }
+  const Parsed by_flags = parse(args);
+  ASSERT_FALSE(by_flags.exit_code.has_value()) << by_flags.stderr_text;
+  const Parsed by_file = parse({"--config", write("xds.yaml", config)});
+  ASSERT_FALSE(by_file.exit_code.has_value()) << by_file.stderr_text;
+  size_t seen = 0;
+  for (const DaemonSetting& row : daemon_settings()) {
+    if (!row.flag.starts_with("rls-xds") || row.flag == "rls-xds-insecure") continue;
+    ++seen;
+    EXPECT_EQ(row.format(by_flags.options), values.at(row.flag)) << "--" << row.flag;
+    EXPECT_EQ(row.format(by_file.options), values.at(row.flag)) << row.flag << ":";
+  }
+  EXPECT_EQ(seen, values.size());
+  EXPECT_EQ(by_file.options.rls_xds_headers, std::vector<std::string>{"authorization:Bearer x"});
 }
 
 // operations.md section 2 promises exit 2 for any bad flag (CLI11's own codes run from 100 to

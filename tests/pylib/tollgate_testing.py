@@ -2,7 +2,9 @@
 
 Nothing here sleeps for synchronisation: wait_until polls observable state with a deadline.
 """
+import os
 import socket
+import subprocess
 import time
 
 WAIT_S = 20  # the longest any poll waits before failing, unless told otherwise
@@ -94,3 +96,24 @@ def terminate(proc, timeout=WAIT_S):
             proc.kill()
             proc.wait()
     return proc.returncode
+
+
+# Certificates for TLS tests, made by openssl (EC P-256, two days).
+def openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(d, name):
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+            "-subj", "/CN=" + name, "-keyout", name + ".key", "-out", name + ".pem", cwd=d)
+
+
+def make_cert(d, name, ca, san=None):
+    """name.key and name.pem, signed by CA ca (a leaf: a server's with SAN, or a client's)."""
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=" + name,
+            "-keyout", name + ".key", "-out", name + ".csr", cwd=d)
+    ext = os.path.join(d, name + ".ext")
+    with open(ext, "w") as f:
+        f.write("basicConstraints=CA:FALSE\n" + ("subjectAltName=" + san + "\n" if san else ""))
+    openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key", "-CAcreateserial",
+            "-days", "2", "-extfile", ext, "-out", name + ".pem", cwd=d)

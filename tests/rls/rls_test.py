@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import Process, free_port, stop_and_remove, wait_until as poll_until  # noqa: E402
+from tollgate_testing import Process, free_port, make_ca, make_cert, stop_and_remove, wait_until as poll_until  # noqa: E402,E501
 
 TOLLGATED, TOLLGATE_CLI, PROTO_DIR = sys.argv[1:4]
 del sys.argv[1:4]
@@ -764,26 +764,6 @@ class Cluster(unittest.TestCase):
                 self.assertEqual(b.stop(), 0)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(d, name):
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
-            "-subj", "/CN=" + name, "-keyout", name + ".key", "-out", name + ".pem", cwd=d)
-
-
-def make_cert(d, name, ca, san=None):
-    """name.key and name.pem, signed by CA ca (a leaf: a server's with SAN, or a client's)."""
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=" + name,
-            "-keyout", name + ".key", "-out", name + ".csr", cwd=d)
-    ext = os.path.join(d, name + ".ext")
-    with open(ext, "w") as f:
-        f.write("basicConstraints=CA:FALSE\n" + ("subjectAltName=" + san + "\n" if san else ""))
-    openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key", "-CAcreateserial",
-            "-days", "2", "-extfile", ext, "-out", name + ".pem", cwd=d)
 
 
 class MutualTls(unittest.TestCase):
