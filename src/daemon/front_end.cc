@@ -13,6 +13,7 @@
 #include "api/endpoint.h"
 #include "daemon/api_workers.h"
 #include "daemon/daemon_options.h"
+#include "daemon/memory_release.h"
 #include "host/node_host.h"
 #include "http/http_server.h"
 #include "http/token_file.h"
@@ -44,6 +45,24 @@ constexpr StatDef kPerThread[] = {
     kThreads,
     {"api.thread.*.connections_open", StatKind::kGauge, "Client API connections open, by thread (0: the node's)"},
     {"api.thread.*.checks", StatKind::kCounter, "Checks answered through the client API, by thread (0: the node's)"},
+};
+
+constexpr StatDef kMemoryRelease[] = {
+    {"memory_releases", StatKind::kCounter,
+     "Times freed memory was given back to the system (malloc_trim, after resident memory grew 64 MiB)"},
+    {"memory_released_bytes", StatKind::kCounter, "Resident memory those times gave back", StatUnit::kBytes},
+};
+
+// Not a door: freed memory given back to the system (daemon/memory_release.h), on a thread of its
+// own from start to shutdown.
+class FreedMemory final : public FrontEnd {
+ public:
+  void start() override { release_.start(); }
+  void shutdown() override { release_.stop(); }
+  void append_stats(StatsList& s) const override { release_.append_stats(s); }
+
+ private:
+  MemoryRelease release_;
 };
 
 // The client API (--listen), on the node's thread and on the --threads N - 1 others.
@@ -365,6 +384,7 @@ std::vector<std::unique_ptr<FrontEnd>> make_front_ends(const DaemonOptions& opti
   if (!options.rules_url.empty())
     all.push_back(std::make_unique<RulesService>(options, io, host, std::move(rules_etag)));
   if (!options.rls_xds.empty()) all.push_back(std::make_unique<XdsConfig>(options, io, host));
+  all.push_back(std::make_unique<FreedMemory>());
   return all;
 }
 
@@ -378,6 +398,7 @@ StatCatalog daemon_stat_catalog(const DaemonOptions& options) {
   if (!options.metrics_listen.empty()) c.add(http::HttpServer::stat_defs(), "metrics_");
   if (!options.rules_url.empty()) c.add(RulesFeed::stat_defs());
   if (!options.rls_xds.empty()) c.add(rls::XdsClient::stat_defs());
+  c.add(kMemoryRelease);
   return c;
 }
 

@@ -117,3 +117,11 @@ def make_cert(d, name, ca, san=None):
         f.write("basicConstraints=CA:FALSE\n" + ("subjectAltName=" + san + "\n" if san else ""))
     openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key", "-CAcreateserial",
             "-days", "2", "-extfile", ext, "-out", name + ".pem", cwd=d)
+
+
+def sanitized(binary):
+    """Whether `binary` was built with AddressSanitizer or ThreadSanitizer: their allocators, not
+    glibc's, own the heap (a quarantine, shadow memory), so resident-memory bounds do not apply."""
+    with open(binary, "rb") as f:
+        image = f.read()
+    return b"__asan_init" in image or b"__tsan_init" in image

@@ -23,7 +23,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import Process, free_port, make_ca, make_cert, stop_and_remove, wait_until as poll_until  # noqa: E402,E501
+from tollgate_testing import (Process, free_port, make_ca, make_cert, sanitized, stop_and_remove,  # noqa: E402
+                              wait_until as poll_until)
 
 TOLLGATED, TOLLGATE_CLI, PROTO_DIR = sys.argv[1:4]
 del sys.argv[1:4]
@@ -764,6 +765,192 @@ class Cluster(unittest.TestCase):
                 self.assertEqual(b.stop(), 0)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+class RawHttp2:
+    """One plaintext HTTP/2 connection to the rate limit service, frames written and read with
+    hyperframe and headers coded with hpack (Debian's python3-h2 brings both): what an attacker
+    sends, without a client library that would keep to the server's settings."""
+    PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+    def __init__(self, port):
+        import hpack
+        import socket
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+        self.encoder = hpack.Encoder()
+        self.buffer = b""
+        self.sock.sendall(self.PREFACE + self.frame_bytes("settings"))
+        self.next_id = 1
+
+    def frame_bytes(self, kind, stream_id=0, **kw):
+        import hyperframe.frame as hf
+        f = {"settings": hf.SettingsFrame, "headers": hf.HeadersFrame, "rst": hf.RstStreamFrame,
+             "ack": hf.SettingsFrame}[kind](stream_id, **kw)
+        if kind == "ack":
+            f.flags.add("ACK")
+        return f.serialize()
+
+    def call_headers(self, stream_id, end_stream=False, extra=()):
+        import hyperframe.frame as hf
+        block = self.encoder.encode([(":method", "POST"), (":scheme", "http"),
+                                     (":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"),
+                                     (":authority", "tollgated"), ("content-type", "application/grpc"),
+                                     ("te", "trailers")] + list(extra))
+        f = hf.HeadersFrame(stream_id, data=block)
+        f.flags.add("END_HEADERS")
+        if end_stream:
+            f.flags.add("END_STREAM")
+        return f.serialize()
+
+    def frames(self, until, timeout=WAIT_S):
+        """Reads frames, acking the server's settings, until until(frame) is true or the
+        connection ends; returns the frames read."""
+        import socket
+        import hyperframe.frame as hf
+        import time
+        got, end = [], time.monotonic() + timeout
+        while time.monotonic() < end:
+            while len(self.buffer) >= 9:
+                f, length = hf.Frame.parse_frame_header(memoryview(self.buffer[:9]))
+                if len(self.buffer) < 9 + length:
+                    break
+                f.parse_body(memoryview(self.buffer[9:9 + length]))
+                self.buffer = self.buffer[9 + length:]
+                got.append(f)
+                if isinstance(f, hf.SettingsFrame) and "ACK" not in f.flags:
+                    self.sock.sendall(self.frame_bytes("ack"))
+                if until(f):
+                    return got
+            try:
+                self.sock.settimeout(max(0.01, end - time.monotonic()))
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionError:
+                data = b""
+            if not data:
+                got.append(None)  # the server closed the connection
+                return got
+            self.buffer += data
+        return got
+
+    def close(self):
+        self.sock.close()
+
+
+class Http2Attacks(unittest.TestCase):
+    """Issue 34, finding 5: the HTTP/2 limits set on gRPC (RlsServer::set_limits) hold against a
+    client that does not keep to them, and the daemon keeps serving a normal client meanwhile."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-rls-h2-")
+        config = os.path.join(cls.dir, "rls.yaml")
+        with open(config, "w") as f:
+            f.write(BASIC)
+        cls.d = Daemon(cls.dir, "h2", config)
+
+    @classmethod
+    def tearDownClass(cls):
+        stop_and_remove(cls.d, cls.dir)
+
+    def settled(self, conn):
+        """The server's settings read and acked, and ours acked by it."""
+        import hyperframe.frame as hf
+        conn.frames(lambda f: isinstance(f, hf.SettingsFrame) and "ACK" in f.flags)
+
+    def test_a_client_opening_more_than_100_streams_on_one_connection_loses_it(self):
+        import hyperframe.frame as hf
+        conn = RawHttp2(self.d.rls_port)
+        self.settled(conn)
+        # 150 calls opened and never finished (no body, no END_STREAM). gRPC 1.51 takes the 101st
+        # as a protocol error of the whole connection: every stream on it fails (UNAVAILABLE),
+        # and the connection is closed.
+        conn.sock.sendall(b"".join(conn.call_headers(2 * i + 1) for i in range(150)))
+        got = conn.frames(lambda f: False)
+        conn.close()
+        self.assertIsNone(got[-1], "the connection was not closed: %s" % got[-3:])
+        answered = {f.stream_id for f in got if isinstance(f, hf.HeadersFrame)}
+        self.assertTrue(answered, "no stream was answered")
+        self.assertLessEqual(max(answered), 199, "a stream beyond the first 100 was served")
+        self.assertEqual(self.d.one("basic", [("key1", "after-streams")]).overall_code, OK)
+
+    def test_request_headers_over_16_kib_are_refused_and_others_still_served(self):
+        conn = RawHttp2(self.d.rls_port)
+        self.settled(conn)
+        conn.sock.sendall(conn.call_headers(1, extra=[("x-big", "a" * 20000)]))
+        got = conn.frames(lambda f: getattr(f, "stream_id", 0) == 1 and type(f).__name__ in
+                          ("RstStreamFrame", "HeadersFrame") or type(f).__name__ == "GoAwayFrame")
+        conn.close()
+        last = got[-1]
+        self.assertIsNotNone(last, "the server closed the connection without a word")
+        if type(last).__name__ == "HeadersFrame":  # answered with trailers: a gRPC error, not OK
+            status = dict((k.decode() if isinstance(k, bytes) else k, v) for k, v in
+                          __import__("hpack").Decoder().decode(last.data))
+            self.assertNotEqual(status.get("grpc-status", "0"), "0", status)
+        self.assertEqual(self.d.one("basic", [("key1", "after-headers")]).overall_code, OK)
+
+    def test_after_a_rapid_reset_attack_the_daemon_serves_again_and_gives_its_memory_back(self):
+        # CVE-2023-44487, not fixed in Debian 12's gRPC 1.51: streams opened and cancelled at once,
+        # as fast as one connection goes. gRPC holds each reset stream for a while (some 20 KiB)
+        # and its threads are busy with them: while the attack lasts the daemon's memory grows and
+        # other clients' calls may miss their deadlines (docs/operations.md section 6 says so and
+        # why the defaults keep such a client out). What is asserted is what the daemon does about
+        # it: it does not exit, it serves calls again once the attack stops, and the memory is
+        # given back (MemoryRelease) instead of staying at the peak until a restart.
+        import threading
+        before = rss_kib(self.d.proc.pid)
+        stop = threading.Event()
+        sent, peak = [0], [before]
+
+        def attack():
+            while not stop.is_set():
+                conn = RawHttp2(self.d.rls_port)
+                stream = 1
+                try:
+                    while not stop.is_set() and stream < 2 ** 30:
+                        burst = b"".join(conn.call_headers(stream + 2 * i) + conn.frame_bytes("rst", stream + 2 * i,
+                                                                                               error_code=8)
+                                         for i in range(100))
+                        conn.sock.sendall(burst)
+                        stream += 200
+                        sent[0] += 100
+                        peak[0] = max(peak[0], rss_kib(self.d.proc.pid))
+                except OSError:
+                    pass  # the server cut it off: open another
+                finally:
+                    conn.close()
+        attacker = threading.Thread(target=attack)
+        attacker.start()
+        try:
+            wait_until("the attack under way", lambda: sent[0] >= 20000)
+        finally:
+            stop.set()
+            attacker.join(WAIT_S)
+        self.assertIsNone(self.d.proc.poll(), "the daemon exited")
+
+        def served():
+            try:
+                return self.d.one("basic", [("key1", "after-reset")]).overall_code == OK
+            except grpc.RpcError:
+                return False  # gRPC still busy with the reset streams
+        wait_until("calls served again after the attack", served)
+        codes = [self.d.one("basic", [("key1", "after-reset-%d" % i)]).overall_code for i in range(20)]
+        self.assertEqual(codes, [OK] * 20)
+        if sanitized(TOLLGATED):
+            return  # the sanitizer's allocator owns the heap: malloc_trim has nothing to give back
+        # Back within MemoryRelease's step (64 MiB) of where it was, whatever the peak.
+        wait_until("memory given back (peak %d KiB, before %d KiB, %d streams reset)" % (peak[0], before, sent[0]),
+                   lambda: rss_kib(self.d.proc.pid) < before + 80 * 1024)
+        self.assertGreater(self.d.stats()["memory_releases"], 0, "peak %d KiB" % peak[0])
 
 
 class MutualTls(unittest.TestCase):
