@@ -308,6 +308,10 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   return std::nullopt;
 }
 
+bool checks_from_any_thread(const DaemonOptions& o) {
+  return o.threads > 1 || !o.http_listen.empty() || !o.rls_listen.empty();
+}
+
 NodeHostOptions node_host_options(const DaemonOptions& d) {
   NodeHostOptions h;
   h.node_id = d.node_id;
@@ -332,7 +336,7 @@ NodeHostOptions node_host_options(const DaemonOptions& d) {
   h.state_interval_ns = d.state_interval_ns;
   // Checks from every client API thread at once (the node's thread seals what they leave
   // pending when a flood of keys asks for it).
-  h.concurrent_checks = d.threads > 1;
+  h.concurrent_checks = checks_from_any_thread(d);
   return h;
 }
 

@@ -120,6 +120,12 @@ const std::vector<DaemonSetting>& daemon_settings();
 // Returns nullopt to run, or the code to exit with after printing the help or the error.
 std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* options);
 
+// Whether checks come from other threads than the node's: client API threads (--threads above 1),
+// or a door with threads of its own that decides where it reads (HTTP, the rate limit service's
+// gRPC threads), rather than hopping to the node's thread and back for every check. The key
+// table is then concurrent (docs/design.md 4.3).
+bool checks_from_any_thread(const DaemonOptions& options);
+
 // What these settings give the node's host (its log and round hooks are the daemon's to set).
 NodeHostOptions node_host_options(const DaemonOptions& options);
 

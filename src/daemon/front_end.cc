@@ -171,9 +171,9 @@ class RateLimitService final : public FrontEnd {
     r.max_pending = o.rls_max_pending;
     r.max_connections = o.rls_max_connections;
     r.max_connections_per_client = o.rls_max_connections_per_client;
-    // With client API threads the node's checks are safe from any thread (the table is
-    // concurrent): Envoy's calls are decided on gRPC's threads, not queued for the node's.
-    r.decide_on_grpc_threads = o.threads > 1;
+    // The node's checks are safe from any thread (the table is concurrent): Envoy's calls are
+    // decided on gRPC's threads, not queued for the node's.
+    r.decide_on_grpc_threads = checks_from_any_thread(o);
     r.tls_cert = o.rls_tls_cert;
     r.tls_key = o.rls_tls_key;
     r.tls_client_ca = o.rls_tls_client_ca;
@@ -254,6 +254,7 @@ class Http final : public FrontEnd {
     h.io_timeout = ms(o.http_timeout_ns);
     h.routes = routes;
     h.routes.metrics_only = metrics_only;
+    h.decide_on_http_thread = checks_from_any_thread(o);  // true with --http-listen
     server_ = std::make_unique<http::HttpServer>(io, handler, h);
     server_->set_token(token);
     if (std::string why = server_->start(host.rls_config()); !why.empty()) throw std::runtime_error(flag + why);

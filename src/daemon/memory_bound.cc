@@ -90,7 +90,7 @@ std::vector<MemoryPart> memory_bound(const DaemonOptions& o) {
     // gRPC's buffers are capped by its resource quota; the calls queued for the node hold their
     // requests (parsed: about twice their serialized bytes, which the queue caps) and a job each.
     // The connection gate holds a few dozen bytes a connection (connection_gate.h); 1 KiB is kept.
-    const uint64_t queued = o.threads > 1 ? 0 : 2 * defaults.max_pending_bytes + o.rls_max_pending * 512;
+    const uint64_t queued = checks_from_any_thread(o) ? 0 : 2 * defaults.max_pending_bytes + o.rls_max_pending * 512;
     parts.push_back({"Envoy RLS", defaults.memory_quota_bytes + queued + o.rls_max_connections * 1024,
                      "gRPC's quota, " + mebibytes(defaults.max_pending_bytes) + " of queued requests, " +
                          "--rls-max-connections " + std::to_string(o.rls_max_connections)});

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "api/endpoint.h"
+#include "request/decision_gate.h"
 #include "request/node_queue.h"
 
 namespace tollgate::http {
@@ -31,8 +32,10 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
       : node_io_(node_io),
         handler_(handler),
         options_(std::move(options)),
-        routes_([this](NodeJob job, const Reply& reply) { return run_on_node(std::move(job), reply); },
-                options_.routes),
+        routes_([this](NodeJob job, const Reply& reply) { return run_on_node(std::move(job), reply); }, options_.routes,
+                options_.decide_on_http_thread
+                    ? NodeRunner([this](NodeJob job, const Reply& reply) { return run_here(std::move(job), reply); })
+                    : nullptr),
         queue_(node_io_, options_.max_pending),
         acceptor_(io_),
         retry_timer_(io_) {}
@@ -74,7 +77,11 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void drain() { routes_.drain(); }
-  void stop() { queue_.stop(); }
+  // No check is decided from now on (on the node's thread or this one); those under way end first.
+  void stop() {
+    queue_.stop();
+    gate_.close();
+  }
   void set_rls_config(std::shared_ptr<const RlsConfig> config) { routes_.set_rls_config(std::move(config)); }
   void set_token(std::string token) { routes_.set_token(std::move(token)); }
   const std::string& address() const { return address_; }
@@ -115,6 +122,26 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   void accept();
   // At a connection limit: frees a place for a newcomer from `client` (see the header), or false.
   bool make_room_for(const std::string& client);
+
+  // Routes' runner of checks with decide_on_http_thread (HTTP thread): decide now, and answer.
+  // Once stop() began, nothing is charged (request/decision_gate.h).
+  bool run_here(NodeJob job, const Reply& reply) {
+    std::function<void()> finish;
+    {
+      request::DecisionGate::Pass pass(gate_);
+      if (!pass.open()) {
+        finish = [reply] { reply(error_response(503, "tollgated is shutting down; the check was not decided")); };
+      } else {
+        try {
+          finish = job(handler_);
+        } catch (const std::exception& e) {  // (an allocation failing in the table, say)
+          finish = [reply, why = std::string(e.what())] { reply(error_response(500, "the check failed: " + why)); };
+        }
+      }
+    }
+    finish();
+    return true;
+  }
 
   // Routes' NodeRunner (HTTP thread): queue `job` for the node (request/node_queue.h), or refuse.
   bool run_on_node(NodeJob job, const Reply& reply) {
@@ -162,7 +189,8 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   std::string address_;
   bool loopback_ = true;
   std::atomic<bool> shut_down_{false};
-  request::NodeQueue queue_;  // node jobs: at most max_pending; one waiting past node_wait is answered 503
+  request::NodeQueue queue_;    // node jobs: at most max_pending; one waiting past node_wait is answered 503
+  request::DecisionGate gate_;  // decide_on_http_thread: shut by stop()
   // Before io_: sessions still in its handlers count themselves out when it is destroyed.
   std::atomic<int64_t> accepted_{0}, rejected_{0}, timed_out_{0}, open_{0}, too_large_{0}, malformed_{0}, busy_{0},
       wait_expired_{0}, evicted_{0};

@@ -38,11 +38,16 @@ struct HttpServerOptions {
   size_t max_pending = 4096;                     // node jobs queued at once
   std::chrono::milliseconds node_wait{1'000};    // a job still waiting for the node after this: 503, uncharged
   RoutesOptions routes;
+  // The handler's check, check_all and refund are safe from any thread (the key table is
+  // concurrent): checks are decided on the HTTP thread as they are read, with no hop to the
+  // node's thread and back. Other requests (members, stats, metrics, reset) still go there.
+  bool decide_on_http_thread = false;
 };
 
 class HttpServer {
  public:
-  // `handler` is called on `node_io`'s thread only.
+  // `handler` is called on `node_io`'s thread only (its check, check_all and refund on the HTTP
+  // thread too with decide_on_http_thread).
   HttpServer(boost::asio::io_context& node_io, RequestHandler& handler, HttpServerOptions options);
   ~HttpServer();  // shutdown() if not done
   HttpServer(const HttpServer&) = delete;

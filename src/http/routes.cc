@@ -144,8 +144,10 @@ HttpResponse error_response(unsigned status, const std::string& message) {
   return r;
 }
 
-Routes::Routes(NodeRunner run_on_node, RoutesOptions options)
-    : run_on_node_(std::move(run_on_node)), options_(std::move(options)) {}
+Routes::Routes(NodeRunner run_on_node, RoutesOptions options, NodeRunner run_checks)
+    : run_on_node_(std::move(run_on_node)),
+      run_checks_(run_checks ? std::move(run_checks) : run_on_node_),
+      options_(std::move(options)) {}
 
 void Routes::set_rls_config(std::shared_ptr<const RlsConfig> config) {
   std::lock_guard lock(config_mu_);
@@ -268,6 +270,11 @@ void Routes::on_node(NodeJob job, const Reply& reply) {
     reply(error_response(503, "tollgated is busy or stopping; the request was not decided"));
 }
 
+void Routes::on_checks(NodeJob job, const Reply& reply) {
+  if (!run_checks_(std::move(job), reply))
+    reply(error_response(503, "tollgated is busy or stopping; the request was not decided"));
+}
+
 // POST /v1/reset?key=K: the key full again at every node (Node::reset, docs/design.md 6.6).
 void Routes::reset(const std::string& query, Reply reply) {
   std::string why;
@@ -335,7 +342,7 @@ void Routes::check_get(const std::string& query, Reply reply) {
   }
   if (is_reserved_key(*key)) return reply(error_response(400, kReservedKeyError));
   ++checks_;
-  on_node(
+  on_checks(
       [key = std::move(*key), cost, deny_status, reply](RequestHandler& handler) -> std::function<void()> {
         const CheckItem item{key, cost};
         Decision d;
@@ -402,7 +409,7 @@ void Routes::check_slice(std::shared_ptr<Batch> batch, size_t from, Reply reply)
   const size_t n = batch->decisions.size();
   const bool together = batch->request->all_or_nothing();
   const size_t to = together ? n : std::min(n, from + size_t(kChecksPerSlice));
-  on_node(
+  on_checks(
       [this, batch, from, to, together, reply](RequestHandler& handler) -> std::function<void()> {
         std::vector<CheckItem> items;
         items.reserve(to - from);
@@ -453,7 +460,7 @@ void Routes::rls_json(const std::string& body, Reply reply) {
     return reply(error_response(400, why));
   }
   checks_ += int64_t(plan->descriptors.size());
-  on_node(
+  on_checks(
       [plan, reply, headers = options_.rls_headers](RequestHandler& handler) -> std::function<void()> {
         auto results = std::make_shared<std::vector<rls::DescriptorResult>>();
         const rls::Code overall = rls::decide(handler, *plan, *results);

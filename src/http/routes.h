@@ -80,7 +80,9 @@ struct RoutesOptions {
 
 class Routes {
  public:
-  Routes(NodeRunner run_on_node, RoutesOptions options);
+  // `run_checks` runs the jobs that only check (GET and POST /v1/check, POST /json): the same as
+  // run_on_node unless the server decides checks on its own thread (the key table concurrent).
+  Routes(NodeRunner run_on_node, RoutesOptions options, NodeRunner run_checks = nullptr);
 
   // Any thread.
   void set_rls_config(std::shared_ptr<const RlsConfig> config);
@@ -113,8 +115,11 @@ class Routes {
   void stats_json(Reply reply);
   // Runs `job` on the node, or answers 503.
   void on_node(NodeJob job, const Reply& reply);
+  // A job that calls only check, check_all and refund on the handler.
+  void on_checks(NodeJob job, const Reply& reply);
 
   NodeRunner run_on_node_;
+  NodeRunner run_checks_;
   const RoutesOptions options_;
   std::atomic<bool> draining_{false};
   mutable std::mutex config_mu_;

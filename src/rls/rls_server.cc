@@ -32,6 +32,7 @@
 #include "config/read_file.h"
 #include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "request/decision_gate.h"
 #include "request/listener.h"
 #include "request/node_queue.h"
 #include "rls/connection_gate.h"
@@ -214,8 +215,7 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
     queue_.stop();
     // No decision on a gRPC thread starts from now on, and those under way end first: the node
     // seals what they charge when it leaves, right after this.
-    gate_closed_.store(true);
-    while (deciding_.load() != 0) std::this_thread::yield();
+    decisions_.close();
   }
 
   void shutdown() {
@@ -419,18 +419,12 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
   }
 
   // gRPC thread (decide_on_grpc_threads): decide and answer the call now. Just read, so neither
-  // its deadline nor a cancellation can have come yet. Dekker's handshake with stop(), both
-  // sequentially consistent: either stop() sees this call deciding and waits for it, or the
-  // call sees the gate closed and is not charged.
+  // its deadline nor a cancellation can have come yet. Once stop() began it is not charged
+  // (request/decision_gate.h).
   void decide_here(Job* job) {
-    struct Deciding {
-      std::atomic<int>& n;
-      explicit Deciding(std::atomic<int>& count) : n(count) { n.fetch_add(1); }
-      ~Deciding() { n.fetch_sub(1); }  // however decide() ends: stop() must not wait forever
-    };
     {
-      Deciding deciding(deciding_);
-      if (gate_closed_.load()) {
+      request::DecisionGate::Pass pass(decisions_);
+      if (!pass.open()) {
         ++unavailable_;
         job->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down");
       } else {
@@ -525,9 +519,8 @@ class RlsServer::Impl final : public pb::RateLimitService::CallbackService {
 
   request::NodeQueue queue_{node_io_, options_.max_pending, options_.max_pending_bytes};
   std::atomic<bool> shut_down_{false};
-  // decide_on_grpc_threads: closed by stop(); decisions under way on gRPC's threads.
-  std::atomic<bool> gate_closed_{false};
-  std::atomic<int> deciding_{0};
+  // decide_on_grpc_threads: shut by stop(); decisions under way on gRPC's threads.
+  request::DecisionGate decisions_;
 
   std::atomic<int64_t> calls_{0}, over_limit_{0}, invalid_{0}, busy_{0}, deadline_expired_{0}, cancelled_{0},
       unavailable_{0}, shadow_over_{0}, overrides_ignored_{0}, domain_not_found_{0}, value_metrics_dropped_{0},

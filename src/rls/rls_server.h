@@ -6,7 +6,7 @@
 // answered from a finisher thread that builds the response and finishes the call. The node's
 // thread does no gRPC work, and a slow or dead client never holds it: gRPC writes on its own.
 // A call whose deadline passed or that was cancelled before its turn is not charged.
-// With decide_on_grpc_threads (tollgated --threads above 1, the key table concurrent), a call is
+// With decide_on_grpc_threads (tollgated always sets it: the key table is concurrent), a call is
 // instead decided and answered on the gRPC thread that read it: no queue and no hop.
 //
 // The handlers it posts to the node's io_context hold the server: that io_context must not run

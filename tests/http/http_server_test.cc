@@ -15,6 +15,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -26,12 +27,20 @@
 namespace tollgate::http {
 namespace {
 
-// Counts the checks that reach the node (`items`); rules "k*": 5/s, burst 5, at time 0.
+// Counts the checks that reach the node (`items`); rules "k*": 5/s, burst 5, at time 0. Also,
+// for checks decided on the HTTP thread, how many and where (read by the test's thread).
 struct CountingHandler : testing::TableHandler {
   CountingHandler()
       : testing::TableHandler(parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n", "rules.yaml")) {
     faults_answer = "no";
   }
+  void check(std::span<const CheckItem> in, std::span<Decision> out) override {
+    testing::TableHandler::check(in, out);
+    decided_on = std::this_thread::get_id();
+    decided += in.size();
+  }
+  std::atomic<size_t> decided{0};
+  std::atomic<std::thread::id> decided_on{};
 };
 
 // One GET on a fresh connection, sent now; read() waits for the whole answer.
@@ -73,11 +82,12 @@ int64_t stat(const StatsList& stats, const std::string& name) {
 
 class HttpServerNodeQueue : public ::testing::Test {
  protected:
-  void start(size_t max_pending, std::chrono::milliseconds node_wait) {
+  void start(size_t max_pending, std::chrono::milliseconds node_wait, bool on_http_thread = false) {
     HttpServerOptions o;
     o.listen = "127.0.0.1:0";
     o.max_pending = max_pending;
     o.node_wait = node_wait;
+    o.decide_on_http_thread = on_http_thread;
     server_ = std::make_unique<HttpServer>(node_io_, handler_, o);
     ASSERT_EQ(server_->start(nullptr), "");
   }
@@ -135,6 +145,32 @@ TEST_F(HttpServerNodeQueue, AfterStopChecksAre503Undecided) {
   EXPECT_NE(answer.find("503"), std::string::npos) << answer;
   EXPECT_NE(answer.find("shutting down"), std::string::npos) << answer;
   EXPECT_EQ(handler_.items, 0u);
+}
+
+// Issue 38: with the key table concurrent, a check is decided on the HTTP thread as it is read,
+// with no hop to the node's thread and back (the node's io_context never runs here); what is not
+// a check (members) still goes to the node.
+TEST_F(HttpServerNodeQueue, OnTheHttpThreadAChecksIsDecidedThereAndOtherRequestsStillGoToTheNode) {
+  start(16, std::chrono::seconds(60), /*on_http_thread=*/true);
+  Get check(server_->address(), "/v1/check?key=k1");
+  const std::string answer = check.read();
+  EXPECT_NE(answer.find("200"), std::string::npos) << answer;
+  EXPECT_EQ(handler_.decided.load(), 1u);
+  EXPECT_NE(handler_.decided_on.load(), std::this_thread::get_id());
+  EXPECT_EQ(node_io_.poll(), 0u) << "nothing was queued for the node";
+  Get members(server_->address(), "/v1/members");
+  run_node_once();  // members come from the node's thread
+  EXPECT_NE(members.read().find("200"), std::string::npos);
+}
+
+TEST_F(HttpServerNodeQueue, OnTheHttpThreadAfterStopChecksAre503Undecided) {
+  start(16, std::chrono::seconds(60), /*on_http_thread=*/true);
+  server_->stop();  // the node is leaving: it seals what was charged right after this
+  Get late(server_->address(), "/v1/check?key=k1");
+  const std::string answer = late.read();
+  EXPECT_NE(answer.find("503"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("shutting down"), std::string::npos) << answer;
+  EXPECT_EQ(handler_.decided.load(), 0u);
 }
 
 TEST_F(HttpServerNodeQueue, EveryStatIsDeclared) {
