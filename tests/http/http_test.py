@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import Process, free_port, stop_and_remove, wait_until as poll_until  # noqa: E402
+from tollgate_testing import Process, free_port, rss_kib, stop_and_remove, wait_until as poll_until  # noqa: E402
 
 TOLLGATED = sys.argv[1]
 del sys.argv[1]
@@ -250,14 +250,6 @@ class SoloDaemon(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         stop_and_remove(cls.d, cls.dir)
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS for pid %d" % pid)
 
 
 class EndlessLines(SoloDaemon):

@@ -125,3 +125,12 @@ def sanitized(binary):
     with open(binary, "rb") as f:
         image = f.read()
     return b"__asan_init" in image or b"__tsan_init" in image
+
+
+def rss_kib(pid, field="VmRSS:"):
+    """A process's resident memory (or another /proc status field, VmHWM: its peak) in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1])
+    raise AssertionError("no %s for pid %d" % (field, pid))

@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from tollgate_testing import (Process, free_port, make_ca, make_cert, sanitized, stop_and_remove,  # noqa: E402
+from tollgate_testing import (Process, free_port, make_ca, make_cert, rss_kib, sanitized, stop_and_remove,  # noqa: E402
                               wait_until as poll_until)
 
 TOLLGATED, TOLLGATE_CLI, PROTO_DIR = sys.argv[1:4]
@@ -765,14 +765,6 @@ class Cluster(unittest.TestCase):
                 self.assertEqual(b.stop(), 0)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS for pid %d" % pid)
 
 
 class RawHttp2:
