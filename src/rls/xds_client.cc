@@ -14,6 +14,7 @@
 #include "config/read_file.h"
 #include "envoy/service/discovery/v3/ads.grpc.pb.h"
 #include "rls/xds_config.h"
+#include "util/printable.h"
 
 namespace tollgate::rls {
 
@@ -176,7 +177,7 @@ class XdsClient::Impl {
   ads::DiscoveryRequest answer(const ads::DiscoveryResponse& response) {
     std::string error;
     if (response.type_url() != kRlsConfigTypeUrl) {
-      error = "tollgated asks for " + std::string(kRlsConfigTypeUrl) + " only, not " + response.type_url();
+      error = "tollgated asks for " + std::string(kRlsConfigTypeUrl) + " only, not " + printable(response.type_url());
     } else {
       try {
         std::shared_ptr<const RlsConfig> config = config_from_xds(response, options_.load);
@@ -192,8 +193,8 @@ class XdsClient::Impl {
       ++acks_;
     } else {
       ++nacks_;
-      log_(true, "xDS: version \"" + response.version_info() + "\" refused, version \"" + version_ +
-                     "\" stays in force: " + error);
+      log_(true, "xDS: version \"" + printable(response.version_info()) + "\" refused, version \"" +
+                     printable(version_) + "\" stays in force: " + error);
       r.mutable_error_detail()->set_code(int32_t(grpc::StatusCode::INVALID_ARGUMENT));
       r.mutable_error_detail()->set_message(error);
     }

@@ -6,6 +6,7 @@
 
 #include "envoy/service/discovery/v3/ads.pb.h"
 #include "ratelimit/config/ratelimit/v3/rls_conf.pb.h"
+#include "util/printable.h"
 
 namespace tollgate::rls {
 namespace {
@@ -41,7 +42,9 @@ class Converter {
       RlsDescriptor d;
       d.key = pd.key();
       if (!pd.value().empty()) d.value = pd.value();  // "": any value, as the YAML's absent one
-      const std::string here = path + (path.empty() ? "" : " > ") + d.key + (d.value ? "=" + *d.value : "");
+      // (Escaped for the messages it goes into: a key with a NUL is refused, and says so whole.)
+      const std::string here =
+          path + (path.empty() ? "" : " > ") + printable(d.key) + (d.value ? "=" + printable(*d.value) : "");
       // Errors of the RLS config name the descriptor by its path, there being no line to name.
       d.source = source_ + ": descriptor " + here;
       d.shadow_mode = pd.shadow_mode();
@@ -79,14 +82,14 @@ std::shared_ptr<const RlsConfig> config_from_xds(const envoy::service::discovery
     const google::protobuf::Any& any = response.resources(i);
     const std::string which = "resource " + std::to_string(i + 1) + " of " + std::to_string(response.resources_size());
     if (any.type_url() != kRlsConfigTypeUrl) {
-      throw std::runtime_error(which + " is a " + any.type_url() + ", not a " + kRlsConfigTypeUrl);
+      throw std::runtime_error(which + " is a " + printable(any.type_url()) + ", not a " + kRlsConfigTypeUrl);
     }
     conf::RateLimitConfig config;
     if (!any.UnpackTo(&config)) throw std::runtime_error(which + " is not a readable RateLimitConfig");
-    // Named as the reference names it in its errors: by the config's name, else its domain.
-    const std::string name = !config.name().empty()     ? config.name()
-                             : !config.domain().empty() ? config.domain()
-                                                        : which;
+    // Named as the reference names it in its errors: by the config's name, else its domain; with
+    // any control byte escaped (a NUL would cut the NACK's message short).
+    const std::string& named = !config.name().empty() ? config.name() : config.domain();
+    const std::string name = named.empty() ? which : printable(named);
     domains.push_back(Converter(name).domain(config));
   }
   return make_rls_config(std::move(domains), options);
