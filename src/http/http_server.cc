@@ -4,9 +4,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <list>
@@ -25,6 +25,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
  public:
@@ -38,7 +39,8 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
                     : nullptr),
         queue_(node_io_, options_.max_pending),
         acceptor_(io_),
-        retry_timer_(io_) {}
+        retry_timer_(io_),
+        sweep_timer_(io_) {}
 
   ~Impl() { shutdown(); }
 
@@ -63,6 +65,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
     const std::string host = bound.address().to_string();
     address_ = (bound.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(bound.port());
     accept();
+    sweep();
     thread_ = std::thread([this] { io_.run(); });
     return {};
   }
@@ -120,6 +123,12 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   class Session;
 
   void accept();
+  // Ends the reads and writes past their deadline, then again a sweep_period() later.
+  void sweep();
+  // A tenth of the I/O timeout, from 10 ms to 250 ms: a timeout ends within a tenth of itself.
+  std::chrono::milliseconds sweep_period() const {
+    return std::clamp(options_.io_timeout / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
+  }
   // At a connection limit: frees a place for a newcomer from `client` (see the header), or false.
   bool make_room_for(const std::string& client);
 
@@ -197,11 +206,13 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
   // The HTTP thread's: connections waiting for (or reading) a request, least recently active
   // first (the ones a newcomer may take the place of), and connections per client.
   std::list<Session*> waiting_;
+  std::list<Session*> all_;  // every session alive, for the sweep
   std::unordered_map<std::string, size_t> per_client_;
   size_t live_ = 0;  // connections neither closed nor evicted
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
+  asio::steady_timer sweep_timer_;
   std::thread thread_;
 };
 
@@ -217,16 +228,30 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Impl& server, tcp::socket socket, std::string client)
       : server_(server),
-        stream_(std::move(socket)),
+        socket_(std::move(socket)),
         buffer_(read_buffer_bytes(server.options_)),
         client_(std::move(client)) {
     ++server_.open_;
     ++server_.live_;
     ++server_.per_client_[client_];
+    all_at_ = server_.all_.insert(server_.all_.end(), this);
   }
   ~Session() {
     leave_counts();
+    server_.all_.erase(all_at_);
     --server_.open_;
+  }
+
+  // The server's sweep (HTTP thread): a read or write that has run past its deadline ends the
+  // connection (counted). One timer for the server, not one per read and write: re-arming a
+  // timer per operation cost two timerfd_settime calls a request (issue 38).
+  void expire_if_late(Clock::time_point now) {
+    if (!timing_ || now < deadline_) return;
+    timing_ = false;
+    if (!lingering_) ++server_.timed_out_;
+    beast::error_code ignored;
+    socket_.cancel(ignored);
+    socket_.close(ignored);
   }
 
   void start() { read(); }
@@ -238,11 +263,15 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     evicted_ = true;
     ++server_.evicted_;
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
   }
 
  private:
+  void time_out_after(std::chrono::milliseconds d) {
+    deadline_ = Clock::now() + d;
+    timing_ = true;
+  }
   // Out of the waiting list and the counts, once (closed, evicted or destroyed).
   void leave_counts() {
     if (counted_out_) return;
@@ -271,21 +300,18 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(uint32_t(server_.options_.max_header_bytes));
     parser_->body_limit(server_.options_.max_body_bytes);
-    stream_.expires_after(server_.options_.io_timeout);
-    bhttp::async_read(stream_, buffer_, *parser_,
+    time_out_after(server_.options_.io_timeout);
+    bhttp::async_read(socket_, buffer_, *parser_,
                       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
-    // Evicted to make room for a newcomer (its read may have completed just before): nothing
-    // more is read, decided or counted for it.
-    if (evicted_ || ec == asio::error::operation_aborted) return close();
+    timing_ = false;
+    // Evicted to make room for a newcomer (its read may have completed just before), or timed
+    // out by the sweep: nothing more is read, decided or counted for it.
+    if (evicted_ || ec == asio::error::operation_aborted || !socket_.is_open()) return close();
     if (ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::eof)
       return close();
-    if (ec == beast::error::timeout) {
-      ++server_.timed_out_;
-      return close();
-    }
     if (ec == bhttp::error::body_limit) {
       ++server_.too_large_;
       return answer_and_close(
@@ -334,17 +360,20 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   // can destroy the answer before the client reads it.
   void linger() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(std::chrono::seconds(1));
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    lingering_ = true;  // its end by the sweep is the plan, not a timeout
+    time_out_after(std::chrono::seconds(1));
     discard(0);
   }
 
   void discard(size_t so_far) {
     constexpr size_t kMaxDiscard = 1 << 20;
-    if (so_far >= kMaxDiscard) return stream_.close();
-    stream_.async_read_some(asio::buffer(scratch_),
+    beast::error_code ignored;
+    if (so_far >= kMaxDiscard) return (void)socket_.close(ignored);
+    socket_.async_read_some(asio::buffer(scratch_),
                             [self = shared_from_this(), so_far](beast::error_code ec, size_t n) {
-      if (ec) return self->stream_.close();
+      beast::error_code closing;
+      if (ec) return (void)self->socket_.close(closing);
       self->discard(so_far + n);
     });
   }
@@ -358,9 +387,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     response->body() = std::move(r.body);
     response->keep_alive(keep_alive_);
     response->prepare_payload();
-    stream_.expires_after(server_.options_.io_timeout);
-    bhttp::async_write(stream_, *response, [self = shared_from_this(), response](beast::error_code ec, size_t) {
-      if (ec == beast::error::timeout) ++self->server_.timed_out_;
+    time_out_after(server_.options_.io_timeout);
+    bhttp::async_write(socket_, *response, [self = shared_from_this(), response](beast::error_code ec, size_t) {
+      self->timing_ = false;
       if (!ec && self->refused_) return self->linger();
       if (ec || !self->keep_alive_) return self->close();
       self->read();
@@ -369,13 +398,14 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
 
   void close() {
     leave_counts();  // at once: a closed connection holds no place a newcomer could take
+    timing_ = false;
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    socket_.close(ignored);
   }
 
   Impl& server_;
-  beast::tcp_stream stream_;
+  tcp::socket socket_;
   // Bounded: Beast's parser keeps asking for more while a chunk-size line, a chunk extension or
   // the trailers never end, and neither the header nor the body limit stops that (finding 1 of
   // issue 34: one connection grew the daemon by gigabytes). Beyond it: buffer_overflow, 400.
@@ -387,10 +417,24 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   std::array<char, 4096> scratch_{};
   std::string client_;  // the peer's IP address
   std::list<Session*>::iterator waiting_at_;
+  std::list<Session*>::iterator all_at_;
   bool waiting_now_ = false;
   bool counted_out_ = false;
   bool evicted_ = false;
+  bool timing_ = false;     // a read or write under way, due by deadline_
+  bool lingering_ = false;  // discarding before the close: its deadline is not a timeout
+  Clock::time_point deadline_{};
 };
+
+void HttpServer::Impl::sweep() {
+  const auto now = Clock::now();
+  // A session may be destroyed by what its closing starts, but only in a later handler.
+  for (Session* s : all_) s->expire_if_late(now);
+  sweep_timer_.expires_after(sweep_period());
+  sweep_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) sweep();
+  });
+}
 
 void HttpServer::Impl::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
