@@ -12,6 +12,7 @@
 
 #include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "http/check_json.h"
 #include "http/metrics.h"
 #include "json/json.h"
 #include "rls/decide.h"
@@ -50,24 +51,6 @@ std::string from_json(const std::string& body, google::protobuf::Message& m) {
 }
 
 using rls::ceil_seconds;
-
-void fill_result(const CheckItem& item, const Decision& d, hv1::CheckResult& r) {
-  r.set_key(std::string(item.key));
-  r.set_cost(item.cost);
-  r.set_allowed(d.allowed);
-  r.set_remaining(d.remaining);
-  if (d.retry_after_ns != kRetryNever) r.set_retry_after_ns(d.retry_after_ns);
-  r.set_reason(deny_reason_name(d.reason));
-  r.set_limited(d.limited);
-  if (d.has_limit()) {
-    hv1::Limit* l = r.mutable_limit();
-    l->set_rate(format_rate(d.limit.rate));
-    l->set_rate_tokens(d.limit.rate.tokens);
-    l->set_rate_period_ns(d.limit.rate.period_ns);
-    l->set_burst(d.limit.burst);
-    l->set_max_debt(d.limit.max_debt);
-  }
-}
 
 // The IETF draft's fields (draft-ietf-httpapi-ratelimit-headers) for one decision; nothing when
 // no limit governs the key.
@@ -348,11 +331,10 @@ void Routes::check_get(const std::string& query, Reply reply) {
         Decision d;
         handler.check(std::span(&item, 1), std::span(&d, 1));
         return [key, cost, deny_status, reply, d] {
-          hv1::CheckResult result;
-          fill_result({key, cost}, d, result);
           HttpResponse r;
           r.status = d.allowed ? 200 : deny_status;
-          r.body = to_json(result, true);
+          append_check_result_json(r.body, {key, cost}, d);
+          r.body += '\n';
           add_ratelimit_fields(d, r);
           reply(std::move(r));
         };
@@ -425,17 +407,18 @@ void Routes::check_slice(std::shared_ptr<Batch> batch, size_t from, Reply reply)
         }
         return [this, batch, to, reply] {
           if (to < batch->decisions.size()) return check_slice(batch, to, reply);
-          hv1::CheckBatchResponse response;
+          // tollgate.http.v1.CheckBatchResponse: {"results": [...], "allowed": every check's}.
+          HttpResponse r;
+          r.body = "{\"results\":[";
           bool all = true;
           for (int i = 0; i < batch->request->checks_size(); ++i) {
             const hv1::CheckItem& c = batch->request->checks(i);
             const Decision& d = batch->decisions[size_t(i)];
-            fill_result({c.key(), c.cost()}, d, *response.add_results());
+            if (i > 0) r.body += ',';
+            append_check_result_json(r.body, {c.key(), c.cost()}, d);
             all = all && d.allowed;
           }
-          response.set_allowed(all);
-          HttpResponse r;
-          r.body = to_json(response, true);
+          r.body += all ? "],\"allowed\":true}\n" : "],\"allowed\":false}\n";
           reply(std::move(r));
         };
       },

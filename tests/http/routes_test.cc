@@ -12,11 +12,13 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/key_table.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "http/check_json.h"
 #include "http/token_file.h"
 #include "support/table_handler.h"
 #include "tollgate/config_error.h"
@@ -537,6 +539,50 @@ TEST_F(RoutesTest, UnknownPathsAndMethodsAnd503WhenTheNodeRefuses) {
   EXPECT_EQ(stat("http.responses_4xx"), 4);
   EXPECT_EQ(stat("http.responses_5xx"), 2);
   EXPECT_EQ(stat("http.responses_2xx"), 0);
+}
+
+}  // namespace
+}  // namespace tollgate::http
+
+namespace tollgate::http {
+namespace {
+
+// Issue 38: /v1/check's JSON is written straight (http/check_json.h), no longer by protobuf's
+// printer. What it writes must read back, with protobuf's own JSON parser, as exactly the message
+// the printer used to print: keys with quotes, backslashes, control characters and non-ASCII
+// text, limited or not, waiting that can or cannot help, debt, every reason, the extremes.
+TEST(CheckJson, WhatTheWriterWritesIsTheCheckResultMessageFieldForField) {
+  std::mt19937_64 random(38);
+  const std::vector<std::string> keys = {
+      "k1", "", "a\"b\\c", "line\nbreak\ttab\x01", "caf\xc3\xa9 \xe4\xb8\xad", std::string(256, 'x'), "</script>&"};
+  const int64_t extremes[] = {0, 1, -1, INT64_MAX, INT64_MIN + 1, 1'000'000'000};
+  auto any = [&] { return random() % 3 == 0 ? extremes[random() % 6] : int64_t(random() % 2'000'001) - 1'000'000; };
+  size_t limited = 0, never = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string& key = keys[size_t(i) % keys.size()];
+    Decision d;
+    d.allowed = random() % 2 == 0;
+    d.remaining = any();
+    d.retry_after_ns = random() % 3 == 0 ? kRetryNever : std::abs(any());
+    d.reason = DenyReason(random() % 9);
+    d.limited = random() % 4 != 0;
+    if (d.limited) {
+      d.limit.rate = Rate{1 + std::abs(any()) % 1'000'000, 1 + std::abs(any()) % (int64_t(1) << 62)};
+      d.limit.burst = 1 + std::abs(any()) % (int64_t(1) << 62);
+      d.limit.max_debt = std::abs(any());
+    }
+    limited += d.has_limit();
+    never += d.retry_after_ns == kRetryNever;
+    const CheckItem item{key, std::abs(any())};
+    std::string written;
+    append_check_result_json(written, item, d);
+    v1::CheckResult read, want;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(written, &read).ok()) << written;
+    fill_check_result(item, d, want);
+    ASSERT_EQ(read.SerializeAsString(), want.SerializeAsString()) << written << "\nwant " << want.DebugString();
+  }
+  EXPECT_GT(limited, 1000u);  // the cases above were all met
+  EXPECT_GT(never, 500u);
 }
 
 }  // namespace
