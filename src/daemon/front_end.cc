@@ -334,8 +334,9 @@ class XdsConfig final : public FrontEnd {
       spdlog::info("{}", line);
     }
         }),
-  server_(o.rls_xds) {}
-  void start() override {
+  server_(o.rls_xds) {
+    // Started now, so that a TLS file that cannot be read stops the daemon before it serves,
+    // as the other doors' files do; what it offers waits in the node's io_context until it runs.
     if (std::string why = client_.start(); !why.empty()) throw std::runtime_error("--rls-xds: " + why);
     spdlog::info("RLS config from the xDS server {}; every rate limit call is answered OK until its first config",
                  server_);

@@ -323,6 +323,19 @@ class XdsTest(unittest.TestCase):
         self.assertEqual(wrong.stats()["rls_xds_acks"], 0)
         self.assertEqual(wrong.stats()["rls_config_missing"], 1)
 
+    def test_a_tls_file_that_cannot_be_read_stops_the_start_naming_it(self):
+        peers = os.path.join(self.dir, "peers")
+        with open(peers, "w"):
+            pass
+        p = subprocess.run([TOLLGATED, "--node-id", "x", "--bind", "127.0.0.1:%d" % free_port(), "--insecure-gossip",
+                            "--membership", "static", "--peers-file", peers, "--listen",
+                            "unix:" + os.path.join(self.dir, "api.sock"), "--rls-listen", "127.0.0.1:%d" % free_port(),
+                            "--rls-xds", "127.0.0.1:%d" % free_port(), "--rls-xds-tls-ca",
+                            os.path.join(self.dir, "missing-ca.pem")],
+                           capture_output=True, text=True, timeout=WAIT_S)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("missing-ca.pem", p.stdout + p.stderr)
+
     def test_usage_errors_name_the_setting(self):
         base = [TOLLGATED, "--node-id", "x", "--bind", "127.0.0.1:1", "--insecure-gossip"]
         xds = ["--rls-listen", "127.0.0.1:1", "--rls-xds", "127.0.0.1:2"]
