@@ -16,7 +16,8 @@
 // listener (tollgated's --metrics-listen) serves /metrics, /healthz and /readyz, nothing else.
 //
 // Threading: handle() is called on one thread (the HTTP server's); `run_on_node` runs a job on
-// the node's thread, and the job's continuation, which calls `reply`, back on the caller's.
+// the node's thread, and the job's continuation, which calls `reply`, back on the caller's;
+// `run_checks` (checks only) may run it right there instead, when the key table is concurrent.
 #ifndef TOLLGATE_SRC_HTTP_ROUTES_H_
 #define TOLLGATE_SRC_HTTP_ROUTES_H_
 
