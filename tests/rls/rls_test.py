@@ -890,6 +890,22 @@ class Http2Attacks(unittest.TestCase):
             self.assertNotEqual(status.get("grpc-status", "0"), "0", status)
         self.assertEqual(self.d.one("basic", [("key1", "after-headers")]).overall_code, OK)
 
+class Http2RapidReset(unittest.TestCase):
+    """HTTP/2 rapid reset (CVE-2023-44487) against a daemon of its own: what gRPC 1.51 is left to
+    work through after it must not touch another test's daemon."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-rls-reset-")
+        config = os.path.join(cls.dir, "rls.yaml")
+        with open(config, "w") as f:
+            f.write(BASIC)
+        cls.d = Daemon(cls.dir, "reset", config)
+
+    @classmethod
+    def tearDownClass(cls):
+        stop_and_remove(cls.d, cls.dir)
+
     def test_after_a_rapid_reset_attack_the_daemon_serves_again_and_gives_its_memory_back(self):
         # CVE-2023-44487, not fixed in Debian 12's gRPC 1.51: streams opened and cancelled at once,
         # as fast as one connection goes. gRPC holds each reset stream for a while (some 20 KiB)
@@ -922,8 +938,11 @@ class Http2Attacks(unittest.TestCase):
                     conn.close()
         attacker = threading.Thread(target=attack)
         attacker.start()
+        # A sanitizer's build is some ten times slower: a tenth of the attack keeps its work (and
+        # the seconds it takes to drain it, before the daemon can leave) within the test's time.
+        streams = 2000 if sanitized(TOLLGATED) else 20000
         try:
-            wait_until("the attack under way", lambda: sent[0] >= 20000)
+            wait_until("the attack under way", lambda: sent[0] >= streams)
         finally:
             stop.set()
             attacker.join(WAIT_S)
@@ -931,12 +950,10 @@ class Http2Attacks(unittest.TestCase):
 
         def served():
             try:
-                return self.d.one("basic", [("key1", "after-reset")]).overall_code == OK
+                return all(self.d.one("basic", [("key1", "after-reset-%d" % i)]).overall_code == OK for i in range(5))
             except grpc.RpcError:
                 return False  # gRPC still busy with the reset streams
-        wait_until("calls served again after the attack", served)
-        codes = [self.d.one("basic", [("key1", "after-reset-%d" % i)]).overall_code for i in range(20)]
-        self.assertEqual(codes, [OK] * 20)
+        wait_until("calls served again after the attack", served, timeout=3 * WAIT_S)
         if sanitized(TOLLGATED):
             return  # the sanitizer's allocator owns the heap: malloc_trim has nothing to give back
         # Back within MemoryRelease's step (64 MiB) of where it was, whatever the peak.
