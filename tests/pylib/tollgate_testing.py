@@ -119,12 +119,13 @@ def make_cert(d, name, ca, san=None):
             "-days", "2", "-extfile", ext, "-out", name + ".pem", cwd=d)
 
 
-def sanitized(binary):
-    """Whether `binary` was built with AddressSanitizer or ThreadSanitizer: their allocators, not
-    glibc's, own the heap (a quarantine, shadow memory), so resident-memory bounds do not apply."""
+def sanitized(binary, which=("asan", "tsan")):
+    """Whether `binary` was built with AddressSanitizer or ThreadSanitizer (or only those named in
+    `which`): their allocators, not glibc's, own the heap (a quarantine, shadow memory), so
+    resident-memory bounds do not apply."""
     with open(binary, "rb") as f:
         image = f.read()
-    return b"__asan_init" in image or b"__tsan_init" in image
+    return any(("__%s_init" % w).encode() in image for w in which)
 
 
 def rss_kib(pid, field="VmRSS:"):
