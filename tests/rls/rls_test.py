@@ -838,21 +838,27 @@ class RawHttp2:
         self.sock.close()
 
 
-class Http2Attacks(unittest.TestCase):
-    """Issue 34, finding 5: the HTTP/2 limits set on gRPC (RlsServer::set_limits) hold against a
-    client that does not keep to them, and the daemon keeps serving a normal client meanwhile."""
+class OwnDaemon(unittest.TestCase):
+    """A class of tests with a daemon of its own serving BASIC, named NAME."""
+    NAME = "own"
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tollgate-rls-h2-")
+        cls.dir = tempfile.mkdtemp(prefix="tollgate-rls-" + cls.NAME + "-")
         config = os.path.join(cls.dir, "rls.yaml")
         with open(config, "w") as f:
             f.write(BASIC)
-        cls.d = Daemon(cls.dir, "h2", config)
+        cls.d = Daemon(cls.dir, cls.NAME, config)
 
     @classmethod
     def tearDownClass(cls):
         stop_and_remove(cls.d, cls.dir)
+
+
+class Http2Attacks(OwnDaemon):
+    """Issue 34, finding 5: the HTTP/2 limits set on gRPC (RlsServer::set_limits) hold against a
+    client that does not keep to them, and the daemon keeps serving a normal client meanwhile."""
+    NAME = "h2"
 
     def settled(self, conn):
         """The server's settings read and acked, and ours acked by it."""
@@ -890,21 +896,10 @@ class Http2Attacks(unittest.TestCase):
             self.assertNotEqual(status.get("grpc-status", "0"), "0", status)
         self.assertEqual(self.d.one("basic", [("key1", "after-headers")]).overall_code, OK)
 
-class Http2RapidReset(unittest.TestCase):
+class Http2RapidReset(OwnDaemon):
     """HTTP/2 rapid reset (CVE-2023-44487) against a daemon of its own: what gRPC 1.51 is left to
     work through after it must not touch another test's daemon."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tollgate-rls-reset-")
-        config = os.path.join(cls.dir, "rls.yaml")
-        with open(config, "w") as f:
-            f.write(BASIC)
-        cls.d = Daemon(cls.dir, "reset", config)
-
-    @classmethod
-    def tearDownClass(cls):
-        stop_and_remove(cls.d, cls.dir)
+    NAME = "reset"
 
     def test_after_a_rapid_reset_attack_the_daemon_serves_again_and_gives_its_memory_back(self):
         # CVE-2023-44487, not fixed in Debian 12's gRPC 1.51: streams opened and cancelled at once,
