@@ -105,10 +105,12 @@ class HttpServer::Impl : public std::enable_shared_from_this<Impl> {
         {{"http.requests_too_large", StatKind::kCounter, "Requests refused 413 or 431 by the parser"},
          &Impl::too_large_},
         {{"http.requests_malformed", StatKind::kCounter, "Requests refused 400 by the parser"}, &Impl::malformed_},
-        {{"http.node_busy", StatKind::kCounter, "Checks answered 503 at once: the queue for the node full"},
+        {{"http.node_busy", StatKind::kCounter,
+          "Requests for the node's thread answered 503 at once: its queue full (checks too, unless decided on the "
+          "HTTP thread)"},
          &Impl::busy_},
         {{"http.node_wait_expired", StatKind::kCounter,
-          "Checks answered 503 after waiting too long for the node (not charged)"},
+          "Requests for the node's thread answered 503 after waiting too long for it (checks: not charged)"},
          &Impl::wait_expired_},
     };
     return kStats;
