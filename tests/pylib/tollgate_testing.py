@@ -47,9 +47,13 @@ def stop_and_remove(daemon, workdir):
     daemon exited 0 (a sanitizer's report at exit, or a crash while leaving, is a failure)."""
     import shutil
     code = daemon.stop()
+    log = ""
+    if code != 0:  # what it said (a sanitizer's report, say), before the directory goes
+        read_log = getattr(daemon, "read_log", None)
+        log = read_log()[-8000:] if read_log else ""
     shutil.rmtree(workdir, ignore_errors=True)
     if code != 0:
-        raise AssertionError("tollgated exited with %s" % code)
+        raise AssertionError("tollgated exited with %s; the end of its log:\n%s" % (code, log))
 
 
 class Process:
