@@ -961,7 +961,11 @@ class Http2RapidReset(OwnDaemon):
         # Back within MemoryRelease's step (64 MiB) of where it was, whatever the peak.
         wait_until("memory given back (peak %d KiB, before %d KiB, %d streams reset)" % (peak[0], before, sent[0]),
                    lambda: rss_kib(self.d.proc.pid) < before + 80 * 1024)
-        self.assertGreater(self.d.stats()["memory_releases"], 0, "peak %d KiB" % peak[0])
+        # MemoryRelease trims once RSS grew 64 MiB: whenever the sampled peak went past that (with
+        # room for the samples' coarseness), it must have. (How far gRPC's streams take RSS varies
+        # from run to run: 114 to 460 MiB seen.)
+        if peak[0] > before + 80 * 1024:
+            self.assertGreater(self.d.stats()["memory_releases"], 0, "peak %d KiB" % peak[0])
 
 
 class MutualTls(unittest.TestCase):
