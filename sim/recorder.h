@@ -29,6 +29,7 @@ class Recorder {
   void converged(int64_t sealed_ns, int64_t took_ns);
   // A batch that never reached every node alive when it was sealed.
   void unconverged(uint64_t n = 1) { result_.unconverged += n; }
+  void in_flight_at_end(uint64_t n) { result_.in_flight_at_end += n; }
   // `live` nodes were up from the previous call's `until_ns` (0 at first) to `until_ns`.
   void alive(int64_t until_ns, size_t live);
 

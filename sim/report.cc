@@ -58,7 +58,12 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
   };
   for (const PhaseStats& p : r.phases) row(p);
   row(r.total);
-  if (r.unconverged) out << r.unconverged << " batches never reached every node that was alive when they were sealed\n";
+  if (r.unconverged) {
+    out << r.unconverged
+        << " batches never reached every node that was alive when they were sealed (sealed over 1 s before the end)\n";
+  }
+  if (r.in_flight_at_end)
+    out << r.in_flight_at_end << " batches sealed in the last 1 s were still on their way at the end\n";
   if (r.member_failures >= 0)
     out << r.member_failures << " times a node marked a peer failed (suspect or unreachable)\n";
   if (s.node.mode == DisseminationMode::kAuto && !r.modes_at_end.empty()) {
@@ -105,6 +110,8 @@ void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const
   }
   out << "], \"total\": ";
   json_phase(out, r.total, l ? int64_t(l->failed_open_total) : -1);
+  out << ", \"unconverged\": " << r.unconverged << ", \"in_flight_at_end\": " << r.in_flight_at_end
+      << ", \"member_failures\": " << r.member_failures;
   if (l) {
     out << ", \"local\": {\"failed_open\": " << l->failed_open_total << ", \"dropped\": " << l->dropped
         << ", \"lag_p99_ms\": " << fixed(double(l->lag_p99_ns) / 1e6, 2)

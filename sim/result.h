@@ -46,7 +46,13 @@ struct SimResult {
   std::vector<PhaseStats> phases;
   PhaseStats total;
   std::vector<SeriesPoint> series;
-  uint64_t unconverged = 0;  // batches that never reached every node alive when sealed
+  // Batches that never reached every node alive when sealed, sealed more than
+  // kInFlightWindowNs before the end of the run (lost for good, or repaired too late) ...
+  uint64_t unconverged = 0;
+  // ... and those sealed within the run's last kInFlightWindowNs, still on their way at the end
+  // (a run that ends during loss has many being repaired: not lost).
+  uint64_t in_flight_at_end = 0;
+  static constexpr int64_t kInFlightWindowNs = 1'000'000'000;
   // Virtual back end: how many times a node marked a peer failed (alive -> suspect, or
   // unreachable under static membership), summed over nodes and their lives. In a run without
   // crashes or partitions every one is a false suspicion. -1 when not measured (local).

@@ -31,6 +31,8 @@ uint64_t estimated_bytes(const GossipMessage& m) {
   if (m.digest) {
     for (const OriginDigest& o : m.digest->origins) b += 8 + o.origin.size() + 2 * 48;
   }
+  if (m.relay_through) b += 2 * 6;  // relay repair: the stint a contact is told
+  if (!m.row_wanted.empty()) b += 2 + m.row_wanted.size();
   return b;
 }
 
@@ -89,7 +91,13 @@ class Simulation {
     }
     now_ = s_.duration_ns;
     recorder_.alive(now_, live_);
-    recorder_.unconverged(tracks_.size());
+    for (const auto& [batch, track] : tracks_) {
+      if (track.sealed_ns >= now_ - SimResult::kInFlightWindowNs) {
+        recorder_.in_flight_at_end(1);
+      } else {
+        recorder_.unconverged();
+      }
+    }
     for (const SimNode& n : nodes_) member_failures_ += n.node ? n.node->membership().stats().failed : 0;
     SimResult result = recorder_.finish();
     result.member_failures = int64_t(member_failures_);

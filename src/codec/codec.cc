@@ -275,6 +275,15 @@ pb::Gossip header_of(const GossipMessage& m, bool reserve, uint64_t sent_at_s) {
   header.set_sent_at_s(reserve ? kMaxSentAtSeconds : std::min(sent_at_s, kMaxSentAtSeconds));
   header.set_relay_groups(reserve ? kMaxRelayGroups : std::min(m.relay_groups, kMaxRelayGroups));
   header.set_relay(m.relay || reserve);
+  // A relay stint (both 0 in other messages) is reserved at 5 varint bytes a seq. It goes to a
+  // contact with batches, never with a digest: a message with both is sent without it, so the
+  // largest digest origin still fits the smallest datagram beside the largest header.
+  const bool stint = !m.digest && (m.relay_since != 0 || m.relay_through != 0);
+  if (stint) {
+    header.set_relay_since(reserve ? kMaxStintSeq : std::min(m.relay_since, kMaxStintSeq));
+    header.set_relay_through(reserve ? kMaxStintSeq : std::min(m.relay_through, kMaxStintSeq));
+  }
+  header.set_row_wanted(m.row_wanted);  // (only in messages that carry nothing else)
   return header;
 }
 
@@ -284,6 +293,7 @@ size_t worst_header_bytes() {
   m.sender.assign(kMaxSenderIdBytes, 'x');
   m.sender_incarnation = std::numeric_limits<uint64_t>::max();
   m.sender_address.assign(kMaxAddressBytes, 'x');
+  m.relay_through = 1;  // a contact's batches travel with the stint
   return header_of(m, /*reserve=*/true, 0).ByteSizeLong();
 }
 
@@ -587,8 +597,11 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
   m.sent_at_s = gossip.sent_at_s();
   m.relay_groups = gossip.relay_groups();
   m.relay = gossip.relay();
+  m.relay_since = gossip.relay_since();
+  m.relay_through = gossip.relay_through();
+  m.row_wanted = gossip.row_wanted();
   if (!valid_id(m.sender) || m.sender.size() > kMaxSenderIdBytes || m.sender_address.size() > kMaxAddressBytes ||
-      m.relay_groups > kMaxRelayGroups) {
+      m.relay_groups > kMaxRelayGroups || (!m.row_wanted.empty() && !valid_id(m.row_wanted))) {
     return fail(DecodeError::kInvalidContent);
   }
 

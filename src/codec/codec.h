@@ -40,7 +40,8 @@
 namespace tollgate {
 
 inline constexpr uint32_t kProtocolVersionMajor = 1;
-inline constexpr uint32_t kProtocolVersionMinor = 4;  // 1: message_seq, sent_at_s; 2: relay; 3: sync; 4: resets
+inline constexpr uint32_t kProtocolVersionMinor =
+    5;  // 1: message_seq, sent_at_s; 2: relay; 3: sync; 4: resets; 5: relay repair
 
 inline constexpr size_t kDefaultMaxDatagramBytes = 1400;  // Ethernet MTU minus headers, with room
 // The smallest allowed max_datagram_bytes: the IPv6 minimum MTU (1280) minus the IPv6 and UDP

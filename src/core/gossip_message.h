@@ -48,6 +48,9 @@ using SyncPagePtr = std::shared_ptr<const SyncPage>;
 // Bounds of GossipMessage's freshness stamps (the codec reserves their bytes by them).
 inline constexpr uint64_t kMaxMessageSeq = (uint64_t{1} << 49) - 1;
 inline constexpr uint64_t kMaxSentAtSeconds = (uint64_t{1} << 35) - 1;
+// GossipMessage::relay_since and relay_through stay at or below it (2^35 batches of one life: 54
+// years at 20 a second); a sender beyond it tells no stint.
+inline constexpr uint64_t kMaxStintSeq = (uint64_t{1} << 35) - 1;
 
 struct GossipMessage {
   NodeId sender;
@@ -68,6 +71,15 @@ struct GossipMessage {
   // of another group, is asked to relay the sender's own batches to its group.
   uint32_t relay_groups = 0;
   bool relay = false;
+  // With `relay`: the sender's current stint with the receiver as its contact, the first and last
+  // of its own seqs (this life) it sent the receiver: the receiver asks it for those it lacks
+  // (node_repair.cc). 0: none sent yet.
+  uint64_t relay_since = 0;
+  uint64_t relay_through = 0;
+  // Asks the receiver for this member's row (its own when it is the receiver): the sender is
+  // about to fail the member on silence (MembershipOptions::confirm_tries). Answered at once with
+  // that one row, if the receiver has it alive. Empty: no question.
+  NodeId row_wanted;
   // Balances from a peer on start: a request for pages, or one page (never split over parts).
   std::optional<SyncRequest> sync_request;
   SyncPagePtr sync_page;

@@ -276,6 +276,14 @@ class Ledger::Impl {
     return out;
   }
 
+  bool windows_of(std::string_view origin, OriginDigest* out) const {
+    const OriginState* st = origins_.find(origin);
+    if (!st) return false;
+    out->current = st->current;
+    out->previous = st->previous;
+    return true;
+  }
+
   void expire(MonoNanos now) {
     while (!retained_.empty() && now - retained_.front().at_ns > options_.retention_ns) drop_oldest();
   }
@@ -494,6 +502,7 @@ std::vector<BatchPtr> Ledger::missing_for(const Digest& peer, const NodeId& from
   return impl_->missing_for(peer, from, until, include);
 }
 void Ledger::expire(MonoNanos now_ns) { impl_->expire(now_ns); }
+bool Ledger::windows_of(std::string_view origin, OriginDigest* out) const { return impl_->windows_of(origin, out); }
 void Ledger::forget_origin(const NodeId& origin) { impl_->forget_origin(origin); }
 LedgerStats Ledger::stats() const { return impl_->stats(); }
 void Ledger::start_incarnation(uint64_t incarnation) { impl_->start_incarnation(incarnation); }

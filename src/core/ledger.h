@@ -116,6 +116,8 @@ class Ledger {
   // Which origins a digest or a repair speaks for (relay mode: our group's only).
   using OriginFilter = std::function<bool(const NodeId& origin)>;
   Digest digest(const OriginFilter& include) const;
+  // One origin's windows, as digest() lists them (origin left empty); false when it has none.
+  bool windows_of(std::string_view origin, OriginDigest* out) const;
   // Retained batches that the owner of `peer` has not applied, oldest first. When the digest is
   // one part of a larger one, only origins o with `from` <= o (< *until when set) are answered
   // for: the other origins are in other parts.

@@ -72,7 +72,8 @@ MonoNanos Membership::deadline(const Row& m) const {
   const MonoNanos heard = m.view.last_heard_ns;
   switch (m.view.state) {
     case MemberState::kAlive:
-      return heard + options_.fail_after_ns;
+      return options_.confirm_tries ? std::min(heard + options_.fail_after_ns, confirm_due(m))
+                                    : heard + options_.fail_after_ns;
     case MemberState::kSuspect:
       return options_.kind == MembershipKind::kStatic ? kNever : heard + options_.dead_after_ns;
     case MemberState::kDead:
@@ -82,6 +83,12 @@ MonoNanos Membership::deadline(const Row& m) const {
       return kNever;
   }
   return kNever;
+}
+
+MonoNanos Membership::confirm_due(const Row& m) const {
+  const int64_t fail_after = options_.fail_after_ns;
+  const int64_t first = fail_after - int64_t(std::min<uint32_t>(options_.confirm_tries, 9)) * (fail_after / 10);
+  return std::max(m.view.last_heard_ns + first, m.confirm_ns);
 }
 
 void Membership::remove_at(size_t i) {
@@ -142,7 +149,7 @@ void Membership::set_peers(const std::vector<PeerSpec>& peers, MonoNanos now, st
   }
 }
 
-void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten) {
+void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten, std::vector<NodeId>* confirm) {
   ++self_.heartbeat;
   for (auto it = tombstones_.begin(); it != tombstones_.end();) {
     it = it->second.until_ns <= now ? tombstones_.erase(it) : std::next(it);
@@ -154,6 +161,11 @@ void Membership::tick(MonoNanos now, std::vector<NodeId>* forgotten) {
   for (size_t i = 0; i < members_.size();) {
     Row& m = members_[i];
     const int64_t silent = now - m.view.last_heard_ns;
+    if (m.view.state == MemberState::kAlive && options_.confirm_tries && silent < options_.fail_after_ns &&
+        now >= confirm_due(m)) {
+      if (confirm) confirm->push_back(m.view.id);
+      m.confirm_ns = now + options_.fail_after_ns / 10;
+    }
     if (options_.kind == MembershipKind::kStatic) {
       if (m.view.state == MemberState::kAlive && silent >= options_.fail_after_ns)
         set_state(m, MemberState::kUnreachable);

@@ -52,6 +52,11 @@ struct MembershipOptions {
   // through later messages, so messages stay small in large clusters.
   size_t member_rows = 64;  // >= 2: our row and one other (as a setting: 2..1024)
   size_t max_probes_per_round = 8;
+  // Before failing a member on silence, ask for its row this many times (tick's `confirm`: the
+  // Node asks the member itself and two others, docs/design.md 7.5): at 60% of fail_after and
+  // every 10% after, so that rows lost on their one way here (relay sends each row on one
+  // path) do not fail a live member. A failed member is still failed at fail_after. 0: never.
+  uint32_t confirm_tries = 4;
   size_t probe_scan_per_round = 128;
 };
 
@@ -90,8 +95,9 @@ class Membership {
   void set_peers(const std::vector<PeerSpec>& peers, MonoNanos now_ns, std::vector<NodeId>* removed = nullptr);
 
   // Starts a new round: increments our heartbeat and moves members through their states.
-  // Appends members forgotten this round to `forgotten`.
-  void tick(MonoNanos now_ns, std::vector<NodeId>* forgotten = nullptr);
+  // Appends members forgotten this round to `forgotten`, and alive members whose row should be
+  // asked for (MembershipOptions::confirm_tries) to `confirm`.
+  void tick(MonoNanos now_ns, std::vector<NodeId>* forgotten = nullptr, std::vector<NodeId>* confirm = nullptr);
 
   // True if a message from `id` should be accepted: always under heartbeat membership; under
   // static membership only from listed members (or ourselves? never: we drop our own id).
@@ -154,6 +160,7 @@ class Membership {
     // neither a recovery nor a restart (a fresh cluster would count one of each per peer).
     bool heard = false;
     MonoNanos last_probe_ns = 0;
+    MonoNanos confirm_ns = 0;  // no row asked for before then (confirm_tries)
   };
   struct Tombstone {
     uint64_t incarnation = 0;
@@ -164,6 +171,8 @@ class Membership {
   void set_state(Row& m, MemberState s, bool first_heard = false);
   // When tick() must next look at `m`: its current state's deadline (or never).
   MonoNanos deadline(const Row& m) const;
+  // When an alive member's row is next to be asked for (confirm_tries).
+  MonoNanos confirm_due(const Row& m) const;
   void sync_index(const Row& m);
   Row* find_member(const NodeId& id);
   void add_member(Row m);

@@ -1,9 +1,11 @@
 #include "core/node.h"
 
+#include "core/node_repair.h"
 #include "core/node_sync.h"
 
 #include <algorithm>
 #include <bit>
+#include <tuple>
 #include <unordered_map>
 
 #include "tollgate/rules.h"
@@ -83,6 +85,7 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
       membership_(options_.id, options_.address, options_.incarnation, options_.membership),
       plan_(std::make_unique<RelayPlan>()),
       mode_(options_.mode == DisseminationMode::kAuto ? DisseminationMode::kGossip : options_.mode) {
+  repair_ = std::make_unique<Repair>();
   update_groups();
   stats_.regroupings = 0;  // (the first count is not a change)
   sync_ = std::make_unique<Sync>();
@@ -146,6 +149,7 @@ void Node::update_groups(uint32_t offered) {
     relay_parts_.clear();
     previous_fresh_.clear();
     queue_.clear();
+    if (repair_) forget_repairs();
     ledger_.start_epoch();
     ++stats_.regroupings;
   }
@@ -319,6 +323,7 @@ void Node::tick(MonoNanos now) {
   live_members_ = live.size();  // sizes the retransmit budget until the next round
   disseminate(live, std::move(fresh), now);
   push_pull(live, now);
+  if (mode_ == DisseminationMode::kRelay) ask_for_repairs(now);
   probe(now);
   sync_round(now);
   first_round_ = false;
@@ -326,16 +331,58 @@ void Node::tick(MonoNanos now) {
 }
 
 void Node::advance_membership(MonoNanos now) {
-  std::vector<NodeId> forgotten;
-  membership_.tick(now, &forgotten);
+  std::vector<NodeId> forgotten, confirm;
+  membership_.tick(now, &forgotten, &confirm);
   update_groups();
+  if (!confirm.empty()) confirm_members(confirm);
   // Membership forgets only after forget_after, which is configured above the ledger's retention
   // plus dissemination time, so forgetting the windows cannot let an old batch in twice.
   for (const NodeId& id : forgotten) {
     ledger_.forget_origin(id);
     digests_answered_.erase(id);
     sync_->served.erase(id);
+    forget_repairs_of(id);
   }
+}
+
+void Node::confirm_members(const std::vector<NodeId>& ids) {
+  // At most this many members a round (a partition makes many silent at once; they fail then).
+  constexpr size_t kMaxConfirmsPerRound = 16;
+  // Who else may have heard from it: relaying, our group's members (rows of other groups reach
+  // us through them, each on one path); otherwise any live members.
+  if (mode_ == DisseminationMode::kRelay) plan_relay();
+  const std::vector<const MemberInfo*>& others = mode_ == DisseminationMode::kRelay ? plan_->mates : membership_.live();
+  for (size_t i = 0; i < ids.size() && i < kMaxConfirmsPerRound; ++i) {
+    const MemberInfo* v = membership_.find(ids[i]);
+    if (!v) continue;
+    const std::shared_ptr<GossipMessage> m = message({}, kNoRows);
+    m->row_wanted = ids[i];
+    ++stats_.row_requests;
+    send(v->address, m);
+    for (size_t k : pick_distinct(others.size(), 2)) {
+      if (others[k]->id != ids[i]) send(others[k]->address, m);
+    }
+  }
+}
+
+void Node::answer_row_request(const GossipMessage& m) {
+  // Once per message of the sender's life, as digests are: a replayed request draws nothing.
+  std::pair<uint64_t, uint64_t>& last = digests_answered_[m.sender].row_asked;
+  if (std::pair(m.sender_incarnation, m.message_seq) <= last) return;
+  last = {m.sender_incarnation, m.message_seq};
+  MemberRecord row;
+  if (m.row_wanted == options_.id) {
+    row = membership_.self_row();
+  } else if (const MemberInfo* v = membership_.find(m.row_wanted); v && v->state == MemberState::kAlive) {
+    row = MemberRecord{v->id, v->address, v->incarnation, v->heartbeat, false};
+  } else {
+    return;  // failed here too, or unknown: nothing that would keep it alive there
+  }
+  const std::shared_ptr<GossipMessage> reply = message({}, kNoRows);
+  reply->members.push_back(std::move(row));
+  ++stats_.row_answers;
+  const MemberInfo* sender = membership_.find(m.sender);
+  send(sender ? sender->address : m.sender_address, reply);
 }
 
 std::vector<BatchPtr> Node::seal_round(MonoNanos now) {
@@ -381,6 +428,11 @@ void Node::disseminate(const std::vector<const MemberInfo*>& live, std::vector<B
   queue_.erase(std::remove_if(sent, queue_.end(), [](const Queued& q) { return q.transmits_left == 0; }), queue_.end());
   const GossipMessagePtr m = message(std::move(batches));
   for (size_t i : targets) send(live[i]->address, m);
+}
+
+const MemberInfo* Node::random_mate() {
+  const std::vector<const MemberInfo*>& mates = plan_->mates;
+  return mates.empty() ? nullptr : mates[random_.below(mates.size())];
 }
 
 bool Node::in_our_group(const NodeId& origin) const { return relay_group_of(origin, groups_) == our_group_; }
@@ -493,25 +545,35 @@ void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
     for (const MemberInfo* v : p.mates) send(v->address, m);
   }
   if (rows_round && p.mates.empty()) relay_rows_.clear();
-  // The hop to a contact is the one no repair crosses, so each batch goes to the same contact
-  // twice, this round and the next (it applies it once): a loss rate p loses p^2 of it, not p.
-  // Never to another contact, which could relay it a second time.
-  std::shared_ptr<GossipMessage> only_fresh, both;
+  // The hop to a contact: each batch goes to the same contact twice, this round and the next
+  // (it applies it once; relay_resend), and each message tells the contact the range of our
+  // seqs it was sent since it became our contact, so it asks us for any it lacks (node_repair.cc).
+  // Never to another contact, which could relay it a second time. Contacts told the same range
+  // share a message (one per group only after contacts changed).
+  std::vector<std::pair<std::tuple<bool, uint64_t, uint64_t>, std::shared_ptr<GossipMessage>>> built;
   for (uint32_t g = 0; g < p.contacts.size(); ++g) {
     const MemberInfo* contact = p.contacts[g];
     if (!contact) continue;
     // The same life of the same member: a restarted one would apply the batches again.
-    const bool again = g < previous_contacts_.size() && previous_contacts_[g].first == contact->id &&
+    const bool again = options_.relay_resend && g < previous_contacts_.size() &&
+                       previous_contacts_[g].first == contact->id &&
                        previous_contacts_[g].second == contact->incarnation && !previous_fresh_.empty();
+    auto [since, through] = record_stint(g, *contact, fresh, now);
+    if (through > kMaxStintSeq) since = through = 0;
     if (fresh.empty() && !again && !rows_round) continue;
-    std::shared_ptr<GossipMessage>& m = again ? both : only_fresh;
-    if (!m) {
+    const std::tuple<bool, uint64_t, uint64_t> shape{again, since, through};
+    auto it = std::find_if(built.begin(), built.end(), [&](const auto& b) { return b.first == shape; });
+    if (it == built.end()) {
       std::vector<BatchPtr> batches = fresh;
       if (again) batches.insert(batches.end(), previous_fresh_.begin(), previous_fresh_.end());
-      m = message(std::move(batches), rows_round ? 1 : kNoRows);  // they pass our row on
+      std::shared_ptr<GossipMessage> m = message(std::move(batches), rows_round ? 1 : kNoRows);  // they pass our row on
       m->relay = true;
+      m->relay_since = since;
+      m->relay_through = through;
+      built.emplace_back(shape, std::move(m));
+      it = built.end() - 1;
     }
-    send(contact->address, m);
+    send(contact->address, it->second);
   }
   previous_contacts_.assign(p.contacts.size(), {});
   for (uint32_t g = 0; g < p.contacts.size(); ++g) {
@@ -649,6 +711,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     ledger_.start_incarnation(life);
   }
   if (m.leaving) membership_.mark_left(m.sender, m.sender_incarnation, now);
+  if (!m.row_wanted.empty()) answer_row_request(m);
   if (m.sync_request) serve_sync(m, now);
   if (m.sync_page) take_sync_page(m, now);
   if (back_from_long_failure && options_.sync_deadline_ns > 0) {
@@ -676,6 +739,7 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
     if (mode_ == DisseminationMode::kGossip) enqueue(b, now);  // news to us: relay it
     if (relay) relay_parts_.push_back(b);
   }
+  if (mode_ == DisseminationMode::kRelay) note_gaps(m, relay, now);
 
   if (m.digest) {
     DigestsAnswered& answered = digests_answered_[m.sender];
@@ -687,30 +751,53 @@ void Node::receive(const GossipMessage& m, MonoNanos now) {
       answered.window_start = now;
       answered.repairs_in_window = 0;
     }
-    const size_t budget =
-        2 * options_.max_repair_batches - std::min(answered.repairs_in_window, 2 * options_.max_repair_batches);
+    const size_t budget = 2 * options_.max_repair_batches;  // per sender and push_pull_interval
     // Relay: only our group's origins, which the asker applies only if it is in our group too;
-    // and to any member, its own batches (a restarted one relearns its past life's consumption
-    // from whoever holds it, even alone in its group: it never gets them summed by a relay).
+    // to any member, its own batches (a restarted one relearns its past life's consumption
+    // from whoever holds it, even alone in its group: it never gets them summed by a relay);
+    // and to a member of another group, ours that we sent it as our contact there (its repair
+    // request: node_repair.cc), which it relays to its group.
     const bool relay_mode = mode_ == DisseminationMode::kRelay;
     const bool same_group = relay_mode && in_our_group(m.sender);
-    std::vector<BatchPtr> missing =
-        relay_mode ? ledger_.missing_for(
-                         *m.digest, m.digest_from, m.digest_until,
-                         [&](const NodeId& o) { return (same_group && in_our_group(o)) || origin_node(o) == m.sender; })
-                   : ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
-    if (missing.size() > options_.max_repair_batches) missing.resize(options_.max_repair_batches);
-    if (missing.size() > budget) {
-      stats_.repairs_capped += missing.size() - budget;
-      missing.resize(budget);
+    std::vector<BatchPtr> missing = relay_mode ? ledger_.missing_for(
+                                                     *m.digest, m.digest_from, m.digest_until,
+                                                     [&](const NodeId& o) {
+      return (same_group && in_our_group(o)) || origin_node(o) == m.sender || (!same_group && o == options_.id);
+                                                     })
+        : ledger_.missing_for(*m.digest, m.digest_from, m.digest_until);
+    std::vector<BatchPtr> to_relay;
+    if (relay_mode && !same_group) {
+      std::erase_if(missing, [&](const BatchPtr& b) {
+        if (b->origin != options_.id) return false;
+        if (sent_to(m.sender, m.sender_incarnation, *b)) to_relay.push_back(b);
+        return true;  // never one that another contact of its group was sent
+      });
     }
-    answered.repairs_in_window += missing.size();
+    auto cap = [&](std::vector<BatchPtr>& batches) {
+      const size_t room = std::min(options_.max_repair_batches, budget - std::min(budget, answered.repairs_in_window));
+      if (batches.size() > room) {
+        stats_.repairs_capped += batches.size() - room;
+        batches.resize(room);
+      }
+      answered.repairs_in_window += batches.size();
+      stats_.repairs_sent += batches.size();
+    };
+    cap(missing);
+    cap(to_relay);
+    const MemberInfo* v = membership_.find(m.sender);
+    const std::string& to = v ? v->address : m.sender_address;
     if (!missing.empty() || m.digest_reply_wanted) {
-      stats_.repairs_sent += missing.size();
-      const std::shared_ptr<GossipMessage> reply = message(std::move(missing));
+      // Relay: an answer that asks for nothing back carries no rows (repair requests come
+      // every round a gap lasts; rows go out every rows round anyway).
+      const std::shared_ptr<GossipMessage> reply =
+          message(std::move(missing), relay_mode && !m.digest_reply_wanted ? kNoRows : 0);
       if (m.digest_reply_wanted) reply->digest = digest();  // so the asker can answer in turn
-      const MemberInfo* v = membership_.find(m.sender);
-      send(v ? v->address : m.sender_address, reply);
+      send(to, reply);
+    }
+    if (!to_relay.empty()) {
+      const std::shared_ptr<GossipMessage> reply = message(std::move(to_relay), kNoRows);
+      reply->relay = true;  // as when we first sent them: for its group
+      send(to, reply);
     }
   }
 }

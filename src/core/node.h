@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -147,6 +148,10 @@ struct NodeOptions {
   // Relay: called when this node seals a batch summing `parts` (batches of other groups'
   // members it relays to its own group). For measuring, like on_applied.
   std::function<void(const BatchPtr& relay, const std::vector<BatchPtr>& parts)> on_relay_sealed;
+  // Relay: each batch goes to a contact twice, this round and the next (the first defence of
+  // the hop no push-pull crosses; gap-triggered repair is the second). False: once. For
+  // comparing the two in the simulator (docs/results.md).
+  bool relay_resend = true;
 };
 
 // Relay: the number of groups for `members` members (including us): the smallest power of two
@@ -177,6 +182,10 @@ struct NodeStats {
                                         // runs another mode): batches and digest dropped
   uint64_t regroupings = 0;             // times the mode in use (auto) or the count of groups
                                         // changed (what we held stops being repaired)
+  uint64_t repair_requests = 0;         // relay: repair requests sent for a gap (node_repair.cc)
+  uint64_t repair_gave_up = 0;          // relay: gaps given up after 20 requests
+  uint64_t row_requests = 0;            // rows asked for before failing a silent member
+  uint64_t row_answers = 0;             // rows sent in answer to such a request
   // Balances from a peer on start (NodeOptions::sync_deadline_ns).
   uint64_t sync_denied = 0;        // checks denied while waiting for them (DenyReason::kSyncing)
   uint64_t sync_taken = 0;         // transfers taken (0 or 1)
@@ -305,6 +314,10 @@ class Node : private ResetFilter {
   void ask_for_digest_reply(GossipMessage& m) const;
   // The round's steps, in order (see the top of this file).
   void advance_membership(MonoNanos now_ns);
+  // Asks for the rows of members about to be failed on silence (Membership::tick's `confirm`):
+  // the member itself, and two members that may have heard from it.
+  void confirm_members(const std::vector<NodeId>& ids);
+  void answer_row_request(const GossipMessage& m);
   std::vector<BatchPtr> seal_round(MonoNanos now_ns);
   void disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh, MonoNanos now_ns);
   void push_pull(const std::vector<const MemberInfo*>& live, MonoNanos now_ns);
@@ -331,6 +344,8 @@ class Node : private ResetFilter {
     std::vector<NodeId> parts;  // digest_from of each part of that message answered
     MonoNanos window_start = 0;
     size_t repairs_in_window = 0;
+    // The last message whose row request was answered (a replayed request draws nothing).
+    std::pair<uint64_t, uint64_t> row_asked{0, 0};  // (incarnation, message_seq)
   };
   // True if the digest in `m` is new (not a part already answered); records it.
   bool first_time_asked(const GossipMessage& m, DigestsAnswered& answered);
@@ -370,6 +385,25 @@ class Node : private ResetFilter {
   // group count).
   bool relay_compatible(const GossipMessage& m) const;
   bool in_our_group(const NodeId& origin) const;
+  // Relay repair (node_repair.cc): gaps in what a mate, or a sender whose contact we are, sent
+  // us are asked for again; as a sender, the seqs each contact was sent.
+  struct Repair;
+  std::unique_ptr<Repair> repair_;
+  void forget_repairs();                     // at a regrouping
+  void forget_repairs_of(const NodeId& id);  // membership forgot the member
+  // Notes that a message's sender sent us `relay`-ed batches (a stint) or our group's batches
+  // with a gap here; after applying them.
+  void note_gaps(const GossipMessage& m, bool relay, MonoNanos now);
+  void ask_for_repairs(MonoNanos now);  // each round
+  // Records that `fresh` goes to `contact`, our contact in `group`; returns the current stint's
+  // (first, last) seq to tell it ((0, 0): none).
+  std::pair<uint64_t, uint64_t> record_stint(uint32_t group, const MemberInfo& contact,
+                                             const std::vector<BatchPtr>& fresh, MonoNanos now);
+  // True if our batch `b` went to that life of `contact` (so it may have it again).
+  bool sent_to(const NodeId& contact, uint64_t contact_incarnation, const Batch& b) const;
+  bool lacks_told(const NodeId& sender, uint64_t incarnation, uint64_t since, uint64_t through) const;
+  bool lacks_from_mate(const NodeId& mate) const;
+  const MemberInfo* random_mate();  // of our group (relay plan); nullptr if none
   // mode_, groups_ and our_group_, from the members known, and `offered`, the count of groups a
   // message's sender uses (0: it does not relay).
   void update_groups(uint32_t offered = 0);

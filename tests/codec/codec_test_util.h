@@ -81,6 +81,10 @@ inline void expect_same_message(const GossipMessage& a, const GossipMessage& b) 
   if (a.digest) expect_same_origins(a.digest->origins, b.digest->origins);
   EXPECT_EQ(a.digest_reply_wanted, b.digest_reply_wanted);
   EXPECT_EQ(a.leaving, b.leaving);
+  EXPECT_EQ(a.relay_groups, b.relay_groups);
+  EXPECT_EQ(a.relay, b.relay);
+  EXPECT_EQ(a.relay_since, b.relay_since);
+  EXPECT_EQ(a.relay_through, b.relay_through);
 }
 
 // The MAC as gossip.proto specifies it, computed with OpenSSL's one-shot HMAC() rather than the

@@ -45,6 +45,47 @@ TEST(Membership, HeartbeatMembersGoSuspectDeadAndForgottenAsTheirHeartbeatStalls
   EXPECT_EQ(m.stats().forgotten, 1u);
 }
 
+// Before failing a silent member, its row is asked for (MembershipOptions::confirm_tries): at
+// 60% of fail_after and every 10% after, each time once; a newer row in between starts over; a
+// member that stays silent still fails at fail_after exactly.
+TEST(Membership, ASilentMembersRowIsAskedForBeforeItFailsAndItFailsOnTime) {
+  Membership m("self", "self:1", 1, heartbeat_options());  // fail_after 2 s
+  m.merge({row("b", 1, 5), row("c", 1, 5)}, 0);
+  std::vector<NodeId> asked;
+  auto tick = [&](int64_t at) {
+    asked.clear();
+    m.tick(at, nullptr, &asked);
+    return asked;
+  };
+  EXPECT_TRUE(tick(kSec).empty());
+  m.merge({row("c", 1, 6)}, kSec);  // c is heard from again
+  EXPECT_TRUE(tick(12 * kSec / 10 - 1).empty());
+  EXPECT_EQ(tick(12 * kSec / 10), (std::vector<NodeId>{"b"}));
+  EXPECT_TRUE(tick(13 * kSec / 10).empty());  // asked once per try
+  EXPECT_EQ(tick(14 * kSec / 10), (std::vector<NodeId>{"b"}));
+  EXPECT_EQ(tick(16 * kSec / 10), (std::vector<NodeId>{"b"}));
+  EXPECT_EQ(tick(18 * kSec / 10), (std::vector<NodeId>{"b"}));
+  EXPECT_EQ(tick(2 * kSec - 1), (std::vector<NodeId>{}));
+  EXPECT_EQ(state(m, "b"), MemberState::kAlive);
+  EXPECT_EQ(tick(22 * kSec / 10), (std::vector<NodeId>{"c"}));  // c: 60% of its silence since 1 s
+  EXPECT_EQ(state(m, "b"), MemberState::kSuspect);              // (at 2 s: not asked again)
+  m.merge({row("c", 1, 7)}, 23 * kSec / 10);
+  EXPECT_TRUE(tick(34 * kSec / 10).empty());
+  EXPECT_EQ(tick(35 * kSec / 10), (std::vector<NodeId>{"c"}));
+  EXPECT_EQ(state(m, "c"), MemberState::kAlive);
+}
+
+TEST(Membership, WithoutConfirmTriesNothingIsAskedFor) {
+  MembershipOptions o = heartbeat_options();
+  o.confirm_tries = 0;
+  Membership m("self", "self:1", 1, o);
+  m.merge({row("b", 1, 5)}, 0);
+  std::vector<NodeId> asked;
+  for (int64_t t = 0; t <= 2 * kSec; t += kSec / 20) m.tick(t, nullptr, &asked);
+  EXPECT_TRUE(asked.empty());
+  EXPECT_EQ(state(m, "b"), MemberState::kSuspect);
+}
+
 // A fresh static cluster: each peer's first row takes it from "not heard from yet" to alive,
 // which is neither a recovery nor a restart (issue 37, item 13: members_recovered 2 and
 // members_restarted 2 on every node of a healthy 3-node cluster). A later life, and a return

@@ -106,6 +106,18 @@ std::vector<NamedMessage> gossip_messages() {
                    batch("node-c", kIncC, 9, {{"", 1}, {"upload:big", 1'000'000}})};
   out.push_back({"relay", relay});
 
+  // To a contact: the sender's own batches with its stint (relay repair), and a row request.
+  GossipMessage to_contact = header("node-a", kIncA, "127.0.0.1:7101");
+  to_contact.relay_groups = 4;
+  to_contact.relay = true;
+  to_contact.relay_since = 1190;
+  to_contact.relay_through = 1204;
+  to_contact.batches = {batch("node-a", kIncA, 1204, {{"api:login:bob", 2}})};
+  out.push_back({"to-contact", to_contact});
+  GossipMessage row_request = header("node-b", kIncB, "127.0.0.1:7102");
+  row_request.row_wanted = "node-c";
+  out.push_back({"row-request", row_request});
+
   Digest digest;
   digest.origins = {{"node-a", window(kIncA, 1200, {0b1011, 0, 0, 0}), window(kIncA - 7'000'000, 88)},
                     {"node-b", window(kIncB, 57), SeenWindow{}},
