@@ -53,10 +53,10 @@ struct MembershipOptions {
   size_t member_rows = 64;  // >= 2: our row and one other (as a setting: 2..1024)
   size_t max_probes_per_round = 8;
   // Before failing a member on silence, ask for its row this many times (tick's `confirm`: the
-  // Node asks the member itself and two others, docs/design.md 7.5): at 60% of fail_after and
-  // every 10% after, so that rows lost on their one way here (relay sends each row on one
-  // path) do not fail a live member. A failed member is still failed at fail_after. 0: never.
-  uint32_t confirm_tries = 4;
+  // Node asks the member itself and, relaying, two members of its group; docs/design.md 7.5):
+  // at 70% of fail_after and every 10% after, so that rows lost or slow on their way here do not
+  // fail a live member. A failed member is still failed at fail_after. 0: never; at most 9.
+  uint32_t confirm_tries = 3;
   size_t probe_scan_per_round = 128;
 };
 

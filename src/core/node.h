@@ -116,8 +116,9 @@ struct NodeOptions {
   // of it. In between, a member keeps the mode it is in, and a gossiping one turns to relay as
   // soon as it hears from a relaying member (every member ends up in the same mode). 256: where
   // gossip stops keeping up with busy nodes (at 100 checks/s per node, convergence p99 2.7 s
-  // at 256 nodes against 59 ms relaying), while relay repairs no loss between groups and so
-  // does worse under heavy loss in smaller clusters (docs/results.md, "Busy clusters").
+  // at 256 nodes against 59 ms relaying), while under loss at a light load relay converges
+  // slower in smaller clusters: a gap shows only at the origin's next batch (docs/results.md,
+  // "Busy clusters under loss").
   size_t auto_relay_members = 256;
   // Balances from a peer on start (issue 35; docs/design.md 6.5). When > 0, a node that has
   // someone to ask (peers, or seeds) asks one peer, in pages, for every bucket it holds that is

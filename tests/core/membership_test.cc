@@ -49,7 +49,9 @@ TEST(Membership, HeartbeatMembersGoSuspectDeadAndForgottenAsTheirHeartbeatStalls
 // 60% of fail_after and every 10% after, each time once; a newer row in between starts over; a
 // member that stays silent still fails at fail_after exactly.
 TEST(Membership, ASilentMembersRowIsAskedForBeforeItFailsAndItFailsOnTime) {
-  Membership m("self", "self:1", 1, heartbeat_options());  // fail_after 2 s
+  MembershipOptions o = heartbeat_options();  // fail_after 2 s
+  o.confirm_tries = 4;                        // (3 by default: from 70%)
+  Membership m("self", "self:1", 1, o);
   m.merge({row("b", 1, 5), row("c", 1, 5)}, 0);
   std::vector<NodeId> asked;
   auto tick = [&](int64_t at) {
