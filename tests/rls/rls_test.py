@@ -961,11 +961,12 @@ class Http2RapidReset(OwnDaemon):
         # Back within MemoryRelease's step (64 MiB) of where it was, whatever the peak.
         wait_until("memory given back (peak %d KiB, before %d KiB, %d streams reset)" % (peak[0], before, sent[0]),
                    lambda: rss_kib(self.d.proc.pid) < before + 80 * 1024)
-        # MemoryRelease trims once RSS grew 64 MiB: whenever the sampled peak went past that (with
-        # room for the samples' coarseness), it must have. (How far gRPC's streams take RSS varies
-        # from run to run: 114 to 460 MiB seen.)
-        if peak[0] > before + 80 * 1024:
-            self.assertGreater(self.d.stats()["memory_releases"], 0, "peak %d KiB" % peak[0])
+        # Whether MemoryRelease had to trim depends on the run: when gRPC's streams leave glibc's
+        # free pages below the heap's top it does (254 to 460 MiB peaks seen), when they are
+        # freed from the top glibc gives them back by itself within the second (a 102 MiB peak
+        # and no trim, in CI). What the daemon promises is the memory back, asserted above; the
+        # trim itself is MemoryRelease.GivesBackWhatABurstFreedOnceResidentMemoryGrewAStep's.
+        self.assertIn("memory_releases", self.d.stats())
 
 
 class MutualTls(unittest.TestCase):
