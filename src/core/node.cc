@@ -149,7 +149,7 @@ void Node::update_groups(uint32_t offered) {
     relay_parts_.clear();
     previous_fresh_.clear();
     queue_.clear();
-    if (repair_) forget_repairs();
+    forget_repairs();
     ledger_.start_epoch();
     ++stats_.regroupings;
   }
