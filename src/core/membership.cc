@@ -47,6 +47,9 @@ bool Membership::knows_address(const std::string& address) const {
 }
 
 namespace {
+// Rows merge() looks up at a time, their index slots prefetched first; prefetch() does the first
+// chunk of a message ahead of its merge.
+constexpr size_t kMergeChunk = 16;
 // States whose members due_probes() looks for.
 bool probed(MemberState s) { return s == MemberState::kDead || s == MemberState::kUnreachable; }
 }  // namespace
@@ -193,77 +196,94 @@ bool Membership::accepts_sender(const NodeId& id) const {
   return options_.kind == MembershipKind::kHeartbeat || index_->contains(id);
 }
 
+void Membership::prefetch(const NodeId& id, const std::vector<MemberRecord>& rows) const {
+  index_->prefetch(Index::hash_of(id));
+  for (size_t k = 0; k < rows.size() && k < kMergeChunk; ++k) index_->prefetch(Index::hash_of(rows[k].id));
+}
+
 void Membership::merge(const std::vector<MemberRecord>& rows, MonoNanos now) {
-  for (const MemberRecord& r : rows) {
-    if (r.id.empty()) continue;
-    if (r.incarnation >= kMaxIncarnation) {
-      ++stats_.implausible;
-      continue;
+  // A message's rows are looked up in chunks, each chunk's index slots prefetched first (IdMap:
+  // their cache misses overlap). Adding a member below leaves the hashes valid.
+  uint64_t hashes[kMergeChunk];
+  for (size_t base = 0; base < rows.size(); base += kMergeChunk) {
+    const size_t n = std::min(kMergeChunk, rows.size() - base);
+    for (size_t k = 0; k < n; ++k) {
+      hashes[k] = Index::hash_of(rows[base + k].id);
+      index_->prefetch(hashes[k]);
     }
-    const MemberIndexEntry* known = index_->find(r.id);
-    if (!known && r.id == self_.id) {  // (we are never in index_: no string compare for most rows)
-      // Our own row is authoritative, except that a life of ours the cluster still remembers as
-      // newer than this one (we restarted after the wall clock stepped back, and incarnations
-      // come from the wall clock) would win over us everywhere: outbid it, as SWIM refutes.
-      if (r.incarnation > self_.incarnation && !self_.left) {
-        // Saturating: our rows must stay plausible to the others (< kMaxIncarnation).
-        self_.incarnation = std::min(r.incarnation + 1, kMaxIncarnation - 1);
-        ++stats_.refuted;
-      }
-      continue;
+    for (size_t k = 0; k < n; ++k) merge_row(rows[base + k], hashes[k], now);
+  }
+}
+
+void Membership::merge_row(const MemberRecord& r, uint64_t hash, MonoNanos now) {
+  if (r.id.empty()) return;
+  if (r.incarnation >= kMaxIncarnation) {
+    ++stats_.implausible;
+    return;
+  }
+  const MemberIndexEntry* known = index_->find(r.id, hash);
+  if (!known && r.id == self_.id) {  // (we are never in index_: no string compare for most rows)
+    // Our own row is authoritative, except that a life of ours the cluster still remembers as
+    // newer than this one (we restarted after the wall clock stepped back, and incarnations
+    // come from the wall clock) would win over us everywhere: outbid it, as SWIM refutes.
+    if (r.incarnation > self_.incarnation && !self_.left) {
+      // Saturating: our rows must stay plausible to the others (< kMaxIncarnation).
+      self_.incarnation = std::min(r.incarnation + 1, kMaxIncarnation - 1);
+      ++stats_.refuted;
     }
-    if (known && !r.left && std::tie(r.incarnation, r.heartbeat) <= std::tie(known->incarnation, known->heartbeat)) {
-      continue;  // nothing we did not know (the common case: see MemberIndexEntry)
+    return;
+  }
+  if (known && !r.left && std::tie(r.incarnation, r.heartbeat) <= std::tie(known->incarnation, known->heartbeat)) {
+    return;  // nothing we did not know (the common case: see MemberIndexEntry)
+  }
+  Row* m = known ? &members_[known->pos] : nullptr;
+  if (!m) {
+    if (options_.kind == MembershipKind::kStatic) {
+      ++stats_.unknown_rows;
+      return;
     }
-    Row* m = known ? &members_[known->pos] : nullptr;
-    if (!m) {
-      if (options_.kind == MembershipKind::kStatic) {
-        ++stats_.unknown_rows;
-        continue;
-      }
-      if (r.left) continue;  // do not learn of a member by its departure
-      if (auto t = tombstones_.find(r.id); t != tombstones_.end()) {
-        if (std::tie(r.incarnation, r.heartbeat) <= std::tie(t->second.incarnation, t->second.heartbeat)) continue;
-        tombstones_.erase(t);
-      }
-      Row fresh;
-      fresh.view.id = r.id;
-      fresh.view.address = r.address;
-      fresh.view.incarnation = r.incarnation;
-      fresh.view.heartbeat = r.heartbeat;
-      fresh.view.state = MemberState::kAlive;
-      fresh.view.last_heard_ns = now;
-      fresh.last_probe_ns = now;
-      fresh.heard = true;
-      add_member(std::move(fresh));
-      continue;
+    if (r.left) return;  // do not learn of a member by its departure
+    if (auto t = tombstones_.find(r.id); t != tombstones_.end()) {
+      if (std::tie(r.incarnation, r.heartbeat) <= std::tie(t->second.incarnation, t->second.heartbeat)) return;
+      tombstones_.erase(t);
     }
-    MemberInfo& v = m->view;
-    const bool newer = std::tie(r.incarnation, r.heartbeat) > std::tie(v.incarnation, v.heartbeat);
-    const bool departs = r.left && !m->left && r.incarnation == v.incarnation;
-    if (!newer && !departs) continue;  // nothing we did not know
-    const bool first_heard = !m->heard;
-    m->heard = true;
-    if (r.incarnation > v.incarnation) {
-      if (!first_heard) ++stats_.restarted;
-      m->left = false;
-      v.heartbeat = 0;
-    }
-    v.incarnation = r.incarnation;
-    v.heartbeat = std::max(v.heartbeat, r.heartbeat);
-    // Static membership: the peers file says where a member is; its own claim does not move it.
-    if (!r.address.empty() && options_.kind == MembershipKind::kHeartbeat && v.address != r.address) {
-      v.address = r.address;
-      ++live_version_;  // plans that hold addresses are stale
-    }
-    v.last_heard_ns = now;
-    sync_index(*m);
-    if (r.left) {
-      m->left = true;
-      set_state(*m, MemberState::kLeft);
-    } else if (!m->left) {
-      set_state(*m, MemberState::kAlive, first_heard);
-    }
+    Row fresh;
+    fresh.view.id = r.id;
+    fresh.view.address = r.address;
+    fresh.view.incarnation = r.incarnation;
+    fresh.view.heartbeat = r.heartbeat;
+    fresh.view.state = MemberState::kAlive;
+    fresh.view.last_heard_ns = now;
+    fresh.last_probe_ns = now;
+    fresh.heard = true;
+    add_member(std::move(fresh));
+    return;
+  }
+  MemberInfo& v = m->view;
+  const bool newer = std::tie(r.incarnation, r.heartbeat) > std::tie(v.incarnation, v.heartbeat);
+  const bool departs = r.left && !m->left && r.incarnation == v.incarnation;
+  if (!newer && !departs) return;  // nothing we did not know
+  const bool first_heard = !m->heard;
+  m->heard = true;
+  if (r.incarnation > v.incarnation) {
+    if (!first_heard) ++stats_.restarted;
+    m->left = false;
+    v.heartbeat = 0;
+  }
+  v.incarnation = r.incarnation;
+  v.heartbeat = std::max(v.heartbeat, r.heartbeat);
+  // Static membership: the peers file says where a member is; its own claim does not move it.
+  if (!r.address.empty() && options_.kind == MembershipKind::kHeartbeat && v.address != r.address) {
+    v.address = r.address;
+    ++live_version_;  // plans that hold addresses are stale
+  }
+  v.last_heard_ns = now;
+  sync_index(*m);
+  if (r.left) {
+    m->left = true;
+    set_state(*m, MemberState::kLeft);
+  } else if (!m->left) {
+    set_state(*m, MemberState::kAlive, first_heard);
   }
 }
 

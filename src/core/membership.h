@@ -107,6 +107,8 @@ class Membership {
   // except one with a higher incarnation than ours: a past life the cluster still remembers, so
   // we move to a higher incarnation still (self_row().incarnation; the Node follows it).
   void merge(const std::vector<MemberRecord>& rows, MonoNanos now_ns);
+  // Starts loading the index entries of `id` and of the first rows (Node::prefetch).
+  void prefetch(const NodeId& id, const std::vector<MemberRecord>& rows) const;
 
   // Marks `id` as having announced that it leaves.
   void mark_left(const NodeId& id, uint64_t incarnation, MonoNanos now_ns);
@@ -174,6 +176,8 @@ class Membership {
   // When an alive member's row is next to be asked for (confirm_tries).
   MonoNanos confirm_due(const Row& m) const;
   void sync_index(const Row& m);
+  // merge() of one row, whose id hashes to `hash` (Index::hash_of).
+  void merge_row(const MemberRecord& r, uint64_t hash, MonoNanos now_ns);
   Row* find_member(const NodeId& id);
   void add_member(Row m);
   void remove_at(size_t i);

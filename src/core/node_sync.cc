@@ -149,22 +149,23 @@ bool Node::start_transfer(MonoNanos now, int64_t retry_ns) {
     stop_syncing();
     return false;
   }
-  std::vector<std::string> to;
+  // Pointers, not copies: every node of a cluster starting at once does this each retry.
+  std::vector<const std::string*> to;
   for (const MemberInfo* v : live) {
     if (s.starting.contains(v->id)) continue;
-    if (mode_ != DisseminationMode::kRelay || in_our_group(v->id)) to.push_back(v->address);
+    if (mode_ != DisseminationMode::kRelay || in_our_group(v->id)) to.push_back(&v->address);
   }
   if (to.empty()) {
     for (const MemberInfo* v : live) {
-      if (!s.starting.contains(v->id)) to.push_back(v->address);
+      if (!s.starting.contains(v->id)) to.push_back(&v->address);
     }
   }
   if (to.empty()) {
     membership_.for_each_member([&](const MemberInfo& v) {
-      if (v.state != MemberState::kLeft && !s.starting.contains(v.id)) to.push_back(v.address);
+      if (v.state != MemberState::kLeft && !s.starting.contains(v.id)) to.push_back(&v.address);
     });
     for (const std::string& seed : options_.seeds) {
-      if (seed != options_.address) to.push_back(seed);
+      if (seed != options_.address) to.push_back(&seed);
     }
   }
   if (to.empty()) {
@@ -173,7 +174,7 @@ bool Node::start_transfer(MonoNanos now, int64_t retry_ns) {
   }
   s.forget_transfer();
   s.session = s.random.next_u64() | 1;
-  s.target = to[s.random.below(to.size())];
+  s.target = *to[s.random.below(to.size())];
   s.session_progress = now;
   ++stats_.sync_attempts;
   return true;

@@ -27,6 +27,26 @@ TEST(IdMap, FindsInsertsAndErases) {
   EXPECT_EQ(m.size(), 1u);
 }
 
+// The inline compare behind every lookup (the hash agrees first, so a lookup alone would rarely
+// reach it with ids that differ): every length around its 4-, 8- and 16-byte cases, a byte
+// changed at every position, and ids that agree but for their length.
+TEST(IdMap, SameIdComparesEveryByteOfEveryLength) {
+  for (size_t n = 0; n <= 40; ++n) {
+    std::string a;
+    for (size_t i = 0; i < n; ++i) a.push_back(char('a' + i % 26));
+    EXPECT_TRUE(IdMap<int>::same_id(a, std::string(a))) << n;
+    for (size_t i = 0; i < n; ++i) {
+      std::string b = a;
+      b[i] = char(b[i] ^ 0x20);
+      EXPECT_FALSE(IdMap<int>::same_id(a, b)) << n << " at " << i;
+    }
+    EXPECT_FALSE(IdMap<int>::same_id(a, a + "x")) << n;
+    if (n > 0) {
+      EXPECT_FALSE(IdMap<int>::same_id(a, std::string_view(a).substr(0, n - 1))) << n;
+    }
+  }
+}
+
 // Random inserts and erases against std::map: backward-shift deletion must never lose an entry
 // whose probe run passed through the erased slot (wrapping around the end of the table too).
 TEST(IdMap, AgreesWithStdMapUnderRandomChurn) {
