@@ -10,6 +10,9 @@
 // the RLS config given to the RuleSet claims is governed by that config's limit; every other key,
 // 0x1E-prefixed or not, by the rules above.
 // '*' matches any run of characters (including none); every other character matches itself.
+// Concurrency rules (ConcurrencyRule: at most N leases of a key in flight across the cluster)
+// are matched the same way, among themselves: a key may have a rate rule, a concurrency rule,
+// both or neither, and an exact concurrency rule does not hide a glob's rate (or the reverse).
 // Immutable once built, so one RuleSet can be shared by threads and swapped on reload.
 #ifndef TOLLGATE_RULES_H_
 #define TOLLGATE_RULES_H_
@@ -36,6 +39,16 @@ struct Rule {
   int line = 0;  // 1-based line in the rules file it came from, 0 if built in code
 };
 
+// A concurrency limit (issue 40; docs/design.md 6.7): at most `limit` leases of a key held at
+// once across the cluster, each expiring `ttl_ns` after it was taken or last renewed unless the
+// request asks for another (never above the daemon's --lease-max-ttl).
+struct ConcurrencyRule {
+  std::string match;  // exact key, or glob with '*'
+  int64_t limit = 0;  // >= 1
+  int64_t ttl_ns = 60'000'000'000;
+  int line = 0;
+};
+
 // True if `key` matches `pattern`, where '*' matches any run of characters.
 bool glob_match(std::string_view pattern, std::string_view key);
 
@@ -50,6 +63,10 @@ class RuleSet {
   RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit);
   // The same, plus the limits of an Envoy RLS config (null: none) for its bucket keys.
   RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, std::shared_ptr<const RlsConfig> rls);
+  // The same, plus concurrency rules (distinct `match` strings among themselves, limit >= 1,
+  // ttl_ns >= 1 ms).
+  RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, std::shared_ptr<const RlsConfig> rls,
+          std::vector<ConcurrencyRule> concurrency);
 
   // Index of the rule that governs `key` (see precedence above), or kUnlimited. The default
   // limit, when present, has index rules().size().
@@ -66,6 +83,11 @@ class RuleSet {
   // Indices match() can return: rules, the default slot, then the RLS limits.
   uint32_t size() const;
 
+  // Index into concurrency_rules() of the concurrency rule that governs `key` (the same
+  // precedence, no default), or kUnlimited.
+  uint32_t concurrency_match(std::string_view key) const;
+  const std::vector<ConcurrencyRule>& concurrency_rules() const { return concurrency_; }
+
   const std::vector<Rule>& rules() const { return rules_; }
   const std::optional<Limit>& default_limit() const { return default_; }
   const std::shared_ptr<const RlsConfig>& rls() const { return rls_; }
@@ -78,11 +100,26 @@ class RuleSet {
 
   const Limit& rls_limit(uint32_t index) const;
 
+  // Exact patterns in a map, globs in precedence order (the top of this file), for either list.
+  class Patterns {
+   public:
+    // Adds pattern i; false if it is already there.
+    bool add(const std::string& pattern, uint32_t i);
+    // Sorts the globs once all are added.
+    void finish();
+    uint32_t find(std::string_view key) const;
+
+   private:
+    std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> exact_;
+    std::vector<std::pair<std::string, uint32_t>> globs_;
+  };
+
   std::vector<Rule> rules_;
   std::optional<Limit> default_;
   std::shared_ptr<const RlsConfig> rls_;
-  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> exact_;
-  std::vector<uint32_t> globs_;  // indices into rules_, in precedence order
+  Patterns patterns_;
+  std::vector<ConcurrencyRule> concurrency_;
+  Patterns concurrency_patterns_;
 };
 
 }  // namespace tollgate

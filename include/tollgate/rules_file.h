@@ -9,6 +9,10 @@
 //                               # (costs known after the work; see Limit::charge_when_over)
 //       shadow: false          # optional: true tries the limit without enforcing it: what it
 //                              # would deny passes, uncharged, counted as shadow-denied
+//     - match: "jobs:*"
+//       concurrency: 2         # at most 2 leases of each key held at once, cluster-wide
+//       lease_ttl: 5m          # optional (default 60s): a lease not renewed or released by then
+//                              # expires by itself. A rule may have a rate, a concurrency or both.
 //   default:                   # optional; without it a key that matches no rule is not limited
 //     rate: 100/s
 //     burst: 100

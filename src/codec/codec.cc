@@ -23,7 +23,7 @@ static_assert(pb::Gossip::kSyncPageFieldNumber < 16 && pb::Gossip::kLeavingField
               pb::Envelope::kMacFieldNumber < 16 && pb::Batch::kRefundsFieldNumber < 16 &&
               pb::Member::kLeftFieldNumber < 16 && pb::Digest::kEndsBeforeFieldNumber < 16 &&
               pb::OriginDigest::kPreviousFieldNumber < 16 && pb::Batch::kResetsFieldNumber < 16 &&
-              pb::Entry::kEpochFieldNumber < 16);
+              pb::Entry::kEpochFieldNumber < 16 && pb::Batch::kCountsFieldNumber < 16);
 
 size_t varint_bytes(uint64_t v) { return google::protobuf::io::CodedOutputStream::VarintSize64(v); }
 
@@ -47,9 +47,22 @@ uint64_t magnitude(int64_t tokens) { return tokens < 0 ? uint64_t(-tokens) : uin
 
 bool valid_reset(const ResetMark& r) { return r.key.size() <= kMaxKeyBytes && r.epoch >= 1; }
 
+bool valid_counts(const LeaseCounts& c) {
+  return c.from.size() <= kMaxKeyBytes && c.until.size() <= kMaxKeyBytes &&
+         std::all_of(c.entries.begin(), c.entries.end(), [](const InflightEntry& e) {
+           return !e.key.empty() && e.key.size() <= kMaxKeyBytes && e.count >= 0 && e.count <= kMaxLeaseCount;
+         });
+}
+
+// Entries a batch puts in a message, for kMaxEntriesPerMessage.
+size_t batch_entries(const Batch& b) {
+  return b.entries.size() + b.resets.size() + (b.counts ? b.counts->entries.size() : 0);
+}
+
 bool valid_batch(const Batch& b) {
   return valid_id(b.origin) && b.seq >= 1 && std::all_of(b.entries.begin(), b.entries.end(), valid_entry) &&
-         std::all_of(b.resets.begin(), b.resets.end(), valid_reset);
+         std::all_of(b.resets.begin(), b.resets.end(), valid_reset) &&
+         (!b.counts || (b.entries.empty() && b.resets.empty() && valid_counts(*b.counts)));
 }
 
 bool valid_member(const MemberRecord& m) { return valid_id(m.id) && m.address.size() <= kMaxAddressBytes; }
@@ -73,6 +86,17 @@ void to_pb(const Batch& b, pb::Batch* out) {
     entry->set_epoch(e.epoch);
   }
   for (const ResetMark& r : b.resets) to_pb(r, out->add_resets());
+  if (b.counts) {
+    pb::LeaseCounts* c = out->mutable_counts();
+    for (const InflightEntry& e : b.counts->entries) {
+      pb::Inflight* i = c->add_entries();
+      i->set_key(e.key);
+      i->set_count(uint64_t(e.count));
+    }
+    c->set_refresh(b.counts->refresh);
+    c->set_from(b.counts->from);
+    c->set_until(b.counts->until);
+  }
 }
 
 void to_pb(const MemberRecord& m, pb::Member* out) {
@@ -154,6 +178,18 @@ bool from_pb(const pb::Batch& b, BatchPtr* out) {
   batch.resets.resize(static_cast<size_t>(b.resets_size()));
   for (int i = 0; i < b.resets_size(); ++i) {
     if (!from_pb(b.resets(i), &batch.resets[static_cast<size_t>(i)])) return false;
+  }
+  if (b.has_counts()) {
+    LeaseCounts counts;
+    counts.entries.reserve(static_cast<size_t>(b.counts().entries_size()));
+    for (const pb::Inflight& e : b.counts().entries()) {
+      if (e.count() > uint64_t(kMaxLeaseCount)) return false;
+      counts.entries.push_back({e.key(), int64_t(e.count())});
+    }
+    counts.refresh = b.counts().refresh();
+    counts.from = b.counts().from();
+    counts.until = b.counts().until();
+    batch.counts = std::make_shared<const LeaseCounts>(std::move(counts));
   }
   if (!valid_batch(batch)) return false;
   *out = std::make_shared<const Batch>(std::move(batch));
@@ -354,7 +390,7 @@ class Packer {
   }
 
   void add_batch(const BatchPtr& batch) {
-    if (!batch || !valid_batch(*batch) || batch->entries.size() > kMaxEntriesPerMessage) {
+    if (!batch || !valid_batch(*batch) || batch_entries(*batch) > kMaxEntriesPerMessage) {
       ++stats_->dropped_batches;
       return;
     }
@@ -365,7 +401,7 @@ class Packer {
       ++stats_->dropped_batches;
       return;
     }
-    const size_t n = batch->entries.size();
+    const size_t n = batch_entries(*batch);
     if (used_ + bytes > budget_ || batches_ == kMaxBatchesPerMessage || entries_ + n > kMaxEntriesPerMessage) {
       finish_part();
     }
@@ -576,7 +612,8 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
 
   size_t entries = 0;
   for (const pb::Batch& b : gossip.batches()) {
-    entries += static_cast<size_t>(b.entries_size() + b.refunds_size() + b.resets_size());
+    entries += static_cast<size_t>(b.entries_size() + b.refunds_size() + b.resets_size() +
+                                   (b.has_counts() ? b.counts().entries_size() : 0));
   }
   if (static_cast<size_t>(gossip.batches_size()) > kMaxBatchesPerMessage || entries > kMaxEntriesPerMessage ||
       static_cast<size_t>(gossip.members_size()) > kMaxMembersPerMessage ||

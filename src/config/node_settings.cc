@@ -32,7 +32,7 @@ std::string parse_choice(std::string_view text, std::string_view a, E ea, std::s
 const NodeSettingField kFields[] =
     {
         {"mode",
-         "Dissemination: auto (gossip below 256 members, relay from 256), gossip (fan-out to random peers), mesh "
+         "Dissemination: auto (gossip below 128 members, relay from 128), gossip (fan-out to random peers), mesh "
          "(everyone) or relay (two hops over groups of about sqrt(N) members); docs/operations.md 3.1",
          "{auto,mesh,gossip,relay}",
          [](std::string_view t, NodeSettings& s) {

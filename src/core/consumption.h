@@ -46,6 +46,24 @@ struct ResetMark {
   friend bool operator==(const ResetMark&, const ResetMark&) = default;
 };
 
+// How many leases of `key` (a concurrency rule's, issue 40) one node holds now: state, not a
+// delta (docs/design.md 6.7). The newest (incarnation, seq) of an origin's counts of a key wins.
+struct InflightEntry {
+  std::string key;
+  int64_t count = 0;  // >= 0
+  friend bool operator==(const InflightEntry&, const InflightEntry&) = default;
+};
+
+// A node's lease counts in a batch. A refresh says more: the origin's counts of every key k
+// with from <= k (< until when until is not empty) are exactly those listed, at the batch's
+// version, and any other key of that range is 0. It heals a count whose batch was lost beyond
+// repair and teaches a joiner leases older than the ledger's retention.
+struct LeaseCounts {
+  std::vector<InflightEntry> entries;  // at most one per key, sorted by key in a refresh
+  bool refresh = false;
+  std::string from, until;
+};
+
 // One node's consumption over one dissemination round, named by (origin, incarnation, seq).
 // Sequence numbers start at 1 and are dense within an incarnation: every sealed batch gets the
 // next one, so a receiver can tell a duplicate from news and a gap from the end. A node that
@@ -57,6 +75,11 @@ struct Batch {
   uint64_t seq = 0;
   std::vector<ConsumptionEntry> entries;  // at most one entry per key
   std::vector<ResetMark> resets{};        // resets this node made (or relays), taken before the entries
+  // Lease counts (issue 40; gossip minor 7), when this batch carries them (held apart: most
+  // batches carry none, and the simulator keeps millions). A batch carries consumption or counts,
+  // never both, so a relay contact may pass a batch of counts on whole without charging anything
+  // twice.
+  std::shared_ptr<const LeaseCounts> counts{};
 };
 using BatchPtr = std::shared_ptr<const Batch>;
 

@@ -74,6 +74,9 @@ struct GossipMessage {
   // With `relay`: the sender's current stint with the receiver as its contact, the first and last
   // of its own seqs (this life) it sent the receiver: the receiver asks it for those it lacks
   // (node_repair.cc). 0: none sent yet.
+  // Without `relay`, in a relay rows round to the members of the sender's group (minor 6): the
+  // last of its own seqs and the last of its relay seqs (this life; 0: none), so a mate whose
+  // last batch before a quiet spell was lost asks for it then, not at the next push-pull.
   uint64_t relay_since = 0;
   uint64_t relay_through = 0;
   // Asks the receiver for this member's row (its own when it is the receiver): the sender is

@@ -18,6 +18,10 @@ size_t batch_bytes(const Batch& batch) {
   for (const ConsumptionEntry& e : batch.entries) bytes += e.key.capacity();
   bytes += batch.resets.capacity() * sizeof(ResetMark);
   for (const ResetMark& r : batch.resets) bytes += r.key.capacity();
+  if (batch.counts) {
+    bytes += sizeof(LeaseCounts) + batch.counts->entries.capacity() * sizeof(InflightEntry);
+    for (const InflightEntry& e : batch.counts->entries) bytes += e.key.capacity();
+  }
   return bytes;
 }
 
@@ -176,6 +180,22 @@ class Ledger::Impl {
 
   void start_epoch() { ++epoch_; }
 
+  BatchPtr seal_counts(LeaseCounts counts, MonoNanos now) {
+    auto batch = std::make_shared<Batch>();
+    batch->counts = std::make_shared<const LeaseCounts>(std::move(counts));
+    return keep(std::move(batch), self_, last_seq_, now);
+  }
+
+  BatchPtr keep(std::shared_ptr<Batch> batch, const NodeId& origin, uint64_t& last_seq, MonoNanos now) {
+    batch->origin = origin;
+    batch->incarnation = incarnation_;
+    batch->seq = ++last_seq;
+    origins_[origin].current.insert(batch->seq, nullptr);
+    ++stats_.sealed;
+    retain(batch, now);
+    return batch;
+  }
+
   BatchPtr seal_as(const NodeId& origin, uint64_t& last_seq, std::vector<ConsumptionEntry> entries, MonoNanos now,
                    std::vector<ResetMark> resets) {
     // Entries of the same key are combined, brought together by sorting on the key's hash (the
@@ -207,15 +227,9 @@ class Ledger::Impl {
     std::erase_if(combined, [](const ConsumptionEntry& e) { return e.tokens == 0; });
     if (combined.empty() && resets.empty()) return nullptr;
     auto batch = std::make_shared<Batch>();
-    batch->origin = origin;
-    batch->incarnation = incarnation_;
-    batch->seq = ++last_seq;
     batch->entries = std::move(combined);
     batch->resets = std::move(resets);
-    origins_[origin].current.insert(batch->seq, nullptr);
-    ++stats_.sealed;
-    retain(batch, now);
-    return batch;
+    return keep(std::move(batch), origin, last_seq, now);
   }
 
   MergeResult merge(const BatchPtr& batch, KeyTable& table, MonoNanos now, ResetFilter* resets) {
@@ -232,6 +246,7 @@ class Ledger::Impl {
     for (const ConsumptionEntry& e : batch->entries) {
       if (!resets || resets->counts(e, now)) table.charge_remote(e.key, e.tokens, now);
     }
+    if (resets && batch->counts) resets->lease_counts(*batch, now);
     stats_.entries_applied += batch->entries.size();
     ++stats_.applied;
     retain(batch, now);
@@ -358,6 +373,8 @@ class Ledger::Impl {
 
   const NodeId& self() const { return self_; }
   uint64_t incarnation() const { return incarnation_; }
+  uint64_t last_seq() const { return last_seq_; }
+  uint64_t last_relay_seq() const { return last_relay_seq_; }
 
   void start_incarnation(uint64_t incarnation) {
     if (incarnation <= incarnation_) return;
@@ -484,8 +501,13 @@ Ledger& Ledger::operator=(Ledger&&) noexcept = default;
 
 const NodeId& Ledger::self() const { return impl_->self(); }
 uint64_t Ledger::incarnation() const { return impl_->incarnation(); }
+uint64_t Ledger::last_seq() const { return impl_->last_seq(); }
+uint64_t Ledger::last_relay_seq() const { return impl_->last_relay_seq(); }
 BatchPtr Ledger::seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets) {
   return impl_->seal_relay(std::move(entries), now_ns, std::move(resets));
+}
+BatchPtr Ledger::seal_counts(LeaseCounts counts, MonoNanos now_ns) {
+  return impl_->seal_counts(std::move(counts), now_ns);
 }
 BatchPtr Ledger::seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets) {
   return impl_->seal(std::move(entries), now_ns, std::move(resets));

@@ -47,6 +47,8 @@ class ResetFilter {
   // Whether an entry of it counts: false for consumption sealed under an epoch of its key older
   // than the one the owner knows (admitted before a reset).
   virtual bool counts(const ConsumptionEntry& entry, MonoNanos now_ns) = 0;
+  // The lease counts a batch being applied carries (Batch::counts; issue 40), after its entries.
+  virtual void lease_counts(const Batch& /*batch*/, MonoNanos /*now_ns*/) {}
 };
 
 struct LedgerOptions {
@@ -95,12 +97,17 @@ class Ledger {
 
   const NodeId& self() const;
   uint64_t incarnation() const;
+  // The last seq sealed in this life: of our own batches, and of those we relay (seal_relay).
+  uint64_t last_seq() const;
+  uint64_t last_relay_seq() const;
 
   // Seals this node's consumption (as from KeyTable::take_pending; a key may appear more than
   // once, its tokens add up, the later epoch wins) and `resets` into the next batch, retains it,
   // and returns it for sending. Returns nullptr when there is nothing to seal: empty rounds use
   // no seq.
   BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets = {});
+  // Seals this node's lease counts (issue 40) into the next batch, one of counts only.
+  BatchPtr seal_counts(LeaseCounts counts, MonoNanos now_ns);
   // Relay mode: seals consumption this node relays (other groups' batches it applied, summed)
   // under relay_origin(self), a sequence of its own; retained like our own batches, and
   // never charged here again.

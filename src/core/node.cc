@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
+#include <mutex>
 #include <tuple>
 #include <unordered_map>
 
@@ -76,20 +78,66 @@ KeyTableOptions Node::table_options(const NodeOptions& o, Random& random) {
   return keys;
 }
 
+namespace {
+
+// (Neither draws from the node's Random: its stream, and so every simulation, stays as it was.)
+uint64_t node_seed(const NodeOptions& o) {
+  return std::hash<std::string>{}(o.id) ^ (o.incarnation * 0x9E3779B97F4A7C15ull);
+}
+
+// The lease table's secret: the options', else the key table's (the daemon sets it from the
+// operating system), else one from the node's id (tests and the simulator).
+LeaseTableOptions lease_options(const NodeOptions& o) {
+  LeaseTableOptions l = o.leases;
+  if (!l.hash_key && o.keys.hash_key)
+    l.hash_key = std::array<uint64_t, 2>{(*o.keys.hash_key)[1], (*o.keys.hash_key)[0]};
+  if (!l.hash_key) l.hash_key = std::array<uint64_t, 2>{node_seed(o), ~node_seed(o)};
+  return l;
+}
+
+// Without a source of the host's, ids from a stream seeded by the node's id: reproducible (the
+// simulator, tests), and guessable by whoever knows the seed, so never the daemon's.
+LeaseTable::IdSource lease_ids(const NodeOptions& o) {
+  if (o.lease_ids) return o.lease_ids;
+  struct Stream {
+    explicit Stream(uint64_t seed) : random(seed) {}
+    std::mutex mu;
+    SplitMix64 random;
+  };
+  auto stream = std::make_shared<Stream>(node_seed(o) * 0xBF58476D1CE4E5B9ull);
+  return [stream](uint8_t* out, size_t n) {
+    std::lock_guard lock(stream->mu);
+    for (size_t i = 0; i < n; i += 8) {
+      const uint64_t r = stream->random.next_u64();
+      std::memcpy(out + i, &r, std::min<size_t>(8, n - i));
+    }
+  };
+}
+
+// A batch of counts stays well inside a datagram: its entries' keys and numbers, and a refresh's
+// range, within this many bytes (keys are at most 256).
+constexpr size_t kCountsBatchBytes = 600;
+constexpr size_t kLeaseExpiriesPerRound = 4096;
+
+}  // namespace
+
 Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& outbox, Random& random)
     : options_(std::move(options)),
       outbox_(outbox),
       random_(random),
-      table_(std::move(rules), table_options(options_, random)),
+      table_(rules, table_options(options_, random)),
       ledger_(options_.id, options_.incarnation, options_.ledger),
       membership_(options_.id, options_.address, options_.incarnation, options_.membership),
+      leases_(lease_options(options_), lease_ids(options_)),
+      inflight_(options_.id, options_.max_lease_rows, 2 * options_.ledger.retention_ns),
       plan_(std::make_unique<RelayPlan>()),
       mode_(options_.mode == DisseminationMode::kAuto ? DisseminationMode::kGossip : options_.mode) {
   repair_ = std::make_unique<Repair>();
+  leases_.set_rules(std::move(rules));
   update_groups();
   stats_.regroupings = 0;  // (the first count is not a change)
   sync_ = std::make_unique<Sync>();
-  sync_->random = SplitMix64(std::hash<std::string>{}(options_.id) ^ (options_.incarnation * 0x9E3779B97F4A7C15ull));
+  sync_->random = SplitMix64(node_seed(options_));
   // Heartbeat membership without a seed other than us: the first member, with no one to ask.
   // (Static membership knows once the peers are set: set_peers.)
   const bool alone = membership_.kind() == MembershipKind::kHeartbeat &&
@@ -339,6 +387,7 @@ void Node::advance_membership(MonoNanos now) {
   // plus dissemination time, so forgetting the windows cannot let an old batch in twice.
   for (const NodeId& id : forgotten) {
     ledger_.forget_origin(id);
+    inflight_.forget(id, leases_);
     digests_answered_.erase(id);
     sync_->served.erase(id);
     forget_repairs_of(id);
@@ -389,7 +438,9 @@ void Node::answer_row_request(const GossipMessage& m) {
 }
 
 std::vector<BatchPtr> Node::seal_round(MonoNanos now) {
-  // This round's consumption, in datagram-sized batches, with any sealed early by check().
+  // This round's consumption, in datagram-sized batches, with any sealed early by check(), and
+  // the lease counts that changed.
+  seal_leases(now);
   seal(now, SIZE_MAX);
   std::vector<BatchPtr> fresh = std::move(sealed_);
   sealed_.clear();
@@ -491,6 +542,9 @@ void Node::seal_relay(MonoNanos now, std::vector<BatchPtr>& out) {
   std::vector<ConsumptionEntry> entries;
   std::vector<ResetMark> resets;
   for (const BatchPtr& b : relay_parts_) {
+    // Counts are state under their origin's version (docs/design.md 6.7): passed on whole, never
+    // summed, so each receiver decides for itself whether their member still counts.
+    if (b->counts) out.push_back(b);
     entries.insert(entries.end(), b->entries.begin(), b->entries.end());
     resets.insert(resets.end(), b->resets.begin(), b->resets.end());
   }
@@ -534,6 +588,12 @@ void Node::disseminate_relay(std::vector<BatchPtr> fresh, MonoNanos now) {
     std::vector<BatchPtr> batches = fresh;
     batches.insert(batches.end(), relayed.begin(), relayed.end());
     const std::shared_ptr<GossipMessage> m = message(std::move(batches), rows_round ? 2 : kNoRows);
+    if (rows_round && ledger_.last_seq() <= kMaxStintSeq && ledger_.last_relay_seq() <= kMaxStintSeq) {
+      // Our last seqs: a mate that lacks the last batch we sent (nothing after it showed the
+      // gap) asks for it now, within a rows round, rather than at the next push-pull.
+      m->relay_since = ledger_.last_seq();
+      m->relay_through = ledger_.last_relay_seq();
+    }
     if (rows_round) {
       // The newest row of each sender (a sender may have sent several times since).
       std::sort(relay_rows_.begin(), relay_rows_.end(), [](const MemberRecord& a, const MemberRecord& b) {
@@ -667,6 +727,11 @@ void Node::housekeeping(MonoNanos now) {
     const auto [reachable, known] = membership_.reachable_fraction();
     table_.set_rate_scale(reachable, known, now);
   }
+}
+
+void Node::prefetch(const GossipMessage& m) const {
+  // (Prefetching the ledger's entries for the batches was tried too: no faster, measured.)
+  membership_.prefetch(m.sender, m.members);
 }
 
 void Node::receive(const GossipMessage& m, MonoNanos now) {
@@ -883,7 +948,61 @@ void Node::leave(MonoNanos now) {
 }
 
 void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
+  leases_.set_rules(rules);
   table_.replace_rules(std::move(rules), now);
+}
+
+void Node::lease_counts(const Batch& batch, MonoNanos now) {
+  recount_leases();  // the origin's state as membership knows it now
+  inflight_.apply(batch, membership_, leases_, now);
+}
+
+void Node::recount_leases() {
+  const MembershipStats& m = membership_.stats();
+  const uint64_t seen = m.joined + m.recovered + m.restarted;
+  if (membership_.live_version() == lease_live_version_ && seen == lease_members_seen_) return;
+  // A member that joined, came back or restarted has not heard our counts: a refresh tells it.
+  if (seen != lease_members_seen_) lease_refresh_wanted_ = true;
+  lease_live_version_ = membership_.live_version();
+  lease_members_seen_ = seen;
+  inflight_.recount(membership_, leases_);
+}
+
+void Node::seal_leases(MonoNanos now) {
+  recount_leases();
+  if (now >= next_inflight_expire_ns_) {
+    // Rows at 0 live 20 s: a scan a second is plenty, and a round never walks a million rows.
+    inflight_.expire(now);
+    next_inflight_expire_ns_ = now + kNanosPerSecond;
+  }
+  leases_.expire(now, kLeaseExpiriesPerRound);
+  std::vector<InflightEntry> counts;
+  leases_.take_changes(&counts);
+  const bool refresh = leases_.active() && (lease_refresh_wanted_ || now >= next_lease_refresh_ns_);
+  if (refresh) {
+    counts = leases_.own_counts();  // sorted; covers every change above (an unlisted key is 0)
+    lease_refresh_wanted_ = false;
+    next_lease_refresh_ns_ = now + options_.lease_refresh_ns;
+  }
+  if (counts.empty() && !refresh) return;
+  // Cut into batches that fit a datagram; a refresh's batches each cover a range of keys, from
+  // the first key of one to the first of the next, and together everything.
+  size_t i = 0;
+  do {
+    LeaseCounts c;
+    c.refresh = refresh;
+    if (refresh && i > 0) c.from = counts[i].key;
+    size_t bytes = c.from.size();
+    while (i < counts.size() && c.entries.size() < kMaxBatchEntries) {
+      const size_t next = counts[i].key.size() + 12 + (refresh ? counts[i].key.size() : 0);
+      if (!c.entries.empty() && bytes + next > kCountsBatchBytes) break;
+      bytes += counts[i].key.size() + 12;
+      c.entries.push_back(std::move(counts[i]));
+      ++i;
+    }
+    if (refresh && i < counts.size()) c.until = counts[i].key;  // the next batch's first key
+    if (BatchPtr b = ledger_.seal_counts(std::move(c), now)) keep_sealed(std::move(b), now);
+  } while (i < counts.size());
 }
 
 NodeState Node::export_state(MonoNanos now) {

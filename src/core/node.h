@@ -39,7 +39,9 @@
 
 #include "core/clock.h"
 #include "core/gossip_message.h"
+#include "core/inflight_view.h"
 #include "core/key_table.h"
+#include "core/lease_table.h"
 #include "core/ledger.h"
 #include "core/membership.h"
 #include "core/outbox.h"
@@ -115,11 +117,12 @@ struct NodeOptions {
   // Auto: relay once this many members are known (this node included), gossip again below 3/4
   // of it. In between, a member keeps the mode it is in, and a gossiping one turns to relay as
   // soon as it hears from a relaying member (every member ends up in the same mode). 256: where
-  // gossip stops keeping up with busy nodes (at 100 checks/s per node, convergence p99 2.7 s
-  // at 256 nodes against 59 ms relaying), while under loss at a light load relay converges
-  // slower in smaller clusters: a gap shows only at the origin's next batch (docs/results.md,
-  // "Busy clusters under loss").
-  size_t auto_relay_members = 256;
+  // gossip stops keeping up with busy nodes: at 100 checks/s per node and 128 members, gossip's
+  // convergence p99 is 1.6 s and 215 batches in 4 s never reach everyone (3.7 s and 1,015
+  // under 20% loss), relaying 59 ms and none (535 ms and none), at a third of the bytes
+  // (scripts/auto-sweep; docs/results.md, "Where auto should switch"). Below, at 64, relay
+  // under loss admitted 2-4% less than the ideal bucket, not yet explained: gossip stays there.
+  size_t auto_relay_members = 128;
   // Balances from a peer on start (issue 35; docs/design.md 6.5). When > 0, a node that has
   // someone to ask (peers, or seeds) asks one peer, in pages, for every bucket it holds that is
   // not full and the ledger positions those include, and takes each balance that is lower than
@@ -142,6 +145,14 @@ struct NodeOptions {
   MembershipOptions membership;
   KeyTableOptions keys;
   LedgerOptions ledger;
+  // Concurrency leases (issue 40; docs/design.md 6.7). Ids come from `lease_ids` (the daemon:
+  // the operating system's randomness); unset, from a stream seeded by the node's Random (the
+  // simulator and tests: reproducible, guessable). Each node seals its changed counts every
+  // round and all of them every lease_refresh_ns, and when a member joins or comes back.
+  LeaseTableOptions leases;
+  LeaseTable::IdSource lease_ids;
+  int64_t lease_refresh_ns = 30 * kNanosPerSecond;
+  size_t max_lease_rows = 1'000'000;  // other members' (member, key) counts held at most
   // Called for every remote batch applied (charged) here, after it is charged. For measuring
   // (the simulator times how long a batch takes to reach every node); the daemon leaves it
   // empty. Must not call back into the node.
@@ -245,6 +256,18 @@ class Node : private ResetFilter {
   std::optional<int64_t> reset(std::string_view key, MonoNanos now_ns);
   // The key's reset epoch as this node knows it (0: never reset).
   uint64_t reset_epoch(std::string_view key) const;
+  // Concurrency leases (LeaseTable): callable from any thread, like check().
+  LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now_ns) {
+    return leases_.acquire(key, count, ttl_ns, now_ns);
+  }
+  bool release(const LeaseId& id) { return leases_.release(id); }
+  std::optional<MonoNanos> renew(const LeaseId& id, int64_t ttl_ns, MonoNanos now_ns) {
+    return leases_.renew(id, ttl_ns, now_ns);
+  }
+  const LeaseTable& leases() const { return leases_; }
+  std::vector<std::pair<std::string, RuleLeases>> rule_leases() const { return leases_.rule_leases(); }
+  InflightViewStats inflight_stats() const { return inflight_.stats(); }
+
   // Concurrent: seals what early_seal_keys allows now, on the owner's thread, after
   // NodeOptions::seal_wanted asked for it.
   void seal_early(MonoNanos now_ns);
@@ -253,6 +276,11 @@ class Node : private ResetFilter {
   void tick(MonoNanos now_ns);
   // A message from the network, decoded and authenticated by the caller.
   void receive(const GossipMessage& message, MonoNanos now_ns);
+  // Starts loading what receive(message) will look up first (the membership index entries of
+  // the sender and of the first rows), for a caller that knows which message comes next: the simulator,
+  // whose thousand nodes' tables fit in no cache, runs one event while the next one's loads are
+  // on their way. Changes nothing.
+  void prefetch(const GossipMessage& message) const;
 
   // Static membership: the peers file's contents (reloaded).
   void set_peers(const std::vector<PeerSpec>& peers, MonoNanos now_ns);
@@ -320,6 +348,11 @@ class Node : private ResetFilter {
   void confirm_members(const std::vector<NodeId>& ids);
   void answer_row_request(const GossipMessage& m);
   std::vector<BatchPtr> seal_round(MonoNanos now_ns);
+  // Leases: expires what is due, seals changed counts (or a refresh of all) onto sealed_.
+  void seal_leases(MonoNanos now_ns);
+  // Which members' counts count, after membership may have changed.
+  void recount_leases();
+  void lease_counts(const Batch& batch, MonoNanos now_ns) override;
   void disseminate(const std::vector<const MemberInfo*>& live, std::vector<BatchPtr> fresh, MonoNanos now_ns);
   void push_pull(const std::vector<const MemberInfo*>& live, MonoNanos now_ns);
   void probe(MonoNanos now_ns);
@@ -359,6 +392,13 @@ class Node : private ResetFilter {
   KeyTable table_;
   Ledger ledger_;
   Membership membership_;
+  LeaseTable leases_;
+  InflightView inflight_;
+  uint64_t lease_live_version_ = UINT64_MAX;  // membership's live_version at the last recount
+  uint64_t lease_members_seen_ = 0;           // joined + recovered + restarted at the last recount
+  bool lease_refresh_wanted_ = false;
+  MonoNanos next_lease_refresh_ns_ = 0;
+  MonoNanos next_inflight_expire_ns_ = 0;
   std::deque<Queued> queue_;  // gossip retransmit queue
   MonoNanos next_push_pull_ns_ = 0;
   MonoNanos next_seed_probe_ns_ = 0;
@@ -403,7 +443,11 @@ class Node : private ResetFilter {
   // True if our batch `b` went to that life of `contact` (so it may have it again).
   bool sent_to(const NodeId& contact, uint64_t contact_incarnation, const Batch& b) const;
   bool lacks_told(const NodeId& sender, uint64_t incarnation, uint64_t since, uint64_t through) const;
-  bool lacks_from_mate(const NodeId& mate) const;
+  // A seq missing below the highest seen of the mate's own or relay batches, or (told_own,
+  // told_relay: what the mate said its last seqs were in its life `told_incarnation`; 0: none
+  // said) one up to the last.
+  bool lacks_from_mate(const NodeId& mate, uint64_t told_incarnation = 0, uint64_t told_own = 0,
+                       uint64_t told_relay = 0) const;
   const MemberInfo* random_mate();  // of our group (relay plan); nullptr if none
   // mode_, groups_ and our_group_, from the members known, and `offered`, the count of groups a
   // message's sender uses (0: it does not relay).

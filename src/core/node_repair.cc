@@ -114,11 +114,18 @@ bool Node::lacks_told(const NodeId& sender, uint64_t incarnation, uint64_t since
   return w && has_gap(*w, since, through);
 }
 
-bool Node::lacks_from_mate(const NodeId& mate) const {
-  OriginDigest d;
-  for (const NodeId& origin : {mate, relay_origin(mate)}) {
+bool Node::lacks_from_mate(const NodeId& mate, uint64_t told_incarnation, uint64_t told_own,
+                           uint64_t told_relay) const {
+  const SeenWindow empty{};
+  for (const auto& [origin, told] : {std::pair{mate, told_own}, std::pair{relay_origin(mate), told_relay}}) {
+    OriginDigest d;
+    const bool known = ledger_.windows_of(origin, &d);
     // A seq missing below the highest seen: one arrived after it.
-    if (ledger_.windows_of(origin, &d) && d.current.highest() > d.current.watermark) return true;
+    if (known && d.current.highest() > d.current.watermark) return true;
+    // One up to the last the mate told us of.
+    if (told == 0) continue;
+    const SeenWindow* w = known ? window_of_life(d, told_incarnation, empty) : &empty;
+    if (w && has_gap(*w, 1, told)) return true;
   }
   return false;
 }
@@ -140,13 +147,22 @@ void Node::note_gaps(const GossipMessage& m, bool relay, MonoNanos now) {
     }
     return;
   }
-  if (m.batches.empty() || !in_our_group(m.sender)) return;
-  if (!lacks_from_mate(m.sender)) {
-    repair_->mates.erase(m.sender);
+  const bool told = m.relay_since != 0 || m.relay_through != 0;  // a mate's last seqs (rows rounds)
+  if ((m.batches.empty() && !told) || !in_our_group(m.sender)) return;
+  auto it = repair_->mates.find(m.sender);
+  Repair::MateGap said;
+  if (it != repair_->mates.end()) said = it->second;
+  if (told) {
+    if (said.incarnation != m.sender_incarnation) said = Repair::MateGap{{}, m.sender_incarnation, 0, 0};
+    said.own = std::max(said.own, m.relay_since);
+    said.relay = std::max(said.relay, m.relay_through);
+  }
+  if (!lacks_from_mate(m.sender, said.incarnation, said.own, said.relay)) {
+    if (it != repair_->mates.end()) repair_->mates.erase(it);
     return;
   }
-  Repair::Gap& g = repair_->mates[m.sender];
-  if (g.noticed == 0) g.noticed = now;
+  if (said.gap.noticed == 0) said.gap.noticed = now;
+  repair_->mates[m.sender] = said;
 }
 
 void Node::ask_for_repairs(MonoNanos now) {
@@ -172,11 +188,12 @@ void Node::ask_for_repairs(MonoNanos now) {
   };
   for (auto it = repair_->mates.begin(); it != repair_->mates.end();) {
     const NodeId& mate = it->first;
-    Repair::Gap& g = it->second;
+    const Repair::MateGap& said = it->second;
+    Repair::Gap& g = it->second.gap;
     const MemberInfo* v = membership_.find(mate);
     if (now - g.noticed < settle) {
       ++it;
-    } else if (!v || !lacks_from_mate(mate)) {
+    } else if (!v || !lacks_from_mate(mate, said.incarnation, said.own, said.relay)) {
       it = repair_->mates.erase(it);
     } else if (g.tries >= kMaxRepairTries) {
       ++stats_.repair_gave_up;  // push-pull goes on repairing within the group

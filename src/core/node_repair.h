@@ -17,8 +17,14 @@ struct Node::Repair {
     MonoNanos noticed = 0;
     uint32_t tries = 0;
   };
-  // Within the group: mates (by id) whose own or relay batches show a gap here.
-  std::unordered_map<NodeId, Gap> mates;
+  // Within the group: mates (by id) whose own or relay batches show a gap here, or that told us
+  // of a last seq we lack (rows rounds: GossipMessage::relay_since, relay_through).
+  struct MateGap {
+    Gap gap;
+    uint64_t incarnation = 0;     // the mate's life the told seqs belong to
+    uint64_t own = 0, relay = 0;  // its last own and relay seqs, as told (0: none told)
+  };
+  std::unordered_map<NodeId, MateGap> mates;
   // Across groups: members of other groups that made us their contact, and the seqs of theirs
   // they say they sent us (their current stint with us), while we lack some.
   struct Told {

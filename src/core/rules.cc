@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <unordered_set>
 
+#include "core/clock.h"
 #include "tollgate/rls_config.h"
 
 namespace tollgate {
@@ -40,7 +40,14 @@ RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit)
     : RuleSet(std::move(rules), std::move(default_limit), nullptr) {}
 
 RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, std::shared_ptr<const RlsConfig> rls)
-    : rules_(std::move(rules)), default_(std::move(default_limit)), rls_(std::move(rls)) {
+    : RuleSet(std::move(rules), std::move(default_limit), std::move(rls), {}) {}
+
+RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, std::shared_ptr<const RlsConfig> rls,
+                 std::vector<ConcurrencyRule> concurrency)
+    : rules_(std::move(rules)),
+      default_(std::move(default_limit)),
+      rls_(std::move(rls)),
+      concurrency_(std::move(concurrency)) {
   if (default_ && !validate_limit(*default_).empty()) {
     throw std::invalid_argument("default limit: " + validate_limit(*default_));
   }
@@ -49,29 +56,51 @@ RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, st
     if (const std::string why = validate_limit(r.limit); !why.empty()) {
       throw std::invalid_argument("rule \"" + r.match + "\": " + why);
     }
-    if (r.match.find('*') == std::string::npos) {
-      if (!exact_.emplace(r.match, i).second) {
-        throw std::invalid_argument("rule \"" + r.match + "\" appears twice");
-      }
-    } else {
-      globs_.push_back(i);
+    if (!patterns_.add(r.match, i)) throw std::invalid_argument("rule \"" + r.match + "\" appears twice");
+  }
+  patterns_.finish();
+  for (uint32_t i = 0; i < concurrency_.size(); ++i) {
+    const ConcurrencyRule& r = concurrency_[i];
+    if (r.limit < 1 || r.limit > kMaxTokens) {
+      throw std::invalid_argument("concurrency rule \"" + r.match + "\": concurrency must be >= 1");
+    }
+    if (r.ttl_ns < kNanosPerMilli) {
+      throw std::invalid_argument("concurrency rule \"" + r.match + "\": lease_ttl must be at least 1ms");
+    }
+    if (!concurrency_patterns_.add(r.match, i)) {
+      throw std::invalid_argument("concurrency rule \"" + r.match + "\" appears twice");
     }
   }
-  auto prefix_len = [&](uint32_t i) { return rules_[i].match.find('*'); };
-  auto literal_len = [&](uint32_t i) {
-    const std::string& m = rules_[i].match;
-    return m.size() - size_t(std::count(m.begin(), m.end(), '*'));
-  };
-  std::unordered_set<std::string_view> seen_globs;
-  for (uint32_t i : globs_) {
-    if (!seen_globs.insert(rules_[i].match).second) {
-      throw std::invalid_argument("rule \"" + rules_[i].match + "\" appears twice");
-    }
+  concurrency_patterns_.finish();
+}
+
+bool RuleSet::Patterns::add(const std::string& pattern, uint32_t i) {
+  if (pattern.find('*') == std::string::npos) return exact_.emplace(pattern, i).second;
+  for (const auto& [glob, _] : globs_) {
+    if (glob == pattern) return false;
   }
-  std::stable_sort(globs_.begin(), globs_.end(), [&](uint32_t x, uint32_t y) {
-    if (prefix_len(x) != prefix_len(y)) return prefix_len(x) > prefix_len(y);
-    return literal_len(x) > literal_len(y);
+  globs_.emplace_back(pattern, i);
+  return true;
+}
+
+void RuleSet::Patterns::finish() {
+  auto prefix_len = [](const std::string& m) { return m.find('*'); };
+  auto literal_len = [](const std::string& m) { return m.size() - size_t(std::count(m.begin(), m.end(), '*')); };
+  std::stable_sort(globs_.begin(), globs_.end(), [&](const auto& x, const auto& y) {
+    if (prefix_len(x.first) != prefix_len(y.first)) return prefix_len(x.first) > prefix_len(y.first);
+    return literal_len(x.first) > literal_len(y.first);
   });
+}
+
+uint32_t RuleSet::Patterns::find(std::string_view key) const {
+  if (auto it = exact_.find(key); it != exact_.end()) return it->second;
+  for (const auto& [pattern, i] : globs_) {
+    const size_t prefix = pattern.find('*');
+    // Cheap reject on the literal prefix before the general matcher.
+    if (key.substr(0, prefix) != std::string_view(pattern).substr(0, prefix)) continue;
+    if (glob_match(pattern, key)) return i;
+  }
+  return kUnlimited;
 }
 
 const Limit& RuleSet::rls_limit(uint32_t index) const { return rls_->limit(index).bucket; }
@@ -92,15 +121,12 @@ uint32_t RuleSet::match(std::string_view key) const {
   }
   // Any other key, 0x1E-prefixed or not, goes by the rules: a key no RLS limit claims is never
   // let through unlimited for its first byte.
-  if (auto it = exact_.find(key); it != exact_.end()) return it->second;
-  for (uint32_t i : globs_) {
-    const std::string& pattern = rules_[i].match;
-    const size_t prefix = pattern.find('*');
-    // Cheap reject on the literal prefix before the general matcher.
-    if (key.substr(0, prefix) != std::string_view(pattern).substr(0, prefix)) continue;
-    if (glob_match(pattern, key)) return i;
-  }
+  if (const uint32_t i = patterns_.find(key); i != kUnlimited) return i;
   return default_ ? uint32_t(rules_.size()) : kUnlimited;
+}
+
+uint32_t RuleSet::concurrency_match(std::string_view key) const {
+  return concurrency_.empty() ? kUnlimited : concurrency_patterns_.find(key);
 }
 
 }  // namespace tollgate

@@ -170,9 +170,9 @@ TEST(Codec, MacIsHmacSha256OverTheVersionAndThePayload) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(datagrams.at(0)));
   EXPECT_EQ(e.version_major(), 1u);
-  EXPECT_EQ(e.version_minor(), 5u);
+  EXPECT_EQ(e.version_minor(), 7u);
   EXPECT_EQ(e.mac().size(), 32u);
-  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 5, e.payload()));
+  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 7, e.payload()));
 }
 
 TEST(Codec, SplitsAcrossDatagramsUnderMaxDatagram) {
@@ -450,6 +450,53 @@ TEST(Codec, ResetsAndEpochsRoundTripAndAResetOfEpochZeroIsRefused) {
   EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kNone);
   r->set_key(std::string(kMaxKeyBytes + 1, 'k'));
   EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kInvalidContent);
+}
+
+TEST(Codec, LeaseCountsRoundTripAndACountsBatchWithConsumptionIsRefused) {
+  GossipMessage m;
+  m.sender = "n1";
+  m.sender_address = "10.0.0.1:7946";
+  auto b = std::make_shared<Batch>(Batch{"n1", 3, 9, {}, {}});
+  b->counts = std::make_shared<const LeaseCounts>(LeaseCounts{{{"job:a", 2}, {"job:b", 0}}, true, "job:a", "job:c"});
+  m.batches.push_back(b);
+  const GossipMessage got = decode_ok(encode_datagrams(m, key_a()).at(0), key_a());
+  ASSERT_EQ(got.batches.size(), 1u);
+  ASSERT_TRUE(got.batches[0]->counts);
+  EXPECT_EQ(got.batches[0]->counts->entries, b->counts->entries);
+  EXPECT_TRUE(got.batches[0]->counts->refresh);
+  EXPECT_EQ(got.batches[0]->counts->from, "job:a");
+  EXPECT_EQ(got.batches[0]->counts->until, "job:c");
+  EXPECT_TRUE(got.batches[0]->entries.empty());
+
+  auto error = [](const std::function<void(v1::Batch&)>& change) {
+    v1::Gossip g = valid_gossip();
+    change(*g.mutable_batches(0));
+    return decode(craft(g, key_a()), key_a()).error;
+  };
+  // valid_gossip's batch has consumption: counts beside it are refused.
+  EXPECT_EQ(error([](v1::Batch& x) { x.mutable_counts()->add_entries()->set_key("k"); }), DecodeError::kInvalidContent);
+  auto counts_only = [](v1::Batch& x) {
+    x.clear_entries();
+    x.clear_refunds();
+    x.clear_resets();
+    x.mutable_counts()->add_entries()->set_key("k");
+  };
+  EXPECT_EQ(error(counts_only), DecodeError::kNone);
+  EXPECT_EQ(error([&](v1::Batch& x) {
+              counts_only(x);
+              x.mutable_counts()->mutable_entries(0)->set_count(uint64_t{1} << 63);
+            }),
+            DecodeError::kInvalidContent);
+  EXPECT_EQ(error([&](v1::Batch& x) {
+              counts_only(x);
+              x.mutable_counts()->mutable_entries(0)->set_key("");
+            }),
+            DecodeError::kInvalidContent);
+  EXPECT_EQ(error([&](v1::Batch& x) {
+              counts_only(x);
+              x.mutable_counts()->set_until(std::string(kMaxKeyBytes + 1, 'k'));
+            }),
+            DecodeError::kInvalidContent);
 }
 
 TEST(Codec, SyncRequestsRoundTripAndMalformedTransfersAreRefused) {

@@ -181,6 +181,47 @@ TEST(RulesFile, ErrorsNameFileLineAndProblem) {
   }
 }
 
+TEST(RulesFile, ConcurrencyRulesStandAloneOrBesideARate) {
+  auto rules = parse_rules(R"(rules:
+  - match: "jobs:*"
+    concurrency: 2
+    lease_ttl: 5m
+  - match: "api:*"
+    rate: 10/s
+    burst: 10
+    concurrency: 4
+  - match: "plain"
+    rate: 1/s
+    burst: 1
+)",
+                           "rules.yaml");
+  ASSERT_EQ(rules->concurrency_rules().size(), 2u);
+  const ConcurrencyRule& jobs = rules->concurrency_rules()[rules->concurrency_match("jobs:nightly")];
+  EXPECT_EQ(jobs.limit, 2);
+  EXPECT_EQ(jobs.ttl_ns, 300 * kNanosPerSecond);
+  EXPECT_EQ(jobs.line, 2);
+  EXPECT_EQ(rules->concurrency_rules()[rules->concurrency_match("api:x")].ttl_ns, 60 * kNanosPerSecond);
+  EXPECT_EQ(rules->concurrency_match("plain"), RuleSet::kUnlimited);
+  // A concurrency-only rule limits no rate; the rate beside a concurrency is a rule as before.
+  EXPECT_EQ(rules->match("jobs:nightly"), RuleSet::kUnlimited);
+  ASSERT_NE(rules->match("api:x"), RuleSet::kUnlimited);
+  EXPECT_EQ(rules->limit(rules->match("api:x")).burst, 10);
+  EXPECT_EQ(rules->rules().size(), 2u);
+}
+
+TEST(RulesFile, ConcurrencyMistakesNameTheLine) {
+  EXPECT_NE(error_of("rules:\n  - match: a\n    concurrency: 0\n").find("rules.yaml:3"), std::string::npos);
+  EXPECT_NE(error_of("rules:\n  - match: a\n    concurrency: 2\n    burst: 3\n").find("has no `rate`"),
+            std::string::npos);
+  EXPECT_NE(error_of("rules:\n  - match: a\n    lease_ttl: 5s\n    rate: 1/s\n    burst: 1\n")
+                .find("lease_ttl without `concurrency`"),
+            std::string::npos);
+  EXPECT_NE(error_of("rules:\n  - match: a\n    concurrency: 2\n    lease_ttl: 0s\n").find("lease_ttl"),
+            std::string::npos);
+  EXPECT_NE(error_of("rules:\n  - match: a\n").find("nor `concurrency`"), std::string::npos);
+  EXPECT_NE(error_of("default:\n  concurrency: 2\n").find("concurrency"), std::string::npos);
+}
+
 TEST(RulesFile, LongMatchIsRejected) {
   const std::string msg = error_of("rules:\n  - match: " + std::string(257, 'k') + "\n    rate: 1/s\n    burst: 1\n");
   EXPECT_NE(msg.find("256-byte"), std::string::npos) << msg;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -42,10 +43,11 @@ class VirtualCluster : public Outbox {
     int64_t sync_deadline_ns = 0;  // balances from a peer on start: off unless a test asks
     int64_t push_pull_interval_ns = kNanosPerSecond;
     uint32_t confirm_tries = MembershipOptions{}.confirm_tries;
+    std::shared_ptr<const RuleSet> rules = nullptr;  // null: `limit` for every key
   };
 
   explicit VirtualCluster(Config c) : config_(c), random_(c.seed), rng_(c.seed) {
-    rules_ = one_rule("*", c.limit);
+    rules_ = c.rules ? c.rules : one_rule("*", c.limit);
     for (size_t i = 0; i < c.nodes; ++i) start(i, 1);
     if (c.membership == MembershipKind::kStatic) {
       for (auto& n : nodes_) n->set_peers(peers(), now_);
@@ -127,6 +129,7 @@ class VirtualCluster : public Outbox {
         const size_t dst = index_of(to), src = index_of_id(m->sender);
         if (crashed_.count(dst) || blocked_.count({src, dst})) continue;
         if (loss_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < loss_) continue;
+        if (drop_ && drop_(src, dst, *m)) continue;
         nodes_[dst]->receive(*m, now_);
       }
     }
@@ -145,6 +148,8 @@ class VirtualCluster : public Outbox {
   void heal() { blocked_.clear(); }
   void block(size_t from, size_t to) { blocked_.insert({from, to}); }
   void set_loss(double p) { loss_ = p; }
+  // Drops every message for which `drop(from, to, message)` is true (null: none).
+  void set_drop(std::function<bool(size_t, size_t, const GossipMessage&)> drop) { drop_ = std::move(drop); }
 
   Node& node(size_t i) { return *nodes_[i]; }
   MonoNanos now() const { return now_; }
@@ -181,6 +186,7 @@ class VirtualCluster : public Outbox {
   std::map<std::string, std::string> relay_target_;
   std::vector<std::pair<std::string, GossipMessagePtr>> in_flight_;
   double loss_ = 0;
+  std::function<bool(size_t, size_t, const GossipMessage&)> drop_;
   size_t listed_ = SIZE_MAX;
   size_t largest_batch_count_ = 0;  // batches in the largest gossip message (repairs excluded)
   bool in_tick_ = false;
@@ -464,33 +470,60 @@ TEST(Node, RelayRepairsABatchLostOnBothSendsToAContact) {
   EXPECT_GT(c.node(contact).stats().repair_requests, 0u);
 }
 
-// Within a group: a mate's batch lost on its way to us is asked for as soon as its next batch
-// shows the gap, not at the next push-pull (an hour away here).
-TEST(Node, RelayRepairsWithinTheGroupAtTheNextBatch) {
-  constexpr size_t kNodes = 8;
-  VirtualCluster c({.nodes = kNodes,
+namespace {
+// 8 nodes relaying in 2 groups, push-pull an hour away, and node 0's batch of 5 tokens of "k"
+// lost on its way to `mate`, a member of its group (the link healed after).
+struct LostToAMate {
+  static constexpr size_t kNodes = 8;
+  VirtualCluster c{{.nodes = kNodes,
                     .mode = DisseminationMode::kRelay,
                     .seed = 4,
                     .relay_groups = 2,
-                    .push_pull_interval_ns = 3600 * kNanosPerSecond});
-  c.rounds(3);
-  const std::vector<size_t> others = other_group(0, kNodes, 2);
+                    .push_pull_interval_ns = 3600 * kNanosPerSecond}};
   size_t mate = SIZE_MAX;
-  for (size_t j = 1; j < kNodes && mate == SIZE_MAX; ++j) {
-    if (std::find(others.begin(), others.end(), j) == others.end()) mate = j;
+  // False (with the test failed) if it could not be set up.
+  bool lose() {
+    c.rounds(3);
+    const std::vector<size_t> others = other_group(0, kNodes, 2);
+    for (size_t j = 1; j < kNodes && mate == SIZE_MAX; ++j) {
+      if (std::find(others.begin(), others.end(), j) == others.end()) mate = j;
+    }
+    EXPECT_NE(mate, SIZE_MAX);
+    if (mate == SIZE_MAX) return false;
+    c.block(0, mate);
+    EXPECT_TRUE(c.node(0).check("k", 5, c.now()).allowed);
+    c.round();
+    c.heal();
+    EXPECT_EQ(c.charged(mate, "k"), 0);
+    return !::testing::Test::HasFailure();
   }
-  ASSERT_NE(mate, SIZE_MAX);
-  c.block(0, mate);
-  ASSERT_TRUE(c.node(0).check("k", 5, c.now()).allowed);
-  c.round();
-  c.heal();
-  ASSERT_EQ(c.charged(mate, "k"), 0);
-  ASSERT_TRUE(c.node(0).check("k", 1, c.now()).allowed);
-  c.round();  // the next batch arrives: a gap below it
-  EXPECT_EQ(c.charged(mate, "k"), 1);
-  c.rounds(2);  // asked for a quarter round later at the earliest: at the next round
-  EXPECT_EQ(c.charged(mate, "k"), 6);
-  EXPECT_GT(c.node(mate).stats().repair_requests, 0u);
+};
+}  // namespace
+
+// Within a group: a mate's batch lost on its way to us is asked for as soon as its next batch
+// shows the gap, not at the next push-pull (an hour away here).
+TEST(Node, RelayRepairsWithinTheGroupAtTheNextBatch) {
+  LostToAMate t;
+  ASSERT_TRUE(t.lose());
+  ASSERT_TRUE(t.c.node(0).check("k", 1, t.c.now()).allowed);
+  t.c.round();  // the next batch arrives: a gap below it
+  EXPECT_EQ(t.c.charged(t.mate, "k"), 1);
+  t.c.rounds(2);  // asked for a quarter round later at the earliest: at the next round
+  EXPECT_EQ(t.c.charged(t.mate, "k"), 6);
+  EXPECT_GT(t.c.node(t.mate).stats().repair_requests, 0u);
+}
+
+// Within a group, the last batch before a quiet spell: nothing after it shows the gap, so the
+// mate learns of it from the sender's next rows round (its last seqs), every fail_after / 5 =
+// 8 rounds here, and asks for it then, not at the next push-pull.
+TEST(Node, RelayRepairsAMatesLastBatchWithinARowsRound) {
+  LostToAMate t;
+  ASSERT_TRUE(t.lose());
+  const uint64_t asked_before = t.c.node(t.mate).stats().repair_requests;
+  t.c.rounds(8 + 2);  // a rows round, and the quarter round a gap settles
+  EXPECT_EQ(t.c.charged(t.mate, "k"), 5);
+  EXPECT_GT(t.c.node(t.mate).stats().repair_requests, asked_before);
+  for (size_t i = 0; i < LostToAMate::kNodes; ++i) EXPECT_EQ(t.c.charged(i, "k"), 5) << "node " << i;
 }
 
 // A contact asks only for the seqs of its current stint as the sender's contact: after the
@@ -655,28 +688,28 @@ TEST(Node, RelayGroupsKeepTheirCountUntilTheClusterShrinksByAQuarter) {
 }
 
 // The thresholds a daemon runs with (issue 37, item 5): tollgated and the embedded member leave
-// NodeOptions::auto_relay_members at its default, so auto gossips below 256 members known,
-// relays from 256 (in relay_groups_for(256) groups), keeps relaying down to 192 (3/4 of it) and
+// NodeOptions::auto_relay_members at its default, so auto gossips below 128 members known,
+// relays from 128 (in relay_groups_for(128) groups), keeps relaying down to 96 (3/4 of it) and
 // gossips again below.
 TEST(Node, AutoModeSwitchesAtTheProductionThresholds) {
   const size_t threshold = NodeOptions{}.auto_relay_members;
-  ASSERT_EQ(threshold, 256u);
-  VirtualCluster c({.nodes = 256, .mode = DisseminationMode::kAuto, .seed = 21, .auto_relay_members = threshold});
-  c.list(191);
-  for (size_t i = 0; i < 191; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
-  c.list(255);
-  for (size_t i = 191; i < 255; ++i) c.start(i, 1);
-  for (size_t i = 0; i < 255; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
-  c.list(256);
-  c.start(255, 1);
-  for (size_t i = 0; i < 256; ++i) {
+  ASSERT_EQ(threshold, 128u);
+  VirtualCluster c({.nodes = 128, .mode = DisseminationMode::kAuto, .seed = 21, .auto_relay_members = threshold});
+  c.list(95);
+  for (size_t i = 0; i < 95; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
+  c.list(127);
+  for (size_t i = 95; i < 127; ++i) c.start(i, 1);
+  for (size_t i = 0; i < 127; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
+  c.list(128);
+  c.start(127, 1);
+  for (size_t i = 0; i < 128; ++i) {
     ASSERT_EQ(c.node(i).mode(), DisseminationMode::kRelay) << i;
-    ASSERT_EQ(c.node(i).relay_groups(), relay_groups_for(256)) << i;
+    ASSERT_EQ(c.node(i).relay_groups(), relay_groups_for(128)) << i;
   }
-  c.list(192);
-  for (size_t i = 0; i < 192; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kRelay) << i;
-  c.list(191);
-  for (size_t i = 0; i < 191; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
+  c.list(96);
+  for (size_t i = 0; i < 96; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kRelay) << i;
+  c.list(95);
+  for (size_t i = 0; i < 95; ++i) ASSERT_EQ(c.node(i).mode(), DisseminationMode::kGossip) << i;
 }
 
 // Auto (the daemon's default): gossip below auto_relay_members known members, relay from there,
@@ -1420,6 +1453,190 @@ TEST(NodeReset, EpochsTravelInTheNodesState) {
   EXPECT_EQ(c.node(0).reset_epoch("k"), 0u);
   c.node(0).import_state(state, c.now(), 0);
   EXPECT_EQ(c.node(0).reset_epoch("k"), 2u);
+}
+
+// --- Concurrency leases (issue 40; docs/design.md 6.7) ---------------------------------------
+
+// "job:*": at most `limit` leases in flight cluster-wide, leases of 10 minutes.
+std::shared_ptr<const RuleSet> lease_rules(int64_t limit) {
+  return std::make_shared<RuleSet>(std::vector<Rule>{}, std::nullopt, nullptr,
+                                   std::vector<ConcurrencyRule>{{"job:*", limit, 600 * kNanosPerSecond, 0}});
+}
+
+class LeasesInEveryMode : public ::testing::TestWithParam<DisseminationMode> {};
+INSTANTIATE_TEST_SUITE_P(Modes, LeasesInEveryMode,
+                         ::testing::Values(DisseminationMode::kMesh, DisseminationMode::kGossip,
+                                           DisseminationMode::kRelay),
+                         [](const auto& p) { return std::string(dissemination_mode_name(p.param)); });
+
+TEST_P(LeasesInEveryMode, ALeaseTakenAtOneNodeCountsAtEveryNodeAndItsReleaseFreesIt) {
+  VirtualCluster c({.nodes = 9, .mode = GetParam(), .relay_groups = 4, .rules = lease_rules(3)});
+  c.rounds(5);
+  const LeaseGrant a = c.node(0).acquire("job:x", 2, 0, c.now());
+  ASSERT_EQ(a.outcome, LeaseOutcome::kGranted);
+  EXPECT_EQ(a.in_flight, 2);
+  EXPECT_EQ(a.limit, 3);
+  c.rounds(10);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(c.node(i).leases().in_flight("job:x"), 2) << "node " << i;
+  // Another key of the same rule has its own count.
+  EXPECT_EQ(c.node(5).acquire("job:y", 3, 0, c.now()).outcome, LeaseOutcome::kGranted);
+  EXPECT_EQ(c.node(5).acquire("job:x", 2, 0, c.now()).outcome, LeaseOutcome::kOverLimit);
+  const LeaseGrant b = c.node(5).acquire("job:x", 1, 0, c.now());
+  ASSERT_EQ(b.outcome, LeaseOutcome::kGranted);
+  EXPECT_EQ(b.in_flight, 3);
+  c.rounds(10);
+  for (size_t i = 0; i < 9; ++i) {
+    EXPECT_EQ(c.node(i).leases().in_flight("job:x"), 3) << "node " << i;
+    EXPECT_EQ(c.node(i).acquire("job:x", 1, 0, c.now()).outcome, LeaseOutcome::kOverLimit) << "node " << i;
+  }
+  ASSERT_TRUE(c.node(0).release(a.id));
+  EXPECT_FALSE(c.node(0).release(a.id)) << "a lease is released once";
+  c.rounds(10);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(c.node(i).leases().in_flight("job:x"), 1) << "node " << i;
+  EXPECT_EQ(c.node(7).acquire("job:x", 2, 0, c.now()).outcome, LeaseOutcome::kGranted);
+}
+
+TEST(Node, AFailedMembersLeasesAreFreedAndComeBackWithItInTheSameLife) {
+  VirtualCluster c({.nodes = 4,
+                    .mode = DisseminationMode::kMesh,
+                    .membership = MembershipKind::kHeartbeat,
+                    .rules = lease_rules(4)});
+  c.rounds(20);
+  ASSERT_EQ(c.node(3).acquire("job:x", 3, 0, c.now()).outcome, LeaseOutcome::kGranted);
+  c.rounds(5);
+  ASSERT_EQ(c.node(0).leases().in_flight("job:x"), 3);
+  // Node 3 is cut off: once the others fail it (fail_after, 2 s = 40 rounds), its leases go.
+  c.partition({3});
+  int rounds = 0;
+  while (c.node(0).leases().in_flight("job:x") != 0 && rounds < 200) {
+    c.round();
+    ++rounds;
+  }
+  EXPECT_EQ(c.node(0).leases().in_flight("job:x"), 0);
+  EXPECT_GE(rounds, 35) << "not before the member could be failed";
+  EXPECT_LE(rounds, 45) << "fail_after (40 rounds) and a round";
+  EXPECT_EQ(c.node(0).inflight_stats().freed_with_failed, 3u);
+  EXPECT_EQ(c.node(1).acquire("job:x", 4, 0, c.now()).outcome, LeaseOutcome::kGranted);
+  // Healed: node 3, alive again in the same life, counts again (over the limit for a while:
+  // the partition's cost under `open`, repaid as leases end).
+  c.heal();
+  c.rounds(20);
+  EXPECT_EQ(c.node(0).leases().in_flight("job:x"), 7);
+  EXPECT_EQ(c.node(3).leases().in_flight("job:x"), 7);
+  EXPECT_EQ(c.node(2).acquire("job:x", 1, 0, c.now()).outcome, LeaseOutcome::kOverLimit);
+}
+
+TEST(Node, AReleaseSeenTwiceAcrossAHealedPartitionCountsOnce) {
+  VirtualCluster c({.nodes = 4, .mode = DisseminationMode::kGossip, .rules = lease_rules(10)});
+  c.rounds(10);
+  LeaseGrant held[3];
+  for (auto& h : held) {
+    h = c.node(0).acquire("job:x", 1, 0, c.now());
+    ASSERT_EQ(h.outcome, LeaseOutcome::kGranted);
+  }
+  c.rounds(5);
+  ASSERT_EQ(c.node(2).leases().in_flight("job:x"), 3);
+  c.partition({0, 1});
+  ASSERT_TRUE(c.node(0).release(held[0].id));
+  c.rounds(10);  // shorter than fail_after: the far side only misses the release
+  EXPECT_EQ(c.node(1).leases().in_flight("job:x"), 2);
+  EXPECT_EQ(c.node(2).leases().in_flight("job:x"), 3);
+  c.heal();
+  c.rounds(30);  // push-pull repairs the batch, gossip relays copies: the count is a state
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.node(i).leases().in_flight("job:x"), 2) << "node " << i;
+  ASSERT_TRUE(c.node(0).release(held[1].id));
+  c.rounds(10);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.node(i).leases().in_flight("job:x"), 1) << "node " << i;
+}
+
+TEST(Node, ARestartedMembersLeasesGoWithItsOldLife) {
+  VirtualCluster c({.nodes = 3,
+                    .mode = DisseminationMode::kMesh,
+                    .membership = MembershipKind::kHeartbeat,
+                    .rules = lease_rules(5)});
+  c.rounds(20);
+  ASSERT_EQ(c.node(2).acquire("job:x", 4, 0, c.now()).outcome, LeaseOutcome::kGranted);
+  c.rounds(5);
+  ASSERT_EQ(c.node(0).leases().in_flight("job:x"), 4);
+  // A restart well within fail_after: the new life holds nothing, and says so.
+  c.crash(2);
+  c.rounds(3);
+  c.start(2, 2);
+  c.rounds(10);
+  EXPECT_EQ(c.node(0).leases().in_flight("job:x"), 0);
+  EXPECT_EQ(c.node(1).leases().in_flight("job:x"), 0);
+}
+
+TEST(Node, AJoinerLearnsALeaseOlderThanRetentionFromARefresh) {
+  VirtualCluster c({.nodes = 3,
+                    .mode = DisseminationMode::kGossip,
+                    .membership = MembershipKind::kHeartbeat,
+                    .rules = lease_rules(5)});
+  c.crash(2);
+  c.rounds(10);
+  ASSERT_EQ(c.node(0).acquire("job:x", 2, 0, c.now()).outcome, LeaseOutcome::kGranted);
+  c.rounds(300);  // 15 s: past the ledger's retention, no repair can bring the batch
+  c.start(2, 1);
+  c.rounds(20);
+  EXPECT_EQ(c.node(2).leases().in_flight("job:x"), 2);
+  EXPECT_EQ(c.node(2).acquire("job:x", 4, 0, c.now()).outcome, LeaseOutcome::kOverLimit);
+}
+
+TEST(Node, ACountLostForGoodIsHealedByThePeriodicRefresh) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh, .rules = lease_rules(5)});
+  c.rounds(5);
+  const LeaseGrant g = c.node(0).acquire("job:x", 1, 0, c.now());
+  ASSERT_EQ(g.outcome, LeaseOutcome::kGranted);
+  c.rounds(5);
+  ASSERT_EQ(c.node(1).leases().in_flight("job:x"), 1);
+  // Every message to node 1 carrying a batch of counts is lost, repairs from either node
+  // included, past the ledger's retention; heartbeats still arrive, so node 0 never fails
+  // there. Only a refresh can say.
+  auto counts_batch = [](const GossipMessage& m) {
+    return std::any_of(m.batches.begin(), m.batches.end(), [](const BatchPtr& b) { return b->counts != nullptr; });
+  };
+  c.set_drop([&](size_t, size_t to, const GossipMessage& m) { return to == 1 && counts_batch(m); });
+  ASSERT_TRUE(c.node(0).release(g.id));
+  c.rounds(300);  // 15 s
+  EXPECT_EQ(c.node(1).leases().in_flight("job:x"), 1);
+  EXPECT_EQ(c.node(2).leases().in_flight("job:x"), 0);
+  c.set_drop(nullptr);
+  c.rounds(20 * 20);  // within lease_refresh_ns (30 s) of the last refresh
+  EXPECT_EQ(c.node(1).leases().in_flight("job:x"), 0);
+  EXPECT_EQ(c.node(1).acquire("job:x", 5, 0, c.now()).outcome, LeaseOutcome::kGranted);
+}
+
+TEST(Node, AMemberBackFromALongPartitionSendsARefresh) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh, .rules = lease_rules(5)});
+  c.rounds(5);
+  const LeaseGrant g = c.node(0).acquire("job:x", 2, 0, c.now());
+  ASSERT_EQ(g.outcome, LeaseOutcome::kGranted);
+  c.rounds(5);
+  c.partition({0});
+  ASSERT_TRUE(c.node(0).release(g.id));
+  c.rounds(300);  // past retention: the release's batch cannot be repaired any more
+  EXPECT_EQ(c.node(1).leases().in_flight("job:x"), 0) << "node 0 is unreachable: not counted";
+  c.heal();
+  c.rounds(60);  // probes (every second) find the healed node
+  ASSERT_EQ(c.node(1).membership().find("n0")->state, MemberState::kAlive);
+  // Back alive in the same life, node 0's old row (2) would count again: its refresh, sent as
+  // soon as it sees the others come back, said 0.
+  EXPECT_EQ(c.node(1).leases().in_flight("job:x"), 0);
+  EXPECT_EQ(c.node(2).leases().in_flight("job:x"), 0);
+}
+
+TEST(Node, AnExpiredLeaseIsFreedEverywhere) {
+  VirtualCluster c({.nodes = 3, .mode = DisseminationMode::kMesh, .rules = lease_rules(2)});
+  c.rounds(5);
+  const LeaseGrant g = c.node(0).acquire("job:x", 2, 500 * kNanosPerMilli, c.now());
+  ASSERT_EQ(g.outcome, LeaseOutcome::kGranted);
+  EXPECT_EQ(g.expires_ns, c.now() + 500 * kNanosPerMilli);
+  c.rounds(5);
+  EXPECT_EQ(c.node(1).leases().in_flight("job:x"), 2);
+  c.rounds(7);
+  EXPECT_EQ(c.node(0).leases().stats().expired, 1u);
+  EXPECT_EQ(c.node(1).leases().in_flight("job:x"), 0);
+  EXPECT_FALSE(c.node(0).renew(g.id, 0, c.now())) << "an expired lease cannot be renewed";
 }
 
 }  // namespace

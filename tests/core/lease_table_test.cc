@@ -1,0 +1,302 @@
+// Concurrency leases at one node (LeaseTable) and the view of the other members' counts
+// (InflightView): exactness under threads, ids, bounds, expiry, and counts as state.
+#include "core/lease_table.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "core/inflight_view.h"
+#include "core/membership.h"
+#include "core/random.h"
+#include "tollgate/rules.h"
+
+namespace tollgate {
+namespace {
+
+std::shared_ptr<const RuleSet> rules(int64_t limit, int64_t ttl_ns = 60 * kNanosPerSecond) {
+  return std::make_shared<RuleSet>(std::vector<Rule>{}, std::nullopt, nullptr,
+                                   std::vector<ConcurrencyRule>{{"job:*", limit, ttl_ns, 0}});
+}
+
+LeaseTable::IdSource seeded(uint64_t seed) {
+  auto r = std::make_shared<SplitMix64>(seed);
+  auto mu = std::make_shared<std::mutex>();
+  return [r, mu](uint8_t* out, size_t n) {
+    std::lock_guard lock(*mu);
+    for (size_t i = 0; i < n; ++i) out[i] = uint8_t(r->next_u64());
+  };
+}
+
+TEST(LeaseTable, GrantsUpToTheLimitAndAReleaseFreesExactlyItsSlots) {
+  LeaseTable t({}, seeded(1));
+  t.set_rules(rules(3));
+  const LeaseGrant a = t.acquire("job:a", 2, 0, 0);
+  ASSERT_EQ(a.outcome, LeaseOutcome::kGranted);
+  EXPECT_EQ(a.expires_ns, 60 * kNanosPerSecond);
+  EXPECT_EQ(t.acquire("job:a", 2, 0, 0).outcome, LeaseOutcome::kOverLimit);
+  EXPECT_EQ(t.acquire("job:a", 4, 0, 0).outcome, LeaseOutcome::kNever);
+  const LeaseGrant b = t.acquire("job:a", 1, 0, 0);
+  ASSERT_EQ(b.outcome, LeaseOutcome::kGranted);
+  EXPECT_EQ(b.in_flight, 3);
+  EXPECT_EQ(t.acquire("other", 1, 0, 0).outcome, LeaseOutcome::kUnlimited);
+  EXPECT_TRUE(t.release(a.id));
+  EXPECT_FALSE(t.release(a.id));
+  EXPECT_EQ(t.in_flight("job:a"), 1);
+  LeaseId wrong = b.id;
+  wrong.bytes[15] ^= 1;  // one bit off frees nothing
+  EXPECT_FALSE(t.release(wrong));
+  EXPECT_EQ(t.in_flight("job:a"), 1);
+  EXPECT_EQ(t.stats().held, 1u);
+  EXPECT_EQ(t.stats().unknown, 2u);
+}
+
+// Issue 40's per-rule metric: each rule in force sums its keys' counts (own and heard of) and
+// its own leases; a reload that moves a key to another rule moves its count with it.
+TEST(LeaseTable, RuleLeasesSumEachRulesKeysAndFollowAReload) {
+  LeaseTable t({}, seeded(1));
+  EXPECT_TRUE(t.rule_leases().empty()) << "no rules, nothing to list";
+  const auto two = [](const char* second) {
+    return std::make_shared<RuleSet>(
+        std::vector<Rule>{}, std::nullopt, nullptr,
+        std::vector<ConcurrencyRule>{{"job:*", 10, kNanosPerSecond, 1}, {second, 10, kNanosPerSecond, 2}});
+  };
+  t.set_rules(two("db"));
+  ASSERT_EQ(t.acquire("job:a", 2, 0, 0).outcome, LeaseOutcome::kGranted);
+  ASSERT_EQ(t.acquire("job:b", 1, 0, 0).outcome, LeaseOutcome::kGranted);
+  t.add_remote("job:a", 3);
+  t.add_remote("db", 4);
+  using Row = std::pair<std::string, std::pair<int64_t, int64_t>>;
+  auto rows = [&] {
+    std::vector<Row> out;
+    for (const auto& [label, l] : t.rule_leases()) out.push_back({label, {l.in_flight, l.held}});
+    return out;
+  };
+  EXPECT_EQ(rows(), (std::vector<Row>{{"job:*", {6, 3}}, {"db", {4, 0}}}));
+  // "job:b" gets a rule of its own: its count moves there at the next walk.
+  t.set_rules(two("job:b"));
+  EXPECT_EQ(rows(), (std::vector<Row>{{"job:*", {5, 2}}, {"job:b", {1, 1}}}));
+}
+
+TEST(LeaseTable, RemoteCountsShareTheLimit) {
+  LeaseTable t({}, seeded(1));
+  t.set_rules(rules(5));
+  t.add_remote("job:a", 4);
+  EXPECT_EQ(t.acquire("job:a", 2, 0, 0).outcome, LeaseOutcome::kOverLimit);
+  EXPECT_EQ(t.acquire("job:a", 1, 0, 0).outcome, LeaseOutcome::kGranted);
+  t.add_remote("job:a", -4);
+  EXPECT_EQ(t.in_flight("job:a"), 1);
+}
+
+TEST(LeaseTable, ChangesAreTakenOnceWithTheOwnCountAndZeroesIncluded) {
+  LeaseTable t({}, seeded(1));
+  t.set_rules(rules(5));
+  const LeaseGrant a = t.acquire("job:a", 2, 0, 0);
+  t.acquire("job:b", 1, 0, 0);
+  t.add_remote("job:c", 3);  // not ours: not a change
+  std::vector<InflightEntry> out;
+  t.take_changes(&out);
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.key < y.key; });
+  EXPECT_EQ(out, (std::vector<InflightEntry>{{"job:a", 2}, {"job:b", 1}}));
+  out.clear();
+  t.take_changes(&out);
+  EXPECT_TRUE(out.empty());
+  t.release(a.id);
+  t.take_changes(&out);
+  EXPECT_EQ(out, (std::vector<InflightEntry>{{"job:a", 0}}));
+  EXPECT_EQ(t.own_counts(), (std::vector<InflightEntry>{{"job:b", 1}}));
+}
+
+TEST(LeaseTable, LeasesExpireAtTheirTtlUnlessRenewedAndRenewalsAreBounded) {
+  LeaseTableOptions o;
+  o.max_ttl_ns = 10 * kNanosPerSecond;
+  LeaseTable t(o, seeded(1));
+  t.set_rules(rules(5, kNanosPerSecond));
+  const LeaseGrant a = t.acquire("job:a", 1, 0, 0);                       // the rule's 1 s
+  const LeaseGrant b = t.acquire("job:a", 1, 3600 * kNanosPerSecond, 0);  // capped at 10 s
+  EXPECT_EQ(b.expires_ns, 10 * kNanosPerSecond);
+  for (int i = 1; i <= 100; ++i) ASSERT_TRUE(t.renew(a.id, 0, i * 10 * kNanosPerMilli));  // stale heap entries
+  EXPECT_EQ(t.expire(kNanosPerSecond + 500 * kNanosPerMilli, 100), 0u) << "renewed until 2 s";
+  EXPECT_EQ(t.expire(2 * kNanosPerSecond, 100), 1u);
+  EXPECT_FALSE(t.renew(a.id, 0, 2 * kNanosPerSecond));
+  EXPECT_EQ(t.in_flight("job:a"), 1);
+  EXPECT_EQ(t.expire(10 * kNanosPerSecond, 100), 1u);
+  EXPECT_EQ(t.in_flight("job:a"), 0);
+  EXPECT_EQ(t.stats().expired, 2u);
+  EXPECT_EQ(t.stats().keys, 1u) << "job:a's change to 0 is still to be sealed";
+  std::vector<InflightEntry> out;
+  t.take_changes(&out);
+  EXPECT_EQ(t.stats().keys, 0u);
+}
+
+TEST(LeaseTable, RefusesBeyondMaxLeasesAndBadInput) {
+  LeaseTableOptions o;
+  o.max_leases = 2;
+  LeaseTable t(o, seeded(1));
+  t.set_rules(rules(100));
+  EXPECT_TRUE(t.acquire("job:a", 1, 0, 0).granted());
+  EXPECT_TRUE(t.acquire("job:b", 1, 0, 0).granted());
+  EXPECT_EQ(t.acquire("job:c", 1, 0, 0).outcome, LeaseOutcome::kTooManyLeases);
+  EXPECT_EQ(t.acquire("job:c", 0, 0, 0).outcome, LeaseOutcome::kInvalid);
+  EXPECT_EQ(t.acquire("job:c", 1, -1, 0).outcome, LeaseOutcome::kInvalid);
+  EXPECT_EQ(t.acquire(std::string(257, 'j'), 1, 0, 0).outcome, LeaseOutcome::kInvalid);
+}
+
+TEST(LeaseTable, IdsAreHexRoundTripsAndAnythingElseIsRefused) {
+  LeaseTable t({}, seeded(7));
+  t.set_rules(rules(100));
+  const LeaseGrant a = t.acquire("job:a", 1, 0, 0), b = t.acquire("job:a", 1, 0, 0);
+  EXPECT_NE(a.id, b.id);
+  const std::string hex = a.id.hex();
+  EXPECT_EQ(hex.size(), 32u);
+  EXPECT_EQ(LeaseId::parse(hex), a.id);
+  EXPECT_FALSE(LeaseId::parse(hex.substr(1)));
+  EXPECT_FALSE(LeaseId::parse(std::string(32, 'g')));
+  EXPECT_FALSE(LeaseId::parse("ff" + hex.substr(2))) << "no such shard";
+  std::string upper = hex;
+  for (char& c : upper) c = char(toupper(c));
+  if (upper != hex) {
+    EXPECT_FALSE(LeaseId::parse(upper)) << "one spelling only";
+  }
+}
+
+// Exactly the limit from many threads at once, whatever the interleaving (TSan runs this too).
+TEST(LeaseTable, ThreadsNeverHoldMoreThanTheLimitTogether) {
+  LeaseTable t({}, seeded(3));
+  t.set_rules(rules(10));
+  std::atomic<int> held{0}, peak{0}, granted{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 8; ++k) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) {
+        const LeaseGrant g = t.acquire("job:hot", 1, 0, 0);
+        if (g.outcome != LeaseOutcome::kGranted) continue;
+        granted.fetch_add(1);
+        const int now = held.fetch_add(1) + 1;
+        int p = peak.load();
+        while (now > p && !peak.compare_exchange_weak(p, now)) {
+        }
+        held.fetch_sub(1);
+        ASSERT_TRUE(t.release(g.id));
+      }
+    });
+  }
+  // A scraper beside them (/metrics: rule_leases) and reloads (set_rules): never above the
+  // limit, never below 0, and no race (CI runs this under TSan).
+  std::atomic<bool> done{false};
+  std::thread scraper([&] {
+    while (!done.load()) {
+      for (const auto& [label, l] : t.rule_leases()) {
+        EXPECT_EQ(label, "job:*");
+        EXPECT_GE(l.held, 0);
+        EXPECT_LE(l.in_flight, 10);
+      }
+      t.set_rules(rules(10));
+    }
+  });
+  for (auto& th : threads) th.join();
+  done.store(true);
+  scraper.join();
+  EXPECT_LE(peak.load(), 10);
+  EXPECT_GT(granted.load(), 0);
+  EXPECT_EQ(t.in_flight("job:hot"), 0);
+  EXPECT_EQ(t.stats().held, 0u);
+}
+
+// --- InflightView ------------------------------------------------------------------------------
+
+struct ViewFixture : ::testing::Test {
+  ViewFixture()
+      : table({}, seeded(1)), members("me", "10.0.0.9:1", 1, MembershipOptions{}), view("me", 1000, kNanosPerSecond) {
+    table.set_rules(rules(100));
+    members.set_peers({{"a", "10.0.0.1:1"}, {"b", "10.0.0.2:1"}}, 0);
+    members.merge({{"a", "10.0.0.1:1", 5, 1, false}, {"b", "10.0.0.2:1", 5, 1, false}}, 0);
+  }
+  void apply(const std::string& origin, uint64_t life, uint64_t seq, std::vector<InflightEntry> counts,
+             bool refresh = false, std::string from = {}, std::string until = {}) {
+    Batch b;
+    b.origin = origin;
+    b.incarnation = life;
+    b.seq = seq;
+    b.counts = std::make_shared<const LeaseCounts>(LeaseCounts{std::move(counts), refresh, from, until});
+    view.apply(b, members, table, now);
+  }
+  LeaseTable table;
+  Membership members;
+  InflightView view;
+  MonoNanos now = 0;
+};
+
+TEST_F(ViewFixture, TheNewestCountOfAnOriginWinsInAnyOrderAndTwiceIsOnce) {
+  apply("a", 5, 2, {{"job:x", 3}});
+  apply("a", 5, 4, {{"job:x", 0}});
+  apply("a", 5, 3, {{"job:x", 7}});  // late: older than the row
+  apply("a", 5, 4, {{"job:x", 0}});  // again
+  EXPECT_EQ(table.in_flight("job:x"), 0);
+  apply("b", 5, 9, {{"job:x", 2}});
+  apply("a", 5, 5, {{"job:x", 1}});
+  EXPECT_EQ(table.in_flight("job:x"), 3) << "origins add up";
+  EXPECT_EQ(view.stats().stale, 2u);
+}
+
+TEST_F(ViewFixture, AReleaseSeenBeforeTheCountItReplacesIsKept) {
+  apply("a", 5, 4, {{"job:x", 0}});  // a key never seen at 0: kept, so that
+  apply("a", 5, 3, {{"job:x", 1}});  // the older count that arrives later does not count
+  EXPECT_EQ(table.in_flight("job:x"), 0);
+}
+
+TEST_F(ViewFixture, ANewLifeDropsTheOldOnesCountsAndAnOlderLifeIsIgnored) {
+  apply("a", 5, 10, {{"job:x", 3}, {"job:y", 1}});
+  apply("a", 6, 1, {{"job:y", 2}});
+  EXPECT_EQ(table.in_flight("job:x"), 0);
+  EXPECT_EQ(table.in_flight("job:y"), 2);
+  apply("a", 5, 11, {{"job:x", 9}});
+  EXPECT_EQ(table.in_flight("job:x"), 0);
+}
+
+TEST_F(ViewFixture, ARefreshZeroesUnlistedKeysOfItsRangeOnly) {
+  apply("a", 5, 1, {{"job:a", 1}, {"job:m", 2}, {"job:z", 3}});
+  apply("a", 5, 2, {{"job:n", 1}}, /*refresh=*/true, "job:b", "job:y");  // [job:b, job:y)
+  EXPECT_EQ(table.in_flight("job:a"), 1) << "before the range";
+  EXPECT_EQ(table.in_flight("job:m"), 0);
+  EXPECT_EQ(table.in_flight("job:n"), 1);
+  EXPECT_EQ(table.in_flight("job:z"), 3) << "at or after its end";
+  apply("a", 5, 3, {}, /*refresh=*/true);  // everything: none held
+  EXPECT_EQ(table.in_flight("job:a") + table.in_flight("job:n") + table.in_flight("job:z"), 0);
+}
+
+TEST_F(ViewFixture, AFailedOriginStopsCountingAndCountsAgainWhenBack) {
+  apply("a", 5, 1, {{"job:x", 4}});
+  apply("b", 5, 1, {{"job:x", 1}});
+  now = 3 * kNanosPerSecond;  // past fail_after: both unreachable
+  members.tick(now);
+  view.recount(members, table);
+  EXPECT_EQ(table.in_flight("job:x"), 0);
+  EXPECT_EQ(view.stats().freed_with_failed, 5u);
+  members.merge({{"a", "10.0.0.1:1", 5, 2, false}}, now);
+  view.recount(members, table);
+  EXPECT_EQ(table.in_flight("job:x"), 4);
+  view.forget("a", table);
+  EXPECT_EQ(table.in_flight("job:x"), 0);
+}
+
+TEST_F(ViewFixture, RowsAreBoundedAndZeroRowsExpire) {
+  InflightView small("me", 2, kNanosPerSecond);
+  Batch b;
+  b.origin = "a";
+  b.incarnation = 5;
+  b.seq = 1;
+  b.counts =
+      std::make_shared<const LeaseCounts>(LeaseCounts{{{"job:1", 1}, {"job:2", 0}, {"job:3", 1}}, false, {}, {}});
+  small.apply(b, members, table, 0);
+  EXPECT_EQ(small.stats().rows, 2u);
+  EXPECT_EQ(small.stats().rows_dropped, 1u);
+  small.expire(2 * kNanosPerSecond);
+  EXPECT_EQ(small.stats().rows, 1u) << "the row at 0 went, the row at 1 stays";
+  EXPECT_EQ(table.in_flight("job:1"), 1);
+}
+
+}  // namespace
+}  // namespace tollgate
