@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "tollgate/lease.h"
 #include "tollgate/types.h"
 
 namespace tollgate {
@@ -104,6 +105,42 @@ struct ClientCounters {
   uint64_t direct_calls = 0;      // sync calls answered over a caller-thread connection
 };
 
+class Client;
+
+// A concurrency lease (a rule's `concurrency: N`; docs/design.md 6.7), as Client::acquire
+// answers it. Move-only; its destructor releases it (without waiting for the daemon's answer),
+// so `if (auto lease = client.acquire("jobs:nightly")) run();` holds the slot exactly while
+// run() does. A Lease must not outlive its Client. While the daemon is unreachable, acquire
+// answers by fail_open: granted without an id (nothing to release), or denied.
+class Lease : public LeaseFacts {
+ public:
+  Lease() = default;
+  Lease(Lease&& other) noexcept;
+  Lease& operator=(Lease&& other) noexcept;
+  ~Lease();
+
+  // True when the caller may go ahead: the daemon granted a lease, no concurrency rule governs
+  // the key, or the daemon did not answer and fail_open is true.
+  bool granted() const { return granted_; }
+  explicit operator bool() const { return granted_; }
+  // The daemon's id of the lease (32 hex digits); empty when there is nothing to release.
+  const std::string& id() const { return id_; }
+  // Frees the lease now; true if the daemon held it. Afterwards the Lease holds nothing.
+  bool release();
+  // Extends the lease by `ttl` from now (0: the rule's lease_ttl); false if the daemon no longer
+  // holds it (expired, released) or did not answer.
+  bool renew(std::chrono::nanoseconds ttl = {});
+
+  ReplySource source = ReplySource::kDaemon;
+  std::string error;  // why the daemon did not decide; empty when source == kDaemon
+
+ private:
+  friend class Client;
+  Client* client_ = nullptr;
+  bool granted_ = false;
+  std::string id_;
+};
+
 class Client {
  public:
   // Starts the background thread and the first connection attempt; does not wait for it.
@@ -151,6 +188,14 @@ class Client {
   // the reply's error says why (the client's, or the daemon's).
   ResetReply reset(std::string_view key);
 
+  // Takes `count` slots of `key`'s concurrency limit for `ttl` (0: the rule's lease_ttl),
+  // waiting at most options.deadline; see Lease.
+  Lease acquire(std::string_view key, int64_t count = 1, std::chrono::nanoseconds ttl = {});
+  // By id, for a lease held elsewhere than in a Lease (another process of the same service):
+  // true if the daemon held it.
+  bool release_lease(std::string_view id);
+  std::optional<std::chrono::nanoseconds> renew_lease(std::string_view id, std::chrono::nanoseconds ttl = {});
+
   // True while a connection to the daemon is established.
   bool connected() const;
   // Waits up to `timeout` for a connection to be established; true if one is.
@@ -160,6 +205,9 @@ class Client {
   const ClientOptions& options() const;
 
  private:
+  friend class Lease;
+  // A release whose answer nobody waits for (Lease's destructor).
+  void release_async(std::string id);
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

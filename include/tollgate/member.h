@@ -14,11 +14,14 @@
 //   o.rules_file = "/etc/tollgate/rules.yaml";
 //   tollgate::Member member(o);                 // joins the cluster
 //   if (!member.check("user:42").allowed) return 429;
+//   tollgate::MemberLease lease = member.acquire("db");  // a slot of `concurrency: N`
+//   if (!lease) return 429;                               // released when `lease` goes
 //
 // Link tollgate::embedded (find_package(tollgate)). docs/operations.md, "Embedded or daemon".
 #ifndef TOLLGATE_MEMBER_H_
 #define TOLLGATE_MEMBER_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "tollgate/decision.h"
+#include "tollgate/lease.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/types.h"
 
@@ -140,6 +144,35 @@ struct RateLimitStatus {
   bool shadow_over = false;         // a shadow_mode descriptor that would have denied
 };
 
+class Member;
+
+// A concurrency lease a Member granted (Member::acquire): a slot of a key's `concurrency: N`,
+// counted at every member and daemon until released, renewed past its TTL, or its member is
+// marked failed. Released by its destructor; must not outlive its Member. Move-only.
+class MemberLease : public LeaseFacts {
+ public:
+  MemberLease() = default;
+  MemberLease(MemberLease&& other) noexcept;
+  MemberLease& operator=(MemberLease&& other) noexcept;
+  ~MemberLease();
+
+  // True when the caller may go ahead: granted, or no concurrency rule governs the key.
+  bool granted() const { return granted_; }
+  explicit operator bool() const { return granted_; }
+  // The lease's id (32 hex digits); empty when nothing is held.
+  const std::string& id() const { return id_; }
+  // Frees the lease now; true if it was held. Afterwards this holds nothing.
+  bool release();
+  // Extends it to `ttl` from now (0: the rule's lease_ttl); false if it is no longer held.
+  bool renew(std::chrono::nanoseconds ttl = {});
+
+ private:
+  friend class Member;
+  Member* member_ = nullptr;
+  bool granted_ = false;
+  std::string id_;
+};
+
 class Member {
  public:
   // Reads the files, validates the settings, binds the gossip socket and starts the background
@@ -184,6 +217,15 @@ class Member {
   // 10 s for it (the reply's error says so when the thread has stopped or did not get to it:
   // it resets when it gets to it, if it ever does). Thread-safe.
   ResetReply reset(std::string_view key);
+
+  // Takes `count` slots of `key`'s concurrency limit (a rule's `concurrency: N`, docs/design.md
+  // 6.7) for `ttl` (0: the rule's lease_ttl), decided on the caller's thread from what this
+  // member has heard of every member's count. Thread-safe. Keys only should_rate_limit may
+  // charge (first byte 0x1E) are refused.
+  MemberLease acquire(std::string_view key, int64_t count = 1, std::chrono::nanoseconds ttl = {});
+  // By id (MemberLease::id): for a lease handed to another part of the service. Thread-safe.
+  bool release_lease(std::string_view id);
+  bool renew_lease(std::string_view id, std::chrono::nanoseconds ttl = {});
 
   uint16_t gossip_port() const;  // the bound port (with port 0 in `bind`)
   MemberStats stats() const;

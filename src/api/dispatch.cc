@@ -16,6 +16,24 @@ namespace pb = ::tollgate::v1::api;
 
 namespace {
 
+pb::LeaseOutcome outcome_to_pb(LeaseOutcome o) {
+  switch (o) {
+    case LeaseOutcome::kGranted:
+      return pb::LEASE_GRANTED;
+    case LeaseOutcome::kUnlimited:
+      return pb::LEASE_UNLIMITED;
+    case LeaseOutcome::kOverLimit:
+      return pb::LEASE_OVER_LIMIT;
+    case LeaseOutcome::kNever:
+      return pb::LEASE_NEVER;
+    case LeaseOutcome::kTooManyLeases:
+      return pb::LEASE_TOO_MANY_LEASES;
+    case LeaseOutcome::kInvalid:
+      return pb::LEASE_INVALID;
+  }
+  return pb::LEASE_INVALID;
+}
+
 pb::DenyReason to_proto(DenyReason reason) {
   switch (reason) {
     case DenyReason::kNone:
@@ -125,6 +143,41 @@ void Dispatch::check_range(const pb::Request& request, int begin, int end, pb::R
     }
     for (int j = 0; j < n; ++j) fill_result(decisions[size_t(j)], *results.Add());
     counters_.checks += uint64_t(n);
+  }
+}
+
+void Dispatch::lease(const pb::LeaseRequest& request, pb::LeaseResult& result) {
+  switch (request.op_case()) {
+    case pb::LeaseRequest::kAcquire: {
+      const pb::LeaseAcquire& a = request.acquire();
+      const int64_t count = a.count() == 0 ? 1 : a.count();
+      const LeaseGrant g = handler_.acquire(a.key(), count, a.ttl_ns());
+      result.set_outcome(outcome_to_pb(g.outcome));
+      result.set_reason(lease_outcome_name(g.outcome));
+      result.set_in_flight(g.in_flight);
+      result.set_limit(g.limit);
+      if (g.outcome == LeaseOutcome::kGranted) {
+        result.set_id(g.id.hex());
+        result.set_expires_in_ns(g.ttl_ns);
+      }
+      return;
+    }
+    case pb::LeaseRequest::kRelease: {
+      const std::optional<LeaseId> id = LeaseId::parse(request.release().id());
+      result.set_found(id && handler_.release(*id));
+      return;
+    }
+    case pb::LeaseRequest::kRenew: {
+      const std::optional<LeaseId> id = LeaseId::parse(request.renew().id());
+      const std::optional<int64_t> left = id ? handler_.renew(*id, request.renew().ttl_ns()) : std::nullopt;
+      result.set_found(left.has_value());
+      result.set_expires_in_ns(left.value_or(0));
+      return;
+    }
+    case pb::LeaseRequest::OP_NOT_SET:
+      result.set_outcome(pb::LEASE_INVALID);
+      result.set_reason("lease request has no acquire, release or renew");
+      return;
   }
 }
 
@@ -278,6 +331,9 @@ Dispatch::Outcome Dispatch::answer(std::string_view payload, std::string& out, s
         result.set_remaining(r.remaining);
         break;
       }
+      case pb::Request::kLease:
+        lease(request.lease(), *response.mutable_lease());
+        break;
       case pb::Request::BODY_NOT_SET:
         ++counters_.errors_empty_request;
         write_frame(error_response(id, pb::Error::EMPTY_REQUEST, "request has no body"), out);

@@ -23,6 +23,8 @@ class Arena;
 namespace tollgate::v1::api {
 class Request;
 class Response;
+class LeaseRequest;
+class LeaseResult;
 }  // namespace tollgate::v1::api
 
 namespace tollgate::api {
@@ -82,6 +84,7 @@ class Dispatch {
 
  private:
   void check_all(const ::tollgate::v1::api::Request& request, ::tollgate::v1::api::Response& response);
+  void lease(const ::tollgate::v1::api::LeaseRequest& request, ::tollgate::v1::api::LeaseResult& result);
   void check_range(const ::tollgate::v1::api::Request& request, int begin, int end,
                    ::tollgate::v1::api::Response& response);
   void write_frame(const ::tollgate::v1::api::Response& response, std::string& out);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -79,8 +80,11 @@ class Client::Impl {
   // whichever thread completes it: the io thread, or the caller when it gives up at the
   // deadline). The caller waits until `timeout` at most.
   // With `direct`, the call first tries the caller-thread path (call_direct).
+  // `late`, if given, is called (on the io thread) with an answer that arrives after the caller
+  // gave up: what it granted can still be undone (a lease released).
   template <typename Result, typename Convert>
-  Result call(pb::Request& request, std::chrono::nanoseconds timeout, Convert convert, bool direct = false) {
+  Result call(pb::Request& request, std::chrono::nanoseconds timeout, Convert convert, bool direct = false,
+              std::function<void(const pb::Response&)> late = {}) {
     if (io_.on_io_thread()) {
       return convert(nullptr, "synchronous client call from a client callback (it would wait on itself)");
     }
@@ -94,9 +98,10 @@ class Client::Impl {
     };
     auto shared = std::make_shared<Shared>();
     std::future<Result> future = shared->promise.get_future();
-    submit(request, deadline, [this, shared, convert](const pb::Response* response, const std::string& error) {
+    submit(request, deadline, [this, shared, convert, late](const pb::Response* response, const std::string& error) {
       if (shared->abandoned.load()) {
         if (response != nullptr) counters_.late_replies.fetch_add(1, std::memory_order_relaxed);
+        if (response != nullptr && late) late(*response);
         return;
       }
       shared->promise.set_value(convert(response, error));
@@ -361,6 +366,114 @@ ResetReply Client::reset(std::string_view key) {
                                    }
                                    return r;
                                  });
+}
+
+namespace {
+
+std::chrono::nanoseconds clamp_ns(int64_t ns) { return std::chrono::nanoseconds(std::max<int64_t>(0, ns)); }
+
+}  // namespace
+
+Lease Client::acquire(std::string_view key, int64_t count, std::chrono::nanoseconds ttl) {
+  pb::Request request;
+  pb::LeaseAcquire& a = *request.mutable_lease()->mutable_acquire();
+  a.set_key(std::string(key));
+  a.set_count(count);
+  a.set_ttl_ns(ttl.count());
+  const bool fail_open = impl_->options_.fail_open;
+  Lease lease = impl_->call<Lease>(
+      request, impl_->options_.deadline,
+      [fail_open](const pb::Response* response, const std::string& why) -> Lease {
+        Lease l;
+        std::string error = why;
+        if (response != nullptr && !response->has_lease()) error = client::unexpected_body(*response, "lease result");
+        if (response == nullptr || !response->has_lease() ||
+            response->lease().outcome() == pb::LEASE_OUTCOME_UNSPECIFIED) {
+          if (error.empty()) error = "the daemon's answer has no lease outcome";
+          l.source = fail_open ? ReplySource::kFailOpen : ReplySource::kFailClosed;
+          l.granted_ = fail_open;
+          l.error = std::move(error);
+          return l;
+        }
+        const pb::LeaseResult& r = response->lease();
+        l.granted_ = r.outcome() == pb::LEASE_GRANTED || r.outcome() == pb::LEASE_UNLIMITED;
+        l.limited = r.outcome() != pb::LEASE_UNLIMITED;
+        if (r.outcome() == pb::LEASE_GRANTED) l.id_ = r.id();
+        l.in_flight = r.in_flight();
+        l.limit = r.limit();
+        l.expires_in = clamp_ns(r.expires_in_ns());
+        l.reason = r.reason();
+        return l;
+      },
+      /*direct=*/false,
+      [this](const pb::Response& late) {
+    // Granted after acquire gave up: nobody holds it, so it goes back at once.
+    if (late.has_lease() && late.lease().outcome() == pb::LEASE_GRANTED) release_async(late.lease().id());
+      });
+  if (!lease.id_.empty()) lease.client_ = this;
+  return lease;
+}
+
+bool Client::release_lease(std::string_view id) {
+  pb::Request request;
+  request.mutable_lease()->mutable_release()->set_id(std::string(id));
+  return impl_->call<bool>(request, impl_->options_.admin_timeout,
+                           [](const pb::Response* response, const std::string&) {
+    return response != nullptr && response->has_lease() && response->lease().found();
+  });
+}
+
+std::optional<std::chrono::nanoseconds> Client::renew_lease(std::string_view id, std::chrono::nanoseconds ttl) {
+  pb::Request request;
+  pb::LeaseRenew& r = *request.mutable_lease()->mutable_renew();
+  r.set_id(std::string(id));
+  r.set_ttl_ns(ttl.count());
+  using Result = std::optional<std::chrono::nanoseconds>;
+  return impl_->call<Result>(request, impl_->options_.admin_timeout,
+                             [](const pb::Response* response, const std::string&) -> Result {
+                               if (response == nullptr || !response->has_lease() || !response->lease().found())
+                                 return std::nullopt;
+                               return clamp_ns(response->lease().expires_in_ns());
+                             });
+}
+
+void Client::release_async(std::string id) {
+  pb::Request request;
+  request.mutable_lease()->mutable_release()->set_id(std::move(id));
+  impl_->submit(request, deadline_after(impl_->options_.admin_timeout), [](const pb::Response*, const std::string&) {});
+}
+
+Lease::Lease(Lease&& other) noexcept { *this = std::move(other); }
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this == &other) return *this;
+  if (client_ && !id_.empty()) client_->release_async(std::move(id_));
+  client_ = std::exchange(other.client_, nullptr);
+  granted_ = std::exchange(other.granted_, false);
+  id_ = std::exchange(other.id_, std::string());
+  static_cast<LeaseFacts&>(*this) = std::move(other);
+  source = other.source;
+  error = std::move(other.error);
+  return *this;
+}
+
+Lease::~Lease() {
+  if (client_ && !id_.empty()) client_->release_async(std::move(id_));
+}
+
+bool Lease::release() {
+  if (!client_ || id_.empty()) return false;
+  const bool held = client_->release_lease(id_);
+  id_.clear();
+  client_ = nullptr;
+  return held;
+}
+
+bool Lease::renew(std::chrono::nanoseconds ttl) {
+  if (!client_ || id_.empty()) return false;
+  const auto left = client_->renew_lease(id_, ttl);
+  if (left) expires_in = *left;
+  return left.has_value();
 }
 
 bool Client::connected() const { return impl_->io_.connected(); }

@@ -255,9 +255,25 @@ void Daemon::refund(std::span<const CheckItem> items, std::span<Decision> out) {
   for (size_t i = 0; i < items.size(); ++i) out[i] = node.refund(items[i].key, items[i].cost, now);
 }
 
+LeaseGrant Daemon::acquire(std::string_view key, int64_t count, int64_t ttl_ns) {
+  if (is_reserved_key(key)) return {};  // kInvalid: Envoy's keys are not this door's
+  return host_->node().acquire(key, count, ttl_ns, host_->now_ns());
+}
+
+bool Daemon::release(const LeaseId& id) { return host_->node().release(id); }
+
+std::optional<int64_t> Daemon::renew(const LeaseId& id, int64_t ttl_ns) {
+  const MonoNanos now = host_->now_ns();
+  const std::optional<MonoNanos> until = host_->node().renew(id, ttl_ns, now);
+  if (!until) return std::nullopt;
+  return *until - now;
+}
+
 std::vector<MemberInfo> Daemon::members() { return host_->node().membership().view(host_->now_ns()); }
 
 std::vector<std::pair<std::string, RuleCounters>> Daemon::rule_counters() { return host_->node().rule_counters(); }
+
+std::vector<std::pair<std::string, RuleLeases>> Daemon::rule_leases() { return host_->node().rule_leases(); }
 
 StatsList Daemon::stats() {
   StatsList s = host_->stats();

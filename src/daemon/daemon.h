@@ -42,8 +42,12 @@ class Daemon final : public RequestHandler {
   std::vector<MemberInfo> members() override;
   StatsList stats() override;
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override;
+  std::vector<std::pair<std::string, RuleLeases>> rule_leases() override;
   std::string set_faults(const FaultSettings& faults) override;
   ResetReply reset(std::string_view key) override;
+  LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns) override;
+  bool release(const LeaseId& id) override;
+  std::optional<int64_t> renew(const LeaseId& id, int64_t ttl_ns) override;
 
  private:
   // Logs the most memory these settings can take; throws ConfigError when it exceeds the limit.

@@ -6,6 +6,7 @@
 #include "tollgate/member.h"
 
 #include <time.h>
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "config/node_settings.h"
 #include "core/node.h"
@@ -236,6 +238,24 @@ class Member::Impl {
   }
   uint16_t port() const { return host_->gossip_port(); }
 
+  LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns) {
+    if (is_reserved_key(key)) [[unlikely]]
+      return {};  // kInvalid, as at every door
+    return host_->node().acquire(key, count, ttl_ns, check_now());
+  }
+  bool release(std::string_view id) {
+    const std::optional<LeaseId> parsed = LeaseId::parse(id);
+    return parsed && host_->node().release(*parsed);
+  }
+  std::optional<int64_t> renew(std::string_view id, int64_t ttl_ns) {
+    const std::optional<LeaseId> parsed = LeaseId::parse(id);
+    if (!parsed) return std::nullopt;
+    const MonoNanos now = check_now();
+    const std::optional<MonoNanos> until = host_->node().renew(*parsed, ttl_ns, now);
+    if (!until) return std::nullopt;
+    return *until - now;
+  }
+
   // Runs the host's reload() on the member's thread and waits up to kReloadWait for the files
   // to be read, parsed and put in force (or refused). Called on the member's thread (e.g. from
   // the log callback), it starts the reload and returns true at once: the thread that would
@@ -362,6 +382,57 @@ bool Member::should_rate_limit(std::string_view domain, std::span<const RateLimi
   return impl_->should_rate_limit(domain, descriptors, out, hits_addend);
 }
 uint16_t Member::gossip_port() const { return impl_->port(); }
+
+MemberLease Member::acquire(std::string_view key, int64_t count, std::chrono::nanoseconds ttl) {
+  const LeaseGrant g = impl_->acquire(key, count, std::max<int64_t>(0, ttl.count()));
+  MemberLease lease;
+  lease.granted_ = g.granted();
+  lease.limited = g.outcome != LeaseOutcome::kUnlimited;
+  lease.in_flight = g.in_flight;
+  lease.limit = g.limit;
+  lease.reason = lease_outcome_name(g.outcome);
+  if (g.outcome == LeaseOutcome::kGranted) {
+    lease.member_ = this;
+    lease.id_ = g.id.hex();
+    lease.expires_in = std::chrono::nanoseconds(g.ttl_ns);
+  }
+  return lease;
+}
+bool Member::release_lease(std::string_view id) { return impl_->release(id); }
+bool Member::renew_lease(std::string_view id, std::chrono::nanoseconds ttl) {
+  return impl_->renew(id, std::max<int64_t>(0, ttl.count())).has_value();
+}
+
+MemberLease::MemberLease(MemberLease&& other) noexcept
+    : LeaseFacts(std::move(other)),
+      member_(std::exchange(other.member_, nullptr)),
+      granted_(other.granted_),
+      id_(std::move(other.id_)) {
+  other.id_.clear();
+}
+MemberLease& MemberLease::operator=(MemberLease&& other) noexcept {
+  if (this != &other) {
+    release();
+    static_cast<LeaseFacts&>(*this) = std::move(other);
+    member_ = std::exchange(other.member_, nullptr);
+    granted_ = other.granted_;
+    id_ = std::move(other.id_);
+    other.id_.clear();
+  }
+  return *this;
+}
+MemberLease::~MemberLease() { release(); }
+bool MemberLease::release() {
+  if (!member_ || id_.empty()) return false;
+  const bool held = member_->release_lease(id_);
+  member_ = nullptr;
+  id_.clear();
+  return held;
+}
+bool MemberLease::renew(std::chrono::nanoseconds ttl) {
+  if (!member_ || id_.empty()) return false;
+  return member_->renew_lease(id_, ttl);
+}
 MemberStats Member::stats() const { return impl_->stats(); }
 bool Member::reload() { return impl_->reload(); }
 ResetReply Member::reset(std::string_view key) { return impl_->reset(key); }

@@ -24,6 +24,8 @@
 #include "util/host_port.h"
 #include "util/printable.h"
 
+#include <sys/random.h>
+
 namespace tollgate {
 namespace {
 
@@ -167,6 +169,15 @@ NodeHost::NodeHost(boost::asio::io_context& io, NodeHostOptions options)
   // Keys are hashed with a secret of this process, 128 bits straight from the operating system
   // (not from random_, whose 64-bit state its outputs would give away).
   n.keys.hash_key = std::array<uint64_t, 2>{seed_from_os(), seed_from_os()};
+  n.leases.hash_key = std::array<uint64_t, 2>{seed_from_os(), seed_from_os()};
+  // Lease ids are secrets (whoever knows one can release the lease): straight from getrandom(2),
+  // which does not fail for requests this small once the pool is initialised.
+  n.lease_ids = [](uint8_t* out, size_t size) {
+    for (size_t done = 0; done < size;) {
+      const ssize_t got = ::getrandom(out + done, size - done, 0);
+      if (got > 0) done += size_t(got);
+    }
+  };
   max_key_bytes_ = n.keys.max_key_bytes;
   node_ = std::make_unique<Node>(n, combined_rules(), *faults_, random_);
   if (options_.node.membership == MembershipKind::kStatic) {
@@ -430,7 +441,8 @@ void NodeHost::keep_rules(std::shared_ptr<const RuleSet> rules, std::string text
 std::shared_ptr<const RuleSet> NodeHost::combined_rules() const {
   auto rls = staged_rls_ ? staged_rls_ : rls_config();
   if (!rls) return file_rules_;
-  return std::make_shared<const RuleSet>(file_rules_->rules(), file_rules_->default_limit(), std::move(rls));
+  return std::make_shared<const RuleSet>(file_rules_->rules(), file_rules_->default_limit(), std::move(rls),
+                                         file_rules_->concurrency_rules());
 }
 
 void NodeHost::put_rules_in_force() {
@@ -715,6 +727,8 @@ struct HostStatSources {
   const TransportStats& t;
   const FaultStats& f;
   const HostReloads& r;
+  const LeaseStats& ls;
+  const InflightViewStats& iv;
   int64_t rules_version, peers_problem, relay_groups, syncing, rls_missing;
   uint64_t state_writes, state_write_failures, state_restored, state_bytes, state_write_ns, state_export_slice_ns,
       state_skipped;
@@ -861,6 +875,22 @@ const HostStat kHostStats[] = {
                   s.n.reset_skipped),
     TOLLGATE_STAT("reset_epochs_forgotten", kCounter, kNone, "Reset epochs dropped at the bound (65,536 keys)",
                   s.n.reset_epochs_forgotten),
+    TOLLGATE_STAT("leases_held", kGauge, kNone, "Concurrency leases this node holds now", s.ls.held),
+    TOLLGATE_STAT("leases_acquired", kCounter, kNone, "Concurrency leases granted here", s.ls.acquired),
+    TOLLGATE_STAT("leases_denied", kCounter, kNone, "Acquires refused: the key's concurrency limit is held",
+                  s.ls.denied),
+    TOLLGATE_STAT("leases_refused", kCounter, kNone, "Acquires refused: bad input or too many leases here",
+                  s.ls.refused),
+    TOLLGATE_STAT("leases_released", kCounter, kNone, "Leases released by their holder", s.ls.released),
+    TOLLGATE_STAT("leases_expired", kCounter, kNone, "Leases freed at their TTL", s.ls.expired),
+    TOLLGATE_STAT("leases_renewed", kCounter, kNone, "Lease renewals", s.ls.renewed),
+    TOLLGATE_STAT("leases_unknown", kCounter, kNone, "Releases and renewals of no lease held here", s.ls.unknown),
+    TOLLGATE_STAT("lease_keys", kGauge, kNone, "Keys with a lease count here, own or other members'", s.ls.keys),
+    TOLLGATE_STAT("lease_rows", kGauge, kNone, "Other members' (member, key) lease counts held", s.iv.rows),
+    TOLLGATE_STAT("lease_rows_dropped", kCounter, kNone, "Other members' lease counts not kept: at the bound",
+                  s.iv.rows_dropped),
+    TOLLGATE_STAT("leases_freed_failed_member", kCounter, kNone,
+                  "Leases no longer counted because their member failed or left", s.iv.freed_with_failed),
     TOLLGATE_STAT("transport_sent", kCounter, kNone, "Datagrams or frames written", s.t.messages_sent),
     TOLLGATE_STAT("transport_bytes_sent", kCounter, kBytes, "Bytes of datagrams or frames written", s.t.bytes_sent),
     TOLLGATE_STAT("transport_received", kCounter, kNone, "Datagrams or frames that decoded and authenticated",
@@ -905,6 +935,8 @@ StatsList NodeHost::stats() const {
                                 t,
                                 faults_->fault_stats(),
                                 reloads_,
+                                node_->leases().stats(),
+                                node_->inflight_stats(),
                                 rules_version_,
                                 peers_problem_ ? 1 : 0,
                                 int64_t(node_->relay_groups()),

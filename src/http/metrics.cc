@@ -51,7 +51,8 @@ std::pair<std::string, std::string> split_thread(const std::string& name) {
 
 std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, const std::vector<MemberInfo>& members,
                            const std::vector<std::pair<std::string, RuleCounters>>& rules,
-                           std::vector<prometheus::MetricFamily> extra) {
+                           std::vector<prometheus::MetricFamily> extra,
+                           const std::vector<std::pair<std::string, RuleLeases>>& leases) {
   std::vector<prom::MetricFamily> families;
   prom::MetricFamily checks{"tollgate_checks_total",
                             "Checks decided by this node, by decision (every front end)",
@@ -115,6 +116,23 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
     for (const auto& [label, counters] : rules)
       f.metric.push_back(counter(double(counters.*(p.field)), {{"rule", label}}));
     if (!f.metric.empty()) families.push_back(std::move(f));
+  }
+  if (!leases.empty()) {
+    prom::MetricFamily in_flight{"tollgate_rule_leases_in_flight",
+                                 "Concurrency slots held cluster-wide under the rule, as this node counts them (its "
+                                 "leases and the live members' it has heard of)",
+                                 prom::MetricType::Gauge,
+                                 {}};
+    prom::MetricFamily held{"tollgate_rule_leases_held",
+                            "Concurrency slots this node's leases hold under the rule",
+                            prom::MetricType::Gauge,
+                            {}};
+    for (const auto& [label, l] : leases) {
+      in_flight.metric.push_back(gauge(double(l.in_flight), {{"rule", label}}));
+      held.metric.push_back(gauge(double(l.held), {{"rule", label}}));
+    }
+    families.push_back(std::move(in_flight));
+    families.push_back(std::move(held));
   }
   for (prom::MetricFamily& f : extra) families.push_back(std::move(f));
   return prom::TextSerializer().Serialize(families);

@@ -23,9 +23,12 @@ namespace tollgate::http {
 // Per-rule counters become tollgate_rule_{checks,allowed,denied,near_limit}_total{rule=LABEL}, a
 // series per rule checked at least once.
 // `extra`: families collected elsewhere (the daemon's latency histograms), appended as they are.
+// `leases`: per concurrency rule, tollgate_rule_leases_in_flight{rule} and
+// tollgate_rule_leases_held{rule} (gauges), a series per rule in force.
 std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, const std::vector<MemberInfo>& members,
                            const std::vector<std::pair<std::string, RuleCounters>>& rules,
-                           std::vector<prometheus::MetricFamily> extra = {});
+                           std::vector<prometheus::MetricFamily> extra = {},
+                           const std::vector<std::pair<std::string, RuleLeases>>& leases = {});
 
 }  // namespace tollgate::http
 

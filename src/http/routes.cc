@@ -2,6 +2,7 @@
 
 #include <google/protobuf/stubs/common.h>  // internal::IsStructurallyValidUTF8 (Debian 12's 3.21)
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/time_util.h>
 #include <openssl/crypto.h>  // CRYPTO_memcmp
 #include <uriparser/Uri.h>
 
@@ -98,6 +99,20 @@ std::optional<std::vector<std::pair<std::string, std::string>>> parse_query(cons
     }
   }
   return out;
+}
+
+constexpr std::string_view kLeasesPrefix = "/v1/leases/";
+
+// A JSON Duration ("30s") as nanoseconds, saturated at int64's range (the lease table caps a TTL
+// at its max_ttl anyway); nullopt when negative.
+std::optional<int64_t> ttl_nanos(const google::protobuf::Duration& d) {
+  if (d.seconds() < 0 || d.nanos() < 0) return std::nullopt;
+  if (d.seconds() >= INT64_MAX / kNanosPerSecond - 1) return INT64_MAX;
+  return google::protobuf::util::TimeUtil::DurationToNanoseconds(d);
+}
+
+void set_expires_in(hv1::LeaseResult& r, int64_t ns) {
+  *r.mutable_expires_in() = google::protobuf::util::TimeUtil::NanosecondsToDuration(ns);
 }
 
 template <typename Int>
@@ -198,6 +213,15 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
     if (request.method == "POST") return check_post(request.body, std::move(counted));
   } else if (path == "/v1/reset") {
     if (request.method == "POST") return reset(query, std::move(counted));
+  } else if (path == "/v1/leases" || path.starts_with(kLeasesPrefix)) {
+    if (!query.empty()) {
+      return counted(error_response(400, "lease requests take no query string: their parameters are the JSON body"));
+    }
+    if (path == "/v1/leases") {
+      if (request.method == "POST") return lease_acquire(request.body, std::move(counted));
+    } else if (request.method == "PUT" || request.method == "DELETE") {
+      return lease_by_id(request.method, path.substr(kLeasesPrefix.size()), request.body, std::move(counted));
+    }
   } else if (path == "/json") {
     if (request.method == "POST") return rls_json(request.body, std::move(counted));
   } else if (path == "/rlconfig") {
@@ -214,15 +238,15 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
       return counted(std::move(ok));
     }
   } else {
-    return counted(error_response(
-        404, "no such endpoint: " + path +
-                 " (endpoints: /v1/check, /v1/reset, /json, /rlconfig, /metrics, /healthz, /readyz, /healthcheck, "
-                 "/v1/members, /v1/stats)"));
+    return counted(error_response(404, "no such endpoint: " + path +
+                                           " (endpoints: /v1/check, /v1/reset, /v1/leases, /json, /rlconfig, /metrics, "
+                                           "/healthz, /readyz, /healthcheck, /v1/members, /v1/stats)"));
   }
   HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
-  r.headers.emplace_back("Allow", path == "/v1/check"                      ? "GET, POST"
-                                  : path == "/json" || path == "/v1/reset" ? "POST"
-                                                                           : "GET");
+  r.headers.emplace_back("Allow", path == "/v1/check"                                              ? "GET, POST"
+                                  : path == "/json" || path == "/v1/reset" || path == "/v1/leases" ? "POST"
+                                  : path.starts_with(kLeasesPrefix)                                ? "PUT, DELETE"
+                                                                                                   : "GET");
   counted(std::move(r));
 }
 
@@ -279,6 +303,102 @@ void Routes::reset(const std::string& query, Reply reply) {
           ok.body = "{\"key\":" + tollgate::json::json_string(key) + ",\"limited\":" + (r.limited ? "true" : "false") +
                     ",\"remaining\":\"" + std::to_string(r.remaining) + "\"}";
           reply(std::move(ok));
+        };
+      },
+      reply);
+}
+
+// POST /v1/leases {"key": K, "count": N, "ttl": "30s"}: 200 and the lease's id when granted (or
+// when no concurrency rule governs K: nothing is held then, and the id is ""), 429 when the
+// cluster holds the key's limit already or the count exceeds it, 503 when this node holds
+// --max-leases (a client that fails open goes ahead, as with any answer it cannot use).
+void Routes::lease_acquire(const std::string& body, Reply reply) {
+  hv1::LeaseAcquireRequest request;
+  if (std::string why = from_json(body, request); !why.empty()) return reply(error_response(400, why));
+  const std::string& key = request.key();
+  if (key.empty()) return reply(error_response(400, "a lease needs a non-empty \"key\""));
+  if (key.size() > options_.max_key_bytes) {
+    return reply(error_response(
+        400, "the key is " + std::to_string(key.size()) + " bytes; at most " + std::to_string(options_.max_key_bytes)));
+  }
+  if (is_reserved_key(key)) return reply(error_response(400, kReservedKeyError));
+  const int64_t count = request.has_count() ? request.count() : 1;
+  if (count < 1 || count > kMaxTokens) {
+    return reply(error_response(400, "count must be a whole number from 1 to " + std::to_string(kMaxTokens)));
+  }
+  const std::optional<int64_t> ttl = ttl_nanos(request.ttl());
+  if (!ttl) return reply(error_response(400, "ttl must not be negative (absent or \"0s\": the rule's lease_ttl)"));
+  on_node(
+      [key, count, ttl = *ttl, reply](RequestHandler& handler) -> std::function<void()> {
+        const LeaseGrant g = handler.acquire(key, count, ttl);
+        return [key, count, reply, g] {
+          hv1::LeaseResult result;
+          result.set_key(key);
+          result.set_count(count);
+          result.set_granted(g.granted());
+          result.set_reason(lease_outcome_name(g.outcome));
+          result.set_limited(g.outcome != LeaseOutcome::kUnlimited);
+          result.set_in_flight(g.in_flight);
+          result.set_limit(g.limit);
+          if (g.outcome == LeaseOutcome::kTooManyLeases) {
+            return reply(error_response(503, "this node holds as many leases as it may (100,000 at once); none taken"));
+          }
+          if (g.outcome == LeaseOutcome::kInvalid) return reply(error_response(400, "invalid lease request"));
+          HttpResponse r;
+          if (g.outcome == LeaseOutcome::kGranted) {
+            result.set_id(g.id.hex());
+            set_expires_in(result, g.ttl_ns);
+          } else if (g.outcome != LeaseOutcome::kUnlimited) {
+            r.status = kTooManyRequests;  // kOverLimit, kNever: the reason says which
+          }
+          r.body = to_json(result, true);
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+// PUT /v1/leases/ID [{"ttl": "30s"}] renews, DELETE /v1/leases/ID releases: 200, or 404 when
+// this node holds no such lease (it expired, was released, or is another node's: a lease is
+// released where it was acquired).
+void Routes::lease_by_id(const std::string& method, const std::string& id_text, const std::string& body, Reply reply) {
+  const std::optional<LeaseId> id = LeaseId::parse(id_text);
+  if (!id) {
+    return reply(error_response(400, "a lease id is the 32 lowercase hex characters POST /v1/leases answered"));
+  }
+  const bool renew = method == "PUT";
+  int64_t ttl = 0;
+  if (renew && !body.empty()) {
+    hv1::LeaseRenewRequest request;
+    if (std::string why = from_json(body, request); !why.empty()) return reply(error_response(400, why));
+    const std::optional<int64_t> t = ttl_nanos(request.ttl());
+    if (!t) return reply(error_response(400, "ttl must not be negative (absent or \"0s\": the rule's lease_ttl)"));
+    ttl = *t;
+  } else if (!renew && !body.empty()) {
+    return reply(error_response(400, "DELETE /v1/leases/ID takes no body"));
+  }
+  on_node(
+      [id = *id, renew, ttl, reply](RequestHandler& handler) -> std::function<void()> {
+        std::optional<int64_t> left;
+        bool found = false;
+        if (renew) {
+          left = handler.renew(id, ttl);
+          found = left.has_value();
+        } else {
+          found = handler.release(id);
+        }
+        return [id, found, left, reply] {
+          if (!found) {
+            return reply(error_response(404, "no such lease here: " + id.hex() +
+                                                 " (it expired, was released, or was acquired at another node)"));
+          }
+          hv1::LeaseResult result;
+          result.set_id(id.hex());
+          result.set_found(true);
+          if (left) set_expires_in(result, *left);
+          HttpResponse r;
+          r.body = to_json(result, true);
+          reply(std::move(r));
         };
       },
       reply);
@@ -468,13 +588,14 @@ void Routes::metrics(Reply reply) {
         auto stats = std::make_shared<StatsList>(handler.stats());
         auto members = std::make_shared<std::vector<MemberInfo>>(handler.members());
         auto rules = std::make_shared<std::vector<std::pair<std::string, RuleCounters>>>(handler.rule_counters());
-        return [this, reply, stats, members, rules] {
+        auto leases = std::make_shared<std::vector<std::pair<std::string, RuleLeases>>>(handler.rule_leases());
+        return [this, reply, stats, members, rules, leases] {
           HttpResponse r;
           r.content_type = "text/plain; version=0.0.4; charset=utf-8";
           static const StatCatalog kNone;
           r.body = render_metrics(
               *stats, options_.stat_catalog ? *options_.stat_catalog : kNone, *members, *rules,
-              options_.extra_metrics ? options_.extra_metrics() : std::vector<prometheus::MetricFamily>{});
+              options_.extra_metrics ? options_.extra_metrics() : std::vector<prometheus::MetricFamily>{}, *leases);
           reply(std::move(r));
         };
       },

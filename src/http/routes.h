@@ -4,6 +4,8 @@
 //
 //   GET  /v1/check?key=K[&cost=N][&deny_status=403]  200 allowed, 429 (or 403) denied
 //   POST /v1/check   {"checks": [{"key": K, "cost": N}, ...], "all_or_nothing": false}
+//   POST /v1/leases  {"key": K, "count": N, "ttl": "30s"}: 200 {"id": ...} granted, 429 refused
+//   PUT, DELETE /v1/leases/ID   renew, release: 200, or 404 when no such lease is held here
 //   POST /json       Envoy's RateLimitRequest as JSON -> RateLimitResponse, 200 or 429
 //   GET  /metrics    Prometheus text exposition
 //   GET  /healthz    200 while the process serves
@@ -106,6 +108,8 @@ class Routes {
   void check_get(const std::string& query, Reply reply);
   void reset(const std::string& query, Reply reply);
   void check_post(const std::string& body, Reply reply);
+  void lease_acquire(const std::string& body, Reply reply);
+  void lease_by_id(const std::string& method, const std::string& id, const std::string& body, Reply reply);
   struct Batch;  // a POST /v1/check on its way through the node, a slice at a time
   void check_slice(std::shared_ptr<Batch> batch, size_t from, Reply reply);
   void rls_json(const std::string& body, Reply reply);

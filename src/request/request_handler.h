@@ -12,6 +12,7 @@
 #ifndef TOLLGATE_SRC_REQUEST_REQUEST_HANDLER_H_
 #define TOLLGATE_SRC_REQUEST_REQUEST_HANDLER_H_
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,12 +56,29 @@ class RequestHandler {
   virtual StatsList stats() = 0;
   // Per-rule counters by RuleSet::label (Node::rule_counters), for /metrics. None by default.
   virtual std::vector<std::pair<std::string, RuleCounters>> rule_counters() { return {}; }
+  // Per concurrency rule, its leases (Node::rule_leases), for /metrics. None by default.
+  virtual std::vector<std::pair<std::string, RuleLeases>> rule_leases() { return {}; }
   // Replaces the fault settings (empty settings clear them). Returns an error text, or "".
   virtual std::string set_faults(const FaultSettings& faults) = 0;
   // Makes `key` full again at every node (Node::reset). Front ends that cannot say so.
   virtual ResetReply reset(std::string_view key) {
     (void)key;
     return {.error = "resetting a key is not available here", .limited = false, .remaining = 0};
+  }
+  // Concurrency leases (Node::acquire, release, renew; docs/design.md 6.7), from any thread like
+  // check(). Front ends that hold none refuse.
+  virtual LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns) {
+    (void)key, (void)count, (void)ttl_ns;
+    return {};
+  }
+  virtual bool release(const LeaseId& id) {
+    (void)id;
+    return false;
+  }
+  // The lease's time left (nanoseconds) after renewing it, or nullopt when none is held.
+  virtual std::optional<int64_t> renew(const LeaseId& id, int64_t ttl_ns) {
+    (void)id, (void)ttl_ns;
+    return std::nullopt;
   }
 };
 

@@ -16,7 +16,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -444,6 +446,61 @@ TEST(Member, APeersFileThatDoesNotListThisNodeAsItBindsIsReported) {
   EXPECT_EQ(error_count(), 2u);  // right at last: nothing more said
 }
 
+// A second member, "b", joining `first` with the same options.
+std::unique_ptr<Member> second_member(MemberOptions o, const Member& first) {
+  o.node_id = "b";
+  o.seeds = {"127.0.0.1:" + std::to_string(first.gossip_port())};
+  return std::make_unique<Member>(o);
+}
+
+// Issue 40: a lease taken at one member counts at the other; a grant there while it is held
+// would exceed the limit; its destructor frees the slot everywhere. (Polling by acquiring: a
+// grant that comes too early is released at once, so it changes nothing.)
+TEST(Member, ALeaseCountsAtEveryMemberAndItsDestructorFreesIt) {
+  MemberOptions oa = options("a", "127.0.0.1:9");
+  oa.rules_yaml = "rules:\n  - {match: \"db\", concurrency: 2, lease_ttl: 1m}\n";
+  Member a(oa);
+  const std::unique_ptr<Member> pb = second_member(oa, a);
+  Member& b = *pb;
+  ASSERT_TRUE(eventually([&] { return ready(a) && ready(b); }));
+  // Refused at `at` for `count` (a grant is given back at once).
+  auto refused = [](Member& at, int64_t count) {
+    MemberLease probe = at.acquire("db", count);
+    return !probe.granted();
+  };
+  std::optional<MemberLease> held = a.acquire("db", 1, 30s);
+  ASSERT_TRUE(held->granted());
+  EXPECT_EQ(held->id().size(), 32u);
+  EXPECT_TRUE(held->limited);
+  EXPECT_EQ(held->limit, 2);
+  EXPECT_EQ(held->expires_in, 30s);
+  EXPECT_TRUE(eventually([&] { return refused(b, 2); })) << "b never counted a's lease";
+  MemberLease second = b.acquire("db");
+  ASSERT_TRUE(second.granted()) << second.reason;
+  EXPECT_EQ(second.in_flight, 2);
+  EXPECT_TRUE(eventually([&] { return refused(a, 1); })) << "a never counted b's lease";
+  const MemberLease over = a.acquire("db");
+  EXPECT_FALSE(over.granted());
+  EXPECT_EQ(over.reason, "over the concurrency limit");
+  EXPECT_EQ(over.id(), "");
+  EXPECT_TRUE(held->renew(10s));
+  EXPECT_FALSE(b.release_lease(held->id())) << "a lease is released where it was taken";
+  held.reset();  // the destructor releases
+  EXPECT_TRUE(eventually([&] { return !refused(b, 1); })) << "b never saw a's slot freed";
+  EXPECT_TRUE(second.release());
+  EXPECT_FALSE(second.release());
+  EXPECT_FALSE(second.renew());
+  // A key no concurrency rule governs: go ahead, nothing held; an Envoy bucket's key: refused.
+  const MemberLease free = a.acquire("other");
+  EXPECT_TRUE(free.granted());
+  EXPECT_FALSE(free.limited);
+  EXPECT_EQ(free.id(), "");
+  EXPECT_FALSE(a.acquire("\x1e"
+                         "db")
+                   .granted());
+  EXPECT_FALSE(a.release_lease("not an id"));
+}
+
 TEST(Member, ShouldRateLimitDecidesEnvoysDescriptorsAndMembersShareTheirBuckets) {
   const testing::TempDir temp("member-rls");
   const fs::path& dir = temp.path();
@@ -458,10 +515,8 @@ descriptors:
   oa.rules_yaml.clear();
   oa.rls_config = (dir / "rls.yaml").string();
   Member a(oa);
-  MemberOptions ob = oa;
-  ob.node_id = "b";
-  ob.seeds = {"127.0.0.1:" + std::to_string(a.gossip_port())};
-  Member b(ob);
+  const std::unique_ptr<Member> pb = second_member(oa, a);
+  Member& b = *pb;
   ASSERT_TRUE(eventually([&] { return ready(a) && ready(b); }));
 
   const std::vector<RateLimitDescriptor> ip = {{{{"remote_address", "10.0.0.1"}}}};

@@ -5,8 +5,9 @@
 //
 // Contract: every request is answered exactly once, with a status the docs list; a 2xx or 4xx is
 // JSON (or text for the health endpoints and metrics); an error has a body {"error": ...};
-// a check is answered 200 only when the table allowed it; nothing reaches the node for a
-// request answered 4xx; the key table stays within its cap.
+// a check is answered 200 only when the table allowed it, a lease only when granted, with its id;
+// nothing reaches the node for a request answered 4xx; the key table stays within its cap, the
+// leases held within the rule's limit.
 #include <google/protobuf/util/json_util.h>
 
 #include <cstddef>
@@ -35,12 +36,12 @@ std::shared_ptr<const RlsConfig> config() {
   return c;
 }
 
+const char* const kRules =
+    "rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n  - {match: \"db\", concurrency: 2, lease_ttl: 1s}\n"
+    "  - {match: \"*\", rate: 1/s, burst: 1}\n";
+
 std::shared_ptr<const RuleSet> rules() {
-  return std::make_shared<const RuleSet>(
-      parse_rules("rules:\n  - {match: \"k*\", rate: 5/s, burst: 5}\n  - {match: \"*\", rate: 1/s, burst: 1}\n",
-                  "rules.yaml")
-          ->rules(),
-      std::nullopt, config());
+  return std::make_shared<const RuleSet>(parse_rules(kRules, "rules.yaml")->rules(), std::nullopt, config());
 }
 
 }  // namespace
@@ -51,6 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tollgate::testing::TableHandler handler(rules(), KeyTableOptions{.max_keys = 64});
   handler.members_list = {MemberInfo{"me", "127.0.0.1:1", MemberState::kAlive, 1, 1, 0, true}};
   handler.faults_answer = "no";
+  static const auto lease_rules = parse_rules(kRules, "rules.yaml");  // with the concurrency rule
+  handler.leases->set_rules(lease_rules);
   http::Routes routes(
       [&handler](http::NodeJob job, const http::Reply&) {
     job(handler)();
@@ -86,7 +89,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(google::protobuf::util::JsonStringToMessage(response->body, &error).ok() && !error.error().empty(),
                "an error has a JSON body with a reason");
   }
-  if (s >= 400 && s < 500 && s != 429 && s != 403)
+  // (A lease not held is 404 only once the node has looked for it.)
+  const bool lease_not_found = s == 404 && request.target.starts_with("/v1/leases/");
+  if (s >= 400 && s < 500 && s != 429 && s != 403 && !lease_not_found)
     FUZZ_CHECK(handler.calls == calls_before, "a refused request never reaches the node");
   if (request.method == "GET" && request.target.starts_with("/v1/check") && s == 200) {
     tollgate::http::v1::CheckResult result;
@@ -94,6 +99,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                "a check's answer is its JSON");
     FUZZ_CHECK(result.allowed(), "200 only for an allowed check");
   }
+  if (request.method == "POST" && request.target == "/v1/leases" && (s == 200 || s == 429)) {
+    tollgate::http::v1::LeaseResult result;
+    FUZZ_CHECK(google::protobuf::util::JsonStringToMessage(response->body, &result).ok(),
+               "a lease's answer is its JSON");
+    FUZZ_CHECK(result.granted() == (s == 200), "200 only for a granted lease");
+    FUZZ_CHECK(result.id().empty() == (s == 429 || !result.limited()), "an id exactly when a lease is held");
+  }
   FUZZ_CHECK(handler.keys() <= 64, "the key table stays within its cap");
+  FUZZ_CHECK(handler.leases->stats().held <= 2, "no more leases held than the rule's limit");
   return 0;
 }

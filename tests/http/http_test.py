@@ -32,6 +32,7 @@ WAIT_S = 20
 RULES = """rules:
   - {match: "shared*", rate: 10/min, burst: 10}
   - {match: "k*", rate: 100/s, burst: 100}
+  - {match: "db*", concurrency: 2, lease_ttl: 1h}
 """
 RLS = """domain: web
 descriptors:
@@ -165,6 +166,33 @@ class TwoNodes(unittest.TestCase):
             status, _, body = self.a.request("POST", bad)
             self.assertEqual(status, 400, bad + ": " + body)
 
+    def test_leases_share_one_concurrency_limit_and_a_release_frees_it_everywhere(self):
+        # Issue 40. Only this test takes leases, so a node's lease_rows is the other's lease here.
+        def acquire(d, **extra):
+            status, _, body = d.request("POST", "/v1/leases", json.dumps(dict(key="db-http", **extra)))
+            return status, json.loads(body)
+        status, first = acquire(self.a, ttl="90s")
+        self.assertEqual(status, 200, first)
+        self.assertEqual((len(first["id"]), first["in_flight"], first["limit"], first["expires_in"]),
+                         (32, "1", "2", "90s"))
+        wait_until("b to count a's lease", lambda: self.b.stats().get("lease_rows", 0) >= 1)
+        status, second = acquire(self.b)
+        self.assertEqual((status, second["in_flight"], second["expires_in"]), (200, "2", "3600s"), second)
+        wait_until("a to count b's lease", lambda: self.a.stats().get("lease_rows", 0) >= 1)
+        status, refused = acquire(self.a)
+        self.assertEqual((status, refused["granted"], refused["id"]), (429, False, ""), refused)
+        # A lease is released where it was taken: b does not hold a's.
+        self.assertEqual(self.b.request("DELETE", "/v1/leases/" + first["id"])[0], 404)
+        status, _, body = self.a.request("PUT", "/v1/leases/" + first["id"], json.dumps({"ttl": "60s"}))
+        self.assertEqual((status, json.loads(body)["expires_in"]), (200, "60s"), body)
+        status, _, body = self.a.request("DELETE", "/v1/leases/" + first["id"])
+        self.assertEqual((status, json.loads(body)["found"]), (200, True), body)
+        # b hears the release: its acquire passes again (a refused acquire holds nothing).
+        wait_until("b to see a's slot freed", lambda: acquire(self.b)[0] == 200)
+        status, refused = acquire(self.b)
+        self.assertEqual(status, 429, refused)
+        self.assertEqual(self.a.stats()["leases_released"], 1)
+
     def test_a_batch_and_envoys_json(self):
         status, _, body = self.a.request(
             "POST", "/v1/check", json.dumps({"checks": [{"key": "k1", "cost": 60}, {"key": "k2"}]}),
@@ -188,6 +216,7 @@ class TwoNodes(unittest.TestCase):
         self.assertIn("tollgate_round_duration_seconds_count", body)
         self.assertIn('tollgate_rule_checks_total{rule="k*"}', body)
         self.assertIn("tollgate_rules_version", body)
+        self.assertIn('tollgate_rule_leases_in_flight{rule="db*"}', body)  # issue 40: per concurrency rule
         # Every stat the daemon reports is declared beside its owner (src/util/stat_def.h), with
         # its kind and help: none is rendered from its name alone (issue 33).
         self.assertNotIn("(undeclared)", body)

@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/key_table.h"
@@ -37,6 +38,7 @@ constexpr int64_t kSec = kNanosPerSecond;
 const char* const kRules = R"(rules:
   - {match: "k*", rate: 5/s, burst: 5}
   - {match: "big", rate: 1/min, burst: 2}
+  - {match: "db", concurrency: 2, lease_ttl: 10s}
 )";
 
 const char* const kRls = R"(domain: web
@@ -76,7 +78,10 @@ class TableHandler : public testing::TableHandler {
 
 class RoutesTest : public ::testing::Test {
  protected:
-  RoutesTest() : handler_(parse_rls_config({{"rls.yaml", kRls}})) { make_routes(); }
+  RoutesTest() : handler_(parse_rls_config({{"rls.yaml", kRls}})) {
+    handler_.leases->set_rules(parse_rules(kRules, "rules.yaml"));
+    make_routes();
+  }
 
   void make_routes(RoutesOptions o = {}) {
     o.alone_long_enough = [this] { return alone_; };
@@ -452,6 +457,8 @@ TEST_F(RoutesTest, AMetricsOnlyListenerServesMetricsAndHealthOnly) {
 
 TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
   handler_.members_list.push_back(MemberInfo{"peer", "127.0.0.1:2", MemberState::kSuspect, 1, 0, 0, false});
+  ASSERT_EQ(request("POST", "/v1/leases", R"({"key": "db"})").status, 200u);
+  handler_.leases->add_remote("db", 1);  // a member's lease heard of
   const HttpResponse r = request("GET", "/metrics");
   ASSERT_EQ(r.status, 200u);
   EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -462,6 +469,9 @@ TEST_F(RoutesTest, MetricsArePrometheusTextWithDecisionAndStateLabels) {
         "tollgate_members{state=\"dead\"} 0", "tollgate_rule_checks_total{rule=\"k*\"} 5",
         "tollgate_rule_allowed_total{rule=\"k*\"} 4", "tollgate_rule_denied_total{rule=\"k*\"} 1",
         "tollgate_rule_near_limit_total{rule=\"k*\"} 2", "tollgate_rule_shadow_denied_total{rule=\"k*\"} 1",
+        // Issue 40: each concurrency rule's slots, cluster-wide and this node's.
+        "# TYPE tollgate_rule_leases_in_flight gauge", "tollgate_rule_leases_in_flight{rule=\"db\"} 2",
+        "tollgate_rule_leases_held{rule=\"db\"} 1",
         // --threads: each thread's share, one family with a thread label.
         "# TYPE tollgate_api_threads gauge", "tollgate_api_threads 2",
         "# TYPE tollgate_api_thread_connections_open gauge", "tollgate_api_thread_connections_open{thread=\"0\"} 3",
@@ -513,6 +523,81 @@ TEST_F(RoutesTest, MembersAndStatsHaveTheCliJsonShape) {
   const std::string members = request("GET", "/v1/members").body;
   EXPECT_EQ(members.rfind("{\"members\": [{\"id\": \"me\", \"address\": \"127.0.0.1:1\", \"state\": \"alive\"", 0), 0u)
       << members;
+}
+
+// Issue 40: POST /v1/leases acquires, PUT renews, DELETE releases; 429 at the limit, 404 for a
+// lease not held, 400 for what no lease request can be, each before the node.
+TEST_F(RoutesTest, LeasesAreAcquiredRenewedAndReleasedAsJson) {
+  const HttpResponse first = request("POST", "/v1/leases", R"({"key": "db", "ttl": "4s"})");
+  ASSERT_EQ(first.status, 200u) << first.body;
+  const auto a = parse<hv1::LeaseResult>(first.body);
+  EXPECT_TRUE(a.granted());
+  EXPECT_TRUE(a.limited());
+  EXPECT_EQ(a.id().size(), 32u);
+  EXPECT_EQ(a.key(), "db");
+  EXPECT_EQ(a.count(), 1);
+  EXPECT_EQ(a.in_flight(), 1);
+  EXPECT_EQ(a.limit(), 2);
+  EXPECT_EQ(a.expires_in().seconds(), 4);
+  EXPECT_NE(first.body.find("\"expires_in\":\"4s\""), std::string::npos) << first.body;
+  // The second slot, at the rule's 10 s; then the limit: 429, nothing held.
+  const auto b = parse<hv1::LeaseResult>(request("POST", "/v1/leases", R"({"key": "db"})").body);
+  EXPECT_TRUE(b.granted());
+  EXPECT_EQ(b.expires_in().seconds(), 10);
+  const HttpResponse full = request("POST", "/v1/leases", R"({"key": "db"})");
+  EXPECT_EQ(full.status, 429u);
+  const auto c = parse<hv1::LeaseResult>(full.body);
+  EXPECT_FALSE(c.granted());
+  EXPECT_EQ(c.id(), "");
+  EXPECT_EQ(c.reason(), "over the concurrency limit");
+  EXPECT_EQ(c.in_flight(), 2);
+  EXPECT_EQ(request("POST", "/v1/leases", R"({"key": "db", "count": 3})").status, 429u);  // never grantable
+  // Renewed from now, by the body's TTL or (no body) the rule's.
+  handler_.now += 3 * kSec;
+  const HttpResponse renewed = request("PUT", "/v1/leases/" + a.id(), R"({"ttl": "20s"})");
+  ASSERT_EQ(renewed.status, 200u) << renewed.body;
+  EXPECT_EQ(parse<hv1::LeaseResult>(renewed.body).expires_in().seconds(), 20);
+  EXPECT_TRUE(parse<hv1::LeaseResult>(renewed.body).found());
+  EXPECT_EQ(parse<hv1::LeaseResult>(request("PUT", "/v1/leases/" + a.id()).body).expires_in().seconds(), 10);
+  // Released once: the slot is free again; a second release is 404.
+  const HttpResponse released = request("DELETE", "/v1/leases/" + a.id());
+  ASSERT_EQ(released.status, 200u) << released.body;
+  EXPECT_TRUE(parse<hv1::LeaseResult>(released.body).found());
+  EXPECT_EQ(request("DELETE", "/v1/leases/" + a.id()).status, 404u);
+  EXPECT_EQ(request("PUT", "/v1/leases/" + a.id()).status, 404u);
+  EXPECT_EQ(request("POST", "/v1/leases", R"({"key": "db"})").status, 200u);
+  // A key no concurrency rule governs: go ahead, nothing held.
+  const HttpResponse free = request("POST", "/v1/leases", R"({"key": "k1"})");
+  EXPECT_EQ(free.status, 200u);
+  EXPECT_FALSE(parse<hv1::LeaseResult>(free.body).limited());
+  EXPECT_TRUE(parse<hv1::LeaseResult>(free.body).granted());
+  EXPECT_EQ(parse<hv1::LeaseResult>(free.body).id(), "");
+
+  // Refused before the node.
+  const int calls = handler_.calls;
+  for (const auto& [method, target, body] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/v1/leases", ""},
+           {"POST", "/v1/leases", R"({"key": ""})"},
+           {"POST", "/v1/leases", R"({"key": "db", "count": 0})"},
+           {"POST", "/v1/leases", R"({"key": "db", "ttl": "-1s"})"},
+           {"POST", "/v1/leases", R"({"key": "db", "tll": "1s"})"},
+           {"POST", "/v1/leases", R"({"key": "db"})"},
+           {"POST", "/v1/leases", "{\"key\": \"" + std::string(300, 'x') + "\"}"},
+           {"POST", "/v1/leases?key=db", R"({"key": "db"})"},
+           {"PUT", "/v1/leases/nothex", ""},
+           {"DELETE", "/v1/leases/", ""},
+           {"DELETE", "/v1/leases/" + a.id(), R"({"ttl": "1s"})"},
+           {"PUT", "/v1/leases/" + a.id(), R"({"ttl": "soon"})"},
+       }) {
+    const HttpResponse r = request(method, target, body);
+    EXPECT_EQ(r.status, 400u) << method << " " << target << " " << body << ": " << r.body;
+    EXPECT_NE(r.body.find("\"error\""), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(handler_.calls, calls);
+  const HttpResponse get = request("GET", "/v1/leases");
+  EXPECT_EQ(get.status, 405u);
+  EXPECT_EQ(header(get, "Allow"), "POST");
+  EXPECT_EQ(header(request("POST", "/v1/leases/" + a.id()), "Allow"), "PUT, DELETE");
 }
 
 TEST_F(RoutesTest, UnknownPathsAndMethodsAnd503WhenTheNodeRefuses) {

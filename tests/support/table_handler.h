@@ -6,12 +6,15 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/key_table.h"
+#include "core/lease_table.h"
+#include "core/random.h"
 #include "request/request_handler.h"
 #include "tollgate/rules.h"
 
@@ -20,12 +23,15 @@ namespace tollgate::testing {
 class TableHandler : public RequestHandler {
  public:
   explicit TableHandler(std::shared_ptr<const RuleSet> rules, KeyTableOptions options = {})
-      : rules_(std::move(rules)), options_(options), table_(rules_, options_) {}
+      : rules_(std::move(rules)), options_(options), table_(rules_, options_) {
+    clear_leases();
+  }
 
   // Empty again, the clock and the counts at 0: a fuzz target that keeps its handler across
   // inputs starts each from the same state.
   void clear() {
     table_ = KeyTable(rules_, options_);
+    clear_leases();
     now = 0;
     calls = checks = check_alls = refunds = 0;
     items = 0;
@@ -65,6 +71,22 @@ class TableHandler : public RequestHandler {
     return {{"checks", int64_t(items)}, {"keys", int64_t(keys())}};
   }
   std::string set_faults(const FaultSettings&) override { return faults_answer; }
+  // Leases against a real LeaseTable (the rules' concurrency limits), at `now`.
+  LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns) override {
+    ++calls;
+    return leases->acquire(key, count, ttl_ns, now);
+  }
+  bool release(const LeaseId& id) override {
+    ++calls;
+    return leases->release(id);
+  }
+  std::vector<std::pair<std::string, RuleLeases>> rule_leases() override { return leases->rule_leases(); }
+  std::optional<int64_t> renew(const LeaseId& id, int64_t ttl_ns) override {
+    ++calls;
+    const std::optional<MonoNanos> until = leases->renew(id, ttl_ns, now);
+    if (!until) return std::nullopt;
+    return *until - now;
+  }
 
   size_t keys() const { return table_.stats().keys; }
   KeyTable& table() { return table_; }
@@ -78,8 +100,17 @@ class TableHandler : public RequestHandler {
   size_t items = 0;    // the checks they carried
   std::vector<MemberInfo> members_list;
   std::string faults_answer;  // set_faults' answer: "" done, else why not
+  // Under the rules' concurrency limits; ids from a fixed seed (clear() starts it again).
+  std::unique_ptr<LeaseTable> leases;
 
  private:
+  void clear_leases() {
+    leases = std::make_unique<LeaseTable>(LeaseTableOptions{},
+                                          [r = std::make_shared<SplitMix64>(7)](uint8_t* out, size_t n) {
+      for (size_t i = 0; i < n; ++i) out[i] = uint8_t(r->next_u64());
+    });
+    leases->set_rules(rules_);
+  }
   std::shared_ptr<const RuleSet> rules_;
   KeyTableOptions options_;
   KeyTable table_;
