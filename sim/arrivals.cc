@@ -17,7 +17,8 @@ double spread_weight(LoadSpec::Spread spread, size_t index) {
   return 1;
 }
 
-ArrivalStream::ArrivalStream(const LoadSpec& load, uint64_t seed) : load_(load), rng_(seed * 3 + 2) {
+ArrivalStream::ArrivalStream(const LoadSpec& load, uint64_t seed)
+    : load_(load), rng_(seed * 3 + 2), hold_rng_(seed * 3 + 3) {
   key_cdf_.resize(std::max<size_t>(1, load_.keys));
   double acc = 0;
   for (size_t k = 0; k < key_cdf_.size(); ++k) {
@@ -62,6 +63,13 @@ Arrival ArrivalStream::next(const std::vector<bool>& up) {
   a.node = i;
   const double k = uniform01() * key_cdf_.back();
   a.key = std::min(size_t(std::upper_bound(key_cdf_.begin(), key_cdf_.end(), k) - key_cdf_.begin()), keys_.size() - 1);
+  if (load_.kind == LoadSpec::Kind::kLeases) {
+    const double u = double(hold_rng_.next_u64() >> 11) * 0x1.0p-53;
+    const double mean = double(load_.hold_mean_ns);
+    a.hold_ns = std::max<int64_t>(
+        1, load_.hold == LoadSpec::Hold::kFixed ? load_.hold_mean_ns : int64_t(-std::log(1.0 - u) * mean));
+    a.never_release = double(hold_rng_.next_u64() >> 11) * 0x1.0p-53 < load_.never_release;
+  }
   return a;
 }
 

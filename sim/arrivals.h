@@ -2,8 +2,8 @@
 // cluster, each arrival on one live node (by the spread's weights) for one key (uniform or
 // Zipf(1) popularity). Both back ends draw their load from it: the virtual one in virtual time,
 // the local one replaying it in real time. Draws come in a fixed order (the gap to the next
-// arrival, then the node, then the key), so with the same seed and the same live nodes both back
-// ends offer the same arrival stream.
+// arrival, then the node, then the key; a lease's hold from a stream of its own), so with the same seed and the same
+// live nodes both back ends offer the same arrival stream.
 #ifndef TOLLGATE_SIM_ARRIVALS_H_
 #define TOLLGATE_SIM_ARRIVALS_H_
 
@@ -22,6 +22,9 @@ struct Arrival {
   size_t node = 0;       // index of a live node
   size_t key = 0;        // index into ArrivalStream::keys()
   bool dropped = false;  // no live node had any weight: nobody offered this check
+  // Leases (LoadSpec::kLeases): how long the holder works, and whether it never releases.
+  int64_t hold_ns = 0;
+  bool never_release = false;
 };
 
 // The share of the load node `index` gets under `spread` (uniform 1, skewed 1/(i+1), one: node 0).
@@ -47,6 +50,9 @@ class ArrivalStream {
 
   LoadSpec load_;
   SplitMix64 rng_;
+  // Leases' holds, a stream of their own (seed * 3 + 3): the check stream's draws stay as they
+  // were, and the same seed offers the same arrivals whatever the kind.
+  SplitMix64 hold_rng_;
   std::vector<double> key_cdf_;
   std::vector<std::string> keys_;
   int64_t next_t_ns_ = 0;

@@ -156,6 +156,10 @@ int main(int argc, char** argv) {
     if (!transport.empty()) s.transport = transport;
     if (!front_end.empty())
       s.front_end = front_end == "rls" ? sim::Scenario::FrontEnd::kRls : sim::Scenario::FrontEnd::kNative;
+    if (s.load.kind == sim::LoadSpec::Kind::kLeases && cluster != "virtual") {
+      std::cerr << "tollgate-sim: load.kind leases runs on --cluster virtual only (the local back end sends checks)\n";
+      return 2;
+    }
     if (s.front_end == sim::Scenario::FrontEnd::kRls && cluster != "local") {
       std::cerr << "tollgate-sim: front_end rls needs --cluster local: the virtual cluster runs the nodes' code with "
                    "no front end\n";

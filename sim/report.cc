@@ -33,7 +33,49 @@ void json_phase(std::ostream& out, const PhaseStats& p, int64_t failed_open = -1
       << ", \"msgs_per_node_s\": " << fixed(p.msgs_per_node_s(), 2)
       << ", \"bytes_per_node_s\": " << fixed(p.bytes_per_node_s(), 1);
   if (failed_open >= 0) out << ", \"failed_open\": " << failed_open;
+  if (p.lease_limit_slot_s > 0) {
+    out << ", \"lease_in_flight_ratio\": " << fixed(p.lease_in_flight_ratio(), 4)
+        << ", \"lease_oracle_ratio\": " << fixed(p.lease_oracle_slot_s / p.lease_limit_slot_s, 4)
+        << ", \"lease_peak_over\": " << p.lease_peak_over << ", \"lease_peak_bound\": " << p.lease_peak_bound
+        << ", \"lease_over_slot_s\": " << fixed(p.lease_over_slot_s, 2)
+        << ", \"lease_lost_slot_s\": " << fixed(p.lease_lost_slot_s, 2);
+  }
   out << "}";
+}
+
+// Leases: per phase, what was held against the limits (offered, admitted and oracle above count
+// acquires), and, after a phase that takes a node down, how long the slots the cluster still
+// counted beyond those held took to fall back.
+void print_leases(std::ostream& out, const SimResult& r) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-12s %10s %10s %9s %10s %11s %11s %s\n", "leases", "held/limit", "oracle/lim",
+                "peak_over", "peak_bound", "over_slot_s", "lost_slot_s", "lost at start -> below 10% after");
+  out << line;
+  auto row = [&](const PhaseStats& p) {
+    std::string freed = "-";
+    if (&p != &r.total) {
+      double first = -1;
+      for (const SeriesPoint& pt : r.series) {
+        if (pt.t_ns < p.start_ns || pt.t_ns >= p.end_ns) continue;
+        if (first < 0) {
+          first = pt.lease_lost;
+          if (first < 1) break;  // nothing counted beyond what is held
+          freed = fixed(first, 1) + " -> not within the phase";
+        } else if (pt.lease_lost < 0.1 * first) {
+          freed = fixed(first, 1) + " -> " + fixed(double(pt.t_ns - p.start_ns) / 1e6, 0) + " ms";
+          break;
+        }
+      }
+    }
+    std::snprintf(line, sizeof line, "%-12s %10.4f %10.4f %9lld %10lld %11.1f %11.1f %s\n", p.name.c_str(),
+                  p.lease_in_flight_ratio(),
+                  p.lease_limit_slot_s > 0 ? p.lease_oracle_slot_s / p.lease_limit_slot_s : 0.0,
+                  (long long)p.lease_peak_over, (long long)p.lease_peak_bound, p.lease_over_slot_s, p.lease_lost_slot_s,
+                  freed.c_str());
+    out << line;
+  };
+  for (const PhaseStats& p : r.phases) row(p);
+  row(r.total);
 }
 
 }  // namespace
@@ -58,6 +100,7 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
   };
   for (const PhaseStats& p : r.phases) row(p);
   row(r.total);
+  if (s.load.kind == LoadSpec::Kind::kLeases) print_leases(out, r);
   if (r.unconverged) {
     out << r.unconverged
         << " batches never reached every node that was alive when they were sealed (sealed over 1 s before the end)\n";
@@ -66,6 +109,7 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
     out << r.in_flight_at_end << " batches sealed in the last 1 s were still on their way at the end\n";
   if (r.member_failures >= 0)
     out << r.member_failures << " times a node marked a peer failed (suspect or unreachable)\n";
+  if (r.charged_twice) out << r.charged_twice << " times a node was charged a batch a second time (must be 0)\n";
   if (s.node.mode == DisseminationMode::kAuto && !r.modes_at_end.empty()) {
     out << "auto: at the end,";
     const char* sep = " ";
@@ -111,7 +155,7 @@ void write_json(std::ostream& out, const RunInfo& info, const Scenario& s, const
   out << "], \"total\": ";
   json_phase(out, r.total, l ? int64_t(l->failed_open_total) : -1);
   out << ", \"unconverged\": " << r.unconverged << ", \"in_flight_at_end\": " << r.in_flight_at_end
-      << ", \"member_failures\": " << r.member_failures;
+      << ", \"member_failures\": " << r.member_failures << ", \"charged_twice\": " << r.charged_twice;
   if (l) {
     out << ", \"local\": {\"failed_open\": " << l->failed_open_total << ", \"dropped\": " << l->dropped
         << ", \"lag_p99_ms\": " << fixed(double(l->lag_p99_ns) / 1e6, 2)

@@ -27,6 +27,22 @@ struct PhaseStats {
   double node_seconds = 0;              // sum over live nodes of time alive in the phase
   std::vector<int64_t> convergence_ns;  // per batch: sealed -> charged at every live node
 
+  // Leases (load.kind: leases; offered, admitted and oracle_admitted then count acquires),
+  // sampled every 100 ms over the keys a concurrency rule governs, in slot-seconds:
+  double lease_held_slot_s = 0;    // slots held by living holders still at work
+  double lease_limit_slot_s = 0;   // the keys' limits
+  double lease_oracle_slot_s = 0;  // slots the oracle's ideal semaphore holds
+  double lease_over_slot_s = 0;    // slots held beyond a key's limit
+  // Slots the cluster still counts (the mean over live nodes) beyond those held: a dead
+  // holder's or a never-released lease not freed yet, and releases on their way.
+  double lease_lost_slot_s = 0;
+  int64_t lease_peak_over = 0;  // the most slots of one key held beyond its limit, at any grant
+  // The bound on it: the most grants of one key in any window as long as the phase's
+  // convergence p99 (what the nodes can grant before they hear of each other's grants).
+  int64_t lease_peak_bound = 0;
+  // Time-weighted in-flight over the limit (held / limit), 0 without leases.
+  double lease_in_flight_ratio() const { return lease_limit_slot_s > 0 ? lease_held_slot_s / lease_limit_slot_s : 0; }
+
   double over_admission() const { return oracle_admitted ? double(admitted) / double(oracle_admitted) : 0; }
   double under_admission() const { return oracle_admitted ? double(under) / double(oracle_admitted) : 0; }
   // Percentile p in [0, 100] of convergence, in ms; -1 when there are no samples.
@@ -40,6 +56,10 @@ struct SeriesPoint {
   int64_t t_ns = 0;
   uint64_t admitted = 0, oracle_admitted = 0;
   std::vector<uint64_t> admitted_by_side;  // per side of the partition in force (one side if none)
+  // Leases, at the step's sample: slots held by living holders at work, and counted by the
+  // cluster beyond them (see PhaseStats::lease_lost_slot_s), over every limited key.
+  int64_t lease_held = 0;
+  double lease_lost = 0;
 };
 
 struct SimResult {
@@ -57,6 +77,11 @@ struct SimResult {
   // unreachable under static membership), summed over nodes and their lives. In a run without
   // crashes or partitions every one is a false suspicion. -1 when not measured (local).
   int64_t member_failures = -1;
+  // Virtual back end: how many times a node was charged a batch it had been charged before,
+  // directly or summed in a relay batch (while the batch was tracked: until 12 s after every
+  // node alive at its sealing had it, past the ledger's retention). Must be 0: a batch charged
+  // twice is consumption counted twice, under-admission that no repair undoes.
+  uint64_t charged_twice = 0;
   double limit_per_sec = 0;  // the first rule's rate (for plots), 0 if none
   // Virtual back end: nodes running at the end, by the mode in use and count of relay groups
   // (what `auto` chose).

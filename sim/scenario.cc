@@ -600,7 +600,8 @@ class ScenarioParser {
   }
 
   void parse_load(const YAML::Node& map, LoadSpec& l) const {
-    static constexpr std::string_view kFields[] = {"rate", "keys", "distribution", "spread", "cost"};
+    static constexpr std::string_view kFields[] = {"rate", "keys", "distribution", "spread",
+                                                   "cost", "kind", "hold",         "never_release"};
     for_each_nested_field(map, "load", kFields, [&](const std::string& field, const YAML::Node& v) {
       if (field == "rate") {
         std::string why;
@@ -618,6 +619,22 @@ class ScenarioParser {
         l.spread = spread == "one"      ? LoadSpec::Spread::kOne
                    : spread == "skewed" ? LoadSpec::Spread::kSkewed
                                         : LoadSpec::Spread::kUniform;
+      } else if (field == "kind") {
+        l.kind = choice(v, "load.kind", {"checks", "leases"}) == "leases" ? LoadSpec::Kind::kLeases
+                                                                          : LoadSpec::Kind::kChecks;
+      } else if (field == "hold") {
+        static constexpr std::string_view kHold[] = {"distribution", "mean"};
+        for_each_nested_field(v, "load.hold", kHold, [&](const std::string& f, const YAML::Node& h) {
+          if (f == "distribution") {
+            l.hold = choice(h, "load.hold.distribution", {"exponential", "fixed"}) == "fixed"
+                         ? LoadSpec::Hold::kFixed
+                         : LoadSpec::Hold::kExponential;
+          } else {
+            l.hold_mean_ns = positive_duration(h, "load.hold.mean");
+          }
+        });
+      } else if (field == "never_release") {
+        l.never_release = percent(v, "load.never_release");
       } else {
         l.cost = whole<int64_t>(v, "load.cost", 1, kMaxTokens);
       }

@@ -3,7 +3,7 @@
 //
 //   name: partition-halves
 //   nodes: 8
-//   mode: gossip              # auto (the default: gossip, relay from 256 nodes) | mesh | gossip | relay
+//   mode: gossip              # auto (the default: gossip, relay from 128 nodes) | mesh | gossip | relay
 //   transport: udp            # udp | tcp (the virtual back end models both as datagrams)
 //   front_end: native         # native | rls: how --cluster local sends checks (the client API, or
 //                             # Envoy's ShouldRateLimit over gRPC with the rules as an RLS config)
@@ -27,6 +27,9 @@
 //     distribution: uniform   # uniform | zipf (popularity of keys; zipf exponent 1.0)
 //     spread: uniform         # uniform | skewed (node i gets weight 1/(i+1)) | one (all on node 0)
 //     cost: 1
+//     kind: checks            # checks | leases: acquire `cost` slots of a `concurrency:` rule,
+//     hold: {distribution: exponential, mean: 1s}   # leases: held this long (exponential | fixed)
+//     never_release: 0%       # leases: holders that never release (their lease_ttl frees them)
 //   timeline:
 //     - partition 0-3|4-7 at 10s for 20s
 //     - loss 20% from 5s               # (optionally "for 10s")
@@ -62,6 +65,13 @@ struct LoadSpec {
   enum class Distribution : uint8_t { kUniform, kZipf } distribution = Distribution::kUniform;
   enum class Spread : uint8_t { kUniform, kSkewed, kOne } spread = Spread::kUniform;
   int64_t cost = 1;
+  // kLeases: every arrival acquires `cost` slots of its key's concurrency limit (a rule's
+  // `concurrency: N`) and, if granted, releases them after a hold drawn per arrival; a share
+  // `never_release` of the holders never release (the TTL frees theirs). Virtual back end only.
+  enum class Kind : uint8_t { kChecks, kLeases } kind = Kind::kChecks;
+  enum class Hold : uint8_t { kExponential, kFixed } hold = Hold::kExponential;
+  int64_t hold_mean_ns = kNanosPerSecond;
+  double never_release = 0;
 };
 
 struct NetworkSpec {

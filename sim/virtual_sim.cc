@@ -26,6 +26,10 @@ uint64_t estimated_bytes(const GossipMessage& m) {
   for (const BatchPtr& batch : m.batches) {
     b += 8 + batch->origin.size() + 12;
     for (const ConsumptionEntry& e : batch->entries) b += 4 + e.key.size() + 4;
+    if (batch->counts) {
+      b += 4 + batch->counts->from.size() + batch->counts->until.size();
+      for (const InflightEntry& e : batch->counts->entries) b += 4 + e.key.size() + 6;
+    }
   }
   for (const MemberRecord& r : m.members) b += 8 + r.id.size() + r.address.size() + 12;
   if (m.digest) {
@@ -87,11 +91,17 @@ class Simulation {
         continue;
       }
       if (local >= s_.duration_ns) break;
-      run_window(local, std::min({local + lookahead_, moment, s_.duration_ns}));
+      if (leases_ && local >= next_lease_sample_ns_) {
+        lease_sample();
+        continue;
+      }
+      run_window(local,
+                 std::min({local + lookahead_, moment, s_.duration_ns, leases_ ? next_lease_sample_ns_ : kNever}));
     }
     now_ = s_.duration_ns;
     recorder_.alive(now_, live_);
     for (const auto& [batch, track] : tracks_) {
+      if (track.finished) continue;
       if (track.sealed_ns >= now_ - SimResult::kInFlightWindowNs) {
         recorder_.in_flight_at_end(1);
       } else {
@@ -101,6 +111,7 @@ class Simulation {
     for (const SimNode& n : nodes_) member_failures_ += n.node ? n.node->membership().stats().failed : 0;
     SimResult result = recorder_.finish();
     result.member_failures = int64_t(member_failures_);
+    result.charged_twice = charged_twice_;
     for (const SimNode& n : nodes_) {
       if (!n.node || !n.up) continue;
       ++result.modes_at_end[{dissemination_mode_name(n.node->mode()), n.node->relay_groups()}];
@@ -109,7 +120,7 @@ class Simulation {
   }
 
  private:
-  enum class Kind : uint8_t { kTick, kDeliver, kCheck };
+  enum class Kind : uint8_t { kTick, kDeliver, kCheck, kRelease };
   struct Item {
     int64_t t;
     uint64_t order;  // ties resolved by scheduling order: deterministic
@@ -118,6 +129,7 @@ class Simulation {
     uint64_t epoch;            // kTick, kDeliver: the node's life it was meant for
     GossipMessagePtr message;  // kDeliver
     size_t check = 0;          // kCheck: index into checks_
+    LeaseId lease{};           // kRelease: the lease its holder releases (epoch: the node's life)
   };
   static bool later(const Item& a, const Item& b) { return a.t != b.t ? a.t > b.t : a.order > b.order; }
 
@@ -130,10 +142,10 @@ class Simulation {
     bool operator<(const Tag& o) const { return t != o.t ? t < o.t : order < o.order; }
   };
   struct Effects {
-    std::vector<std::pair<Tag, Item>> scheduled;        // events for later windows
-    std::vector<std::pair<Tag, uint64_t>> sent;         // a message of this many bytes
-    std::vector<std::pair<Tag, BatchPtr>> first_sent;   // a batch its origin sends for the first time
-    std::vector<std::pair<Tag, const Batch*>> applied;  // a remote batch charged at a node
+    std::vector<std::pair<Tag, Item>> scheduled;                             // events for later windows
+    std::vector<std::pair<Tag, uint64_t>> sent;                              // a message of this many bytes
+    std::vector<std::pair<Tag, std::pair<BatchPtr, uint32_t>>> first_sent;   // a batch its origin (node) sends first
+    std::vector<std::pair<Tag, std::pair<const Batch*, uint32_t>>> applied;  // a remote batch charged at a node
     // Relay mode: a batch a node sealed summing other groups' batches (parts)
     std::vector<std::pair<Tag, std::pair<BatchPtr, std::vector<BatchPtr>>>> relays;
     // Keeps the capacity, and nothing alive (messages, batches) past the window.
@@ -183,7 +195,22 @@ class Simulation {
     int64_t sealed_ns;
     size_t remaining;  // live nodes that have not applied it yet
     BatchPtr batch;    // held, so no other batch can take its address while it is tracked
+    // The nodes charged with it so far (its origin first), directly or summed in a relay batch:
+    // a second charge at one node is counted (charged_twice). Kept kTrackAfterNs after every
+    // node alive at its sealing has it, for late copies: a node retaining it (the ledger's 10 s)
+    // can still hand it out in repair.
+    std::vector<uint64_t> charged;
+    bool finished = false;
+    // Marks node `i` charged; false if it already was.
+    bool charge(size_t i) {
+      uint64_t& w = charged[i / 64];
+      const uint64_t bit = uint64_t{1} << (i % 64);
+      if (w & bit) return false;
+      w |= bit;
+      return true;
+    }
   };
+  static constexpr int64_t kTrackAfterNs = 12 * kNanosPerSecond;
   // Relay mode: a relay batch and the batches it sums, while it may still be applied somewhere.
   struct Relayed {
     int64_t sealed_ns;
@@ -199,6 +226,9 @@ class Simulation {
   struct Check {
     size_t node, key;
     bool allowed = false;
+    int64_t hold_ns = 0;  // leases: the holder's work, and whether it never releases
+    bool never_release = false;
+    std::optional<LeaseId> lease;  // leases: the id the node granted (none: refused or unlimited)
   };
 
   void schedule(Item item) {
@@ -236,7 +266,7 @@ class Simulation {
     if (s_.node.membership == MembershipKind::kHeartbeat) o.seeds = {nodes_[0].address};
     o.on_applied = [this, i](const Batch& b) {
       SimNode& at = nodes_[i];
-      at.effects->applied.emplace_back(at.running, &b);
+      at.effects->applied.emplace_back(at.running, std::pair(&b, uint32_t(i)));
     };
     o.on_relay_sealed = [this, i](const BatchPtr& relay, const std::vector<BatchPtr>& parts) {
       SimNode& at = nodes_[i];
@@ -269,7 +299,7 @@ class Simulation {
     while (arrivals_.peek_time() < end) {
       const Arrival a = arrivals_.next(up_);
       if (a.dropped) continue;
-      checks_.push_back({a.node, a.key});
+      checks_.push_back({a.node, a.key, false, a.hold_ns, a.never_release, std::nullopt});
       arriving_.push_back({a.t_ns, order_++, Kind::kCheck, uint32_t(a.node), 0, nullptr, checks_.size() - 1});
     }
     if (!arriving_.empty()) {
@@ -291,8 +321,10 @@ class Simulation {
       ++runs_.back().second;
     }
     next_run_.store(0, std::memory_order_relaxed);
+    window_end_ = end;
     window_.size() < min_parallel_events_ ? run_member(0) : crew_->run();
     merge_effects(start);
+    window_.clear();  // its checks are recorded: a merge between windows (a stop) must not again
   }
 
   // Crew member `m` claims nodes of the window a few at a time and runs their events: a member
@@ -303,10 +335,22 @@ class Simulation {
     for (;;) {
       const size_t first = next_run_.fetch_add(kRunsPerClaim, std::memory_order_relaxed);
       if (first >= runs_.size()) return;
-      for (size_t r = first; r < std::min(first + kRunsPerClaim, runs_.size()); ++r) {
-        for (uint32_t i = runs_[r].first; i < runs_[r].second; ++i) run_event(window_[by_node_[i]], fx);
+      // The claimed runs are contiguous in by_node_: their events, in order, are [from, to).
+      const uint32_t from = runs_[first].first;
+      const uint32_t to = runs_[std::min(first + kRunsPerClaim, runs_.size()) - 1].second;
+      for (uint32_t i = from; i < to; ++i) {
+        // The next event's message is prefetched (Node::prefetch): a thousand nodes' tables fit
+        // in no cache, and its loads then overlap this event's work. (Within the claim: the
+        // event after it may be another member's.)
+        if (i + 1 < to) prefetch_event(window_[by_node_[i + 1]]);
+        run_event(window_[by_node_[i]], fx);
       }
     }
+  }
+
+  void prefetch_event(const Item& it) const {
+    const SimNode& n = nodes_[it.node];
+    if (it.kind == Kind::kDeliver && n.up && n.epoch == it.epoch) n.node->prefetch(*it.message);
   }
 
   void run_event(Item& it, Effects& fx) {
@@ -326,8 +370,19 @@ class Simulation {
         n.node->receive(*it.message, it.t);       // counts convergence through on_applied
         it.message.reset();                       // on this thread, while it is still warm
         break;
-      case Kind::kCheck:  // the arrival stream offers checks to live nodes only
-        checks_[it.check].allowed = n.node->check(arrivals_.keys()[checks_[it.check].key], s_.load.cost, it.t).allowed;
+      case Kind::kCheck: {  // the arrival stream offers checks to live nodes only
+        Check& c = checks_[it.check];
+        if (leases_) {
+          const LeaseGrant g = n.node->acquire(arrivals_.keys()[c.key], s_.load.cost, 0, it.t);
+          c.allowed = g.granted();
+          if (g.outcome == LeaseOutcome::kGranted) c.lease = g.id;
+        } else {
+          c.allowed = n.node->check(arrivals_.keys()[c.key], s_.load.cost, it.t).allowed;
+        }
+        break;
+      }
+      case Kind::kRelease:
+        if (n.up && n.epoch == it.epoch) n.node->release(it.lease);
         break;
     }
   }
@@ -343,7 +398,7 @@ class Simulation {
     for (const BatchPtr& b : m->batches) {
       if (b->origin != src.id || std::pair(b->incarnation, b->seq) <= src.last_tracked) continue;
       src.last_tracked = {b->incarnation, b->seq};
-      fx.first_sent.emplace_back(src.running, b);
+      fx.first_sent.emplace_back(src.running, std::pair(b, uint32_t(from)));
     }
     // Addresses are "sim:N": read N rather than hashing the string (millions of sends per run).
     size_t to = 0;
@@ -383,28 +438,38 @@ class Simulation {
     // (This order also keeps the raw pointers of `applied` unambiguous: every batch applied in
     // the window was alive alongside every batch tracked at its start, so none shares an
     // address with a tracked one; new tracks come after.)
-    for (const auto& [tag, batch] : merged(&Effects::applied)) {
+    auto reached = [&](std::unordered_map<const Batch*, Track>::iterator t, size_t node, int64_t at) {
+      if (!t->second.charge(node)) {
+        ++charged_twice_;
+        return;
+      }
+      if (!t->second.finished && --t->second.remaining == 0) finish(t, at);
+    };
+    for (const auto& [tag, applied] : merged(&Effects::applied)) {
+      const auto [batch, node] = applied;
       auto t = tracks_.find(batch);
       if (t != tracks_.end()) {
-        if (--t->second.remaining == 0) finish(t, tag.t);
+        reached(t, node, tag.t);
         continue;
       }
       // Relay mode: a batch summing other groups' batches reaches them at this node.
       auto r = relays_.find(batch);
       if (r == relays_.end()) continue;
       for (const BatchPtr& part : r->second.parts) {
-        auto pt = tracks_.find(part.get());
-        if (pt != tracks_.end() && --pt->second.remaining == 0) finish(pt, tag.t);
+        if (auto pt = tracks_.find(part.get()); pt != tracks_.end()) reached(pt, node, tag.t);
       }
     }
     for (auto& [tag, relay] : merged(&Effects::relays)) {
       const Batch* key = relay.first.get();
       relays_[key] = Relayed{tag.t, std::move(relay.first), std::move(relay.second)};
     }
-    for (auto& [tag, batch] : merged(&Effects::first_sent)) {
-      const Batch* key = batch.get();
-      auto [t, fresh] = tracks_.emplace(key, Track{tag.t, live_ - 1, std::move(batch)});
-      if (fresh && t->second.remaining == 0) finish(t, tag.t);
+    for (auto& [tag, sent] : merged(&Effects::first_sent)) {
+      const Batch* key = sent.first.get();
+      auto [t, fresh] = tracks_.emplace(key, Track{tag.t, live_ - 1, std::move(sent.first), {}});
+      if (!fresh) continue;
+      t->second.charged.assign((nodes_.size() + 63) / 64, 0);
+      t->second.charge(sent.second);
+      if (t->second.remaining == 0) finish(t, tag.t);
     }
     for (const auto& [tag, bytes] : merged(&Effects::sent)) recorder_.sent(tag.t, 1, bytes);
     for (auto& [tag, item] : merged(&Effects::scheduled)) schedule(std::move(item));
@@ -413,7 +478,23 @@ class Simulation {
     for (const Item& it : window_) {
       if (it.kind != Kind::kCheck) continue;
       const Check& c = checks_[it.check];
-      recorder_.check(it.t, arrivals_.keys()[c.key], s_.load.cost, side_[c.node], c.allowed);
+      if (!leases_) {
+        recorder_.check(it.t, arrivals_.keys()[c.key], s_.load.cost, side_[c.node], c.allowed);
+        continue;
+      }
+      recorder_.lease(it.t, arrivals_.keys()[c.key], s_.load.cost, c.node, side_[c.node], c.allowed, c.hold_ns);
+      // Its holder releases it when its work is done (no sooner than this window's end: the
+      // next window is the earliest an event can be scheduled in), in the same life of its node.
+      if (c.lease && !c.never_release) {
+        Item release{std::max(it.t + c.hold_ns, window_end_),
+                     0,
+                     Kind::kRelease,
+                     uint32_t(c.node),
+                     nodes_[c.node].epoch,
+                     nullptr};
+        release.lease = *c.lease;
+        schedule(std::move(release));
+      }
     }
     if (start >= next_track_sweep_ns_) {  // batches that never reach everyone (a crash, a partition)
       next_track_sweep_ns_ = start + kNanosPerSecond;
@@ -421,6 +502,7 @@ class Simulation {
       // retaining it 10 s from when it applied it.
       std::erase_if(relays_, [&](const auto& kv) { return kv.second.sealed_ns < start - 30 * kNanosPerSecond; });
       std::erase_if(tracks_, [&](const auto& kv) {
+        if (kv.second.finished) return kv.second.sealed_ns < start - kTrackAfterNs;
         const bool stale = kv.second.sealed_ns < start - 30 * kNanosPerSecond;
         if (stale) recorder_.unconverged();
         return stale;
@@ -430,7 +512,7 @@ class Simulation {
 
   void finish(std::unordered_map<const Batch*, Track>::iterator t, int64_t at) {
     recorder_.converged(t->second.sealed_ns, at - t->second.sealed_ns);
-    tracks_.erase(t);
+    t->second.finished = true;
   }
 
   // ---- the timeline, between windows
@@ -467,6 +549,7 @@ class Simulation {
       case Event::Kind::kCrash:
         if (e.node < nodes_.size() && nodes_[e.node].up) {
           if (e.graceful) stop_node(e.node);
+          recorder_.node_down(now_, e.node);  // its holders (the host's service) stop too
           recorder_.alive(now_, live_);
           nodes_[e.node].up = false;
           up_[e.node] = false;
@@ -510,7 +593,23 @@ class Simulation {
     }
   }
 
+  // Leases: every 100 ms, what the live nodes count for each key, their mean.
+  void lease_sample() {
+    const int64_t t = next_lease_sample_ns_;
+    next_lease_sample_ns_ += 100 * kNanosPerMilli;
+    recorder_.lease_sample(t, [&](std::string_view key) {
+      double sum = 0;
+      for (const SimNode& n : nodes_) {
+        if (n.up) sum += double(n.node->leases().in_flight(key));
+      }
+      return live_ ? sum / double(live_) : 0.0;
+    });
+  }
+
   const Scenario& s_;
+  const bool leases_ = s_.load.kind == LoadSpec::Kind::kLeases;
+  int64_t next_lease_sample_ns_ = 0;
+  int64_t window_end_ = 0;
   std::shared_ptr<const RuleSet> rules_;
   Recorder recorder_;
   ArrivalStream arrivals_;
@@ -528,6 +627,7 @@ class Simulation {
   std::unordered_map<const Batch*, Track> tracks_;
   std::unordered_map<const Batch*, Relayed> relays_;
   int64_t next_track_sweep_ns_ = 0;
+  uint64_t charged_twice_ = 0;    // SimResult::charged_twice
   uint64_t member_failures_ = 0;  // of lives that have ended (see SimResult::member_failures)
   // The window being run.
   std::vector<Item> window_, arriving_;

@@ -49,6 +49,34 @@ TEST(Arrivals, TheSameSeedGivesTheSameStreamAnotherSeedAnother) {
   EXPECT_GT(differ, 190);
 }
 
+// Issue 40: a lease's hold comes from a stream of its own, so the same seed offers the same
+// arrivals (times, nodes, keys) whether they check or take leases; holds are exponential with
+// the mean asked for, or fixed.
+TEST(Arrivals, LeaseHoldsLeaveTheArrivalsAsTheyWere) {
+  const std::vector<bool> up(4, true);
+  LoadSpec leases = load(100, 10);
+  leases.kind = LoadSpec::Kind::kLeases;
+  leases.hold_mean_ns = 2 * kNanosPerSecond;
+  leases.never_release = 0.1;
+  ArrivalStream checks(load(100, 10), 7), held(leases, 7);
+  double sum = 0;
+  int never = 0;
+  constexpr int kN = 20'000;
+  for (int i = 0; i < kN; ++i) {
+    const Arrival x = checks.next(up), y = held.next(up);
+    ASSERT_EQ(std::tie(x.t_ns, x.node, x.key), std::tie(y.t_ns, y.node, y.key)) << i;
+    EXPECT_EQ(x.hold_ns, 0);
+    ASSERT_GE(y.hold_ns, 1);
+    sum += double(y.hold_ns);
+    never += y.never_release;
+  }
+  EXPECT_NEAR(sum / kN / double(kNanosPerSecond), 2.0, 0.05);  // sd of the mean 0.014
+  EXPECT_NEAR(double(never) / kN, 0.1, 0.01);
+  leases.hold = LoadSpec::Hold::kFixed;
+  ArrivalStream fixed(leases, 7);
+  EXPECT_EQ(fixed.next(up).hold_ns, 2 * kNanosPerSecond);
+}
+
 TEST(Arrivals, UniformSpreadUsesOnlyLiveNodesEvenly) {
   ArrivalStream s(load(1000), 3);
   const std::vector<bool> up = {true, false, true, true};

@@ -90,20 +90,21 @@ TEST(ShippedScenarios, EveryFileParsesIsNamedAfterItselfAndHasRulesTheRulesParse
     SCOPED_TRACE(path.string());
     const Scenario s = load_scenario_file(path.string());
     EXPECT_EQ(s.name, path.stem().string());
-    ASSERT_FALSE(parse_rules(s.rules_yaml, path.string())->rules().empty());
+    const auto rules = parse_rules(s.rules_yaml, path.string());
+    ASSERT_FALSE(rules->rules().empty() && rules->concurrency_rules().empty());
     EXPECT_FALSE(s.phases().empty());
     // max_debt decides how a run pays back parallel admission: every rule writes it out.
     std::ifstream in(path);
-    size_t rules = 0, debts = 0;
+    size_t rates = 0, debts = 0;
     for (std::string line; std::getline(in, line);) {
       const std::string code = line.substr(0, line.find('#'));
-      rules += contains(code, "match:");
+      rates += contains(code, "match:") && contains(code, "rate:");
       debts += contains(code, "max_debt:");
     }
-    EXPECT_EQ(debts, rules);
+    EXPECT_EQ(debts, rates);
   }
-  for (const char* required :
-       {"steady", "partition-halves", "partition-minority", "loss-20", "crash-restart", "flash-crowd", "churn"}) {
+  for (const char* required : {"steady", "partition-halves", "partition-minority", "loss-20", "crash-restart",
+                               "flash-crowd", "churn", "leases-steady", "leases-crash", "leases-leak"}) {
     EXPECT_TRUE(std::filesystem::exists(kScenarioDir + "/" + required + ".yaml")) << required;
   }
 }
@@ -281,6 +282,28 @@ TEST(ScenarioFile, RulesAreReserializedInTheRulesFileFormat) {
   ASSERT_EQ(rules->rules().size(), 2u);
   EXPECT_EQ(rules->rules()[0].match, "*");
   EXPECT_EQ(rules->rules()[1].match, "a: b #c");
+}
+
+// Issue 40: a load of leases, its holds and its share of holders that never release.
+TEST(ScenarioFile, ALoadOfLeasesIsRead) {
+  const Scenario s = parse_scenario(
+      scenario_with("load: {kind: leases, hold: {distribution: fixed, mean: 250ms}, never_release: 5%}\n"), "s.yaml");
+  EXPECT_EQ(s.load.kind, LoadSpec::Kind::kLeases);
+  EXPECT_EQ(s.load.hold, LoadSpec::Hold::kFixed);
+  EXPECT_EQ(s.load.hold_mean_ns, 250 * kMs);
+  EXPECT_DOUBLE_EQ(s.load.never_release, 0.05);
+  const Scenario plain = parse_scenario(scenario_with(""), "s.yaml");
+  EXPECT_EQ(plain.load.kind, LoadSpec::Kind::kChecks);
+  EXPECT_EQ(plain.load.hold, LoadSpec::Hold::kExponential);
+  const auto error_has = [](const std::string& text, const std::string& part) {
+    const std::string e = scenario_error(text);
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  error_has(scenario_with("load: {kind: semaphores}\n"), "`load.kind` must be checks or leases");
+  error_has(scenario_with("load: {hold: {mean: 0s}}\n"), "load.hold.mean");
+  error_has(scenario_with("load: {hold: {distribution: normal}}\n"),
+            "`load.hold.distribution` must be exponential or fixed");
+  error_has(scenario_with("load: {hold: {median: 1s}}\n"), "median");
 }
 
 TEST(ScenarioFile, BadValuesAreErrorsThatSayWhatWasExpected) {

@@ -53,6 +53,71 @@ TEST(Targets, PartitionHalves) {
   EXPECT_LE(phase(proportional, "healed").over_admission(), 1.05);
 }
 
+// Issue 40: concurrency leases against one ideal global semaphore (sim/oracle.h), sampled every
+// 100 ms. leases-steady offers twice the capacity of 20 keys of `concurrency: 10`: the slots
+// held, time-weighted, stay within 1.02 of the limits, and no key's peak beyond its limit
+// exceeds the grants one key got in any window of the convergence p99 (what the nodes can grant
+// before they hear of each other's). Measured (seed 1): held/limit 0.932 (the oracle's 0.913),
+// peak 5 over (bound 8), over-limit 134.9 of 6,000 limit slot-seconds.
+TEST(Targets, LeasesSteadyHoldTheLimitOnAverageAndPeakWithinAConvergenceWindow) {
+  const SimResult r = run(load_scenario_file(kScenarioDir + "/leases-steady.yaml"));
+  const PhaseStats& p = phase(r, "steady");
+  EXPECT_LE(p.lease_in_flight_ratio(), 1.02);
+  EXPECT_GE(p.lease_in_flight_ratio(), 0.88) << "the limits should be in use: offered at twice the capacity";
+  EXPECT_GE(p.lease_in_flight_ratio(), 0.98 * p.lease_oracle_slot_s / p.lease_limit_slot_s) << "no under-use";
+  EXPECT_GT(p.lease_peak_bound, 0);
+  EXPECT_LE(p.lease_peak_over, p.lease_peak_bound);
+  EXPECT_LE(p.lease_over_slot_s, 0.04 * p.lease_limit_slot_s);
+  EXPECT_GT(p.admitted, 5000u);
+  EXPECT_EQ(r.member_failures, 0);
+}
+
+// Issue 40: node 3 of 4 crashes holding a quarter of the leases (its holders die with it, in the
+// oracle too). The others stop counting its slots once they mark it failed: fail_after (2 s)
+// plus a round, here read at the 100 ms samples. Measured (seed 1): 50.3 slots counted beyond
+// those held at the crash, below a tenth of that 2,100 ms later; before the crash 0.4 on average.
+TEST(Targets, LeasesOfACrashedNodeAreFreeAgainWithinFailAfterAndARound) {
+  const Scenario s = load_scenario_file(kScenarioDir + "/leases-crash.yaml");
+  const SimResult r = run(s);
+  const PhaseStats& crashed = phase(r, "crashed");
+  double first = -1;
+  int64_t freed_after_ns = -1;
+  for (const SeriesPoint& pt : r.series) {
+    if (pt.t_ns < crashed.start_ns || pt.t_ns >= crashed.end_ns) continue;
+    if (first < 0) {
+      first = pt.lease_lost;
+    } else if (pt.lease_lost < 0.1 * first) {
+      freed_after_ns = pt.t_ns - crashed.start_ns;
+      break;
+    }
+  }
+  EXPECT_GE(first, 35) << "a quarter of 200 slots, most of them in use, should be out with node 3";
+  ASSERT_GE(freed_after_ns, 0) << "the crashed node's slots were never freed";
+  EXPECT_GE(freed_after_ns, s.node.fail_after_ns - s.node.interval_ns) << "freed before the node could be failed?";
+  EXPECT_LE(freed_after_ns, s.node.fail_after_ns + s.node.interval_ns + 100 * kNanosPerMilli);
+  const PhaseStats& steady = phase(r, "steady");
+  EXPECT_LE(steady.lease_lost_slot_s, 0.01 * steady.lease_limit_slot_s);
+}
+
+// Issue 40: 5 % of the holders never release; the TTL (5 s) frees theirs. They take capacity
+// meanwhile, about what the estimate in the scenario says, and nothing is held beyond the limit
+// for it. Measured (seed 1): held/limit 0.808 against the oracle's 0.913 (whose holders' work
+// ends at their hold), 911 slot-seconds counted beyond those held (1.5 slots of each key's 10).
+TEST(Targets, LeasesNeverReleasedAreFreedByTheirTtl) {
+  Scenario s = load_scenario_file(kScenarioDir + "/leases-leak.yaml");
+  const SimResult leak = run(s);
+  s.load.never_release = 0;
+  const SimResult clean = run(s);
+  const PhaseStats& p = leak.total;
+  const double seconds = double(s.duration_ns) / double(kNanosPerSecond);
+  const double lost_per_key = p.lease_lost_slot_s / seconds / double(s.load.keys);
+  EXPECT_GE(lost_per_key, 0.5) << "the leaked leases should show";
+  EXPECT_LE(lost_per_key, 5.0) << "more than a TTL's worth of leaks: are they ever freed?";
+  EXPECT_GT(p.lease_lost_slot_s, 3 * clean.total.lease_lost_slot_s);
+  EXPECT_GE(p.lease_in_flight_ratio(), 0.7);
+  EXPECT_LE(p.lease_over_slot_s, 0.04 * p.lease_limit_slot_s);
+}
+
 // Issue 35: a per-day limit spent before a rolling restart stays spent. Each of the 5 nodes in
 // turn crashes and restarts 1 s later, past the 10 s that batches are retained for repair: with
 // balances from a peer on start, no restarted node admits the key again; without them (the
