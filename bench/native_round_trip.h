@@ -1,6 +1,6 @@
-// One check batch's round trip through tollgated's client API over a connected socket, blocking,
-// with nothing of ours around it (no client library): shared by tollgate-wire-latency and
-// tollgate-rls-bench.
+// One check batch's (or lease request's) round trip through tollgated's client API over a
+// connected socket, blocking, with nothing of ours around it (no client library): shared by
+// tollgate-wire-latency and tollgate-rls-bench.
 #ifndef TOLLGATE_BENCH_NATIVE_ROUND_TRIP_H_
 #define TOLLGATE_BENCH_NATIVE_ROUND_TRIP_H_
 
@@ -53,13 +53,11 @@ inline void parse_check_answer(uint64_t id, size_t n, NativeBuffers& b) {
   }
 }
 
-// Sends one request `id` checking each of `keys` at cost 1 and reads its answer. Throws
-// boost::system::system_error when the connection fails and std::runtime_error for an answer
-// that is not the check results asked for.
+// Writes b.frame and reads the answer's frame into b.answer. Throws
+// boost::system::system_error when the connection fails, std::runtime_error for a frame too long.
 template <typename Socket>
-void native_round_trip(Socket& socket, uint64_t id, std::span<const std::string> keys, NativeBuffers& b) {
+void exchange_frames(Socket& socket, NativeBuffers& b) {
   namespace asio = boost::asio;
-  frame_check_request(id, keys, b);
   asio::write(socket, asio::buffer(b.frame));
   unsigned char header[tollgate::kFrameHeaderBytes];
   asio::read(socket, asio::buffer(header));
@@ -69,7 +67,34 @@ void native_round_trip(Socket& socket, uint64_t id, std::span<const std::string>
   }
   b.answer.resize(length);
   asio::read(socket, asio::buffer(b.answer));
+}
+
+// Sends one request `id` checking each of `keys` at cost 1 and reads its answer. Throws
+// boost::system::system_error when the connection fails and std::runtime_error for an answer
+// that is not the check results asked for.
+template <typename Socket>
+void native_round_trip(Socket& socket, uint64_t id, std::span<const std::string> keys, NativeBuffers& b) {
+  frame_check_request(id, keys, b);
+  exchange_frames(socket, b);
   parse_check_answer(id, keys.size(), b);
+}
+
+// One lease request `id` (b.request's lease, set by the caller) and its answer in
+// b.response.lease(). Throws as native_round_trip does.
+template <typename Socket>
+const tollgate::v1::api::LeaseResult& native_lease_call(Socket& socket, uint64_t id, NativeBuffers& b) {
+  b.request.set_version(tollgate::api::kApiVersion);
+  b.request.set_id(id);
+  b.frame.clear();
+  if (!tollgate::api::append_frame(b.request, tollgate::api::kDefaultMaxFrameBytes, b.frame)) {
+    throw std::runtime_error("a lease request does not fit one request frame");
+  }
+  exchange_frames(socket, b);
+  if (!b.response.ParseFromString(b.answer) || b.response.id() != id || !b.response.has_lease()) {
+    throw std::runtime_error("the daemon's answer is not a lease result" +
+                             (b.response.has_error() ? ": " + b.response.error().message() : std::string()));
+  }
+  return b.response.lease();
 }
 
 }  // namespace tollgate::bench

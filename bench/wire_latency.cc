@@ -38,29 +38,68 @@ struct Options {
   size_t batch = 2;
   size_t keys = 100;
   std::string prefix = "hot";
+  bool leases = false;  // --op lease: acquire a slot of each key, then release it
 };
 
-// Paced round trips on a connected socket; returns the round trips in microseconds. Throws
-// boost::system::system_error when the connection fails and std::runtime_error for an answer
-// that is not the check results asked for.
+struct Measured {
+  std::vector<int64_t> rtt_us;      // checks, or acquires
+  std::vector<int64_t> release_us;  // --op lease: the releases
+};
+
+// --op lease, one paced turn: acquire a slot of `key` when `held` is empty (and keep its id
+// there), else release the lease held; each timed. Paced one by one, so that a release does not
+// ride on the daemon's thread still awake from the acquire before it.
 template <typename Socket>
-std::vector<int64_t> measure(Socket& socket, const Options& o) {
-  std::vector<int64_t> rtt_us;
+void lease_turn(Socket& socket, const std::string& key, std::string& held, uint64_t* id,
+                tollgate::bench::NativeBuffers& b, Measured& out) {
+  namespace pb = tollgate::v1::api;
+  b.request.Clear();
+  const bool acquire = held.empty();
+  if (acquire) {
+    b.request.mutable_lease()->mutable_acquire()->set_key(key);
+  } else {
+    b.request.mutable_lease()->mutable_release()->set_id(held);
+  }
+  const auto sent = Clock::now();
+  const pb::LeaseResult& r = tollgate::bench::native_lease_call(socket, ++*id, b);
+  const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count();
+  if (acquire) {
+    if (r.outcome() != pb::LEASE_GRANTED) {
+      throw std::runtime_error("acquire of " + key + " answered " + r.reason() +
+                               ": give the keys a concurrency rule (the bench holds one slot at a time)");
+    }
+    out.rtt_us.push_back(us);
+    held = r.id();
+  } else {
+    if (!r.found()) throw std::runtime_error("release of lease " + held + ": not found");
+    out.release_us.push_back(us);
+    held.clear();
+  }
+}
+
+template <typename Socket>
+Measured measure(Socket& socket, const Options& o) {
+  Measured m;
   tollgate::bench::NativeBuffers buffers;
   std::vector<std::string> keys(o.batch);
   uint64_t id = 0;
   size_t turn = 0;
+  std::string held;  // --op lease: the lease to release next turn
   const auto gap = std::chrono::nanoseconds(int64_t(double(o.batch) * 1e9 / o.rate));
   const auto start = Clock::now(), end = start + std::chrono::nanoseconds(int64_t(o.seconds * 1e9));
   for (auto next = start; Clock::now() < end; next += gap) {
     std::this_thread::sleep_until(next);  // pacing, as tollgate-load paces its checks
     for (std::string& key : keys) key = o.prefix + std::to_string(turn++ % o.keys);
-    const auto sent = Clock::now();
-    tollgate::bench::native_round_trip(socket, ++id, keys, buffers);
-    rtt_us.push_back(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count());
+    if (o.leases) {
+      lease_turn(socket, keys[0], held, &id, buffers, m);
+    } else {
+      const auto sent = Clock::now();
+      tollgate::bench::native_round_trip(socket, ++id, keys, buffers);
+      m.rtt_us.push_back(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count());
+    }
     if (Clock::now() > next + std::chrono::seconds(1)) next = Clock::now();  // fell behind: no burst
   }
-  return rtt_us;
+  return m;
 }
 
 }  // namespace
@@ -78,7 +117,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t(1), size_t(1) << 40));
   app.add_option("--prefix", o.prefix, "Key name prefix");
   app.add_option("--seconds", o.seconds, "How long to measure")->check(CLI::Range(0.1, 3600.0));
+  std::string op = "check";
+  app.add_option("--op", op,
+                 "check: check batches; lease: turns alternate between acquiring one slot of the next key and "
+                 "releasing it (the keys need a concurrency rule; --batch is ignored; --rate counts requests), "
+                 "acquires and releases timed on lines of their own")
+      ->check(CLI::IsMember({"check", "lease"}));
   CLI11_PARSE(app, argc, argv);
+  o.leases = op == "lease";
+  if (o.leases) o.batch = 1;
 
   std::string why;
   const auto endpoint = tollgate::api::parse_endpoint(endpoint_text, &why);
@@ -86,25 +133,30 @@ int main(int argc, char** argv) {
     std::cerr << "tollgate-wire-latency: --endpoint: " << why << "\n";
     return 2;
   }
-  std::vector<int64_t> rtt_us;
+  Measured m;
   try {
     asio::io_context io;
     if (endpoint->kind == tollgate::api::Endpoint::Kind::kUnix) {
       asio::local::stream_protocol::socket socket(io);
       socket.connect(asio::local::stream_protocol::endpoint(endpoint->path));
-      rtt_us = measure(socket, o);
+      m = measure(socket, o);
     } else {
       asio::ip::tcp::socket socket(io);
       socket.connect(asio::ip::tcp::endpoint(asio::ip::make_address(endpoint->host), endpoint->port));
       socket.set_option(asio::ip::tcp::no_delay(true));
-      rtt_us = measure(socket, o);
+      m = measure(socket, o);
     }
   } catch (const std::exception& e) {
     std::cerr << "tollgate-wire-latency: " << endpoint->to_string() << ": " << e.what() << "\n";
     return 1;
   }
-  std::cout << "round_trips p50_us p99_us max_us\n"
-            << rtt_us.size() << " " << tollgate::cli::percentile(rtt_us, 50) << " "
-            << tollgate::cli::percentile(rtt_us, 99) << " " << *std::max_element(rtt_us.begin(), rtt_us.end()) << "\n";
+  auto line = [](const char* what, std::vector<int64_t>& v) {
+    if (v.empty()) return;
+    std::cout << what << v.size() << " " << tollgate::cli::percentile(v, 50) << " " << tollgate::cli::percentile(v, 99)
+              << " " << *std::max_element(v.begin(), v.end()) << "\n";
+  };
+  std::cout << (o.leases ? "op " : "") << "round_trips p50_us p99_us max_us\n";
+  line(o.leases ? "acquire " : "", m.rtt_us);
+  line("release ", m.release_us);
   return 0;
 }
