@@ -194,11 +194,21 @@ int Daemon::run() {
 }
 
 void Daemon::wait_for_signal() {
+  // Signals stay caught while the node leaves: a second SIGTERM (a script's cleanup, an impatient
+  // operator) must not cut the leave short and lose what this node admitted since its last batch.
   signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
     if (ec) return;
-    if (signo != SIGHUP) return shutdown();
-    host_->reload();
-    for (auto& f : front_ends_) f->reload();
+    if (stopping_) {
+      spdlog::info(
+          "signal {} while leaving: the leave goes on (SIGKILL stops at once, and loses what this node "
+          "admitted since its last batch)",
+          signo);
+    } else if (signo != SIGHUP) {
+      shutdown();
+    } else {
+      host_->reload();
+      for (auto& f : front_ends_) f->reload();
+    }
     wait_for_signal();
   });
 }
@@ -220,7 +230,6 @@ void Daemon::shutdown() {
   for (auto& f : front_ends_) f->drain();  // not ready, nothing new accepted; what was read is answered
   host_->stop_rounds();
   watch_timer_.cancel();
-  signals_.cancel();
   // Leave only once the requests already read have been answered (a large batch goes a slice
   // at a time): leave() seals what this node admitted and sends it with the departure, and a
   // check admitted after that would never reach the others.
