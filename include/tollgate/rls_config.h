@@ -98,6 +98,16 @@ struct RlsLimitOverride {
   uint32_t unit_multiplier = 1;  // 0 is read as 1
 };
 
+// tollgate's `concurrency:` on a descriptor (issue 40; operations.md, "Concurrency behind Envoy"):
+// at most `limit` of the descriptor's requests in flight at once across the cluster. A request's
+// hits_addend acquires that many slots, one with is_negative_hits (Envoy's apply_on_stream_done)
+// releases them; a stream whose end never comes is freed after `ttl_ns`. Not in the reference
+// server, which rejects the field.
+struct RlsConcurrency {
+  int64_t limit = 0;                 // >= 1
+  int64_t ttl_ns = 300'000'000'000;  // `lease_ttl`, 5 minutes unless given
+};
+
 // A value of a descriptor's `metadata` (YAML, typed as the reference server's Go YAML reader
 // types it: true/false, numbers, null, strings, lists and mappings), returned in the response's
 // dynamic metadata for the descriptors that passed.
@@ -120,7 +130,8 @@ struct RlsDescriptor {
   // others are here. Several limits on one descriptor, all or nothing like a request's
   // descriptors: 10 a second and 1,000 a day on the same key and value.
   std::vector<RlsLimit> more_limits;
-  bool shadow_mode = false;  // counted as usual, never denies
+  std::optional<RlsConcurrency> concurrency;  // tollgate's `concurrency` (and `lease_ttl`)
+  bool shadow_mode = false;                   // counted as usual, never denies
   // Over-limit quota descriptors do not deny alone: a request is over only when every quota
   // descriptor of it is (and no other descriptor is over). The reference server's quota_mode.
   bool quota_mode = false;
@@ -170,7 +181,12 @@ struct RlsMatch {
   std::vector<RlsMatch> more;
   // The bucket key, when limit->limited(); else empty.
   std::string key;
-  // Bytes of `key` before the values (prefix, domain, node path and the 0x1D separator).
+  // The descriptor's concurrency limit (RlsDescriptor::concurrency), or null; and the key its
+  // leases are counted under (the bucket key's form, whether or not a rate limit applies too).
+  const RlsConcurrency* concurrency = nullptr;
+  std::string concurrency_key;
+  // Bytes of `key` (and of concurrency_key) before the values (prefix, domain, node path and the
+  // 0x1D separator).
   size_t path_bytes = 0;
   // The descriptor carried a limit override that could not be honoured (no unit, a period over
   // 100 years, a domain too long for its bucket key's path, or kMaxOverrideLimits distinct
@@ -234,6 +250,13 @@ class RlsConfig {
   // Every index limit_index can return: the configured limits, then kMaxOverrideLimits slots for
   // override limits (each taken when its limit is first used, by any thread).
   size_t limit_slots() const { return limits_.size() + kMaxOverrideLimits; }
+  // For RuleSet: the index of the concurrency limit counting the leases of `key` (a
+  // concurrency_key made by match()), or nullopt.
+  std::optional<uint32_t> concurrency_index(std::string_view key) const;
+  // The concurrency limits, by concurrency_index, and their labels (as label() names limits).
+  size_t concurrency_count() const { return concurrency_.size(); }
+  const RlsConcurrency& concurrency(uint32_t index) const { return *concurrency_[index]; }
+  const std::string& concurrency_label(uint32_t index) const { return concurrency_labels_[index]; }
   // The limit at an index from limit_index as metrics name it, in the reference server's style:
   // the domain, then each level's key, "_value" when it has one ("_a*b" for a wildcard),
   // joined with '.': "web.path_/a.user"; an override limit's is "(override 10 per minute)" ("" for
@@ -244,8 +267,10 @@ class RlsConfig {
   struct Node;
   struct Tree;
   std::vector<RlsDomain> domains_;
-  std::vector<const RlsLimit*> limits_;  // the limited ones, into domains_
-  std::vector<std::string> labels_;      // label(i) of limits_[i]
+  std::vector<const RlsLimit*> limits_;             // the limited ones, into domains_
+  std::vector<std::string> labels_;                 // label(i) of limits_[i]
+  std::vector<const RlsConcurrency*> concurrency_;  // into domains_
+  std::vector<std::string> concurrency_labels_;
   RlsModes modes_;
   std::unique_ptr<Tree> tree_;
 };

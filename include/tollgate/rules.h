@@ -84,9 +84,16 @@ class RuleSet {
   uint32_t size() const;
 
   // Index into concurrency_rules() of the concurrency rule that governs `key` (the same
-  // precedence, no default), or kUnlimited.
+  // precedence, no default), or kUnlimited. An RLS bucket key with a descriptor's `concurrency`
+  // gets that one (RlsConfig::concurrency_index).
   uint32_t concurrency_match(std::string_view key) const;
+  // The concurrency rules given, then one per RLS descriptor with a `concurrency` (its `match`
+  // is "rls:" and RlsConfig::concurrency_label, as label() names RLS limits).
   const std::vector<ConcurrencyRule>& concurrency_rules() const { return concurrency_; }
+  // The concurrency rules given to the constructor (without the RLS config's).
+  std::vector<ConcurrencyRule> own_concurrency_rules() const {
+    return {concurrency_.begin(), concurrency_.begin() + long(own_concurrency_)};
+  }
 
   const std::vector<Rule>& rules() const { return rules_; }
   const std::optional<Limit>& default_limit() const { return default_; }
@@ -119,6 +126,7 @@ class RuleSet {
   std::shared_ptr<const RlsConfig> rls_;
   Patterns patterns_;
   std::vector<ConcurrencyRule> concurrency_;
+  size_t own_concurrency_ = 0;  // concurrency_'s first entries: the given ones; then the RLS config's
   Patterns concurrency_patterns_;
 };
 

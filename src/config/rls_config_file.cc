@@ -11,6 +11,7 @@
 
 #include "config/strict_yaml.h"
 #include "read_file.h"
+#include "tollgate/duration.h"
 
 namespace tollgate {
 namespace {
@@ -80,8 +81,10 @@ class RlsParser {
     d.column = node.Mark().column + 1;
     bool has_key = false;
     static constexpr std::string_view kFields[] = {
-        "key",        "value",    "rate_limit",      "rate_limits",     "descriptors",    "shadow_mode",
-        "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"};
+        "key",      "value",           "rate_limit",      "rate_limits",     "descriptors", "shadow_mode", "quota_mode",
+        "metadata", "detailed_metric", "value_to_metric", "share_threshold", "concurrency", "lease_ttl"};
+    std::optional<int64_t> lease_ttl;
+    std::optional<YAML::Mark> lease_ttl_at;
     yaml::for_each_field(source_, node, kFields,
                          [&](const std::string& name, const YAML::Node& value, const YAML::Node& at) {
       at_ = at.Mark();
@@ -125,11 +128,25 @@ class RlsParser {
         d.detailed_metric = boolean(value, "detailed_metric");
       } else if (name == "value_to_metric") {
         d.value_to_metric = boolean(value, "value_to_metric");
+      } else if (name == "concurrency") {  // tollgate's: at most N in flight (hits_addend acquires)
+        d.concurrency.emplace().limit = integer(value, "concurrency", 1, kMaxTokens);
+      } else if (name == "lease_ttl") {
+        std::string why;
+        const std::optional<int64_t> ttl = parse_duration_ns(scalar(value, "lease_ttl"), &why);
+        if (!ttl) fail_value(value, "lease_ttl: " + why);
+        if (*ttl < 1'000'000) fail_value(value, "lease_ttl must be at least 1ms");
+        lease_ttl = *ttl;
+        lease_ttl_at = value.Mark();
       } else {
         d.share_threshold = boolean(value, "share_threshold");
       }
     });
     if (!has_key) fail(node, "descriptor has no `key`");
+    if (lease_ttl) {
+      if (!d.concurrency)
+        yaml::fail(source_, *lease_ttl_at, "`lease_ttl` without `concurrency` (e.g. concurrency: 10)");
+      d.concurrency->ttl_ns = *lease_ttl;
+    }
     return d;
   }
 

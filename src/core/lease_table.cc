@@ -89,6 +89,8 @@ std::optional<LeaseId> LeaseId::parse(std::string_view hex) {
 
 struct LeaseTable::Counters {
   std::atomic<uint64_t> acquired{0}, denied{0}, refused{0}, released{0}, expired{0}, renewed{0}, unknown{0};
+  std::atomic<uint64_t> anonymous_acquired{0}, anonymous_released{0}, owed_settled{0}, anonymous_unmatched{0},
+      owed_dropped{0};
 };
 
 struct LeaseTable::Shard {
@@ -112,8 +114,35 @@ struct LeaseTable::Shard {
   };
 
   using Keys = std::unordered_map<std::string, KeyState, KeyHash, std::equal_to<>>;
+  // A key's leases by key (acquire_anonymous), oldest first, and the release it owes.
+  struct Queue {
+    // Oldest first from `head` (a vector: a key owing a release only allocates nothing); some
+    // may be gone already (expired, released by id): skipped when reached.
+    std::vector<LeaseId> ids;
+    size_t head = 0;
+    int64_t owed = 0;
+    MonoNanos owed_until = 0;
+    bool empty() const { return head == ids.size(); }
+    const LeaseId& front() const { return ids[head]; }
+    void pop_front() {
+      if (++head == ids.size()) {
+        ids.clear();
+        head = 0;
+      } else if (head >= 64 && 2 * head >= ids.size()) {
+        ids.erase(ids.begin(), ids.begin() + long(head));
+        head = 0;
+      }
+    }
+  };
+  using Queues = std::unordered_map<std::string, Queue, KeyHash, std::equal_to<>>;
 
-  explicit Shard(const KeyedHash* hash) : keys(16, KeyHash{hash}) {}
+  explicit Shard(const KeyedHash* hash) : keys(16, KeyHash{hash}), queues(16, KeyHash{hash}) {}
+
+  // Drops the front ids whose lease is gone, and the owed count once it has expired.
+  void tidy(Queue& q, MonoNanos now) {
+    while (!q.empty() && !leases.contains(q.front())) q.pop_front();
+    if (q.owed > 0 && now >= q.owed_until) q.owed = 0;
+  }
 
   // Drops a key's state once nothing holds it.
   void maybe_erase(Keys::iterator it) {
@@ -133,6 +162,8 @@ struct LeaseTable::Shard {
   alignas(64) mutable std::mutex mu;
   Keys keys;
   std::unordered_map<LeaseId, Lease, IdHash, IdEqual> leases;
+  Queues queues;
+  MonoNanos next_sweep_ns = 0;
   std::vector<std::string> changed;  // keys whose own count changed, once each
   // (expiry, id), a min-heap; renewals push anew and leave the old entry stale (skipped).
   std::vector<std::pair<MonoNanos, LeaseId>> expiry;
@@ -287,6 +318,77 @@ int64_t LeaseTable::in_flight(std::string_view key) const {
   return it == s.keys.end() ? 0 : it->second.own + it->second.remote;
 }
 
+LeaseGrant LeaseTable::acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now) {
+  LeaseGrant g = acquire(key, count, ttl_ns, now);
+  if (g.outcome != LeaseOutcome::kGranted) return g;
+  Shard& s = *shards_[g.id.bytes[0]];  // the key's shard: acquire() puts it in the id
+  std::lock_guard lock(s.mu);
+  if (!s.leases.contains(g.id)) return g;  // released (by id) or expired already
+  auto it = s.queues.find(key);
+  if (it == s.queues.end()) {
+    queued_keys_.fetch_add(1, std::memory_order_relaxed);
+    it = s.queues.emplace(std::string(key), Shard::Queue{}).first;
+  }
+  s.tidy(it->second, now);
+  it->second.ids.push_back(g.id);
+  counters_->anonymous_acquired.fetch_add(1, std::memory_order_relaxed);
+  return g;
+}
+
+void LeaseTable::owe_release(std::string_view key, int64_t count, MonoNanos now) {
+  if (count < 1 || key.empty() || key.size() > options_.max_key_bytes) return;
+  Shard& s = shard_of(key, nullptr);
+  std::lock_guard lock(s.mu);
+  auto it = s.queues.find(key);
+  if (it == s.queues.end()) {
+    // Bounded like the leases: a flood of denials over distinct keys records at most as many.
+    if (queued_keys_.load(std::memory_order_relaxed) >= options_.max_leases) {
+      counters_->owed_dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    queued_keys_.fetch_add(1, std::memory_order_relaxed);
+    it = s.queues.emplace(std::string(key), Shard::Queue{}).first;
+  }
+  Shard::Queue& q = it->second;
+  s.tidy(q, now);
+  q.owed = std::min(q.owed + count, kMaxTokens);
+  q.owed_until = now + kOwedReleaseNs;
+}
+
+AnonymousRelease LeaseTable::release_anonymous(std::string_view key, int64_t count, MonoNanos now) {
+  AnonymousRelease r;
+  Shard& s = shard_of(key, nullptr);
+  std::lock_guard lock(s.mu);
+  auto it = s.queues.find(key);
+  if (it != s.queues.end() && count > 0) {
+    Shard::Queue& q = it->second;
+    s.tidy(q, now);
+    r.owed = std::min(q.owed, count);
+    q.owed -= r.owed;
+    int64_t left = count - r.owed;
+    while (left > 0 && !q.empty()) {
+      auto lease = s.leases.find(q.front());
+      q.pop_front();
+      if (lease == s.leases.end()) continue;  // expired, or released by id
+      left -= lease->second.count;
+      r.released += lease->second.count;
+      s.take(lease->second);
+      s.leases.erase(lease);
+      held_.fetch_sub(1, std::memory_order_relaxed);
+      counters_->released.fetch_add(1, std::memory_order_relaxed);
+      counters_->anonymous_released.fetch_add(1, std::memory_order_relaxed);
+    }
+    s.tidy(q, now);
+    if (q.empty() && q.owed == 0) {
+      s.queues.erase(it);
+      queued_keys_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  if (r.owed > 0) counters_->owed_settled.fetch_add(1, std::memory_order_relaxed);
+  if (!r.matched()) counters_->anonymous_unmatched.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+
 size_t LeaseTable::expire(MonoNanos now, size_t max) {
   size_t freed = 0;
   for (auto& sp : shards_) {
@@ -302,6 +404,20 @@ size_t LeaseTable::expire(MonoNanos now, size_t max) {
       s.leases.erase(it);
       held_.fetch_sub(1, std::memory_order_relaxed);
       ++freed;
+    }
+    // Queues of leases by key whose leases expired and whose owed releases lapsed: swept every
+    // kOwedReleaseNs, so keys Envoy never releases do not pile up.
+    if (!s.queues.empty() && now >= s.next_sweep_ns) {
+      s.next_sweep_ns = now + kOwedReleaseNs;
+      for (auto q = s.queues.begin(); q != s.queues.end();) {
+        s.tidy(q->second, now);
+        if (q->second.empty() && q->second.owed == 0) {
+          q = s.queues.erase(q);
+          queued_keys_.fetch_sub(1, std::memory_order_relaxed);
+        } else {
+          ++q;
+        }
+      }
     }
   }
   counters_->expired.fetch_add(freed, std::memory_order_relaxed);
@@ -359,6 +475,12 @@ LeaseStats LeaseTable::stats() const {
   st.expired = counters_->expired.load(std::memory_order_relaxed);
   st.renewed = counters_->renewed.load(std::memory_order_relaxed);
   st.unknown = counters_->unknown.load(std::memory_order_relaxed);
+  st.anonymous_acquired = counters_->anonymous_acquired.load(std::memory_order_relaxed);
+  st.anonymous_released = counters_->anonymous_released.load(std::memory_order_relaxed);
+  st.owed_settled = counters_->owed_settled.load(std::memory_order_relaxed);
+  st.anonymous_unmatched = counters_->anonymous_unmatched.load(std::memory_order_relaxed);
+  st.owed_dropped = counters_->owed_dropped.load(std::memory_order_relaxed);
+  st.queued_keys = queued_keys_.load(std::memory_order_relaxed);
   st.held = held_.load(std::memory_order_relaxed);
   for (const auto& sp : shards_) {
     std::lock_guard lock(sp->mu);

@@ -74,6 +74,17 @@ struct RuleLeases {
   int64_t held = 0;       // slots this node's leases hold
 };
 
+// What release_anonymous() did (Envoy's stream-done call, by key).
+struct AnonymousRelease {
+  int64_t owed = 0;      // slots of calls that took nothing (owe_release), settled
+  int64_t released = 0;  // slots of the key's oldest anonymous leases, freed
+  bool matched() const { return owed > 0 || released > 0; }
+};
+
+// A release owed by a call that took nothing waits this long for Envoy's stream-done call (which
+// comes as the stream ends; a denied stream ends at once).
+inline constexpr int64_t kOwedReleaseNs = 10'000'000'000;
+
 struct LeaseTableOptions {
   size_t max_leases = 100'000;                  // held at once by this node
   int64_t max_ttl_ns = 3600 * kNanosPerSecond;  // a lease never lives longer unrenewed
@@ -89,9 +100,15 @@ struct LeaseStats {
   uint64_t released = 0;  // leases released by their holder
   uint64_t expired = 0;   // leases that reached their TTL
   uint64_t renewed = 0;
-  uint64_t unknown = 0;  // releases and renewals of no lease held here
-  size_t held = 0;       // leases held now
-  size_t keys = 0;       // keys with a count now (own or remote)
+  uint64_t unknown = 0;              // releases and renewals of no lease held here
+  uint64_t anonymous_acquired = 0;   // leases granted by key (Envoy's hits_addend)
+  uint64_t anonymous_released = 0;   // of those, freed by key (Envoy's is_negative_hits)
+  uint64_t owed_settled = 0;         // releases by key that settled a call that took nothing
+  uint64_t anonymous_unmatched = 0;  // releases by key that found nothing to free or settle
+  uint64_t owed_dropped = 0;         // owed releases not recorded: too many keys owed already
+  size_t queued_keys = 0;            // keys with leases by key or an owed release now
+  size_t held = 0;                   // leases held now
+  size_t keys = 0;                   // keys with a count now (own or remote)
 };
 
 class LeaseTable {
@@ -114,6 +131,16 @@ class LeaseTable {
   std::optional<MonoNanos> renew(const LeaseId& id, int64_t ttl_ns, MonoNanos now_ns);
   // The key's count as this node sees it: its own leases and the live members' it heard of.
   int64_t in_flight(std::string_view key) const;
+
+  // Leases by key, for Envoy (rls/decide.cc), whose stream-done call names the descriptor and
+  // not the lease. acquire_anonymous() is acquire() whose lease joins its key's queue.
+  LeaseGrant acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now_ns);
+  // A call that took nothing (denied, or only looked) is still followed by Envoy's release: the
+  // key owes `count` slots of release for kOwedReleaseNs, so that release frees nobody's lease.
+  void owe_release(std::string_view key, int64_t count, MonoNanos now_ns);
+  // Releases `count` slots of `key`: what it owes first, then its oldest anonymous leases (a
+  // lease is freed whole).
+  AnonymousRelease release_anonymous(std::string_view key, int64_t count, MonoNanos now_ns);
 
   // The node's. Frees up to `max` leases whose TTL has passed; returns how many.
   size_t expire(MonoNanos now_ns, size_t max);
@@ -150,6 +177,7 @@ class LeaseTable {
   std::shared_ptr<const RuleSet> rules_;
   std::atomic<uint32_t> rules_version_{1};  // bumped by set_rules: the keys' rule is matched again
   std::atomic<size_t> held_{0};
+  std::atomic<size_t> queued_keys_{0};  // Shard::queues' entries, all shards
   struct Counters;
   std::unique_ptr<Counters> counters_;
 };

@@ -261,6 +261,14 @@ class Node : private ResetFilter {
     return leases_.acquire(key, count, ttl_ns, now_ns);
   }
   bool release(const LeaseId& id) { return leases_.release(id); }
+  // Leases by key, for Envoy (LeaseTable::acquire_anonymous, owe_release, release_anonymous).
+  LeaseGrant acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now_ns) {
+    return leases_.acquire_anonymous(key, count, ttl_ns, now_ns);
+  }
+  void owe_release(std::string_view key, int64_t count, MonoNanos now_ns) { leases_.owe_release(key, count, now_ns); }
+  AnonymousRelease release_anonymous(std::string_view key, int64_t count, MonoNanos now_ns) {
+    return leases_.release_anonymous(key, count, now_ns);
+  }
   std::optional<MonoNanos> renew(const LeaseId& id, int64_t ttl_ns, MonoNanos now_ns) {
     return leases_.renew(id, ttl_ns, now_ns);
   }

@@ -166,8 +166,9 @@ struct OverrideLimits {
 struct RlsConfig::Tree {
   bool value_metrics = false;  // some descriptor has detailed_metric or value_to_metric
   std::deque<Node> nodes;
-  StringMap<Node*> roots;       // by domain
-  StringMap<uint32_t> by_path;  // Node::path of each limited node -> index into limits_
+  StringMap<Node*> roots;                   // by domain
+  StringMap<uint32_t> by_path;              // Node::path of each limited node -> index into limits_
+  StringMap<uint32_t> concurrency_by_path;  // Node::path of each node with a concurrency -> concurrency_
   OverrideLimits overrides;
 };
 
@@ -263,6 +264,13 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains, RlsModes modes)
           }
         };
         if (desc.rate_limit) derive(*desc.rate_limit, node.path, node.label);
+        if (desc.concurrency) {
+          if (desc.concurrency->limit < 1) at("`concurrency` must be at least 1");
+          if (desc.concurrency->ttl_ns < 1'000'000) at("`lease_ttl` must be at least 1ms");
+          tree_->concurrency_by_path.emplace(node.path, uint32_t(concurrency_.size()));
+          concurrency_.push_back(&*desc.concurrency);
+          concurrency_labels_.push_back(node.label);
+        }
         if (!desc.more_limits.empty() && !desc.rate_limit) at("`rate_limits` beyond the first needs the first");
         // The others of `rate_limits`: each its own bucket, under a path of its own below the
         // descriptor's (a component no request can name: control characters are refused).
@@ -339,11 +347,6 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
     }
   }
   const RlsDescriptor& d = *node->descriptor;
-  if (!d.rate_limit) return m;
-  m.limit = &*d.rate_limit;
-  m.shadow_mode = d.shadow_mode;
-  m.quota_mode = d.quota_mode;
-  if (d.metadata.kind == RlsValue::Kind::kMap) m.metadata = &d.metadata;
   // A limited match's bucket key: the limit's path, 0x1D, then each value as "LEN:VALUE".
   auto set_key = [&values](RlsMatch& one, const std::string& path) {
     one.key.reserve(path.size() + 1 + 16 * values.size());
@@ -352,6 +355,18 @@ RlsMatch RlsConfig::match(std::string_view domain, std::span<const RlsEntry> ent
     one.path_bytes = one.key.size();
     for (std::string_view v : values) one.key.append(std::to_string(v.size())).append(1, ':').append(v);
   };
+  if (d.concurrency) {  // leases under the key the descriptor's bucket has (or would have)
+    m.concurrency = &*d.concurrency;
+    m.shadow_mode = d.shadow_mode;
+    set_key(m, node->path);
+    m.concurrency_key = std::move(m.key);
+    m.key.clear();  // (path_bytes stays: the rate key, if any, has the same path)
+  }
+  if (!d.rate_limit) return m;
+  m.limit = &*d.rate_limit;
+  m.shadow_mode = d.shadow_mode;
+  m.quota_mode = d.quota_mode;
+  if (d.metadata.kind == RlsValue::Kind::kMap) m.metadata = &d.metadata;
   for (size_t j = 0; j < d.more_limits.size(); ++j) {  // rate_limits: the others, likewise
     RlsMatch& e = m.more.emplace_back();
     e.limit = &d.more_limits[j];
@@ -385,7 +400,12 @@ void RlsConfig::apply_replaces(std::span<RlsMatch> matches) {
     std::erase_if(m.more, is_replaced);
     if (!is_replaced(m)) continue;
     if (m.more.empty()) {
-      m = RlsMatch{};
+      // The rate limit is replaced; a concurrency limit has no name to be replaced by.
+      RlsMatch left;
+      left.concurrency = m.concurrency;
+      left.concurrency_key = std::move(m.concurrency_key);
+      left.shadow_mode = m.concurrency && m.shadow_mode;
+      m = std::move(left);
       continue;
     }
     // The descriptor's first limit is replaced, not its others: the next one takes its place.
@@ -395,6 +415,8 @@ void RlsConfig::apply_replaces(std::span<RlsMatch> matches) {
     next.metric = std::move(m.metric);
     next.metric_rule = m.metric_rule;
     next.more = std::move(rest);
+    next.concurrency = m.concurrency;
+    next.concurrency_key = std::move(m.concurrency_key);
     m = std::move(next);
   }
 }
@@ -497,6 +519,15 @@ std::optional<uint32_t> RlsConfig::limit_index(std::string_view key) const {
   if (end == std::string_view::npos) return std::nullopt;
   auto it = tree_->by_path.find(key.substr(0, end));
   if (it == tree_->by_path.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<uint32_t> RlsConfig::concurrency_index(std::string_view key) const {
+  if (!tree_ || concurrency_.empty() || key.empty() || key[0] != kRlsKeyPrefix) return std::nullopt;
+  const size_t end = key.find(kRlsKeyValuesSep);
+  if (end == std::string_view::npos) return std::nullopt;
+  auto it = tree_->concurrency_by_path.find(key.substr(0, end));
+  if (it == tree_->concurrency_by_path.end()) return std::nullopt;
   return it->second;
 }
 

@@ -72,6 +72,13 @@ RuleSet::RuleSet(std::vector<Rule> rules, std::optional<Limit> default_limit, st
     }
   }
   concurrency_patterns_.finish();
+  own_concurrency_ = concurrency_.size();
+  if (rls_) {
+    for (uint32_t i = 0; i < rls_->concurrency_count(); ++i) {
+      const RlsConcurrency& c = rls_->concurrency(i);
+      concurrency_.push_back(ConcurrencyRule{"rls:" + rls_->concurrency_label(i), c.limit, c.ttl_ns, 0});
+    }
+  }
 }
 
 bool RuleSet::Patterns::add(const std::string& pattern, uint32_t i) {
@@ -126,7 +133,11 @@ uint32_t RuleSet::match(std::string_view key) const {
 }
 
 uint32_t RuleSet::concurrency_match(std::string_view key) const {
-  return concurrency_.empty() ? kUnlimited : concurrency_patterns_.find(key);
+  if (concurrency_.empty()) return kUnlimited;
+  if (own_concurrency_ < concurrency_.size() && !key.empty() && key[0] == kRlsKeyPrefix) {
+    if (const std::optional<uint32_t> i = rls_->concurrency_index(key)) return uint32_t(own_concurrency_) + *i;
+  }
+  return own_concurrency_ == 0 ? kUnlimited : concurrency_patterns_.find(key);
 }
 
 }  // namespace tollgate

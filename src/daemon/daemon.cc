@@ -278,6 +278,20 @@ std::optional<int64_t> Daemon::renew(const LeaseId& id, int64_t ttl_ns) {
   return *until - now;
 }
 
+LeaseGrant Daemon::acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns) {
+  return host_->node().acquire_anonymous(key, count, ttl_ns, host_->now_ns());
+}
+
+void Daemon::owe_release(std::string_view key, int64_t count) {
+  host_->node().owe_release(key, count, host_->now_ns());
+}
+
+int64_t Daemon::in_flight(std::string_view key) { return host_->node().leases().in_flight(key); }
+
+AnonymousRelease Daemon::release_anonymous(std::string_view key, int64_t count) {
+  return host_->node().release_anonymous(key, count, host_->now_ns());
+}
+
 std::vector<MemberInfo> Daemon::members() { return host_->node().membership().view(host_->now_ns()); }
 
 std::vector<std::pair<std::string, RuleCounters>> Daemon::rule_counters() { return host_->node().rule_counters(); }

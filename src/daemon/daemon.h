@@ -48,6 +48,10 @@ class Daemon final : public RequestHandler {
   LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns) override;
   bool release(const LeaseId& id) override;
   std::optional<int64_t> renew(const LeaseId& id, int64_t ttl_ns) override;
+  LeaseGrant acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns) override;
+  void owe_release(std::string_view key, int64_t count) override;
+  int64_t in_flight(std::string_view key) override;
+  AnonymousRelease release_anonymous(std::string_view key, int64_t count) override;
 
  private:
   // Logs the most memory these settings can take; throws ConfigError when it exceeds the limit.

@@ -115,6 +115,14 @@ class NodeChecks final : public RequestHandler {
     const MonoNanos now = check_now();
     for (size_t i = 0; i < items.size(); ++i) out[i] = node_.refund(items[i].key, items[i].cost, now);
   }
+  LeaseGrant acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns) override {
+    return node_.acquire_anonymous(key, count, ttl_ns, check_now());
+  }
+  void owe_release(std::string_view key, int64_t count) override { node_.owe_release(key, count, check_now()); }
+  int64_t in_flight(std::string_view key) override { return node_.leases().in_flight(key); }
+  AnonymousRelease release_anonymous(std::string_view key, int64_t count) override {
+    return node_.release_anonymous(key, count, check_now());
+  }
   // Not asked by the decision.
   std::vector<MemberInfo> members() override { return {}; }
   StatsList stats() override { return {}; }

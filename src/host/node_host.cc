@@ -442,7 +442,7 @@ std::shared_ptr<const RuleSet> NodeHost::combined_rules() const {
   auto rls = staged_rls_ ? staged_rls_ : rls_config();
   if (!rls) return file_rules_;
   return std::make_shared<const RuleSet>(file_rules_->rules(), file_rules_->default_limit(), std::move(rls),
-                                         file_rules_->concurrency_rules());
+                                         file_rules_->own_concurrency_rules());
 }
 
 void NodeHost::put_rules_in_force() {
@@ -885,6 +885,22 @@ const HostStat kHostStats[] = {
     TOLLGATE_STAT("leases_expired", kCounter, kNone, "Leases freed at their TTL", s.ls.expired),
     TOLLGATE_STAT("leases_renewed", kCounter, kNone, "Lease renewals", s.ls.renewed),
     TOLLGATE_STAT("leases_unknown", kCounter, kNone, "Releases and renewals of no lease held here", s.ls.unknown),
+    TOLLGATE_STAT("leases_by_key_acquired", kCounter, kNone,
+                  "Leases granted by key, for Envoy's concurrency descriptors (hits_addend)", s.ls.anonymous_acquired),
+    TOLLGATE_STAT("leases_by_key_released", kCounter, kNone,
+                  "Leases by key freed by Envoy's stream-done call (is_negative_hits), oldest first",
+                  s.ls.anonymous_released),
+    TOLLGATE_STAT("leases_by_key_owed_settled", kCounter, kNone,
+                  "Stream-done releases that settled a call which took nothing (denied), freeing no lease",
+                  s.ls.owed_settled),
+    TOLLGATE_STAT("leases_by_key_unmatched", kCounter, kNone,
+                  "Stream-done releases that found no lease and nothing owed (a call this node never saw)",
+                  s.ls.anonymous_unmatched),
+    TOLLGATE_STAT("leases_by_key_owed_dropped", kCounter, kNone,
+                  "Owed releases not recorded: as many keys owe one already as leases may be held (100,000)",
+                  s.ls.owed_dropped),
+    TOLLGATE_STAT("leases_by_key_keys", kGauge, kNone, "Keys with leases by key or an owed release now",
+                  s.ls.queued_keys),
     TOLLGATE_STAT("lease_keys", kGauge, kNone, "Keys with a lease count here, own or other members'", s.ls.keys),
     TOLLGATE_STAT("lease_rows", kGauge, kNone, "Other members' (member, key) lease counts held", s.iv.rows),
     TOLLGATE_STAT("lease_rows_dropped", kCounter, kNone, "Other members' lease counts not kept: at the bound",

@@ -80,6 +80,23 @@ class RequestHandler {
     (void)id, (void)ttl_ns;
     return std::nullopt;
   }
+  // Leases by key, for Envoy's concurrency descriptors (rls/decide.cc; Node::acquire_anonymous,
+  // owe_release, release_anonymous), from any thread like check(). Front ends that hold none
+  // grant nothing.
+  virtual LeaseGrant acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns) {
+    (void)key, (void)count, (void)ttl_ns;
+    return {};
+  }
+  virtual void owe_release(std::string_view key, int64_t count) { (void)key, (void)count; }
+  // Slots of `key` held cluster-wide as this node sees them (LeaseTable::in_flight).
+  virtual int64_t in_flight(std::string_view key) {
+    (void)key;
+    return 0;
+  }
+  virtual AnonymousRelease release_anonymous(std::string_view key, int64_t count) {
+    (void)key, (void)count;
+    return {};
+  }
 };
 
 }  // namespace tollgate

@@ -126,6 +126,10 @@ std::string plan_request(std::shared_ptr<const RlsConfig> config, std::string_vi
     };
     fit(m);
     for (RlsMatch& e : m.more) fit(e);
+    if (m.concurrency_key.size() > max_key_bytes) {  // the same path as the rate key: the same shortening
+      m.concurrency_key = m.concurrency_key.substr(0, m.path_bytes) +
+                          values_digest(std::string_view(m.concurrency_key).substr(m.path_bytes));
+    }
     plan.descriptors[i].match = std::move(m);
   }
   return {};
@@ -135,8 +139,10 @@ namespace {
 
 // decide() over one limit per entry: a request's descriptors, each of several limits spread into
 // entries of their own.
+// `blocked`: the request is over already (a concurrency limit denied it): nothing is charged, the
+// rate limits are only looked at.
 Code decide_each(RequestHandler& handler, const std::vector<DescriptorPlan>& descriptors,
-                 std::vector<DescriptorResult>& out) {
+                 std::vector<DescriptorResult>& out, bool blocked) {
   const size_t n = descriptors.size();
   out.assign(n, DescriptorResult{});
   // The descriptors that decide: non-shadow, limited, costing something.
@@ -144,7 +150,7 @@ Code decide_each(RequestHandler& handler, const std::vector<DescriptorPlan>& des
   std::vector<size_t> where;
   items.reserve(n);
   where.reserve(n);
-  bool blocked = false;  // a requests_per_unit-0 limit denies the request
+  // (set as well when a requests_per_unit-0 limit denies the request)
   size_t quotas = 0, quotas_with_room = 0;
   std::vector<size_t> charge_anyway;  // quota descriptors over, charge_when_over: paid all the same
   for (size_t i = 0; i < n; ++i) {
@@ -323,19 +329,20 @@ Code decide_each(RequestHandler& handler, const std::vector<DescriptorPlan>& des
   return allowed ? Code::kOk : Code::kOverLimit;
 }
 
-}  // namespace
-
-Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorResult>& out) {
-  const bool several = std::any_of(plan.descriptors.begin(), plan.descriptors.end(),
+// The rate limits of a request (its concurrency limits are decide_leases'), `blocked` as in
+// decide_each.
+Code decide_rates(RequestHandler& handler, const std::vector<DescriptorPlan>& descriptors,
+                  std::vector<DescriptorResult>& out, bool blocked) {
+  const bool several = std::any_of(descriptors.begin(), descriptors.end(),
                                    [](const DescriptorPlan& p) { return !p.match.more.empty(); });
-  if (!several) return decide_each(handler, plan.descriptors, out);
+  if (!several) return decide_each(handler, descriptors, out, blocked);
   // A descriptor of several limits (rate_limits): each limit an entry of its own, decided all
   // together (all or nothing), then answered as one: the first of its limits that is over, or
   // else the one with the fewest tokens left.
   std::vector<DescriptorPlan> each;
   std::vector<size_t> owner;
-  for (size_t i = 0; i < plan.descriptors.size(); ++i) {
-    const DescriptorPlan& p = plan.descriptors[i];
+  for (size_t i = 0; i < descriptors.size(); ++i) {
+    const DescriptorPlan& p = descriptors[i];
     each.push_back(p);
     each.back().match.more.clear();
     owner.push_back(i);
@@ -348,9 +355,9 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     }
   }
   std::vector<DescriptorResult> results;
-  const Code overall = decide_each(handler, each, results);
-  out.assign(plan.descriptors.size(), DescriptorResult{});
-  std::vector<bool> taken(plan.descriptors.size(), false);
+  const Code overall = decide_each(handler, each, results, blocked);
+  out.assign(descriptors.size(), DescriptorResult{});
+  std::vector<bool> taken(descriptors.size(), false);
   for (size_t k = 0; k < results.size(); ++k) {
     const DescriptorResult& r = results[k];
     DescriptorResult& o = out[owner[k]];
@@ -362,6 +369,101 @@ Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorRes
     taken[owner[k]] = true;
   }
   return overall;
+}
+
+// A request with concurrency descriptors (tollgate's `concurrency:`; decide.h). Their leases are
+// taken first, by key (Envoy names no lease when the stream ends); a lease over its limit makes
+// the request over, and its rate limits are then only looked at; rates over give back the leases
+// taken. Every call that ends holding nothing for a descriptor owes Envoy's stream-done release
+// of it (Envoy sends one for denied streams too), so that release frees nobody's lease.
+Code decide_leases(RequestHandler& handler, const Plan& plan, std::vector<DescriptorResult>& out) {
+  const size_t n = plan.descriptors.size();
+  struct Step {
+    bool acquire = false;  // a concurrency descriptor asking for slots
+    bool held = false;     // ... and granted
+    bool over = false;     // ... and refused (a shadow one: shadow_over)
+    LeaseGrant grant;
+  };
+  std::vector<Step> steps(n);
+  bool blocked = false;
+  for (size_t i = 0; i < n; ++i) {
+    const DescriptorPlan& p = plan.descriptors[i];
+    const RlsConcurrency* c = p.match.concurrency;
+    if (!c || p.refund) continue;
+    Step& st = steps[i];
+    if (p.hits == 0) {  // looks: takes nothing, owes nothing, never denies; says what is left
+      st.grant.outcome = LeaseOutcome::kUnlimited;  // (nothing to give back, nothing owed)
+      st.grant.limit = c->limit;
+      st.grant.in_flight = handler.in_flight(p.match.concurrency_key);
+      continue;
+    }
+    st.acquire = true;
+    st.grant = handler.acquire_anonymous(p.match.concurrency_key, p.hits, c->ttl_ns);
+    if (st.grant.outcome == LeaseOutcome::kGranted) {
+      st.held = true;
+    } else if (st.grant.outcome != LeaseOutcome::kUnlimited) {  // (unlimited: a reload dropped the limit)
+      st.over = true;
+      if (!p.match.shadow_mode) blocked = true;
+    }
+  }
+  // The rates, without the releases' (is_negative_hits on a concurrency descriptor releases; it
+  // gives no tokens back).
+  std::vector<DescriptorPlan> rates = plan.descriptors;
+  for (DescriptorPlan& p : rates) {
+    if (p.match.concurrency && p.refund) {
+      p.match.limit = nullptr;
+      p.match.more.clear();
+    }
+  }
+  const Code code = decide_rates(handler, rates, out, blocked);
+  const bool over = code == Code::kOverLimit;
+  for (size_t i = 0; i < n; ++i) {
+    Step& st = steps[i];
+    const DescriptorPlan& p = plan.descriptors[i];
+    if (p.match.concurrency && !p.refund && p.hits == 0 && !out[i].limit) {
+      out[i].concurrency_limit = p.match.concurrency->limit;
+      out[i].remaining = clamp_remaining(p.match.concurrency->limit - st.grant.in_flight);
+      continue;
+    }
+    if (!st.acquire) continue;
+    if (st.held && over) {
+      handler.release(st.grant.id);
+      st.held = false;
+    }
+    if (!st.held && st.grant.outcome != LeaseOutcome::kUnlimited) {
+      handler.owe_release(p.match.concurrency_key, p.hits);
+    }
+    DescriptorResult& r = out[i];
+    r.concurrency_limit = p.match.concurrency->limit;
+    if (st.over && !p.match.shadow_mode) {
+      r.code = Code::kOverLimit;
+      r.concurrency_over = true;
+      r.retry_after_ns = kRetryNever;  // (when a lease frees is not known)
+    } else if (st.over) {
+      r.shadow_over = true;
+    }
+    if (!r.limit) {  // concurrency alone: what is left is slots
+      const int64_t in_flight = st.grant.in_flight - (st.grant.granted() && !st.held ? p.hits : 0);
+      r.remaining = clamp_remaining(st.grant.limit - in_flight);
+    }
+  }
+  // Releases: Envoy's stream-done call (is_negative_hits), whatever the request's outcome.
+  for (size_t i = 0; i < n; ++i) {
+    const DescriptorPlan& p = plan.descriptors[i];
+    if (!p.match.concurrency || !p.refund || p.hits == 0) continue;
+    handler.release_anonymous(p.match.concurrency_key, p.hits);
+    out[i] = DescriptorResult{};
+    out[i].concurrency_limit = p.match.concurrency->limit;
+  }
+  return code;
+}
+
+}  // namespace
+
+Code decide(RequestHandler& handler, const Plan& plan, std::vector<DescriptorResult>& out) {
+  const bool leases = std::any_of(plan.descriptors.begin(), plan.descriptors.end(),
+                                  [](const DescriptorPlan& p) { return p.match.concurrency != nullptr; });
+  return leases ? decide_leases(handler, plan, out) : decide_rates(handler, plan.descriptors, out, false);
 }
 
 }  // namespace tollgate::rls

@@ -25,6 +25,15 @@
 //   the refund like consumption (RequestHandler::refund); it always answers OK, with what is left
 //   after it, whatever the request's other descriptors answer, and after they are decided (a
 //   check in the same request does not spend what it gives back).
+// - A descriptor with tollgate's `concurrency: N` (issue 40) takes its hits as slots of a lease
+//   by key (RequestHandler::acquire_anonymous), all or nothing with the rest: a lease over its
+//   limit makes the request over (and charges no rate), a request over for any reason keeps no
+//   lease. With is_negative_hits (Envoy's apply_on_stream_done) it releases that many slots, the
+//   key's oldest leases first, and gives no rate tokens back. Each call that ends holding nothing
+//   owes the release Envoy will still send for it (owe_release), so that one frees nobody's
+//   lease. A concurrency-only descriptor answers with the slots left as limit_remaining; one over
+//   names its concurrency in the over_limit metadata. A lease whose release never comes (Envoy
+//   died, the first call was cancelled) is freed by the descriptor's lease_ttl.
 #ifndef TOLLGATE_SRC_RLS_DECIDE_H_
 #define TOLLGATE_SRC_RLS_DECIDE_H_
 
@@ -90,6 +99,8 @@ struct DescriptorResult {
   int64_t retry_after_ns = 0;       // when over: until the same cost would pass (kRetryNever: never)
   bool shadow_over = false;         // a shadow_mode descriptor that would have denied
   bool quota = false;               // a quota_mode descriptor: over alone does not deny
+  int64_t concurrency_limit = 0;    // the descriptor's `concurrency` (0: none)
+  bool concurrency_over = false;    // over because its concurrency limit is held
 };
 
 // Nanoseconds until the bucket `d` decided on is full again (to within one token's refill time),

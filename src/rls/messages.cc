@@ -82,7 +82,9 @@ void name_the_denials(const std::vector<DescriptorResult>& results, pb::RateLimi
     if (!list) list = add_field(*response.mutable_dynamic_metadata(), "over_limit").mutable_list_value();
     pb::Metadata& one = *list->add_values()->mutable_struct_value();
     add_field(one, "descriptor").set_number_value(double(i));
-    if (r.limit) {
+    if (r.concurrency_over) {  // tollgate's concurrency limit: at most this many in flight
+      add_field(one, "concurrency").set_number_value(double(r.concurrency_limit));
+    } else if (r.limit) {
       add_field(one, "name").set_string_value(r.limit->name);
       add_field(one, "requests_per_unit").set_number_value(double(r.limit->requests_per_unit));
       add_field(one, "unit").set_string_value(rls_unit_name(r.limit->unit));

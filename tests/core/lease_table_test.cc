@@ -144,6 +144,78 @@ TEST(LeaseTable, RefusesBeyondMaxLeasesAndBadInput) {
   EXPECT_EQ(t.acquire(std::string(257, 'j'), 1, 0, 0).outcome, LeaseOutcome::kInvalid);
 }
 
+// Envoy's stream-done call names the descriptor, not the lease: a release by key frees the
+// key's oldest lease by key, whole, and a release owed by a call that took nothing is settled
+// first, freeing nobody's lease.
+TEST(LeaseTable, ReleasesByKeyFreeTheOldestAndSettleWhatIsOwedFirst) {
+  LeaseTable t({}, seeded(1));
+  t.set_rules(rules(3));
+  const LeaseGrant a = t.acquire_anonymous("job:e", 1, 0, 0);
+  const LeaseGrant b = t.acquire_anonymous("job:e", 2, 0, 10);
+  ASSERT_EQ(a.outcome, LeaseOutcome::kGranted);
+  ASSERT_EQ(b.outcome, LeaseOutcome::kGranted);
+  ASSERT_EQ(t.acquire_anonymous("job:e", 1, 0, 20).outcome, LeaseOutcome::kOverLimit);
+  t.owe_release("job:e", 1, 20);  // the denied call's own release is still to come
+
+  AnonymousRelease r = t.release_anonymous("job:e", 1, 30);  // settles the denied call's
+  EXPECT_EQ(r.owed, 1);
+  EXPECT_EQ(r.released, 0);
+  EXPECT_EQ(t.in_flight("job:e"), 3) << "a denied stream's end freed a slot it never had";
+  r = t.release_anonymous("job:e", 1, 40);  // the oldest: a
+  EXPECT_EQ(r.released, 1);
+  EXPECT_EQ(t.in_flight("job:e"), 2);
+  EXPECT_FALSE(t.release(a.id)) << "a was the one freed";
+  r = t.release_anonymous("job:e", 2, 50);
+  EXPECT_EQ(r.released, 2);
+  EXPECT_EQ(t.in_flight("job:e"), 0);
+  r = t.release_anonymous("job:e", 1, 60);  // nothing left: counted, nothing else happens
+  EXPECT_FALSE(r.matched());
+  const LeaseStats st = t.stats();
+  EXPECT_EQ(st.anonymous_acquired, 2u);
+  EXPECT_EQ(st.anonymous_released, 2u);
+  EXPECT_EQ(st.owed_settled, 1u);
+  EXPECT_EQ(st.anonymous_unmatched, 1u);
+  EXPECT_EQ(st.held, 0u);
+}
+
+// An owed release lapses after kOwedReleaseNs (its stream's end never came), a lease by key that
+// expired is skipped, and a released-by-id one too; the queues of keys nobody releases are swept.
+TEST(LeaseTable, OwedReleasesLapseAndExpiredLeasesByKeyAreSkipped) {
+  LeaseTable t({}, seeded(2));
+  t.set_rules(rules(5, kNanosPerSecond));
+  t.owe_release("job:f", 2, 0);
+  const LeaseGrant a = t.acquire_anonymous("job:f", 1, 0, 0);               // expires at 1 s
+  const LeaseGrant b = t.acquire_anonymous("job:f", 1, 0, 0);               // released by id below
+  const LeaseGrant c = t.acquire_anonymous("job:f", 1, 0, kOwedReleaseNs);  // at 11 s
+  ASSERT_TRUE(a.granted() && b.granted() && c.granted());
+  EXPECT_TRUE(t.release(b.id));
+  EXPECT_EQ(t.expire(2 * kNanosPerSecond, 100), 1u);  // a
+  const AnonymousRelease r = t.release_anonymous("job:f", 1, kOwedReleaseNs + 1);
+  EXPECT_EQ(r.owed, 0) << "owed at 0, lapsed at 10 s";
+  EXPECT_EQ(r.released, 1) << "c, past the expired a and the released b";
+  EXPECT_EQ(t.in_flight("job:f"), 0);
+  // A key owed a release that never comes, and one whose only lease expires: swept.
+  t.owe_release("job:g", 1, 20 * kNanosPerSecond);
+  ASSERT_TRUE(t.acquire_anonymous("job:h", 1, 0, 20 * kNanosPerSecond).granted());
+  EXPECT_EQ(t.stats().queued_keys, 2u);  // g and h (f's went with its last release)
+  t.expire(40 * kNanosPerSecond, 100);
+  EXPECT_EQ(t.stats().queued_keys, 0u);
+  EXPECT_FALSE(t.release_anonymous("job:g", 1, 60 * kNanosPerSecond).matched());
+  EXPECT_FALSE(t.release_anonymous("job:h", 1, 60 * kNanosPerSecond).matched());
+}
+
+// A flood of denials over distinct keys records at most max_leases owed releases.
+TEST(LeaseTable, OwedReleasesAreBounded) {
+  LeaseTableOptions o;
+  o.max_leases = 4;
+  LeaseTable t(o, seeded(3));
+  t.set_rules(rules(1));
+  for (int i = 0; i < 10; ++i) t.owe_release("job:" + std::to_string(i), 1, 0);
+  EXPECT_EQ(t.stats().owed_dropped, 6u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(t.release_anonymous("job:" + std::to_string(i), 1, 1).owed, 1);
+  EXPECT_FALSE(t.release_anonymous("job:9", 1, 1).matched());
+}
+
 TEST(LeaseTable, IdsAreHexRoundTripsAndAnythingElseIsRefused) {
   LeaseTable t({}, seeded(7));
   t.set_rules(rules(100));

@@ -355,6 +355,9 @@ void file_corpora(const fs::path& root) {
              "    value: pre*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
              "  - key: vip\n    rate_limit: {unit: second, requests_per_unit: 5, replaces: [{name: n}], burst: 7,"
              " max_debt: 0, charge_when_over: true}\n  - key: free\n    rate_limit: {unlimited: true}\n");
+  write_seed("rls_config", "concurrency.yaml",
+             "domain: llm\ndescriptors:\n  - key: api_key\n    concurrency: 4\n    lease_ttl: 5m\n"
+             "  - key: tenant\n    concurrency: 10\n    rate_limit: {unit: minute, requests_per_unit: 100}\n");
   write_seed("rls_config", "empty.yaml", "");
 
   start_target("peers_file");

@@ -4,7 +4,8 @@
 //
 // Contract: bytes that do not parse, or a request plan_from_message calls invalid, reach no
 // bucket; a valid one gets one status per descriptor, at most kMaxDescriptors, and the overall
-// code is OVER_LIMIT exactly when some status is; the key table stays within its cap.
+// code is OVER_LIMIT exactly when some status is; the key table stays within its cap; a request
+// over holds no lease of a concurrency descriptor, one allowed never more than its limit.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -38,7 +39,9 @@ std::shared_ptr<const RlsConfig> config() {
         "  - key: quota2\n    quota_mode: true\n    metadata: {name: b, nested: {y: 2}}\n"
         "    rate_limit: {unit: minute, requests_per_unit: 3}\n"
         "  - key: several\n    rate_limits:\n      - {unit: second, requests_per_unit: 2, name: s}\n"
-        "      - {unit: hour, requests_per_unit: 5, name: h, replaces: [{name: none}]}\n"}});
+        "      - {unit: hour, requests_per_unit: 5, name: h, replaces: [{name: none}]}\n"
+        "  - key: stream\n    concurrency: 2\n    lease_ttl: 1m\n"
+        "  - key: both\n    concurrency: 1\n    rate_limit: {unit: second, requests_per_unit: 3}\n"}});
   return c;
 }
 
@@ -84,5 +87,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(overall_over == (regular_over || (quotas > 0 && quotas_over == quotas)),
              "the overall code disagrees with the statuses");
   FUZZ_CHECK(handler.keys() <= 64, "the key table outgrew its cap");
+  // Concurrency (issue 40): a request over keeps no lease, one allowed holds at most the limit.
+  for (const rls::DescriptorPlan& p : plan.descriptors) {
+    if (!p.match.concurrency) continue;
+    const int64_t held = handler.leases->in_flight(p.match.concurrency_key);
+    FUZZ_CHECK(!overall_over || held == 0, "a request over kept a lease");
+    FUZZ_CHECK(held <= p.match.concurrency->limit, "more slots held than the concurrency limit");
+  }
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "request/request_handler.h"
 #include "rls/value_metrics.h"
 #include "support/table_handler.h"
+#include "tollgate/config_error.h"
 #include "tollgate/rls_config.h"
 #include "tollgate/rls_config_file.h"
 #include "tollgate/rules.h"
@@ -73,7 +74,8 @@ DescriptorInput desc(std::initializer_list<RlsEntry> entries, std::optional<uint
 
 class RlsDecide : public ::testing::Test {
  protected:
-  RlsDecide() : config_(parse_rls_config({{"rls.yaml", kConfig}})), handler_(config_) {}
+  RlsDecide() : RlsDecide(kConfig) {}
+  explicit RlsDecide(const char* config) : config_(parse_rls_config({{"rls.yaml", config}})), handler_(config_) {}
 
   // Plans (expecting no error) and decides one request; results in `out`.
   Code run(const std::vector<DescriptorInput>& descriptors, uint32_t request_hits = 0, std::string_view domain = "d") {
@@ -845,6 +847,137 @@ descriptors:
 }
 
 // --- per-value counts (detailed_metric, value_to_metric): ValueMetrics ------------------------
+
+// --- concurrency (tollgate's `concurrency:`, issue 40) -------------------------------------------
+
+const char* const kLeaseConfig = R"(domain: d
+descriptors:
+  - key: stream
+    concurrency: 2
+    lease_ttl: 30s
+  - key: both
+    concurrency: 1
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: rate
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: watch
+    shadow_mode: true
+    concurrency: 1
+)";
+
+class RlsDecideLeases : public RlsDecide {
+ protected:
+  RlsDecideLeases() : RlsDecide(kLeaseConfig) {}
+  // Slots of (key=v) held now, as the node counts them.
+  int64_t in_flight(std::string_view key) const {
+    const RlsEntry e{key, "v"};
+    const RlsMatch m = config_->match("d", {&e, 1});
+    EXPECT_NE(m.concurrency, nullptr);
+    return handler_.leases->in_flight(m.concurrency_key);
+  }
+  Code start(std::string_view key) { return run({desc({{key, "v"}}, 1)}); }
+  Code done(std::string_view key) { return run({refund({{key, "v"}}, 1)}); }
+};
+
+// hits_addend takes slots, is_negative_hits (Envoy's stream-done call) frees them; a denied
+// stream's done call frees nobody's slot.
+TEST_F(RlsDecideLeases, StreamsTakeSlotsAndTheirEndFreesThemButADeniedStreamsEndFreesNone) {
+  EXPECT_EQ(start("stream"), Code::kOk);  // A
+  EXPECT_EQ(out[0].remaining, 1u);
+  EXPECT_EQ(start("stream"), Code::kOk);  // B
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(run({desc({{"stream", "v"}}, 0)}), Code::kOk) << "a look (hits 0) never denies";
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_EQ(start("stream"), Code::kOverLimit);  // C
+  EXPECT_TRUE(out[0].concurrency_over);
+  EXPECT_EQ(out[0].concurrency_limit, 2);
+  EXPECT_EQ(in_flight("stream"), 2);
+  EXPECT_EQ(done("stream"), Code::kOk);  // C's end: settles what C owed
+  EXPECT_EQ(in_flight("stream"), 2) << "the denied stream's end freed a slot it never had";
+  EXPECT_EQ(done("stream"), Code::kOk);  // A's end
+  EXPECT_EQ(in_flight("stream"), 1);
+  EXPECT_EQ(start("stream"), Code::kOk);  // D
+  EXPECT_EQ(done("stream"), Code::kOk);   // B's
+  EXPECT_EQ(done("stream"), Code::kOk);   // D's
+  EXPECT_EQ(in_flight("stream"), 0);
+  const LeaseStats st = handler_.leases->stats();
+  EXPECT_EQ(st.owed_settled, 1u);
+  EXPECT_EQ(st.anonymous_released, 3u);
+  EXPECT_EQ(st.anonymous_unmatched, 0u);
+}
+
+// All or nothing: a rate over gives back the lease its request took (and its end owes nothing
+// real), a concurrency over charges no rate.
+TEST_F(RlsDecideLeases, ARateOverKeepsNoLeaseAndAConcurrencyOverChargesNoRate) {
+  EXPECT_EQ(run({desc({{"stream", "v"}}, 1), desc({{"rate", "v"}}, 1)}), Code::kOk);
+  EXPECT_EQ(run({desc({{"stream", "v"}}, 1), desc({{"rate", "v"}}, 1)}), Code::kOverLimit);
+  EXPECT_EQ(out[0].code, Code::kOk) << "the stream had room; the rate denied";
+  EXPECT_EQ(out[1].code, Code::kOverLimit);
+  EXPECT_EQ(in_flight("stream"), 1) << "the denied request kept its lease";
+  EXPECT_EQ(done("stream"), Code::kOk);  // the denied request's end: owed, settled
+  EXPECT_EQ(in_flight("stream"), 1);
+  EXPECT_EQ(done("stream"), Code::kOk);  // the first's
+  EXPECT_EQ(in_flight("stream"), 0);
+
+  EXPECT_EQ(start("both"), Code::kOk);  // its one slot, and one of its 5 tokens
+  EXPECT_EQ(out[0].remaining, 4u);
+  EXPECT_EQ(start("both"), Code::kOverLimit);
+  EXPECT_TRUE(out[0].concurrency_over);
+  EXPECT_EQ(remaining("both", "v"), 4u) << "a request over its concurrency was charged a token";
+  EXPECT_EQ(done("both"), Code::kOk);  // the denied one's
+  EXPECT_EQ(done("both"), Code::kOk);  // the first's: releases, gives no token back
+  EXPECT_EQ(in_flight("both"), 0);
+  EXPECT_EQ(remaining("both", "v"), 4u) << "a release gave rate tokens back";
+}
+
+// shadow_mode: over answers OK (shadow_over) and takes nothing; its end settles what it owed.
+TEST_F(RlsDecideLeases, AShadowConcurrencyNeverDeniesAndItsEndFreesNobody) {
+  EXPECT_EQ(start("watch"), Code::kOk);
+  EXPECT_EQ(start("watch"), Code::kOk);
+  EXPECT_TRUE(out[0].shadow_over);
+  EXPECT_EQ(in_flight("watch"), 1);
+  EXPECT_EQ(done("watch"), Code::kOk);
+  EXPECT_EQ(in_flight("watch"), 1);
+  EXPECT_EQ(done("watch"), Code::kOk);
+  EXPECT_EQ(in_flight("watch"), 0);
+}
+
+// A stream whose end never comes is freed at the descriptor's lease_ttl.
+TEST_F(RlsDecideLeases, AStreamWhoseEndNeverComesIsFreedAtTheLeaseTtl) {
+  EXPECT_EQ(start("stream"), Code::kOk);
+  EXPECT_EQ(handler_.leases->expire(30 * kSec - 1, 100), 0u);
+  EXPECT_EQ(handler_.leases->expire(30 * kSec, 100), 1u);
+  EXPECT_EQ(in_flight("stream"), 0);
+}
+
+TEST(RlsConcurrencyConfig, BadValuesNameTheirFileAndLine) {
+  const auto error_of = [](const char* text) -> std::string {
+    try {
+      parse_rls_config({{"rls.yaml", text}});
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_NE(error_of("domain: d\ndescriptors:\n  - key: a\n    lease_ttl: 5s\n").find("rls.yaml:4"), std::string::npos);
+  EXPECT_NE(error_of("domain: d\ndescriptors:\n  - key: a\n    lease_ttl: 5s\n").find("without `concurrency`"),
+            std::string::npos);
+  EXPECT_NE(error_of("domain: d\ndescriptors:\n  - key: a\n    concurrency: 0\n").find("rls.yaml:4"),
+            std::string::npos);
+  EXPECT_NE(error_of("domain: d\ndescriptors:\n  - key: a\n    concurrency: 2\n    lease_ttl: 0s\n").find("rls.yaml:5"),
+            std::string::npos);
+  // A key the rules' concurrency_match knows, and the rule's limit and TTL.
+  auto config = parse_rls_config({{"rls.yaml", kLeaseConfig}});
+  const RuleSet rules({}, std::nullopt, config);
+  const RlsEntry e{"stream", "x"};
+  const RlsMatch m = config->match("d", {&e, 1});
+  const uint32_t i = rules.concurrency_match(m.concurrency_key);
+  ASSERT_NE(i, RuleSet::kUnlimited);
+  EXPECT_EQ(rules.concurrency_rules()[i].limit, 2);
+  EXPECT_EQ(rules.concurrency_rules()[i].ttl_ns, 30 * kSec);
+  EXPECT_EQ(rules.concurrency_rules()[i].match, "rls:d.stream");
+  EXPECT_TRUE(m.key.empty()) << "concurrency alone: no rate bucket";
+}
 
 TEST(RlsValueMetrics, CountsHitsByValueAndAnswerUpToTheCapThenCountsTheDrops) {
   const auto config = parse_rls_config({{"rls.yaml", R"(domain: d

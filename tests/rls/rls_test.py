@@ -770,6 +770,84 @@ class Cluster(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+class ConcurrencyBehindEnvoy(unittest.TestCase):
+    """tollgate's `concurrency:` on an RLS descriptor (issue 40), as Envoy drives it: a stream's
+    first call (hits_addend) takes a slot, the call Envoy sends when the stream ends
+    (apply_on_stream_done, is_negative_hits) frees it, and Envoy sends that one for denied
+    streams too. Two daemons share the limit."""
+
+    def test_streams_at_two_daemons_share_one_concurrency_limit_and_a_denied_streams_end_frees_nothing(self):
+        work = tempfile.mkdtemp(prefix="tollgate-rls-leases-")
+        try:
+            key_file = os.path.join(work, "cluster.key")
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600)
+            os.write(fd, (os.urandom(32).hex() + "\n").encode())
+            os.close(fd)
+            config = os.path.join(work, "rls.yaml")
+            with open(config, "w") as f:
+                f.write("domain: llm\ndescriptors:\n  - key: api_key\n    concurrency: 2\n    lease_ttl: 5m\n")
+            ports = {"a": free_port(), "b": free_port()}
+            peers = [("a", ports["a"]), ("b", ports["b"])]
+            a = Daemon(work, "a", config, peers, ports["a"], key_file)
+            b = Daemon(work, "b", config, peers, ports["b"], key_file)
+            try:
+                def call(daemon, negative=False):
+                    r = rls_pb2.RateLimitRequest(domain=b"llm")
+                    d = r.descriptors.add()
+                    e = d.entries.add()
+                    e.key, e.value = b"api_key", b"k-1"
+                    d.hits_addend.value = 1
+                    d.is_negative_hits = negative
+                    return daemon.stub.ShouldRateLimit(r, timeout=5)
+
+                def start(daemon):
+                    """A stream's first call; a denied stream ends at once, and Envoy says so."""
+                    r = call(daemon)
+                    if r.overall_code != OK:
+                        self.assertEqual(call(daemon, negative=True).overall_code, OK)
+                    return r
+
+                r = start(a)
+                self.assertEqual(r.overall_code, OK)
+                self.assertEqual(r.statuses[0].limit_remaining, 1)
+                wait_until("b to hear of a's lease", lambda: b.stats().get("lease_rows", 0) >= 1)
+                self.assertEqual(start(b).overall_code, OK)
+                wait_until("a to hear of b's lease", lambda: a.stats().get("lease_rows", 0) >= 1)
+                self.assertEqual(start(a).overall_code, OVER, "three streams in flight on a limit of 2")
+                r = start(b)
+                self.assertEqual(r.overall_code, OVER, "three streams in flight on a limit of 2")
+                from google.protobuf import struct_pb2
+                denied = struct_pb2.Struct.FromString(r.dynamic_metadata.SerializeToString())
+                self.assertEqual(
+                    denied.fields["over_limit"].list_value.values[0].struct_value.fields["concurrency"].number_value, 2)
+                # The denied streams' ends freed nothing: still full at both.
+                self.assertEqual(start(a).overall_code, OVER)
+                self.assertEqual(start(b).overall_code, OVER)
+                self.assertGreaterEqual(a.stats()["leases_by_key_owed_settled"], 2)
+                self.assertEqual(a.stats()["leases_by_key_unmatched"], 0)
+                # a's stream ends: its slot is free for a stream at b.
+                self.assertEqual(call(a, negative=True).overall_code, OK)
+                self.assertEqual(a.stats()["leases_by_key_released"], 1)
+                wait_until("b to hear of a's release", lambda: start(b).overall_code == OK)
+
+                def slots_left(daemon):  # hits_addend 0: takes nothing, says what is left
+                    r = rls_pb2.RateLimitRequest(domain=b"llm")
+                    d = r.descriptors.add()
+                    e = d.entries.add()
+                    e.key, e.value = b"api_key", b"k-1"
+                    d.hits_addend.value = 0
+                    return daemon.stub.ShouldRateLimit(r, timeout=5).statuses[0].limit_remaining
+
+                self.assertEqual(slots_left(b), 0)
+                wait_until("a to hear that b holds both slots", lambda: slots_left(a) == 0)
+                self.assertEqual(start(a).overall_code, OVER)
+            finally:
+                self.assertEqual(a.stop(), 0)
+                self.assertEqual(b.stop(), 0)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class RawHttp2:
     """One plaintext HTTP/2 connection to the rate limit service, frames written and read with
     hyperframe and headers coded with hpack (Debian's python3-h2 brings both): what an attacker

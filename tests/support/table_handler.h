@@ -81,6 +81,19 @@ class TableHandler : public RequestHandler {
     return leases->release(id);
   }
   std::vector<std::pair<std::string, RuleLeases>> rule_leases() override { return leases->rule_leases(); }
+  LeaseGrant acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns) override {
+    ++calls;
+    return leases->acquire_anonymous(key, count, ttl_ns, now);
+  }
+  void owe_release(std::string_view key, int64_t count) override {
+    ++calls;
+    leases->owe_release(key, count, now);
+  }
+  int64_t in_flight(std::string_view key) override { return leases->in_flight(key); }
+  AnonymousRelease release_anonymous(std::string_view key, int64_t count) override {
+    ++calls;
+    return leases->release_anonymous(key, count, now);
+  }
   std::optional<int64_t> renew(const LeaseId& id, int64_t ttl_ns) override {
     ++calls;
     const std::optional<MonoNanos> until = leases->renew(id, ttl_ns, now);
