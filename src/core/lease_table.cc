@@ -187,6 +187,11 @@ void LeaseTable::set_rules(std::shared_ptr<const RuleSet> rules) {
   rules_version_.fetch_add(1, std::memory_order_release);  // seen with a new version: these rules
 }
 
+void LeaseTable::set_share(uint32_t reachable, uint32_t known) {
+  const uint64_t packed = known == 0 || reachable >= known ? 0 : uint64_t(reachable) << 32 | known;
+  share_.store(packed, std::memory_order_relaxed);
+}
+
 std::shared_ptr<const RuleSet> LeaseTable::current_rules() const {
   std::lock_guard lock(rules_mu_);
   return rules_;
@@ -223,12 +228,17 @@ LeaseGrant LeaseTable::acquire(std::string_view key, int64_t count, int64_t ttl_
     counters_->denied.fetch_add(1, std::memory_order_relaxed);
     return g;
   }
+  // The limit this node grants up to: the whole one, or its side's share (set_share).
+  int64_t limit = rule.limit;
+  if (const uint64_t share = share_.load(std::memory_order_relaxed); share != 0) {
+    limit = int64_t(__extension__(unsigned __int128)(rule.limit) * (share >> 32) / (share & 0xffffffffu));
+  }
   uint8_t index = 0;
   Shard& s = shard_of(key, &index);
   std::lock_guard lock(s.mu);
   auto it = s.keys.find(key);
   const int64_t seen = it == s.keys.end() ? 0 : it->second.own + it->second.remote;
-  if (seen + count > rule.limit) {
+  if (seen + count > limit) {
     g.outcome = LeaseOutcome::kOverLimit;
     g.in_flight = seen;
     counters_->denied.fetch_add(1, std::memory_order_relaxed);

@@ -122,6 +122,11 @@ class LeaseTable {
 
   // The rules whose concurrency limits acquire() applies (the node's, on every reload).
   void set_rules(std::shared_ptr<const RuleSet> rules);
+  // `--partition-policy proportional` (docs/design.md 6.7): acquire() grants up to
+  // floor(limit x reachable / known), the members this node can reach among those it knows (the
+  // node's, each round), so the sides of a partition hold the limit together, not each. Not
+  // called under `open`: the whole limit.
+  void set_share(uint32_t reachable, uint32_t known);
 
   // Takes `count` slots of `key` for `ttl_ns` (0: the rule's lease_ttl; never above max_ttl_ns).
   LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now_ns);
@@ -178,6 +183,7 @@ class LeaseTable {
   std::atomic<uint32_t> rules_version_{1};  // bumped by set_rules: the keys' rule is matched again
   std::atomic<size_t> held_{0};
   std::atomic<size_t> queued_keys_{0};  // Shard::queues' entries, all shards
+  std::atomic<uint64_t> share_{0};      // set_share: reachable << 32 | known; 0: the whole limit
   struct Counters;
   std::unique_ptr<Counters> counters_;
 };

@@ -726,6 +726,7 @@ void Node::housekeeping(MonoNanos now) {
   if (options_.partition_policy == PartitionPolicy::kProportional) {
     const auto [reachable, known] = membership_.reachable_fraction();
     table_.set_rate_scale(reachable, known, now);
+    leases_.set_share(reachable, known);
   }
 }
 

@@ -204,6 +204,23 @@ TEST(LeaseTable, OwedReleasesLapseAndExpiredLeasesByKeyAreSkipped) {
   EXPECT_FALSE(t.release_anonymous("job:h", 1, 60 * kNanosPerSecond).matched());
 }
 
+// proportional: a side that reaches half the members it knows grants half the limit (floored),
+// so two halves of a partition hold the limit together; the whole limit once all are back.
+TEST(LeaseTable, UnderProportionalASideGrantsItsShareOfTheLimit) {
+  LeaseTable t({}, seeded(4));
+  t.set_rules(rules(5));
+  t.set_share(2, 4);  // floor(5 x 2/4) = 2
+  EXPECT_TRUE(t.acquire("job:p", 2, 0, 0).granted());
+  const LeaseGrant over = t.acquire("job:p", 1, 0, 0);
+  EXPECT_EQ(over.outcome, LeaseOutcome::kOverLimit);
+  EXPECT_EQ(over.limit, 5) << "the rule's limit is reported, the share is what is granted";
+  t.set_share(1, 4);  // floor(5/4) = 1: held beyond the share are not revoked, nothing more granted
+  EXPECT_EQ(t.acquire("job:q", 2, 0, 0).outcome, LeaseOutcome::kOverLimit);
+  t.set_share(4, 4);  // healed
+  EXPECT_TRUE(t.acquire("job:p", 3, 0, 0).granted());
+  EXPECT_EQ(t.in_flight("job:p"), 5);
+}
+
 // A flood of denials over distinct keys records at most max_leases owed releases.
 TEST(LeaseTable, OwedReleasesAreBounded) {
   LeaseTableOptions o;
