@@ -707,21 +707,32 @@ descriptors:
         self.assertEqual(self.d.proc.wait(timeout=WAIT_S), 0)
 
 
+def two_daemons(work, config_text):
+    """Daemons a and b of one cluster (a shared cluster key, each the other's peer) serving the
+    RLS config `config_text`, in `work`."""
+    key_file = os.path.join(work, "cluster.key")
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, (os.urandom(32).hex() + "\n").encode())
+    os.close(fd)
+    config = os.path.join(work, "rls.yaml")
+    with open(config, "w") as f:
+        f.write(config_text)
+    ports = {"a": free_port(), "b": free_port()}
+    peers = [("a", ports["a"]), ("b", ports["b"])]
+    a = Daemon(work, "a", config, peers, ports["a"], key_file)
+    try:
+        return a, Daemon(work, "b", config, peers, ports["b"], key_file)
+    except BaseException:
+        a.stop()
+        raise
+
+
 class Cluster(unittest.TestCase):
     def test_calls_spread_over_two_daemons_share_one_limit(self):
         work = tempfile.mkdtemp(prefix="tollgate-rls-cluster-")
         try:
-            key_file = os.path.join(work, "cluster.key")
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600)
-            os.write(fd, (os.urandom(32).hex() + "\n").encode())
-            os.close(fd)
-            config = os.path.join(work, "rls.yaml")
-            with open(config, "w") as f:
-                f.write("domain: shared\ndescriptors:\n  - key: api\n    rate_limit: {unit: minute, requests_per_unit: 20}\n")
-            ports = {"a": free_port(), "b": free_port()}
-            peers = [("a", ports["a"]), ("b", ports["b"])]
-            a = Daemon(work, "a", config, peers, ports["a"], key_file)
-            b = Daemon(work, "b", config, peers, ports["b"], key_file)
+            a, b = two_daemons(
+                work, "domain: shared\ndescriptors:\n  - key: api\n    rate_limit: {unit: minute, requests_per_unit: 20}\n")
             try:
                 entries = [("api", "tenant-1")]
                 for i in range(10):
@@ -779,24 +790,14 @@ class ConcurrencyBehindEnvoy(unittest.TestCase):
     def test_streams_at_two_daemons_share_one_concurrency_limit_and_a_denied_streams_end_frees_nothing(self):
         work = tempfile.mkdtemp(prefix="tollgate-rls-leases-")
         try:
-            key_file = os.path.join(work, "cluster.key")
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600)
-            os.write(fd, (os.urandom(32).hex() + "\n").encode())
-            os.close(fd)
-            config = os.path.join(work, "rls.yaml")
-            with open(config, "w") as f:
-                f.write("domain: llm\ndescriptors:\n  - key: api_key\n    concurrency: 2\n    lease_ttl: 5m\n")
-            ports = {"a": free_port(), "b": free_port()}
-            peers = [("a", ports["a"]), ("b", ports["b"])]
-            a = Daemon(work, "a", config, peers, ports["a"], key_file)
-            b = Daemon(work, "b", config, peers, ports["b"], key_file)
+            a, b = two_daemons(work, "domain: llm\ndescriptors:\n  - key: api_key\n    concurrency: 2\n    lease_ttl: 5m\n")
             try:
-                def call(daemon, negative=False):
+                def call(daemon, negative=False, hits=1):
                     r = rls_pb2.RateLimitRequest(domain=b"llm")
                     d = r.descriptors.add()
                     e = d.entries.add()
                     e.key, e.value = b"api_key", b"k-1"
-                    d.hits_addend.value = 1
+                    d.hits_addend.value = hits
                     d.is_negative_hits = negative
                     return daemon.stub.ShouldRateLimit(r, timeout=5)
 
@@ -831,12 +832,7 @@ class ConcurrencyBehindEnvoy(unittest.TestCase):
                 wait_until("b to hear of a's release", lambda: start(b).overall_code == OK)
 
                 def slots_left(daemon):  # hits_addend 0: takes nothing, says what is left
-                    r = rls_pb2.RateLimitRequest(domain=b"llm")
-                    d = r.descriptors.add()
-                    e = d.entries.add()
-                    e.key, e.value = b"api_key", b"k-1"
-                    d.hits_addend.value = 0
-                    return daemon.stub.ShouldRateLimit(r, timeout=5).statuses[0].limit_remaining
+                    return call(daemon, hits=0).statuses[0].limit_remaining
 
                 self.assertEqual(slots_left(b), 0)
                 wait_until("a to hear that b holds both slots", lambda: slots_left(a) == 0)
