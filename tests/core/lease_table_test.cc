@@ -221,6 +221,37 @@ TEST(LeaseTable, UnderProportionalASideGrantsItsShareOfTheLimit) {
   EXPECT_EQ(t.in_flight("job:p"), 5);
 }
 
+// Envoy's calls come on many threads: takes, owed releases and releases by key, interleaved on
+// a few keys, never hold more than the limit, and once every call has had its release nothing is
+// held or owed (each call holds or owes its slot, and each release settles one of either).
+TEST(LeaseTable, ThreadsTakingAndReleasingByKeyEndWithNothingHeldOrOwed) {
+  LeaseTable t({}, seeded(5));
+  t.set_rules(rules(3));
+  std::atomic<bool> over_limit{false};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < 2000; ++i) {
+        const std::string key = "job:" + std::to_string((w + i) % 3);
+        const LeaseGrant g = t.acquire_anonymous(key, 1, 0, 0);
+        if (g.outcome == LeaseOutcome::kGranted) {
+          if (g.in_flight > 3) over_limit = true;
+        } else {
+          t.owe_release(key, 1, 0);
+        }
+        t.release_anonymous(key, 1, 0);  // the call's end, whatever it got
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_FALSE(over_limit.load());
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(t.in_flight("job:" + std::to_string(k)), 0);
+  const LeaseStats st = t.stats();
+  EXPECT_EQ(st.held, 0u);
+  EXPECT_EQ(st.queued_keys, 0u) << "an owed release or a queue was left behind";
+  EXPECT_EQ(st.anonymous_unmatched, 0u);
+}
+
 // A flood of denials over distinct keys records at most max_leases owed releases.
 TEST(LeaseTable, OwedReleasesAreBounded) {
   LeaseTableOptions o;
