@@ -77,7 +77,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool over = response.statuses(int(i)).code() == rpb::RateLimitResponse::OVER_LIMIT;
     any_over = any_over || over;
     const auto& m = plan.descriptors[i].match;
-    const bool quota = m.quota_mode && !m.shadow_mode && !plan.descriptors[i].refund && m.limit && !m.limit->unlimited;
+    // (A concurrency limit held denies like any other, quota mode or not.)
+    const bool quota = m.quota_mode && !m.shadow_mode && !plan.descriptors[i].refund && m.limit &&
+                       !m.limit->unlimited && !results[i].concurrency_over;
     quotas += quota;
     quotas_over += quota && over;
     regular_over = regular_over || (over && !quota);
