@@ -209,6 +209,10 @@ int64_t LeaseTable::ttl_for(int64_t requested_ns, int64_t rule_ns) const {
 }
 
 LeaseGrant LeaseTable::acquire(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now) {
+  return grant(key, count, ttl_ns, now, false);
+}
+
+LeaseGrant LeaseTable::grant(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now, bool by_key) {
   LeaseGrant g;
   if (count < 1 || count > kMaxTokens || key.empty() || key.size() > options_.max_key_bytes || ttl_ns < 0) {
     counters_->refused.fetch_add(1, std::memory_order_relaxed);
@@ -267,6 +271,16 @@ LeaseGrant LeaseTable::acquire(std::string_view key, int64_t count, int64_t ttl_
   g.in_flight = seen + count;
   g.outcome = LeaseOutcome::kGranted;
   counters_->acquired.fetch_add(1, std::memory_order_relaxed);
+  if (by_key) {  // queued under the same lock: a release by key never misses a lease granted
+    auto q = s.queues.find(key);
+    if (q == s.queues.end()) {
+      queued_keys_.fetch_add(1, std::memory_order_relaxed);
+      q = s.queues.emplace(std::string(key), Shard::Queue{}).first;
+    }
+    s.tidy(q->second, now);
+    q->second.ids.push_back(g.id);
+    counters_->anonymous_acquired.fetch_add(1, std::memory_order_relaxed);
+  }
   return g;
 }
 
@@ -329,20 +343,7 @@ int64_t LeaseTable::in_flight(std::string_view key) const {
 }
 
 LeaseGrant LeaseTable::acquire_anonymous(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now) {
-  LeaseGrant g = acquire(key, count, ttl_ns, now);
-  if (g.outcome != LeaseOutcome::kGranted) return g;
-  Shard& s = *shards_[g.id.bytes[0]];  // the key's shard: acquire() puts it in the id
-  std::lock_guard lock(s.mu);
-  if (!s.leases.contains(g.id)) return g;  // released (by id) or expired already
-  auto it = s.queues.find(key);
-  if (it == s.queues.end()) {
-    queued_keys_.fetch_add(1, std::memory_order_relaxed);
-    it = s.queues.emplace(std::string(key), Shard::Queue{}).first;
-  }
-  s.tidy(it->second, now);
-  it->second.ids.push_back(g.id);
-  counters_->anonymous_acquired.fetch_add(1, std::memory_order_relaxed);
-  return g;
+  return grant(key, count, ttl_ns, now, true);
 }
 
 void LeaseTable::owe_release(std::string_view key, int64_t count, MonoNanos now) {

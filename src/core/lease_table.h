@@ -167,6 +167,8 @@ class LeaseTable {
  private:
   struct Shard;
   Shard& shard_of(std::string_view key, uint8_t* index) const;
+  // acquire(), and with `by_key` the lease joins its key's queue under the same lock.
+  LeaseGrant grant(std::string_view key, int64_t count, int64_t ttl_ns, MonoNanos now_ns, bool by_key);
   // The TTL a lease gets: the one asked for, else its rule's, within [1 ns, max_ttl_ns].
   int64_t ttl_for(int64_t requested_ns, int64_t rule_ns) const;
 

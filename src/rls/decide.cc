@@ -392,8 +392,6 @@ Code decide_leases(RequestHandler& handler, const Plan& plan, std::vector<Descri
     if (!c || p.refund) continue;
     Step& st = steps[i];
     if (p.hits == 0) {  // looks: takes nothing, owes nothing, never denies; says what is left
-      st.grant.outcome = LeaseOutcome::kUnlimited;  // (nothing to give back, nothing owed)
-      st.grant.limit = c->limit;
       st.grant.in_flight = handler.in_flight(p.match.concurrency_key);
       continue;
     }
@@ -407,15 +405,19 @@ Code decide_leases(RequestHandler& handler, const Plan& plan, std::vector<Descri
     }
   }
   // The rates, without the releases' (is_negative_hits on a concurrency descriptor releases; it
-  // gives no tokens back).
-  std::vector<DescriptorPlan> rates = plan.descriptors;
-  for (DescriptorPlan& p : rates) {
-    if (p.match.concurrency && p.refund) {
-      p.match.limit = nullptr;
-      p.match.more.clear();
+  // gives no tokens back): a copy only when a request holds such a release.
+  const auto releases = [](const DescriptorPlan& p) { return p.match.concurrency && p.refund; };
+  std::vector<DescriptorPlan> rates;
+  if (std::any_of(plan.descriptors.begin(), plan.descriptors.end(), releases)) {
+    rates = plan.descriptors;
+    for (DescriptorPlan& p : rates) {
+      if (releases(p)) {
+        p.match.limit = nullptr;
+        p.match.more.clear();
+      }
     }
   }
-  const Code code = decide_rates(handler, rates, out, blocked);
+  const Code code = decide_rates(handler, rates.empty() ? plan.descriptors : rates, out, blocked);
   const bool over = code == Code::kOverLimit;
   for (size_t i = 0; i < n; ++i) {
     Step& st = steps[i];
