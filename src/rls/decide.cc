@@ -445,7 +445,8 @@ Code decide_leases(RequestHandler& handler, const Plan& plan, std::vector<Descri
       r.shadow_over = true;
     }
     if (!r.limit) {  // concurrency alone: what is left is slots
-      const int64_t in_flight = st.grant.in_flight - (st.grant.granted() && !st.held ? p.hits : 0);
+      const bool given_back = st.grant.outcome == LeaseOutcome::kGranted && !st.held;  // (a rate denied)
+      const int64_t in_flight = st.grant.in_flight - (given_back ? p.hits : 0);
       r.remaining = clamp_remaining(st.grant.limit - in_flight);
     }
   }
