@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,10 +16,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 extern char** environ;
 
@@ -181,21 +187,68 @@ std::string thread_stacks(pid_t pid) {
   return out.empty() ? "(no gdb)" : out;
 }
 
+namespace {
+
+// The kernel's ephemeral range ("32768 60999" by default): source ports of outgoing connections.
+std::pair<int, int> ephemeral_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 32768, hi = 60999;
+  if (!(in >> lo >> hi) || lo > hi) return {32768, 60999};
+  return {lo, hi};
+}
+
+// Whether `port` on 127.0.0.1 can be bound for TCP (without SO_REUSEADDR, so a lingering
+// connection on it also counts as taken) and for UDP, right now.
+bool bindable(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  bool ok = true;
+  for (const int type : {SOCK_STREAM, SOCK_DGRAM}) {
+    const int fd = ::socket(AF_INET, type | SOCK_CLOEXEC, 0);
+    ok = ok && fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (fd >= 0) ::close(fd);
+  }
+  return ok;
+}
+
+// A lock on `port` shared by every test process of this user (tests/pylib/tollgate_testing.py
+// takes the same files): held until this process exits, so two processes never pick one number.
+// True if the lock is ours now, or if there is no lock directory to use. The directory is a
+// fixed one, not under $TMPDIR: tests give their daemons (and themselves) TMPDIRs of their own,
+// which must be left empty, and a lock only works where every process looks.
+bool reserve(uint16_t port) {
+  static std::mutex mu;
+  static std::vector<int> held;  // open for the process's life: closing would drop the lock
+  const std::lock_guard<std::mutex> lock(mu);
+  const std::filesystem::path dir = "/tmp/tollgate-test-ports-" + std::to_string(::getuid());
+  ::mkdir(dir.c_str(), 0700);  // (exists already: fine)
+  const int fd = ::open((dir / std::to_string(port)).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return true;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return false;
+  }
+  held.push_back(fd);
+  return true;
+}
+
+}  // namespace
+
 uint16_t free_loopback_port() {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const int t = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (t < 0) break;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    const bool bound = ::bind(t, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                       ::getsockname(t, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-    const int u = bound ? ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0) : -1;
-    const bool udp_free = u >= 0 && ::bind(u, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    if (u >= 0) ::close(u);
-    ::close(t);
-    if (udp_free) return ntohs(a.sin_port);
+  // Outside the ephemeral range: a port picked inside it can be taken, between the pick and the
+  // child's bind, by any connection another test opens meanwhile (CI saw a daemon fail to start
+  // with "Address already in use" that way).
+  const auto [lo, hi] = ephemeral_range();
+  int first = 10000, last = lo - 1;
+  if (last - first < 2000) first = hi + 1, last = 65535;
+  if (last - first < 2000) throw std::runtime_error("no loopback port range outside the ephemeral one");
+  const int span = last - first + 1;
+  const int start = int(std::random_device{}() % unsigned(span));
+  for (int i = 0; i < span; ++i) {
+    const auto port = uint16_t(first + (start + i) % span);
+    if (bindable(port) && reserve(port) && bindable(port)) return port;
   }
   throw std::runtime_error("no free loopback port");
 }

@@ -66,8 +66,10 @@ std::string describe_status(int status);
 std::string last_lines(const std::filesystem::path& file, size_t n);
 // Every thread's stack of a running process, by gdb if the machine has it; "(no gdb)" if not.
 std::string thread_stacks(pid_t pid);
-// A loopback port free for both TCP and UDP right now (tollgated binds both on one number);
-// another process may take it before the child binds it. Throws std::runtime_error if none.
+// A loopback port free for both TCP and UDP right now (tollgated binds both on one number),
+// outside the kernel's ephemeral range (no outgoing connection can take it before the child binds
+// it) and reserved for this process's life against every other test process that picks ports
+// this way. Throws std::runtime_error if none.
 uint16_t free_loopback_port();
 
 }  // namespace tollgate::process

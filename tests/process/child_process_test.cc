@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 namespace tollgate::process {
@@ -95,6 +96,21 @@ TEST_F(ChildProcessTest, ADestroyedChildIsKilledAndReaped) {
 }
 
 TEST(FreeLoopbackPort, IsFreeForTcpAndUdp) { EXPECT_GT(free_loopback_port(), 0); }
+
+// CI once saw a daemon fail to bind a port picked this way ("Address already in use"): it was
+// in the ephemeral range, and another test's outgoing connection took it first. A port is now
+// outside that range, and held for the process's life (a lock file), so no other pick, here or
+// in another test process, returns it again.
+TEST(FreeLoopbackPort, IsOutsideTheEphemeralRangeAndNeverPickedTwice) {
+  int lo = 32768, hi = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo >> hi;
+  std::set<uint16_t> seen;
+  for (int i = 0; i < 64; ++i) {
+    const uint16_t port = free_loopback_port();
+    EXPECT_TRUE(port < lo || port > hi) << port;
+    EXPECT_TRUE(seen.insert(port).second) << port << " twice";
+  }
+}
 
 }  // namespace
 }  // namespace tollgate::process

@@ -10,11 +10,59 @@ import time
 WAIT_S = 20  # the longest any poll waits before failing, unless told otherwise
 
 
+_reserved = []  # lock files held open for the process's life (closing one drops its lock)
+
+
+def _bindable(port):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def _reserve(port):
+    """A lock on `port` shared with every test process of this user (src/process/child_process.cc
+    takes the same files), held until this process exits; True if ours (or no lock directory)."""
+    import fcntl
+    # A fixed directory, not under $TMPDIR: each test has a TMPDIR of its own.
+    directory = "/tmp/tollgate-test-ports-%d" % os.getuid()
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(directory, str(port)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _reserved.append(fd)
+    return True
+
+
 def free_port():
-    """A loopback TCP port free right now (another process may take it before it is used)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free for TCP and UDP, outside the kernel's ephemeral range (so no outgoing
+    connection can take it before the daemon binds it) and reserved against every other test
+    process for this one's life."""
+    import random
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    first, last = 10000, lo - 1
+    if last - first < 2000:
+        first, last = hi + 1, 65535
+    span = last - first + 1
+    start = random.randrange(span)
+    for i in range(span):
+        port = first + (start + i) % span
+        if _bindable(port) and _reserve(port) and _bindable(port):
+            return port
+    raise RuntimeError("no free loopback port")
 
 
 def http_get(port, path):
