@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 
 #include "mac.h"
@@ -54,15 +56,29 @@ bool valid_counts(const LeaseCounts& c) {
          });
 }
 
+bool valid_top(const TopUnit& t) {
+  if (t.rule.empty() || t.rule.size() > kMaxKeyBytes || t.metric > 1 || t.entries.size() > kMaxTopEntries) return false;
+  std::unordered_set<std::string_view> keys;
+  for (size_t i = 0; i < t.entries.size(); ++i) {
+    const TopEntry& e = t.entries[i];
+    if (e.key.empty() || e.key.size() > kMaxKeyBytes || e.error > e.count) return false;
+    if (i > 0 && e.count > t.entries[i - 1].count) return false;
+    if (!keys.insert(e.key).second) return false;
+  }
+  return true;
+}
+
 // Entries a batch puts in a message, for kMaxEntriesPerMessage.
 size_t batch_entries(const Batch& b) {
-  return b.entries.size() + b.resets.size() + (b.counts ? b.counts->entries.size() : 0);
+  return b.entries.size() + b.resets.size() + (b.counts ? b.counts->entries.size() : 0) +
+         (b.top ? b.top->entries.size() : 0);
 }
 
 bool valid_batch(const Batch& b) {
+  const bool alone = b.entries.empty() && b.resets.empty();
   return valid_id(b.origin) && b.seq >= 1 && std::all_of(b.entries.begin(), b.entries.end(), valid_entry) &&
          std::all_of(b.resets.begin(), b.resets.end(), valid_reset) &&
-         (!b.counts || (b.entries.empty() && b.resets.empty() && valid_counts(*b.counts)));
+         (!b.counts || (alone && !b.top && valid_counts(*b.counts))) && (!b.top || (alone && valid_top(*b.top)));
 }
 
 bool valid_member(const MemberRecord& m) { return valid_id(m.id) && m.address.size() <= kMaxAddressBytes; }
@@ -96,6 +112,20 @@ void to_pb(const Batch& b, pb::Batch* out) {
     c->set_refresh(b.counts->refresh);
     c->set_from(b.counts->from);
     c->set_until(b.counts->until);
+  }
+  if (b.top) {
+    pb::TopUnit* t = out->mutable_top();
+    t->set_rule(b.top->rule);
+    t->set_metric(b.top->metric);
+    t->set_total(b.top->total);
+    t->set_threshold(b.top->threshold);
+    t->set_ttl_ms(b.top->ttl_ms);
+    for (const TopEntry& e : b.top->entries) {
+      pb::TopKey* k = t->add_entries();
+      k->set_key(e.key);
+      k->set_count(e.count);
+      k->set_error(e.error);
+    }
   }
 }
 
@@ -190,6 +220,14 @@ bool from_pb(const pb::Batch& b, BatchPtr* out) {
     counts.from = b.counts().from();
     counts.until = b.counts().until();
     batch.counts = std::make_shared<const LeaseCounts>(std::move(counts));
+  }
+  if (b.has_top()) {
+    const pb::TopUnit& t = b.top();
+    if (t.entries_size() > int(kMaxTopEntries)) return false;
+    TopUnit unit{t.rule(), t.metric(), t.total(), t.threshold(), t.ttl_ms(), {}};
+    unit.entries.reserve(static_cast<size_t>(t.entries_size()));
+    for (const pb::TopKey& k : t.entries()) unit.entries.push_back({k.key(), k.count(), k.error()});
+    batch.top = std::make_shared<const TopUnit>(std::move(unit));
   }
   if (!valid_batch(batch)) return false;
   *out = std::make_shared<const Batch>(std::move(batch));
@@ -613,7 +651,8 @@ DecodeResult decode(std::string_view bytes, const ClusterKeys& keys) {
   size_t entries = 0;
   for (const pb::Batch& b : gossip.batches()) {
     entries += static_cast<size_t>(b.entries_size() + b.refunds_size() + b.resets_size() +
-                                   (b.has_counts() ? b.counts().entries_size() : 0));
+                                   (b.has_counts() ? b.counts().entries_size() : 0) +
+                                   (b.has_top() ? b.top().entries_size() : 0));
   }
   if (static_cast<size_t>(gossip.batches_size()) > kMaxBatchesPerMessage || entries > kMaxEntriesPerMessage ||
       static_cast<size_t>(gossip.members_size()) > kMaxMembersPerMessage ||

@@ -40,8 +40,8 @@
 namespace tollgate {
 
 inline constexpr uint32_t kProtocolVersionMajor = 1;
-inline constexpr uint32_t kProtocolVersionMinor = 7;  // 1: message_seq, sent_at_s; 2: relay; 3: sync; 4: resets; 5:
-                                                      // relay repair; 6: mates' last seqs; 7: lease counts
+inline constexpr uint32_t kProtocolVersionMinor = 8;  // 1: message_seq, sent_at_s; 2: relay; 3: sync; 4: resets; 5:
+                                                      // relay repair; 6: mates' last seqs; 7: lease counts; 8: top-K
 
 inline constexpr size_t kDefaultMaxDatagramBytes = 1400;  // Ethernet MTU minus headers, with room
 // The smallest allowed max_datagram_bytes: the IPv6 minimum MTU (1280) minus the IPv6 and UDP
@@ -64,6 +64,7 @@ inline constexpr uint32_t kMaxRelayGroups = 65536;            // Gossip.relay_gr
 inline constexpr size_t kMaxAddressBytes = 256;               // "host:port"
 inline constexpr size_t kMaxKeyBytes = 256;                   // as KeyTableOptions::max_key_bytes's default
 inline constexpr int64_t kMaxLeaseCount = 1'000'000'000'000;  // a count in Batch.counts, as a limit (kMaxTokens)
+inline constexpr size_t kMaxTopEntries = 256;                 // keys in one Batch.top
 inline constexpr size_t kMaxBatchesPerMessage = 16384;
 inline constexpr size_t kMaxEntriesPerMessage = 65536;  // over all batches of one message
 inline constexpr size_t kMaxMembersPerMessage = 16384;

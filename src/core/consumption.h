@@ -64,6 +64,28 @@ struct LeaseCounts {
   std::string from, until;
 };
 
+// One key of a top-K summary (issue 41): its true weight lies in [count - error, count].
+struct TopEntry {
+  std::string key;
+  uint64_t count = 0;  // an upper bound of the key's weight
+  uint64_t error = 0;  // count - error is a lower bound
+  friend bool operator==(const TopEntry&, const TopEntry&) = default;
+};
+
+// One node's top keys of one rule and metric over its last one to two windows (issue 41;
+// gossip minor 8; docs/design.md 7.8): state, not a delta. The newest (incarnation, seq) of an
+// origin's unit of a (rule, metric) replaces the one before; a receiver forgets it ttl_ms after
+// it arrived unless a newer one came, or when the origin fails or leaves.
+struct TopUnit {
+  std::string rule;        // RuleSet::label, 1..256 bytes
+  uint32_t metric = 0;     // TopMetric: 0 denied checks, 1 tokens admitted
+  uint64_t total = 0;      // the weight summarised (of every key, listed or not)
+  uint64_t threshold = 0;  // a key not listed weighs at most this
+  uint32_t ttl_ms = 0;
+  std::vector<TopEntry> entries;  // count not increasing, error <= count, each key once
+  friend bool operator==(const TopUnit&, const TopUnit&) = default;
+};
+
 // One node's consumption over one dissemination round, named by (origin, incarnation, seq).
 // Sequence numbers start at 1 and are dense within an incarnation: every sealed batch gets the
 // next one, so a receiver can tell a duplicate from news and a gap from the end. A node that
@@ -80,6 +102,9 @@ struct Batch {
   // never both, so a relay contact may pass a batch of counts on whole without charging anything
   // twice.
   std::shared_ptr<const LeaseCounts> counts{};
+  // A top-K unit (issue 41; gossip minor 8), alone in its batch like counts: passed on whole by a
+  // relay contact, never summed.
+  std::shared_ptr<const TopUnit> top{};
 };
 using BatchPtr = std::shared_ptr<const Batch>;
 

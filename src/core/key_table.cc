@@ -182,10 +182,29 @@ class Shard {
     pass_in_shadow(d);
     if (d.allowed && !d.shadow_denied && cost > 0) {
       record(slot, cost);
-    } else if (!d.allowed && cost > 0 && limit.charge_when_over) {
-      charge_anyway(slot, limit, cost, now, d);
+    } else if (!d.allowed && cost > 0) {
+      if (limit.charge_when_over) charge_anyway(slot, limit, cost, now, d);
+      note_denied(slot);
     }
     return d;
+  }
+
+  // A check the key's own bucket denied (not shadow mode, not another check of the request):
+  // counted in the entry for take_pending, which hands it to top-K (issue 41).
+  void note_denied(uint32_t slot) {
+    Entry& e = slots_[slot];
+    if (e.denied != UINT32_MAX) ++e.denied;
+    mark_dirty(slot);
+  }
+
+  // allow_all, denied: the check at `key` was denied by its own bucket. The entry may not exist
+  // (phase 1 probed a copy): then the denial is not counted for top-K, and counted so.
+  void note_denied(std::string_view key) {
+    if (const uint32_t slot = find(key, hash_key(key)); slot != kNil) {
+      note_denied(slot);
+    } else {
+      ++stats_.denials_unharvested;
+    }
   }
 
   // Gives `tokens` back to the key's bucket (never above burst) and records them as this node's
@@ -204,8 +223,12 @@ class Shard {
   // This node's consumption of `cost` on the key at `slot` (a refund when negative), for
   // take_pending.
   void record(uint32_t slot, int64_t cost) {
+    slots_[slot].pending += cost;
+    mark_dirty(slot);
+  }
+
+  void mark_dirty(uint32_t slot) {
     Entry& e = slots_[slot];
-    e.pending += cost;
     if (!e.dirty) {
       e.dirty = true;
       dirty_.push_back(slot);  // never allocates: its capacity covers every slot (insert)
@@ -342,24 +365,29 @@ class Shard {
     return true;
   }
 
-  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
-    take_pending_each(max_keys, [&](std::string_view key, int64_t tokens) {
+  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys, std::vector<KeyActivity>* activity) {
+    take_pending_each(max_keys, [&](std::string_view key, int64_t tokens, KeyActivity a) {
+      if (activity == nullptr && tokens == 0) return;
       out.push_back({std::string(key), tokens});
+      if (activity != nullptr) activity->push_back(a);
     });
   }
 
-  // The same, each key and its tokens handed to `take(key, tokens)`: a concurrent table copies
-  // the keys' bytes under the lock and makes the strings after releasing it.
+  // The same, each key handed to `take(key, tokens, activity)`: a concurrent table copies the
+  // keys' bytes under the lock and makes the strings after releasing it.
   template <class Take>
   void take_pending_each(size_t max_keys, Take take) {
     // Keys that left the table first (their pending is already out of the list), then the most
     // recently dirtied keys: what is left stays dirty, for the next call.
-    const size_t orphans = orphans_.take(max_keys, take);
+    const size_t orphans =
+        orphans_.take(max_keys, [&](std::string_view key, int64_t tokens) { take(key, tokens, KeyActivity{}); });
     size_t budget = max_keys - orphans;
     for (; !dirty_.empty() && budget > 0; --budget) {
       Entry& e = slots_[dirty_.back()];
-      if (e.pending != 0) take(e.key(), e.pending);  // (off the list only once taken: take may throw)
+      // (off the list only once taken: take may throw)
+      if (e.pending != 0 || e.denied != 0) take(e.key(), e.pending, KeyActivity{e.denied, e.rule});
       e.pending = 0;
+      e.denied = 0;
       e.dirty = false;
       dirty_.pop_back();
     }
@@ -466,6 +494,7 @@ class Shard {
   }
 
   uint64_t pending_dropped() const { return orphans_.dropped(); }
+  uint64_t denials_unharvested() const { return stats_.denials_unharvested; }
 
   KeyTableStats stats() const {
     KeyTableStats s = stats_;
@@ -555,6 +584,7 @@ class Shard {
     e.referenced = false;  // a new key earns its second chance by being used again
     e.rule = rule;
     e.pending = 0;  // dirty is left alone: a reused slot may still be on the dirty list
+    e.denied = 0;
     const Limit limit = limit_of(rule);
     e.bucket = TokenBucket(limit, now);
     if (restored) {
@@ -602,11 +632,13 @@ class Shard {
   void erase(uint32_t slot) {
     Entry& e = slots_[slot];
     if (e.pending != 0) orphans_.add(e.key(), e.pending);
+    stats_.denials_unharvested += e.denied;  // the orphan keeps tokens only
     index_erase(uint32_t(hash_key(e.key())), slot);
     heap_key_bytes_ -= e.key_heap_bytes();
     e.clear_key();
     e.live = false;
     e.pending = 0;
+    e.denied = 0;
     free_.push_back(slot);
   }
 
@@ -773,9 +805,9 @@ class KeyTable::Impl {
     return on_key_shard(key, [&](Shard& shard, size_t hash) { return shard.refund(key, hash, tokens, now); });
   }
 
-  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) {
+  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys, std::vector<KeyActivity>* activity) {
     if (!concurrent_) {
-      shards_[0]->shard.take_pending(out, max_keys);
+      shards_[0]->shard.take_pending(out, max_keys, activity);
       return;
     }
     // Shard by shard from where the last call stopped, kTakePerLock keys per hold of a lock.
@@ -790,25 +822,32 @@ class KeyTable::Impl {
         const size_t chunk = std::min(budget, kTakePerLock);
         size_t taken;
         thread_local std::string bytes;
-        thread_local std::vector<std::pair<size_t, int64_t>> ends;  // (end in bytes, tokens)
+        struct Taken {
+          size_t end;  // in bytes
+          int64_t tokens;
+          KeyActivity activity;
+        };
+        thread_local std::vector<Taken> ends;
         bytes.clear();
         ends.clear();
         {
           // Only the keys' bytes are copied under the lock: no allocation holds a check up.
           ShardLock lock(s.mutex, true);
           const size_t before = s.shard.pending_keys();
-          s.shard.take_pending_each(chunk, [&](std::string_view key, int64_t tokens) {
+          s.shard.take_pending_each(chunk, [&](std::string_view key, int64_t tokens, KeyActivity a) {
+            if (activity == nullptr && tokens == 0) return;
             bytes.append(key);
-            ends.emplace_back(bytes.size(), tokens);
+            ends.push_back({bytes.size(), tokens, a});
           });
           taken = before - s.shard.pending_keys();
           if (taken < chunk || taken == budget) note_pending(s);  // the shard's last hold
           if (taken == chunk && budget > taken) s.shard.prefetch_pending(std::min(budget - taken, kTakePerLock));
         }
         size_t begin = 0;
-        for (const auto& [end, tokens] : ends) {
-          out.push_back({bytes.substr(begin, end - begin), tokens});
-          begin = end;
+        for (const Taken& t : ends) {
+          out.push_back({bytes.substr(begin, t.end - begin), t.tokens});
+          if (activity != nullptr) activity->push_back(t.activity);
+          begin = t.end;
         }
         budget -= taken;
         if (taken < chunk || budget == 0) break;
@@ -964,6 +1003,9 @@ class KeyTable::Impl {
   uint64_t pending_dropped() const {
     return sum_over_shards([](const Shard& s) { return s.pending_dropped(); });
   }
+  uint64_t denials_unharvested() const {
+    return sum_over_shards([](const Shard& s) { return s.denials_unharvested(); });
+  }
 
   KeyTableStats stats() const {
     KeyTableStats sum;
@@ -980,6 +1022,7 @@ class KeyTable::Impl {
       sum.forgotten_debts += x.forgotten_debts;
       sum.remote_ignored += x.remote_ignored;
       sum.pending_dropped += x.pending_dropped;
+      sum.denials_unharvested += x.denials_unharvested;
       sum.longest_probe = std::max(sum.longest_probe, x.longest_probe);
     }
     return sum;
@@ -1092,7 +1135,14 @@ class KeyTable::Impl {
       if (!d.limited || !d.limit.charge_when_over || items[i].cost <= 0) continue;
       shard_for(items[i].key).charge_denied(items[i].key, items[i].cost, now, d);
     }
-    for (size_t i = 0; i < items.size(); ++i) shard_for(items[i].key).count(out[i], false);
+    for (size_t i = 0; i < items.size(); ++i) {
+      Shard& shard = shard_for(items[i].key);
+      shard.count(out[i], false);
+      // Denied by its own bucket (charged anyway or not): for top-K. Not another check's denial.
+      if (out[i].rule != RuleSet::kUnlimited && items[i].cost > 0 && out[i].reason != DenyReason::kOtherCheckDenied) {
+        shard.note_denied(items[i].key);
+      }
+    }
     return false;
   }
 
@@ -1143,9 +1193,12 @@ bool KeyTable::allow_all(std::span<const CheckItem> items, std::span<Decision> o
 bool KeyTable::charge_remote(std::string_view key, int64_t tokens, MonoNanos now_ns) {
   return impl_->charge_remote(key, tokens, now_ns);
 }
-void KeyTable::take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys) { impl_->take_pending(out, max_keys); }
+void KeyTable::take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys, std::vector<KeyActivity>* activity) {
+  impl_->take_pending(out, max_keys, activity);
+}
 size_t KeyTable::pending_keys() const { return impl_->pending_keys(); }
 uint64_t KeyTable::pending_dropped() const { return impl_->pending_dropped(); }
+uint64_t KeyTable::denials_unharvested() const { return impl_->denials_unharvested(); }
 size_t KeyTable::sweep_idle(MonoNanos now_ns, size_t max_scan) { return impl_->sweep_idle(now_ns, max_scan); }
 bool KeyTable::restore(std::string_view key, int64_t balance_microtokens, MonoNanos at_ns) {
   return impl_->restore(key, balance_microtokens, at_ns);

@@ -107,9 +107,20 @@ struct KeyTableStats {
   // Evicted keys whose consumption was dropped unreported: too many evicted keys were waiting
   // for take_pending (see above; a member's thread stuck under a key flood).
   uint64_t pending_dropped = 0;
+  // Denials by a key's own bucket that top-K never heard of: the key was evicted before
+  // take_pending, or an all-or-nothing request denied a key that has no entry yet.
+  uint64_t denials_unharvested = 0;
   // The most index slots a lookup of a key reads now (a shard's, the largest): a few unless keys
   // collide in their keyed hash, which nobody without the process's secret can make them do.
   size_t longest_probe = 0;
+};
+
+// What take_pending hands over for a key beside its tokens, for top-K (issue 41).
+struct KeyActivity {
+  uint32_t denied = 0;  // checks its own bucket denied (not shadow mode, not another check's)
+  // The rule (index into rules()) that governed it; RuleSet::kUnlimited when not known (a key
+  // that left the table: match it again).
+  uint32_t rule = UINT32_MAX;
 };
 
 // One rule's checks at this node, for metrics (envoyproxy/ratelimit's per-rule stats).
@@ -169,11 +180,16 @@ class KeyTable {
   // may be negative, and a key whose refunds cancel its cost is left out), one entry per key
   // (keys evicted in between included), and resets it. Nothing is lost or reported twice. With
   // `max_keys`, takes at most that many keys' consumption and leaves the rest for later calls.
-  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys = SIZE_MAX);
+  // With `activity`, also hands over each key's denials (KeyActivity), one item appended per entry
+  // appended to `out`, and then a key whose only news is denials is in `out` with 0 tokens.
+  void take_pending(std::vector<ConsumptionEntry>& out, size_t max_keys = SIZE_MAX,
+                    std::vector<KeyActivity>* activity = nullptr);
   // Keys (evicted ones included) with consumption take_pending() has not taken yet, at most.
   size_t pending_keys() const;
   // KeyTableStats::pending_dropped alone, without stats()' walk over every key.
   uint64_t pending_dropped() const;
+  // KeyTableStats::denials_unharvested alone, the same way.
+  uint64_t denials_unharvested() const;
 
   // Examines up to `max_scan` keys, round-robin from where the previous call stopped, and removes
   // those whose bucket has refilled to burst (their pending consumption is kept and still

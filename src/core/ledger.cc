@@ -22,6 +22,10 @@ size_t batch_bytes(const Batch& batch) {
     bytes += sizeof(LeaseCounts) + batch.counts->entries.capacity() * sizeof(InflightEntry);
     for (const InflightEntry& e : batch.counts->entries) bytes += e.key.capacity();
   }
+  if (batch.top) {
+    bytes += sizeof(TopUnit) + batch.top->rule.capacity() + batch.top->entries.capacity() * sizeof(TopEntry);
+    for (const TopEntry& e : batch.top->entries) bytes += e.key.capacity();
+  }
   return bytes;
 }
 
@@ -186,6 +190,12 @@ class Ledger::Impl {
     return keep(std::move(batch), self_, last_seq_, now);
   }
 
+  BatchPtr seal_top(TopUnit unit, MonoNanos now) {
+    auto batch = std::make_shared<Batch>();
+    batch->top = std::make_shared<const TopUnit>(std::move(unit));
+    return keep(std::move(batch), self_, last_seq_, now);
+  }
+
   BatchPtr keep(std::shared_ptr<Batch> batch, const NodeId& origin, uint64_t& last_seq, MonoNanos now) {
     batch->origin = origin;
     batch->incarnation = incarnation_;
@@ -247,6 +257,7 @@ class Ledger::Impl {
       if (!resets || resets->counts(e, now)) table.charge_remote(e.key, e.tokens, now);
     }
     if (resets && batch->counts) resets->lease_counts(*batch, now);
+    if (resets && batch->top) resets->top_unit(*batch, now);
     stats_.entries_applied += batch->entries.size();
     ++stats_.applied;
     retain(batch, now);
@@ -509,6 +520,8 @@ BatchPtr Ledger::seal_relay(std::vector<ConsumptionEntry> entries, MonoNanos now
 BatchPtr Ledger::seal_counts(LeaseCounts counts, MonoNanos now_ns) {
   return impl_->seal_counts(std::move(counts), now_ns);
 }
+
+BatchPtr Ledger::seal_top(TopUnit unit, MonoNanos now_ns) { return impl_->seal_top(std::move(unit), now_ns); }
 BatchPtr Ledger::seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets) {
   return impl_->seal(std::move(entries), now_ns, std::move(resets));
 }

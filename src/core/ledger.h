@@ -49,6 +49,8 @@ class ResetFilter {
   virtual bool counts(const ConsumptionEntry& entry, MonoNanos now_ns) = 0;
   // The lease counts a batch being applied carries (Batch::counts; issue 40), after its entries.
   virtual void lease_counts(const Batch& /*batch*/, MonoNanos /*now_ns*/) {}
+  // The top-K unit a batch being applied carries (Batch::top; issue 41).
+  virtual void top_unit(const Batch& /*batch*/, MonoNanos /*now_ns*/) {}
 };
 
 struct LedgerOptions {
@@ -108,6 +110,8 @@ class Ledger {
   BatchPtr seal(std::vector<ConsumptionEntry> entries, MonoNanos now_ns, std::vector<ResetMark> resets = {});
   // Seals this node's lease counts (issue 40) into the next batch, one of counts only.
   BatchPtr seal_counts(LeaseCounts counts, MonoNanos now_ns);
+  // Seals one top-K unit (issue 41) into the next batch, one of that unit only.
+  BatchPtr seal_top(TopUnit unit, MonoNanos now_ns);
   // Relay mode: seals consumption this node relays (other groups' batches it applied, summed)
   // under relay_origin(self), a sequence of its own; retained like our own batches, and
   // never charged here again.

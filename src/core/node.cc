@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
@@ -132,6 +134,8 @@ Node::Node(NodeOptions options, std::shared_ptr<const RuleSet> rules, Outbox& ou
       inflight_(options_.id, options_.max_lease_rows, 2 * options_.ledger.retention_ns),
       plan_(std::make_unique<RelayPlan>()),
       mode_(options_.mode == DisseminationMode::kAuto ? DisseminationMode::kGossip : options_.mode) {
+  tops_ = RuleTops(options_.top);
+  label_rules();
   repair_ = std::make_unique<Repair>();
   leases_.set_rules(std::move(rules));
   update_groups();
@@ -274,6 +278,8 @@ NodeStats Node::stats() const {
   s.allowed = c.allowed;
   s.denied = c.denied;
   s.sync_denied = syncing_.denied.load(std::memory_order_relaxed);
+  s.top_rules_refused = tops_.rules_refused();
+  s.top_denials_unharvested = table_.denials_unharvested();
   s.checks += s.sync_denied;
   s.denied += s.sync_denied;
   return s;
@@ -289,7 +295,9 @@ void Node::seal(MonoNanos now, size_t max_keys) {
     resets_to_seal_.clear();
   }
   pending_.clear();
-  table_.take_pending(pending_, max_keys);
+  activity_.clear();
+  table_.take_pending(pending_, max_keys, tops_.enabled() ? &activity_ : nullptr);
+  if (tops_.enabled()) count_tops(now);
   if (pending_.empty()) return;
   tag_epochs(pending_);
   if (options_.split_for_sealing) {
@@ -304,6 +312,167 @@ void Node::seal(MonoNanos now, size_t max_keys) {
                                       std::make_move_iterator(pending_.begin() + long(end)));
     if (BatchPtr b = ledger_.seal(std::move(run), now)) keep_sealed(std::move(b), now);
   }
+}
+
+void Node::count_tops(MonoNanos now) {
+  tops_.advance(now);
+  const RuleSet& rules = table_.rules();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const ConsumptionEntry& e = pending_[i];
+    uint32_t rule = activity_[i].rule;
+    if (rule == RuleSet::kUnlimited) rule = rules.match(e.key);  // it left the table meanwhile
+    if (rule >= top_labels_.size()) continue;                    // no longer limited
+    tops_.add(top_labels_[rule], TopMetric::kDenied, e.key, activity_[i].denied);
+    if (e.tokens > 0) tops_.add(top_labels_[rule], TopMetric::kTokens, e.key, uint64_t(e.tokens));
+  }
+  std::erase_if(pending_, [](const ConsumptionEntry& e) { return e.tokens == 0; });  // denials only
+}
+
+namespace {
+
+// A unit's bytes on the wire, about: its header and each key with its two numbers.
+size_t top_unit_bytes(const TopUnit& u) {
+  size_t b = u.rule.size() + 32;
+  for (const TopEntry& e : u.entries) b += e.key.size() + 24;
+  return b;
+}
+
+// A unit stays well inside a datagram, as a batch of lease counts does (kCountsBatchBytes).
+constexpr size_t kTopUnitBytes = 600;
+constexpr size_t kMaxKeyBytesOfRule = 256;  // a rule's label, as the codec takes it
+
+}  // namespace
+
+void Node::publish_tops(MonoNanos now) {
+  if (!tops_.enabled() || options_.top_gossip_bytes == 0 || now < next_top_publish_ns_) return;
+  std::vector<TopUnit> units;
+  size_t bytes = 0;
+  for (const std::string& rule : tops_.rules()) {
+    if (rule.size() > kMaxKeyBytesOfRule) continue;  // (a label the codec would refuse)
+    for (const TopMetric metric : {TopMetric::kDenied, TopMetric::kTokens}) {
+      std::optional<PublishedTop> p = tops_.published(rule, metric, options_.top_publish_keys);
+      if (!p) continue;
+      TopUnit u{rule, uint32_t(metric), p->total, p->threshold, 0, std::move(p->entries)};
+      // Fewer keys when they would not fit: a key left out weighs at most the last one kept
+      // (counts do not increase), so the threshold rises to it and the bound still holds.
+      while (u.entries.size() > 1 && top_unit_bytes(u) > kTopUnitBytes) {
+        u.threshold = std::max(u.threshold, u.entries.back().count);
+        u.entries.pop_back();
+      }
+      if (top_unit_bytes(u) > kTopUnitBytes) u.entries.clear(), u.threshold = std::max(u.threshold, p->total);
+      bytes += top_unit_bytes(u);
+      units.push_back(std::move(u));
+    }
+  }
+  // The next publication when what this one costs, every copy counted, has spent the budget.
+  const uint64_t copies = mode_ == DisseminationMode::kGossip ? retransmits() : 1;
+  const double seconds =
+      double(copies) * double(std::max<size_t>(live_members_, 1)) * double(bytes) / double(options_.top_gossip_bytes);
+  const MonoNanos period = std::clamp<MonoNanos>(MonoNanos(seconds * double(kNanosPerSecond)), kNanosPerSecond,
+                                                 std::max<MonoNanos>(options_.top.window_ns, kNanosPerSecond));
+  next_top_publish_ns_ = now + period;
+  const uint32_t ttl_ms = uint32_t(std::min<MonoNanos>(3 * period / 1'000'000, UINT32_MAX));
+  for (TopUnit& u : units) {
+    u.ttl_ms = ttl_ms;
+    if (BatchPtr b = ledger_.seal_top(std::move(u), now)) {
+      keep_sealed(std::move(b), now);
+      ++stats_.top_units_sealed;
+    }
+  }
+}
+
+size_t Node::top_memory_bound(const NodeOptions& o) {
+  if (o.top.capacity == 0) return 0;
+  // A held unit: its map node and slot string, and the unit: per key (1 + 24 bytes or more on
+  // the wire) a TopEntry and a heap block of its key.
+  constexpr size_t kKeys = kMaxHeldTopUnitBytes / 25;
+  const size_t unit = 256 + sizeof(HeldTop) + sizeof(TopUnit) + 2 * kMaxKeyBytesOfRule +
+                      kKeys * (sizeof(TopEntry) + 32) + kMaxHeldTopUnitBytes;
+  return RuleTops::bound_bytes(o.top, o.keys.max_key_bytes) + kMaxHeldTopUnits * unit;
+}
+
+void Node::top_unit(const Batch& batch, MonoNanos now) {
+  if (batch.origin == options_.id || !tops_.enabled()) return;
+  const TopUnit& u = *batch.top;
+  if (top_unit_bytes(u) > kMaxHeldTopUnitBytes) {  // (over TCP a frame could carry 100 KB of one)
+    ++stats_.top_units_dropped;
+    return;
+  }
+  std::string slot = u.rule;
+  slot.push_back(char(u.metric));
+  auto& held = peer_tops_[batch.origin];
+  auto it = held.find(slot);
+  if (it == held.end()) {
+    if (stats_.top_units_held >= kMaxHeldTopUnits) {
+      ++stats_.top_units_dropped;
+      if (held.empty()) peer_tops_.erase(batch.origin);
+      return;
+    }
+    it = held.emplace(std::move(slot), HeldTop{}).first;
+    ++stats_.top_units_held;
+  } else if (std::tie(batch.incarnation, batch.seq) <= std::tie(it->second.incarnation, it->second.seq)) {
+    return;  // older than the one held (a repair, or another path, brought it late)
+  }
+  it->second = HeldTop{batch.incarnation, batch.seq, batch.top, now + MonoNanos(u.ttl_ms) * 1'000'000};
+  expire_tops(now);
+}
+
+void Node::expire_tops(MonoNanos now) {
+  if (now < next_top_expiry_ns_) return;
+  next_top_expiry_ns_ = now + kNanosPerSecond;
+  for (auto origin = peer_tops_.begin(); origin != peer_tops_.end();) {
+    const bool known = membership_.find(origin->first) != nullptr;
+    auto& held = origin->second;
+    for (auto it = held.begin(); it != held.end();) {
+      if (!known || it->second.expires <= now) {
+        it = held.erase(it);
+        --stats_.top_units_held;
+      } else {
+        ++it;
+      }
+    }
+    origin = held.empty() ? peer_tops_.erase(origin) : std::next(origin);
+  }
+}
+
+std::vector<TopParts> Node::top_parts(std::string_view rule, MonoNanos now) const {
+  std::map<std::string, TopParts, std::less<>> by_rule;
+  auto wanted = [&](std::string_view r) { return rule.empty() || r == rule; };
+  for (const std::string& r : tops_.rules()) {
+    if (!wanted(r)) continue;
+    TopParts& p = by_rule[r];
+    ++p.members;
+    for (size_t m = 0; m < kTopMetrics; ++m) {
+      // All it holds: our own summary is here in full, and a wider one only narrows the bounds.
+      if (auto own = tops_.published(r, TopMetric(m), options_.top.capacity)) p.own[m].push_back(std::move(*own));
+    }
+  }
+  for (const auto& [origin, held] : peer_tops_) {
+    const MemberInfo* member = membership_.find(origin);
+    if (member == nullptr || (member->state != MemberState::kAlive && member->state != MemberState::kSuspect)) continue;
+    std::set<std::string_view> counted;  // rules this member reports (once each)
+    for (const auto& [slot, h] : held) {
+      if (h.expires <= now || !wanted(h.unit->rule)) continue;
+      TopParts& p = by_rule[h.unit->rule];
+      if (counted.insert(h.unit->rule).second) ++p.members;
+      p.units.push_back(h.unit);
+    }
+  }
+  std::vector<TopParts> out;
+  out.reserve(by_rule.size());
+  for (auto& [r, p] : by_rule) {
+    p.rule = r;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+void Node::label_rules() {
+  const RuleSet& rules = table_.rules();
+  top_labels_.clear();
+  if (!tops_.enabled()) return;
+  top_labels_.reserve(rules.size());
+  for (uint32_t i = 0; i < rules.size(); ++i) top_labels_.push_back(rules.label(i));
 }
 
 void Node::keep_sealed(BatchPtr b, MonoNanos now) {
@@ -442,6 +611,7 @@ std::vector<BatchPtr> Node::seal_round(MonoNanos now) {
   // the lease counts that changed.
   seal_leases(now);
   seal(now, SIZE_MAX);
+  publish_tops(now);
   std::vector<BatchPtr> fresh = std::move(sealed_);
   sealed_.clear();
   return fresh;
@@ -541,10 +711,16 @@ void Node::seal_relay(MonoNanos now, std::vector<BatchPtr>& out) {
   if (relay_parts_.empty()) return;
   std::vector<ConsumptionEntry> entries;
   std::vector<ResetMark> resets;
+  // Counts and top-K units are state under their origin's version (docs/design.md 6.7, 7.8):
+  // passed on whole, never summed, so each receiver decides for itself whether their member
+  // still counts. They are no part of the batch that sums the rest (on_relay_sealed).
+  std::erase_if(relay_parts_, [&](const BatchPtr& b) {
+    if (!b->counts && !b->top) return false;
+    out.push_back(b);
+    return true;
+  });
+  if (relay_parts_.empty()) return;
   for (const BatchPtr& b : relay_parts_) {
-    // Counts are state under their origin's version (docs/design.md 6.7): passed on whole, never
-    // summed, so each receiver decides for itself whether their member still counts.
-    if (b->counts) out.push_back(b);
     entries.insert(entries.end(), b->entries.begin(), b->entries.end());
     resets.insert(resets.end(), b->resets.begin(), b->resets.end());
   }
@@ -719,6 +895,7 @@ void Node::probe(MonoNanos now) {
 }
 
 void Node::housekeeping(MonoNanos now) {
+  expire_tops(now);
   // While waiting for balances from a peer, what we applied meanwhile is kept: finish_sync
   // subtracts what the peer's balances lack of it (bounded all the same by max_retained_bytes).
   if (!syncing()) ledger_.expire(now);
@@ -951,6 +1128,7 @@ void Node::leave(MonoNanos now) {
 void Node::replace_rules(std::shared_ptr<const RuleSet> rules, MonoNanos now) {
   leases_.set_rules(rules);
   table_.replace_rules(std::move(rules), now);
+  label_rules();
 }
 
 void Node::lease_counts(const Batch& batch, MonoNanos now) {

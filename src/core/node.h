@@ -46,6 +46,7 @@
 #include "core/membership.h"
 #include "core/outbox.h"
 #include "core/random.h"
+#include "core/top_keys.h"
 #include "util/string_map.h"
 
 namespace tollgate {
@@ -153,6 +154,16 @@ struct NodeOptions {
   LeaseTable::IdSource lease_ids;
   int64_t lease_refresh_ns = 30 * kNanosPerSecond;
   size_t max_lease_rows = 1'000'000;  // other members' (member, key) counts held at most
+  // Top-K (issue 41; docs/topk-plan.md): per rule, this node's keys with the most denials and
+  // the most tokens admitted over the last one to two windows, counted where consumption is
+  // sealed. capacity 0: none kept.
+  RuleTopsOptions top;
+  // What this node's top-K units may cost gossip, in bytes per second with every copy counted
+  // (docs/design.md 7.8): units of every active rule are published every P = copies x members x
+  // their bytes / top_gossip_bytes, from 1 s up to the window (copies: the gossip retransmits,
+  // else 1), and forgotten 3 P after arriving. 0: none published; each node answers for itself.
+  size_t top_gossip_bytes = 0;
+  size_t top_publish_keys = 32;  // keys per unit at most (fewer when they would not fit a datagram)
   // Called for every remote batch applied (charged) here, after it is charged. For measuring
   // (the simulator times how long a batch takes to reach every node); the daemon leaves it
   // empty. Must not call back into the node.
@@ -219,6 +230,12 @@ struct NodeStats {
   uint64_t resets_applied = 0;          // of keys, made here or heard of (each epoch once)
   uint64_t reset_skipped = 0;           // entries not counted: admitted before a reset of their key
   uint64_t reset_epochs_forgotten = 0;  // epochs dropped at the bound (kMaxResetEpochs)
+  // Top-K (issue 41).
+  uint64_t top_units_sealed = 0;         // units this node published
+  uint64_t top_units_held = 0;           // other members' units held now
+  uint64_t top_units_dropped = 0;        // units not kept: kMaxHeldTopUnits held, or one too large
+  uint64_t top_rules_refused = 0;        // updates of rules beyond NodeOptions::top.max_rules
+  uint64_t top_denials_unharvested = 0;  // KeyTableStats::denials_unharvested
 };
 
 // What a node carries across a restart (issue 35; tollgated's --state-dir): the balances of its
@@ -330,6 +347,23 @@ class Node : private ResetFilter {
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() const { return table_.rule_counters(); }
   const KeyTable& table() const { return table_; }
   KeyTable& table() { return table_; }
+  // This node's own top keys per rule (NodeOptions::top). The owner's.
+  const RuleTops& tops() const { return tops_; }
+  // Top-K cluster-wide (issue 41): per rule (all of them when `rule` is empty, busiest first),
+  // this node's own summaries merged with the latest units of the members live now, the `k`
+  // heaviest keys of each metric with their bounds. The owner's; top_parts() is what to take on
+  // the owner's thread when the merge (at 1,000 members, tens of thousands of keys) should run
+  // on another.
+  std::vector<RuleTop> top(std::string_view rule, size_t k, MonoNanos now_ns) const {
+    return merge_top_parts(top_parts(rule, now_ns), k);
+  }
+  std::vector<TopParts> top_parts(std::string_view rule, MonoNanos now_ns) const;
+  // Other members' units held at most, and the largest held (top_units_dropped counts those
+  // refused beyond either; ours stay under 600 bytes): with top_memory_bound(), what top-K can
+  // hold whatever peers send.
+  static constexpr size_t kMaxHeldTopUnits = 8192;
+  static constexpr size_t kMaxHeldTopUnitBytes = 1200;
+  static size_t top_memory_bound(const NodeOptions& options);
   const Ledger& ledger() const { return ledger_; }
   const Membership& membership() const { return membership_; }
 
@@ -369,6 +403,15 @@ class Node : private ResetFilter {
   std::vector<size_t> pick_distinct(size_t n, size_t k);
   // Seals up to `max_keys` keys' unsealed consumption into batches, onto sealed_.
   void seal(MonoNanos now_ns, size_t max_keys);
+  // Counts what seal() took (pending_, activity_) into tops_, then leaves in pending_ only the
+  // keys with tokens to seal.
+  void count_tops(MonoNanos now_ns);
+  void label_rules();  // top_labels_ for the rules in force
+  // Seals this node's units when due (NodeOptions::top_gossip_bytes).
+  void publish_tops(MonoNanos now_ns);
+  void top_unit(const Batch& batch, MonoNanos now_ns) override;
+  // Forgets units past their time and those of members forgotten.
+  void expire_tops(MonoNanos now_ns);
   // Keeps a just-sealed batch on sealed_ (for the round, or leave()) and, in gossip, queues it.
   void keep_sealed(BatchPtr b, MonoNanos now_ns);
   void send(const std::string& address, const GossipMessagePtr& m);
@@ -419,7 +462,20 @@ class Node : private ResetFilter {
     std::atomic<bool> flag{false};
   } seal_wanted_;
   std::vector<ConsumptionEntry> pending_;  // reused across rounds
-  uint64_t message_seq_ = 0;               // of the last message built
+  std::vector<KeyActivity> activity_;      // pending_'s denials and rules, when tops_ counts
+  RuleTops tops_;
+  std::vector<std::string> top_labels_;  // RuleSet::label of each rule index in force
+  struct HeldTop {
+    uint64_t incarnation = 0, seq = 0;  // of the batch that carried it
+    std::shared_ptr<const TopUnit> unit;
+    MonoNanos expires = 0;
+  };
+  // Other members' latest units, by origin, then by rule and metric (the rule's label followed
+  // by one byte, the metric).
+  std::unordered_map<NodeId, std::unordered_map<std::string, HeldTop>> peer_tops_;
+  MonoNanos next_top_publish_ns_ = 0;
+  MonoNanos next_top_expiry_ns_ = 0;
+  uint64_t message_seq_ = 0;  // of the last message built
   // By sender; an entry goes when membership forgets the sender, so this is bounded by it.
   std::unordered_map<NodeId, DigestsAnswered> digests_answered_;
   std::vector<BatchPtr> sealed_;  // sealed since the last round, not sent yet

@@ -44,7 +44,7 @@ void SpaceSaving::sift_up(size_t at) {
 void SpaceSaving::add(std::string_view key, uint64_t weight) {
   if (weight == 0) return;
   total_ += weight;
-  if (auto it = index_.find(std::string(key)); it != index_.end()) {
+  if (auto it = index_.find(key); it != index_.end()) {
     Counter& c = counters_[it->second];
     c.count += weight;
     sift_down(c.heap);  // larger now: it may sink below its children
@@ -92,6 +92,11 @@ size_t SpaceSaving::bytes() const {
   // A counter, its heap slot, an index node (key copy, hash, next pointer), and the keys twice.
   return counters_.capacity() * (sizeof(Counter) + sizeof(size_t)) +
          index_.size() * (sizeof(std::string) + 2 * sizeof(size_t) + sizeof(void*)) + 2 * key_bytes_;
+}
+
+size_t SpaceSaving::bound_bytes(size_t capacity, size_t key_bytes) {
+  return capacity *
+         (sizeof(Counter) + sizeof(size_t) + sizeof(std::string) + 2 * sizeof(size_t) + sizeof(void*) + 2 * key_bytes);
 }
 
 void SpaceSaving::clear() {
@@ -147,6 +152,132 @@ MergedTop merge_top_keys(std::span<const PublishedTop> parts, size_t k) {
   }
   m.keys = std::move(all);
   return m;
+}
+
+PublishedTop as_published(const MergedTop& m) {
+  PublishedTop p;
+  p.total = m.total;
+  p.threshold = m.unreported_bound;
+  p.entries.reserve(m.keys.size());
+  for (const MergedKey& k : m.keys) p.entries.push_back({k.key, k.upper, k.upper - k.lower});
+  return p;
+}
+
+std::vector<RuleTop> merge_top_parts(const std::vector<TopParts>& parts, size_t k) {
+  std::vector<RuleTop> out;
+  out.reserve(parts.size());
+  for (const TopParts& p : parts) {
+    std::vector<PublishedTop> metric[kTopMetrics] = {p.own[0], p.own[1]};
+    for (const auto& u : p.units) {
+      metric[std::min<size_t>(u->metric, kTopMetrics - 1)].push_back(PublishedTop{u->entries, u->threshold, u->total});
+    }
+    out.push_back(RuleTop{p.rule, merge_top_keys(metric[0], k), merge_top_keys(metric[1], k), p.members});
+  }
+  std::sort(out.begin(), out.end(), [](const RuleTop& a, const RuleTop& b) {
+    return std::tie(b.denied.total, b.tokens.total, a.rule) < std::tie(a.denied.total, a.tokens.total, b.rule);
+  });
+  return out;
+}
+
+const char* top_metric_name(TopMetric m) { return m == TopMetric::kDenied ? "denied" : "tokens"; }
+
+RuleTops::RuleTops(RuleTopsOptions options) : options_(options) {
+  if (options_.window_ns <= 0) throw std::invalid_argument("RuleTops needs a window longer than 0");
+}
+
+void RuleTops::advance(MonoNanos now) {
+  if (!started_) {
+    started_ = true;
+    current_start_ = previous_start_ = now;
+    return;
+  }
+  if (now - current_start_ < options_.window_ns) return;
+  const bool gap = now - current_start_ >= 2 * options_.window_ns;  // the current one is too old too
+  previous_start_ = gap ? now : current_start_;
+  current_start_ = now;
+  for (auto it = rules_.begin(); it != rules_.end();) {
+    bool any = false;
+    for (Windows& w : it->second.metric) {
+      w.previous = gap ? nullptr : std::move(w.current);
+      w.current = nullptr;
+      any = any || w.previous != nullptr;
+    }
+    it = any ? std::next(it) : rules_.erase(it);  // nothing in either window: no longer tracked
+  }
+}
+
+void RuleTops::add(std::string_view rule, TopMetric metric, std::string_view key, uint64_t weight) {
+  if (!enabled() || weight == 0) return;
+  auto it = rules_.find(rule);
+  if (it == rules_.end()) {
+    if (rules_.size() >= options_.max_rules) {
+      ++rules_refused_;
+      return;
+    }
+    it = rules_.emplace(std::string(rule), Tracked{}).first;
+  }
+  Windows& w = it->second.metric[size_t(metric)];
+  if (!w.current) w.current = std::make_unique<SpaceSaving>(options_.capacity);
+  w.current->add(key, weight);
+}
+
+std::optional<PublishedTop> RuleTops::published(std::string_view rule, TopMetric metric, size_t k) const {
+  const auto it = rules_.find(rule);
+  if (it == rules_.end()) return std::nullopt;
+  const Windows& w = it->second.metric[size_t(metric)];
+  std::vector<PublishedTop> parts;
+  for (const SpaceSaving* s : {w.current.get(), w.previous.get()}) {
+    if (s != nullptr) parts.push_back(publish(*s, k));
+  }
+  if (parts.empty()) return std::nullopt;
+  if (parts.size() == 1) return std::move(parts.front());
+  return as_published(merge_top_keys(parts, k));
+}
+
+std::vector<std::string> RuleTops::rules() const {
+  struct Busy {
+    uint64_t denied = 0, tokens = 0;
+    const std::string* rule;
+  };
+  std::vector<Busy> all;
+  for (const auto& [rule, t] : rules_) {
+    Busy b{0, 0, &rule};
+    for (size_t m = 0; m < kTopMetrics; ++m) {
+      uint64_t& into = m == size_t(TopMetric::kDenied) ? b.denied : b.tokens;
+      for (const SpaceSaving* s : {t.metric[m].current.get(), t.metric[m].previous.get()}) {
+        if (s != nullptr) into += s->total();
+      }
+    }
+    all.push_back(b);
+  }
+  std::sort(all.begin(), all.end(), [](const Busy& a, const Busy& b) {
+    return std::tie(b.denied, b.tokens, *a.rule) < std::tie(a.denied, a.tokens, *b.rule);
+  });
+  std::vector<std::string> out;
+  out.reserve(all.size());
+  for (const Busy& b : all) out.push_back(*b.rule);
+  return out;
+}
+
+size_t RuleTops::bytes() const {
+  size_t b = 0;
+  for (const auto& [rule, t] : rules_) {
+    b += rule.size() + sizeof(Tracked) + 64;  // the map's node
+    for (const Windows& w : t.metric) {
+      for (const SpaceSaving* s : {w.current.get(), w.previous.get()}) {
+        if (s != nullptr) b += sizeof(SpaceSaving) + s->bytes();
+      }
+    }
+  }
+  return b;
+}
+
+size_t RuleTops::bound_bytes(const RuleTopsOptions& options, size_t key_bytes) {
+  if (options.capacity == 0) return 0;
+  // Every summary at capacity (2 windows of 2 metrics per rule), and the rule's label of up to
+  // key_bytes.
+  const size_t summary = sizeof(SpaceSaving) + SpaceSaving::bound_bytes(options.capacity, key_bytes);
+  return options.max_rules * (key_bytes + sizeof(Tracked) + 64 + 2 * kTopMetrics * summary);
 }
 
 }  // namespace tollgate

@@ -170,9 +170,9 @@ TEST(Codec, MacIsHmacSha256OverTheVersionAndThePayload) {
   v1::Envelope e;
   ASSERT_TRUE(e.ParseFromString(datagrams.at(0)));
   EXPECT_EQ(e.version_major(), 1u);
-  EXPECT_EQ(e.version_minor(), 7u);
+  EXPECT_EQ(e.version_minor(), 8u);
   EXPECT_EQ(e.mac().size(), 32u);
-  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 7, e.payload()));
+  EXPECT_EQ(e.mac(), codec_test::spec_mac(key_a().signing_key(), 1, 8, e.payload()));
 }
 
 TEST(Codec, SplitsAcrossDatagramsUnderMaxDatagram) {
@@ -450,6 +450,64 @@ TEST(Codec, ResetsAndEpochsRoundTripAndAResetOfEpochZeroIsRefused) {
   EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kNone);
   r->set_key(std::string(kMaxKeyBytes + 1, 'k'));
   EXPECT_EQ(decode(craft(g, key_a()), key_a()).error, DecodeError::kInvalidContent);
+}
+
+TEST(Codec, TopUnitsRoundTripAndAUnitThatBreaksItsBoundsIsRefused) {
+  GossipMessage m;
+  m.sender = "n1";
+  m.sender_address = "10.0.0.1:7946";
+  auto b = std::make_shared<Batch>(Batch{"n1", 3, 9, {}, {}});
+  b->top =
+      std::make_shared<const TopUnit>(TopUnit{"user:*", 1, 900, 12, 3000, {{"user:a", 40, 2}, {"user:\x01b", 40, 0}}});
+  m.batches.push_back(b);
+  const GossipMessage got = decode_ok(encode_datagrams(m, key_a()).at(0), key_a());
+  ASSERT_EQ(got.batches.size(), 1u);
+  ASSERT_TRUE(got.batches[0]->top);
+  EXPECT_EQ(*got.batches[0]->top, *b->top);
+  EXPECT_TRUE(got.batches[0]->entries.empty());
+
+  auto error = [](const std::function<void(v1::TopUnit&)>& change, bool alone = true) {
+    v1::Gossip g = valid_gossip();
+    v1::Batch& x = *g.mutable_batches(0);
+    if (alone) {
+      x.clear_entries();
+      x.clear_refunds();
+      x.clear_resets();
+    }
+    v1::TopUnit& t = *x.mutable_top();
+    t.set_rule("r");
+    v1::TopKey* k = t.add_entries();
+    k->set_key("a");
+    k->set_count(10);
+    k->set_error(3);
+    change(t);
+    return decode(craft(g, key_a()), key_a()).error;
+  };
+  EXPECT_EQ(error([](v1::TopUnit&) {}), DecodeError::kNone);
+  EXPECT_EQ(error([](v1::TopUnit&) {}, /*alone=*/false), DecodeError::kInvalidContent);  // beside consumption
+  EXPECT_EQ(error([](v1::TopUnit& t) { t.set_rule(""); }), DecodeError::kInvalidContent);
+  EXPECT_EQ(error([](v1::TopUnit& t) { t.set_metric(2); }), DecodeError::kInvalidContent);
+  EXPECT_EQ(error([](v1::TopUnit& t) { t.mutable_entries(0)->set_error(11); }), DecodeError::kInvalidContent);
+  EXPECT_EQ(error([](v1::TopUnit& t) { t.mutable_entries(0)->set_key(""); }), DecodeError::kInvalidContent);
+  EXPECT_EQ(error([](v1::TopUnit& t) {  // counts must not increase
+              v1::TopKey* k = t.add_entries();
+              k->set_key("b");
+              k->set_count(11);
+            }),
+            DecodeError::kInvalidContent);
+  EXPECT_EQ(error([](v1::TopUnit& t) {  // a key twice
+              v1::TopKey* k = t.add_entries();
+              k->set_key("a");
+              k->set_count(1);
+            }),
+            DecodeError::kInvalidContent);
+  EXPECT_EQ(error([](v1::TopUnit& t) {
+              for (size_t i = 0; i < kMaxTopEntries; ++i) {
+                v1::TopKey* k = t.add_entries();
+                k->set_key("k" + std::to_string(i));
+              }
+            }),
+            DecodeError::kInvalidContent);
 }
 
 TEST(Codec, LeaseCountsRoundTripAndACountsBatchWithConsumptionIsRefused) {

@@ -254,6 +254,94 @@ TEST(KeyTableShadow, WhatTheLimitWouldDenyPassesUnchargedAndSaysSo) {
   EXPECT_FALSE(t.allow("api:a", -1, 0).allowed);
 }
 
+// --- denials for top-K (issue 41) --------------------------------------------------------------
+
+struct Harvest {
+  std::map<std::string, int64_t> tokens;
+  std::map<std::string, uint32_t> denied;
+  std::map<std::string, uint32_t> rule;
+};
+Harvest harvest(KeyTable& t) {
+  std::vector<ConsumptionEntry> out;
+  std::vector<KeyActivity> activity;
+  t.take_pending(out, SIZE_MAX, &activity);
+  EXPECT_EQ(out.size(), activity.size());
+  Harvest h;
+  for (size_t i = 0; i < out.size() && i < activity.size(); ++i) {
+    EXPECT_EQ(h.tokens.count(out[i].key), 0u) << out[i].key << " taken twice";
+    h.tokens[out[i].key] = out[i].tokens;
+    if (activity[i].denied > 0) h.denied[out[i].key] = activity[i].denied;
+    h.rule[out[i].key] = activity[i].rule;
+  }
+  return h;
+}
+
+TEST(KeyTableTopK, DenialsAreHarvestedWithTheirRuleOnceAndAKeyOfDenialsAloneCarriesNoTokens) {
+  auto rules = std::make_shared<RuleSet>(
+      std::vector<Rule>{{"a:*", per_second(1, 2, 0), 0}, {"b:*", per_second(1, 1, 0), 0}}, std::nullopt);
+  for (const bool concurrent : {false, true}) {
+    KeyTableOptions options;
+    options.concurrent = concurrent;
+    KeyTable t(rules, options);
+    EXPECT_TRUE(t.allow("a:x", 2, 0).allowed);
+    for (int i = 0; i < 3; ++i) EXPECT_FALSE(t.allow("a:x", 1, 0).allowed);
+    EXPECT_TRUE(t.allow("b:y", 1, 0).allowed);
+    (void)harvest(t);  // b:y's token and a:x's first tokens and denials
+    for (int i = 0; i < 5; ++i) EXPECT_FALSE(t.allow("b:y", 1, 0).allowed);
+    EXPECT_FALSE(t.allow("a:x", 1, 0).allowed);
+    EXPECT_TRUE(t.allow("free", 1, 0).allowed);  // no rule: nothing to count
+    const Harvest h = harvest(t);
+    EXPECT_EQ(h.denied, (std::map<std::string, uint32_t>{{"a:x", 1}, {"b:y", 5}})) << concurrent;
+    EXPECT_EQ(h.tokens, (std::map<std::string, int64_t>{{"a:x", 0}, {"b:y", 0}})) << concurrent;
+    EXPECT_EQ(h.rule, (std::map<std::string, uint32_t>{{"a:x", 0}, {"b:y", 1}})) << concurrent;
+    EXPECT_TRUE(harvest(t).tokens.empty());  // nothing twice
+    // Without activity, a key of denials alone is not handed over at all (nothing to seal).
+    EXPECT_FALSE(t.allow("b:y", 1, 0).allowed);
+    EXPECT_TRUE(drain(t).empty());
+    EXPECT_TRUE(harvest(t).tokens.empty());
+  }
+}
+
+TEST(KeyTableTopK, AllOrNothingCountsOnlyTheCheckThatDenied) {
+  auto rules = std::make_shared<RuleSet>(
+      std::vector<Rule>{{"a:*", per_second(1, 5, 0), 0}, {"b:*", per_second(1, 1, 0), 0}}, std::nullopt);
+  KeyTable t(rules);
+  EXPECT_TRUE(t.allow("b:y", 1, 0).allowed);  // b:y empty, and in the table
+  (void)harvest(t);
+  const std::vector<CheckItem> items{{"a:x", 1}, {"b:y", 1}, {"b:new", 1}};
+  std::vector<Decision> out(items.size());
+  EXPECT_FALSE(t.allow_all(items, out, 0));
+  EXPECT_EQ(out[0].reason, DenyReason::kOtherCheckDenied);
+  const Harvest h = harvest(t);
+  // a:x had room (another check denied it) and b:new has no entry (a copy of its bucket was
+  // probed, and it would have passed): only b:y's own denial counts.
+  EXPECT_EQ(h.denied, (std::map<std::string, uint32_t>{{"b:y", 1}}));
+  EXPECT_EQ(t.stats().denials_unharvested, 0u);
+}
+
+TEST(KeyTableTopK, ShadowDenialsAreNotDenials) {
+  KeyTable t(one_rule("api:*", in_shadow(10, 2)));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(t.allow("api:a", 1, 0).allowed);
+  const Harvest h = harvest(t);
+  EXPECT_TRUE(h.denied.empty());
+  EXPECT_EQ(h.tokens, (std::map<std::string, int64_t>{{"api:a", 2}}));
+}
+
+TEST(KeyTableTopK, AnEvictedKeysDenialsAreCountedAsUnharvested) {
+  KeyTableOptions options;
+  options.max_keys = 1;
+  KeyTable t(one_rule("k:*", per_second(1, 1, 0)), options);
+  EXPECT_TRUE(t.allow("k:a", 1, 0).allowed);
+  EXPECT_FALSE(t.allow("k:a", 1, 0).allowed);
+  EXPECT_FALSE(t.allow("k:a", 1, 0).allowed);
+  EXPECT_TRUE(t.allow("k:b", 1, 0).allowed);  // evicts k:a: its token survives, its denials do not
+  const Harvest h = harvest(t);
+  EXPECT_EQ(h.tokens, (std::map<std::string, int64_t>{{"k:a", 1}, {"k:b", 1}}));
+  EXPECT_EQ(h.rule.at("k:a"), RuleSet::kUnlimited);  // (left the table: the caller matches it again)
+  EXPECT_TRUE(h.denied.empty());
+  EXPECT_EQ(t.stats().denials_unharvested, 2u);
+}
+
 TEST(KeyTableShadow, AllOrNothingIsDecidedByTheEnforcedLimitsAlone) {
   auto rules = std::make_shared<RuleSet>(
       std::vector<Rule>{{"new:*", in_shadow(10, 1), 0}, {"api:*", per_second(10, 10, 10), 0}}, std::nullopt);

@@ -44,6 +44,7 @@ class VirtualCluster : public Outbox {
     int64_t push_pull_interval_ns = kNanosPerSecond;
     uint32_t confirm_tries = MembershipOptions{}.confirm_tries;
     std::shared_ptr<const RuleSet> rules = nullptr;  // null: `limit` for every key
+    size_t top_gossip_bytes = 0;                     // top-K units: none published unless asked
   };
 
   explicit VirtualCluster(Config c) : config_(c), random_(c.seed), rng_(c.seed) {
@@ -87,6 +88,7 @@ class VirtualCluster : public Outbox {
     o.sync_deadline_ns = config_.sync_deadline_ns;
     o.push_pull_interval_ns = config_.push_pull_interval_ns;
     o.membership.confirm_tries = config_.confirm_tries;
+    o.top_gossip_bytes = config_.top_gossip_bytes;
     if (config_.membership == MembershipKind::kHeartbeat) o.seeds = {address(0)};
     if (nodes_.size() <= i) nodes_.resize(i + 1);
     nodes_[i] = std::make_unique<Node>(o, rules_, *this, random_);
@@ -201,6 +203,107 @@ TEST(Node, MeshChargesEveryNodeAfterOneRound) {
   ASSERT_TRUE(c.node(1).check("k", 2, c.now()).allowed);
   c.round();
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.charged(i, "k"), 7) << "node " << i;
+}
+
+// Top-K (issue 41): a node counts its own denials and admitted tokens per rule, never what
+// other nodes charged it; a key of denials alone is counted and sealed into no batch.
+TEST(Node, TopKeysCountThisNodesOwnChecksPerRuleAndDenialsAloneSealNothing) {
+  auto rules = std::make_shared<RuleSet>(std::vector<Rule>{{"user:*", Limit{Rate{1, 3600 * kNanosPerSecond}, 3, 0}, 0}},
+                                         Limit{Rate{1, kNanosPerSecond}, 100, 100});
+  VirtualCluster c({.nodes = 2, .mode = DisseminationMode::kMesh, .rules = rules});
+  c.round();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.node(0).check("user:hot", 1, c.now()).allowed);
+  for (int i = 0; i < 4; ++i) ASSERT_FALSE(c.node(0).check("user:hot", 1, c.now()).allowed);
+  ASSERT_TRUE(c.node(0).check("other", 5, c.now()).allowed);
+  c.round();
+  const RuleTops& t0 = c.node(0).tops();
+  const auto denied = t0.published("user:*", TopMetric::kDenied, 10);
+  ASSERT_TRUE(denied.has_value());
+  ASSERT_EQ(denied->entries.size(), 1u);
+  EXPECT_EQ(denied->entries[0].key, "user:hot");
+  EXPECT_EQ(denied->entries[0].count, 4u);
+  const auto tokens = t0.published("(default)", TopMetric::kTokens, 10);
+  ASSERT_TRUE(tokens.has_value());
+  EXPECT_EQ(tokens->entries[0].key, "other");
+  EXPECT_EQ(tokens->entries[0].count, 5u);
+  EXPECT_EQ(t0.rules(), (std::vector<std::string>{"user:*", "(default)"}));
+  // Node 1 was charged all of it, and counted none of it: it checked nothing.
+  const auto balance = c.node(1).table().balance_microtokens("user:hot", c.now());
+  ASSERT_TRUE(balance.has_value());
+  EXPECT_LT(*balance, kMicrotokensPerToken);  // its 3 tokens charged here: under one left
+  EXPECT_TRUE(c.node(1).tops().rules().empty());
+  // Denials alone: counted, and no batch carries the key.
+  const uint64_t sealed = c.node(0).ledger().stats().sealed;
+  ASSERT_FALSE(c.node(0).check("user:hot", 1, c.now()).allowed);
+  c.round();
+  EXPECT_EQ(c.node(0).tops().published("user:*", TopMetric::kDenied, 10)->entries[0].count, 5u);
+  EXPECT_EQ(c.node(0).ledger().stats().sealed, sealed);
+}
+
+// Top-K cluster-wide (issue 41): every node answers with the merge of every live member's
+// counts, in every mode (relay's units cross groups through a contact, whole), and a member that
+// fails takes its share out of the answer.
+TEST(Node, TopKeysAreTheMergeOfTheLiveMembersCountsAtEveryNode) {
+  auto rules = std::make_shared<RuleSet>(std::vector<Rule>{{"user:*", Limit{Rate{1, 3600 * kNanosPerSecond}, 2, 0}, 0}},
+                                         std::nullopt);
+  for (const DisseminationMode mode :
+       {DisseminationMode::kMesh, DisseminationMode::kGossip, DisseminationMode::kRelay}) {
+    SCOPED_TRACE(dissemination_mode_name(mode));
+    constexpr size_t kNodes = 6;
+    VirtualCluster c({.nodes = kNodes, .mode = mode, .relay_groups = 2, .rules = rules, .top_gossip_bytes = 32768});
+    c.round();
+    // Node i denies user:hot i times after its first two, and user:cold once at node 5 only.
+    std::map<std::string, uint64_t> exact;
+    for (size_t i = 0; i < kNodes; ++i) {
+      for (size_t n = 0; n < i + 2; ++n) {
+        if (!c.node(i).check("user:hot", 1, c.now()).allowed) ++exact["user:hot"];
+      }
+    }
+    if (!c.node(5).check("user:cold", 3, c.now()).allowed) ++exact["user:cold"];  // over the burst
+    ASSERT_EQ(exact["user:cold"], 1u);
+    ASSERT_GE(exact["user:hot"], 15u);
+    c.rounds(40);  // 2 s: a publication (every 1 s at least) has reached everyone
+    for (size_t i = 0; i < kNodes; ++i) {
+      const std::vector<RuleTop> top = c.node(i).top("user:*", 10, c.now());
+      ASSERT_EQ(top.size(), 1u) << "node " << i;
+      EXPECT_EQ(top[0].rule, "user:*");
+      EXPECT_EQ(top[0].members_reporting, kNodes) << "node " << i;  // (node 0 admitted tokens only)
+      ASSERT_EQ(top[0].denied.keys.size(), 2u) << "node " << i;
+      EXPECT_EQ(top[0].denied.keys[0].key, "user:hot");
+      // Every node's summary holds every key it counted (far below capacity): exact.
+      EXPECT_EQ(top[0].denied.keys[0].lower, exact["user:hot"]) << "node " << i;
+      EXPECT_EQ(top[0].denied.keys[0].upper, exact["user:hot"]) << "node " << i;
+      EXPECT_EQ(top[0].denied.keys[1].key, "user:cold");
+      EXPECT_EQ(top[0].denied.keys[1].lower, 1u);
+      EXPECT_EQ(top[0].denied.error_bound, 0u);
+      EXPECT_EQ(top[0].denied.total, exact["user:hot"] + 1);
+      EXPECT_EQ(top[0].tokens.total, 2 * kNodes) << "each counted its own two tokens";
+      EXPECT_EQ(c.node(i).top("other", 10, c.now()).size(), 0u);
+    }
+    // Later publications replace the earlier ones everywhere (relay: through the contacts too).
+    for (int n = 0; n < 4; ++n) {
+      if (!c.node(3).check("user:hot", 1, c.now()).allowed) ++exact["user:hot"];
+    }
+    ASSERT_GE(exact["user:hot"], 19u);
+    c.rounds(40);
+    for (size_t i = 0; i < kNodes; ++i) {
+      const std::vector<RuleTop> top = c.node(i).top("user:*", 10, c.now());
+      ASSERT_EQ(top.size(), 1u) << "node " << i;
+      EXPECT_EQ(top[0].denied.keys[0].upper, exact["user:hot"]) << "node " << i;
+    }
+    // Node 5 fails: once the others mark it, its share (5 denials of user:hot, user:cold) leaves.
+    c.crash(5);
+    c.rounds(80);  // 4 s: past fail_after
+    for (size_t i = 0; i < kNodes - 1; ++i) {
+      const std::vector<RuleTop> top = c.node(i).top("", 10, c.now());
+      ASSERT_EQ(top.size(), 1u) << "node " << i;
+      EXPECT_EQ(top[0].members_reporting, kNodes - 1) << "node " << i;
+      ASSERT_EQ(top[0].denied.keys.size(), 1u) << "node " << i;
+      EXPECT_EQ(top[0].denied.keys[0].upper, exact["user:hot"] - 5) << "node " << i;
+    }
+    EXPECT_GE(c.node(1).stats().top_units_sealed, 4u) << "2 units (denied, tokens) a second at least";
+    EXPECT_EQ(c.node(1).stats().top_units_dropped, 0u);
+  }
 }
 
 // Envoy's is_negative_hits: a refund at one node is given back at every node, in every mode, and

@@ -160,5 +160,100 @@ TEST(MergeTopKeys, AKeyOneNodeLacksCountsThatNodesThresholdInItsUpperBound) {
   EXPECT_EQ(merge_top_keys(parts, 1).unreported_bound, 10u) << "y, left out, may weigh 10";
 }
 
+// --- RuleTops: one node's summaries per rule and metric over two windows ------------------------
+
+constexpr MonoNanos kW = 10'000'000'000;  // the window in these tests: 10 s
+
+TEST(RuleTops, AnAnswerCoversTheLastOneToTwoWindowsAndAQuietRuleIsForgotten) {
+  RuleTops t({8, kW, 64});
+  t.advance(0);
+  t.add("user:*", TopMetric::kDenied, "user:a", 5);
+  t.advance(kW);  // a second window: the first is still answered
+  t.add("user:*", TopMetric::kDenied, "user:a", 2);
+  t.add("user:*", TopMetric::kDenied, "user:b", 1);
+  auto p = t.published("user:*", TopMetric::kDenied, 10);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->entries.size(), 2u);
+  EXPECT_EQ(p->entries[0].key, "user:a");
+  EXPECT_EQ(p->entries[0].count, 7u);  // exact below capacity: 5 + 2
+  EXPECT_EQ(p->entries[0].error, 0u);
+  EXPECT_EQ(p->total, 8u);
+  EXPECT_EQ(t.covered_since(), 0);
+  EXPECT_FALSE(t.published("user:*", TopMetric::kTokens, 10).has_value());  // nothing counted
+  t.advance(2 * kW);                                                        // the first window goes
+  p = t.published("user:*", TopMetric::kDenied, 10);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->entries[0].count, 2u);
+  EXPECT_EQ(t.covered_since(), kW);
+  t.advance(3 * kW);  // and then the second: nothing counted in either window
+  EXPECT_FALSE(t.published("user:*", TopMetric::kDenied, 10).has_value());
+  EXPECT_TRUE(t.rules().empty());
+  // A gap longer than two windows forgets everything at once.
+  t.add("user:*", TopMetric::kTokens, "user:c", 3);
+  t.advance(6 * kW);
+  EXPECT_FALSE(t.published("user:*", TopMetric::kTokens, 10).has_value());
+}
+
+TEST(RuleTops, TwoWindowsMergeIntoOneSummaryWhoseIntervalsHoldTheTruth) {
+  const auto stream = zipf_stream(20'000, 2'000, 7);
+  RuleTops t({32, kW, 64});
+  t.advance(0);
+  std::map<std::string, uint64_t> exact;
+  for (size_t i = 0; i < stream.size(); ++i) {
+    if (i == stream.size() / 2) t.advance(kW);
+    t.add("r", TopMetric::kTokens, stream[i].first, stream[i].second);
+    exact[stream[i].first] += stream[i].second;
+  }
+  const auto p = t.published("r", TopMetric::kTokens, 32);
+  ASSERT_TRUE(p.has_value());
+  uint64_t total = 0;
+  for (const auto& [key, w] : exact) total += w;
+  EXPECT_EQ(p->total, total);
+  std::map<std::string, const TopEntry*> listed;
+  for (const TopEntry& e : p->entries) {
+    listed[e.key] = &e;
+    EXPECT_LE(e.count - e.error, exact[e.key]) << e.key;
+    EXPECT_GE(e.count, exact[e.key]) << e.key;
+  }
+  for (const auto& [key, w] : exact) {
+    if (!listed.contains(key)) {
+      EXPECT_LE(w, p->threshold) << key << " left out";
+    }
+  }
+  EXPECT_LE(p->threshold, total / 16) << "each window's threshold is at most its total / 32";
+}
+
+TEST(RuleTops, RulesBeyondTheCapAreRefusedAndCountedAndTheBusiestComeFirst) {
+  RuleTops t({4, kW, 2});
+  t.advance(0);
+  t.add("a", TopMetric::kTokens, "k", 100);
+  t.add("b", TopMetric::kDenied, "k", 1);
+  t.add("c", TopMetric::kDenied, "k", 50);  // a third rule: refused
+  EXPECT_EQ(t.rules_refused(), 1u);
+  EXPECT_EQ(t.rules(), (std::vector<std::string>{"b", "a"}));  // denials rank first
+  EXPECT_LE(t.bytes(), RuleTops::bound_bytes(t.options(), 1));
+  RuleTops off({0, kW, 2});
+  off.add("a", TopMetric::kTokens, "k", 1);
+  EXPECT_FALSE(off.published("a", TopMetric::kTokens, 1).has_value());
+  EXPECT_EQ(RuleTops::bound_bytes(off.options(), 256), 0u);
+}
+
+TEST(RuleTops, BytesStayWithinTheBoundAtCapacityWithLongKeys) {
+  RuleTopsOptions o{16, kW, 3};
+  RuleTops t(o);
+  t.advance(0);
+  for (int w = 0; w < 3; ++w) {
+    for (int r = 0; r < 3; ++r) {
+      for (int i = 0; i < 100; ++i) {
+        for (const TopMetric m : {TopMetric::kDenied, TopMetric::kTokens}) {
+          t.add(std::string(200, char('a' + r)), m, std::string(250, 'x') + std::to_string(i), 1 + uint64_t(i));
+        }
+      }
+    }
+    EXPECT_LE(t.bytes(), RuleTops::bound_bytes(o, 256)) << "window " << w;
+    t.advance((w + 1) * kW);
+  }
+}
+
 }  // namespace
 }  // namespace tollgate

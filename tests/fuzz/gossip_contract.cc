@@ -15,7 +15,9 @@ namespace {
 bool valid_id(const std::string& id) { return !id.empty() && id.size() <= kMaxNodeIdBytes; }
 
 bool same_batch(const Batch& a, const Batch& b) {
-  return a.origin == b.origin && a.incarnation == b.incarnation && a.seq == b.seq && a.entries == b.entries;
+  auto same_top = [](const Batch& x, const Batch& y) { return !x.top ? !y.top : y.top && *x.top == *y.top; };
+  return a.origin == b.origin && a.incarnation == b.incarnation && a.seq == b.seq && a.entries == b.entries &&
+         same_top(a, b);
 }
 
 bool same_origin(const OriginDigest& a, const OriginDigest& b) {
@@ -46,6 +48,18 @@ void check_content(const DecodeResult& r) {
       FUZZ_CHECK(e.tokens != 0 && e.tokens != INT64_MIN, "accepted an entry of 0 tokens, or a refund with no opposite");
     }
     entries += b->entries.size();
+    if (b->top) {  // a top-K unit (minor 8): alone in its batch, its bounds consistent
+      const TopUnit& t = *b->top;
+      FUZZ_CHECK(b->entries.empty() && b->resets.empty() && !b->counts, "accepted a top unit beside other content");
+      FUZZ_CHECK(!t.rule.empty() && t.rule.size() <= kMaxKeyBytes && t.metric <= 1, "accepted a bad top unit header");
+      FUZZ_CHECK(t.entries.size() <= kMaxTopEntries, "accepted more top keys than the cap");
+      for (size_t i = 0; i < t.entries.size(); ++i) {
+        FUZZ_CHECK(!t.entries[i].key.empty() && t.entries[i].key.size() <= kMaxKeyBytes, "accepted a bad top key");
+        FUZZ_CHECK(t.entries[i].error <= t.entries[i].count, "accepted a top key whose error exceeds its count");
+        FUZZ_CHECK(i == 0 || t.entries[i].count <= t.entries[i - 1].count, "accepted top keys out of order");
+      }
+      entries += t.entries.size();
+    }
   }
   FUZZ_CHECK(entries <= kMaxEntriesPerMessage, "accepted more entries than the cap");
   FUZZ_CHECK(m.members.size() <= kMaxMembersPerMessage, "accepted more members than the cap");

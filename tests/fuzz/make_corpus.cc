@@ -162,6 +162,17 @@ std::vector<NamedMessage> gossip_messages() {
   mesh.members = {{"10.0.1.18:7946", "10.0.1.18:7946", kIncB, 3, false},
                   {"[fd00::19]:7946", "[fd00::19]:7946", kIncC, 0, false}};
   out.push_back({"mesh-ipv6", mesh});
+
+  // Top-K units (minor 8): a node's heaviest denied keys of a rule, and an RLS rule's tokens.
+  GossipMessage tops = header("node-b", kIncB, "127.0.0.1:7102");
+  auto unit = std::make_shared<Batch>(Batch{"node-b", kIncB, 58, {}, {}});
+  unit->top = std::make_shared<const TopUnit>(
+      TopUnit{"user:*", 0, 940, 3, 3000, {{"user:mallory", 700, 0}, {"user:bob", 41, 3}, {"user:carol", 41, 0}}});
+  auto rls_unit = std::make_shared<Batch>(Batch{"node-b", kIncB, 59, {}, {}});
+  rls_unit->top = std::make_shared<const TopUnit>(
+      TopUnit{"rls:web.path_/a", 1, 12, 0, 3000, {{"\x1eweb\x1fpath\x01/a\x1d", 12, 0}}});
+  tops.batches = {unit, rls_unit};
+  out.push_back({"top-units", tops});
   return out;
 }
 

@@ -22,6 +22,7 @@ struct alignas(64) Entry {
   TokenBucket bucket;
   int64_t pending = 0;  // tokens admitted here since the last take_pending()
   uint32_t rule = 0;    // index into the shard's rules
+  uint32_t denied = 0;  // checks its own bucket denied since the last take_pending() (saturating)
   uint16_t key_size = 0;
   bool dirty = false;       // on the dirty list (the slot had pending since the last take)
   bool live = false;        // holds a key (false: on the free list)
