@@ -96,6 +96,20 @@ const NodeSettingField kFields[] =
         "from peers') until it has them, or "
         "until no peer has answered for this long; 0s turns it off (a restarted node would then "
         "hand out a fresh burst of a spent daily limit). docs/design.md 6.5"),
+    TOLLGATE_WHOLE_FIELD("top-k", top_k, 0, 4096,
+                         "Top-K (GET /v1/top): counters kept per rule and metric (denied checks, tokens admitted) "
+                         "for the keys this node decides; more narrow the stated error; 0 turns top-K off. "
+                         "docs/design.md 7.8"),
+    TOLLGATE_DURATION_FIELD("top-window", top_window_ns, kNanosPerSecond,
+                            "Top-K: counts are kept per window of this length; an answer covers the last one to "
+                            "two windows"),
+    TOLLGATE_WHOLE_FIELD("top-gossip-bytes", top_gossip_bytes, 0, 16777216,
+                         "Top-K: bytes per second this node's summaries may cost gossip, every copy counted; they "
+                         "are sent every (copies x members x their bytes / this), from 1s up to --top-window, so "
+                         "more bytes buy a fresher cluster-wide answer; 0: each node answers for itself"),
+    TOLLGATE_WHOLE_FIELD("top-rules", top_rules, 1, 4096,
+                         "Top-K: rules tracked at most (a rule's counting starts at its first check; rules beyond "
+                         "are counted in top_rules_refused)"),
     };
 
 #undef TOLLGATE_DURATION_FIELD
@@ -150,6 +164,10 @@ void NodeSettings::apply_to(NodeOptions& o) const {
   o.retransmit_mult = static_cast<uint32_t>(retransmit_mult);
   o.sync_deadline_ns = sync_deadline_ns;
   o.keys.near_limit_percent = uint32_t(near_limit);
+  o.top.capacity = top_k;
+  o.top.window_ns = top_window_ns;
+  o.top.max_rules = top_rules;
+  o.top_gossip_bytes = top_gossip_bytes;
 }
 
 }  // namespace tollgate

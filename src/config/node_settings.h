@@ -33,6 +33,10 @@ struct NodeSettings {
   size_t retransmit_mult = 4;                           // gossip: copies of a batch = mult x ceil(log10(N + 1))
   int64_t sync_deadline_ns = 5 * kNanosPerSecond;       // balances from a peer on start (0: off)
   size_t near_limit = 80;                               // percent of a burst used that counts as near
+  size_t top_k = 128;                                   // top-K: counters per rule and metric (0: off)
+  int64_t top_window_ns = 60 * kNanosPerSecond;         // top-K: an answer covers one to two windows
+  size_t top_gossip_bytes = 32768;                      // top-K: bytes/s units may cost gossip (0: none)
+  size_t top_rules = 64;                                // top-K: rules tracked at most
 
   // Sets these settings' part of `o` (a member dead after twice fail_after, ...).
   void apply_to(NodeOptions& o) const;

@@ -297,6 +297,9 @@ std::vector<MemberInfo> Daemon::members() { return host_->node().membership().vi
 std::vector<std::pair<std::string, RuleCounters>> Daemon::rule_counters() { return host_->node().rule_counters(); }
 
 std::vector<std::pair<std::string, RuleLeases>> Daemon::rule_leases() { return host_->node().rule_leases(); }
+std::vector<TopParts> Daemon::top_parts(std::string_view rule) {
+  return host_->node().top_parts(rule, host_->now_ns());
+}
 
 StatsList Daemon::stats() {
   StatsList s = host_->stats();

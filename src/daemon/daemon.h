@@ -43,6 +43,7 @@ class Daemon final : public RequestHandler {
   StatsList stats() override;
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override;
   std::vector<std::pair<std::string, RuleLeases>> rule_leases() override;
+  std::vector<TopParts> top_parts(std::string_view rule) override;
   std::string set_faults(const FaultSettings& faults) override;
   ResetReply reset(std::string_view key) override;
   LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns) override;

@@ -39,6 +39,13 @@ std::vector<MemoryPart> memory_bound(const DaemonOptions& o) {
                    "--max-keys " + std::to_string(keys.max_keys) + " of up to " + std::to_string(keys.max_key_bytes) +
                        " bytes, as many evicted waiting to be sent, " + std::to_string(keys.max_remembered) +
                        " debts remembered"});
+  {
+    const NodeOptions node = NodeHost::node_options(host, 1);
+    parts.push_back({"top-K", Node::top_memory_bound(node),
+                     "--top-k " + std::to_string(node.top.capacity) + " for up to --top-rules " +
+                         std::to_string(node.top.max_rules) + " rules, " + std::to_string(Node::kMaxHeldTopUnits) +
+                         " members' summaries"});
+  }
   // The ledger keeps at most its retained bytes of batches, and the origins' positions.
   const LedgerOptions ledger;
   parts.push_back({"gossip", 2 * ledger.max_retained_bytes + ledger.max_origins * 256 + 8 * kMiB,

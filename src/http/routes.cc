@@ -226,6 +226,8 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
     if (request.method == "POST") return rls_json(request.body, std::move(counted));
   } else if (path == "/rlconfig") {
     if (get) return rls_config_dump(std::move(counted));
+  } else if (path == "/v1/top") {
+    if (get) return top(query, std::move(counted));
   } else if (path == "/metrics" || health || path == "/v1/members" || path == "/v1/stats") {
     if (get) {
       if (path == "/metrics") return metrics(std::move(counted));
@@ -239,8 +241,8 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
     }
   } else {
     return counted(error_response(404, "no such endpoint: " + path +
-                                           " (endpoints: /v1/check, /v1/reset, /v1/leases, /json, /rlconfig, /metrics, "
-                                           "/healthz, /readyz, /healthcheck, /v1/members, /v1/stats)"));
+                                           " (endpoints: /v1/check, /v1/reset, /v1/leases, /v1/top, /json, /rlconfig, "
+                                           "/metrics, /healthz, /readyz, /healthcheck, /v1/members, /v1/stats)"));
   }
   HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
   r.headers.emplace_back("Allow", path == "/v1/check"                                              ? "GET, POST"
@@ -667,6 +669,74 @@ void Routes::members(Reply reply) {
         return [reply, members] {
           HttpResponse r;
           r.body = tollgate::json::format_members_json(*members);
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+namespace {
+
+// One metric of a rule's top-K as JSON: {"total", "error_bound", "unreported_bound", "keys":
+// [{"key", "lower", "upper"}, ...]}.
+void append_merged_json(std::string& out, const MergedTop& m) {
+  out += "{\"total\": " + std::to_string(m.total) + ", \"error_bound\": " + std::to_string(m.error_bound) +
+         ", \"unreported_bound\": " + std::to_string(m.unreported_bound) + ", \"keys\": [";
+  for (size_t i = 0; i < m.keys.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += "{\"key\": ";
+    tollgate::json::append_json_string(out, m.keys[i].key);
+    out += ", \"lower\": " + std::to_string(m.keys[i].lower) + ", \"upper\": " + std::to_string(m.keys[i].upper) + "}";
+  }
+  out += "]}";
+}
+
+}  // namespace
+
+// GET /v1/top?rule=R&k=K (issue 41; docs/design.md 7.8): per rule (every rule this node or a
+// live member counted, busiest first, without `rule`), the K keys (10; at most 100) with the
+// most denied checks and the most tokens admitted cluster-wide over the last one to two
+// --top-window, each as [lower, upper] bounds of its true count. The node's thread only copies
+// what it holds (pointers to the members' summaries); the merge runs here.
+void Routes::top(const std::string& query, Reply reply) {
+  std::string why;
+  const auto params = parse_query(query, &why);
+  if (!params) return reply(error_response(400, why));
+  std::optional<std::string> rule;
+  std::optional<size_t> k;
+  for (const auto& [name, value] : *params) {
+    if (name == "rule" && !rule) {
+      rule = value;
+    } else if (name == "k" && !k) {
+      size_t n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 100) {
+        return reply(error_response(400, "k must be a whole number from 1 to 100"));
+      }
+      k = n;
+    } else {
+      return reply(error_response(400, "/v1/top takes rule=R and k=K, each at most once (got " + name + ")"));
+    }
+  }
+  if (rule && rule->empty()) return reply(error_response(400, "rule= names a rule (its match, as /metrics labels it)"));
+  on_node(
+      [rule = rule.value_or(""), reply, k = k.value_or(10)](RequestHandler& handler) -> std::function<void()> {
+        auto parts = std::make_shared<std::vector<TopParts>>(handler.top_parts(rule));
+        return [parts, reply, k] {
+          const std::vector<RuleTop> tops = merge_top_parts(*parts, k);
+          HttpResponse r;
+          r.body = "{\"rules\": [";
+          for (size_t i = 0; i < tops.size(); ++i) {
+            if (i > 0) r.body += ", ";
+            r.body += "{\"rule\": ";
+            tollgate::json::append_json_string(r.body, tops[i].rule);
+            r.body += ", \"members_reporting\": " + std::to_string(tops[i].members_reporting) + ", \"denied\": ";
+            append_merged_json(r.body, tops[i].denied);
+            r.body += ", \"tokens\": ";
+            append_merged_json(r.body, tops[i].tokens);
+            r.body += "}";
+          }
+          r.body += "]}\n";
           reply(std::move(r));
         };
       },

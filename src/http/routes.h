@@ -118,6 +118,7 @@ class Routes {
   void rls_config_dump(Reply reply);
   void members(Reply reply);
   void stats_json(Reply reply);
+  void top(const std::string& query, Reply reply);
   // Runs `job` on the node, or answers 503.
   void on_node(NodeJob job, const Reply& reply);
   // A job that calls only check, check_all and refund on the handler.

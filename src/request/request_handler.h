@@ -56,6 +56,12 @@ class RequestHandler {
   virtual StatsList stats() = 0;
   // Per-rule counters by RuleSet::label (Node::rule_counters), for /metrics. None by default.
   virtual std::vector<std::pair<std::string, RuleCounters>> rule_counters() { return {}; }
+  // Top-K (Node::top_parts): what to merge, off the node's thread, for one rule ("": all).
+  // None by default.
+  virtual std::vector<TopParts> top_parts(std::string_view rule) {
+    (void)rule;
+    return {};
+  }
   // Per concurrency rule, its leases (Node::rule_leases), for /metrics. None by default.
   virtual std::vector<std::pair<std::string, RuleLeases>> rule_leases() { return {}; }
   // Replaces the fault settings (empty settings clear them). Returns an error text, or "".

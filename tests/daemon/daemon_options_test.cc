@@ -169,6 +169,10 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"retransmit-mult", "6"},
       {"sync-deadline", "3s"},
       {"near-limit", "90"},
+      {"top-k", "64"},
+      {"top-window", "30s"},
+      {"top-gossip-bytes", "0"},
+      {"top-rules", "8"},
       {"cluster-key-file", key},
       {"insecure-gossip", "false"},
       {"max-datagram", "9000"},
@@ -462,6 +466,10 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   changed.retransmit_mult = 6;
   changed.sync_deadline_ns = 3 * kNanosPerSecond;
   changed.near_limit = 90;
+  changed.top_k = 64;
+  changed.top_window_ns = 30 * kNanosPerSecond;
+  changed.top_gossip_bytes = 0;
+  changed.top_rules = 8;
   std::vector<std::string> args = {"--rules", "r.yaml", "--seeds", "127.0.0.1:7000", "--insecure-gossip"};
   std::string config = "rules: r.yaml\nseeds: 127.0.0.1:7000\ninsecure-gossip: true\n";
   for (const NodeSettingField& f : node_setting_fields()) {
@@ -484,6 +492,10 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   EXPECT_EQ(n.push_pull_interval_ns, 500 * kNanosPerMilli);
   EXPECT_EQ(n.keys.max_keys, 4096u);
   EXPECT_EQ(n.retransmit_mult, 6u);
+  EXPECT_EQ(n.top.capacity, 64u);
+  EXPECT_EQ(n.top.window_ns, 30 * kNanosPerSecond);
+  EXPECT_EQ(n.top.max_rules, 8u);
+  EXPECT_EQ(n.top_gossip_bytes, 0u);
 }
 
 // --- the memory bound (issue 34, finding 8) ----------------------------------------------------

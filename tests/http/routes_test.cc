@@ -525,6 +525,44 @@ TEST_F(RoutesTest, MembersAndStatsHaveTheCliJsonShape) {
       << members;
 }
 
+// Issue 41: GET /v1/top merges what the node holds (its own summary and its members' units) into
+// bounds per key, busiest rule first; bad parameters are 400 before the node.
+TEST_F(RoutesTest, TopMergesTheMembersSummariesIntoBoundsPerKey) {
+  TopParts user;
+  user.rule = "user:*";
+  user.members = 2;
+  user.own[0].push_back(PublishedTop{{{"user:hot", 50, 0}, {"user:\"q\"", 5, 0}}, 0, 55});
+  user.units.push_back(std::make_shared<const TopUnit>(TopUnit{"user:*", 0, 40, 2, 3000, {{"user:hot", 30, 1}}}));
+  TopParts ip;
+  ip.rule = "ip:*";
+  ip.members = 1;
+  ip.own[1].push_back(PublishedTop{{{"ip:1", 7, 0}}, 0, 7});
+  handler_.top_answer = {ip, user};
+  const HttpResponse all = request("GET", "/v1/top?k=1");
+  EXPECT_EQ(all.status, 200u);
+  EXPECT_EQ(
+      all.body,
+      "{\"rules\": [{\"rule\": \"user:*\", \"members_reporting\": 2, \"denied\": {\"total\": 95, \"error_bound\": 2, "
+      "\"unreported_bound\": 7, \"keys\": [{\"key\": \"user:hot\", \"lower\": 79, \"upper\": 80}]}, \"tokens\": "
+      "{\"total\": 0, \"error_bound\": 0, \"unreported_bound\": 0, \"keys\": []}}, {\"rule\": \"ip:*\", "
+      "\"members_reporting\": 1, \"denied\": {\"total\": 0, \"error_bound\": 0, \"unreported_bound\": 0, \"keys\": "
+      "[]}, \"tokens\": {\"total\": 7, \"error_bound\": 0, \"unreported_bound\": 0, \"keys\": [{\"key\": \"ip:1\", "
+      "\"lower\": 7, \"upper\": 7}]}}]}\n");
+  EXPECT_EQ(handler_.top_rule_asked, "");
+  const HttpResponse one = request("GET", "/v1/top?rule=user%3A*");
+  EXPECT_EQ(one.status, 200u);
+  EXPECT_EQ(handler_.top_rule_asked, "user:*");
+  EXPECT_NE(one.body.find("{\"key\": \"user:\\\"q\\\"\", \"lower\": 5, \"upper\": 7}"), std::string::npos) << one.body;
+  EXPECT_EQ(one.body.find("ip:*"), std::string::npos);
+  const int calls = handler_.calls;
+  for (const char* bad : {"/v1/top?k=0", "/v1/top?k=101", "/v1/top?k=x", "/v1/top?k=1&k=2", "/v1/top?rule=a&rule=b",
+                          "/v1/top?rule=", "/v1/top?key=a"}) {
+    EXPECT_EQ(request("GET", bad).status, 400u) << bad;
+  }
+  EXPECT_EQ(handler_.calls, calls) << "refused before the node";
+  EXPECT_EQ(request("POST", "/v1/top").status, 405u);
+}
+
 // Issue 40: POST /v1/leases acquires, PUT renews, DELETE releases; 429 at the limit, 404 for a
 // lease not held, 400 for what no lease request can be, each before the node.
 TEST_F(RoutesTest, LeasesAreAcquiredRenewedAndReleasedAsJson) {

@@ -101,6 +101,16 @@ class TableHandler : public RequestHandler {
     return *until - now;
   }
 
+  std::vector<TopParts> top_parts(std::string_view rule) override {
+    ++calls;
+    top_rule_asked = std::string(rule);
+    std::vector<TopParts> out;
+    for (const TopParts& p : top_answer) {
+      if (rule.empty() || p.rule == rule) out.push_back(p);
+    }
+    return out;
+  }
+
   size_t keys() const { return table_.stats().keys; }
   KeyTable& table() { return table_; }
 
@@ -112,7 +122,9 @@ class TableHandler : public RequestHandler {
   int refunds = 0;     // refund() calls
   size_t items = 0;    // the checks they carried
   std::vector<MemberInfo> members_list;
-  std::string faults_answer;  // set_faults' answer: "" done, else why not
+  std::string faults_answer;         // set_faults' answer: "" done, else why not
+  std::vector<TopParts> top_answer;  // what top_parts() holds (filtered by the rule asked)
+  std::string top_rule_asked;
   // Under the rules' concurrency limits; ids from a fixed seed (clear() starts it again).
   std::unique_ptr<LeaseTable> leases;
 
