@@ -34,6 +34,7 @@ double ArrivalStream::uniform01() { return double(rng_.next_u64() >> 11) * 0x1.0
 void ArrivalStream::draw_gap() {
   const double gap_s = -std::log(1.0 - uniform01()) / load_.rate_per_sec;
   next_t_ns_ += std::max<int64_t>(1, int64_t(gap_s * double(kNanosPerSecond)));
+  if (load_.until_ns > 0 && next_t_ns_ >= load_.until_ns) next_t_ns_ = INT64_MAX;  // the load's end
 }
 
 Arrival ArrivalStream::next(const std::vector<bool>& up) {

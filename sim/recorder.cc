@@ -17,7 +17,8 @@ double PhaseStats::convergence_ms(double p) const {
   return double(v[idx]) / double(kNanosPerMilli);
 }
 
-Recorder::Recorder(const Scenario& s, std::shared_ptr<const RuleSet> rules) : oracle_(rules), semaphore_(rules) {
+Recorder::Recorder(const Scenario& s, std::shared_ptr<const RuleSet> rules)
+    : oracle_(rules), semaphore_(rules), count_exact_(s.top_check > 0) {
   for (const Phase& p : s.phases()) {
     PhaseStats ps;
     ps.name = p.name;
@@ -38,6 +39,14 @@ Recorder::Recorder(const Scenario& s, std::shared_ptr<const RuleSet> rules) : or
 
 void Recorder::check(int64_t t_ns, std::string_view key, int64_t cost, size_t side, bool allowed) {
   decided(t_ns, side, allowed, oracle_.admit(key, cost, t_ns));
+  if (count_exact_) {
+    Exact& e = exact_[std::string(key)];
+    if (allowed) {
+      e.tokens += uint64_t(cost);
+    } else {
+      ++e.denied;
+    }
+  }
 }
 
 void Recorder::decided(int64_t t_ns, size_t side, bool allowed, bool ideal) {

@@ -46,6 +46,12 @@ class Recorder {
   // `live` nodes were up from the previous call's `until_ns` (0 at first) to `until_ns`.
   void alive(int64_t until_ns, size_t live);
 
+  // Top-K (Scenario::top_check): every check's outcome per key, the cluster's exact counts.
+  struct Exact {
+    uint64_t denied = 0, tokens = 0;
+  };
+  const std::unordered_map<std::string, Exact>& exact() const { return exact_; }
+
   // Completes the figures that need the whole run (under-admission) and hands them over.
   SimResult finish();
 
@@ -63,6 +69,8 @@ class Recorder {
   std::unordered_map<std::string, std::vector<int64_t>> grant_times_;  // per key, in time order
   SimResult result_;
   int64_t alive_since_ = 0;
+  bool count_exact_ = false;
+  std::unordered_map<std::string, Exact> exact_;
 };
 
 }  // namespace tollgate::sim

@@ -110,6 +110,12 @@ void print_table(std::ostream& out, const RunInfo& info, const Scenario& s, cons
   if (r.member_failures >= 0)
     out << r.member_failures << " times a node marked a peer failed (suspect or unreachable)\n";
   if (r.charged_twice) out << r.charged_twice << " times a node was charged a batch a second time (must be 0)\n";
+  for (const SimResult::TopCheck& t : r.top_checks) {
+    out << "top-" << t.k << " at node " << t.node << ", " << t.rule << " " << t.metric << ": " << t.found
+        << " of the exact top " << t.k << " reported (" << t.missed << " missed beyond the bound), " << t.outside
+        << " reported keys outside their bounds; total " << t.total << " (exact " << t.exact_total << "), error bound "
+        << t.error_bound << ", " << t.members_reporting << " of " << t.live << " members reporting\n";
+  }
   if (s.node.mode == DisseminationMode::kAuto && !r.modes_at_end.empty()) {
     out << "auto: at the end,";
     const char* sep = " ";

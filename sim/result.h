@@ -86,6 +86,22 @@ struct SimResult {
   // Virtual back end: nodes running at the end, by the mode in use and count of relay groups
   // (what `auto` chose).
   std::map<std::pair<std::string, uint32_t>, size_t> modes_at_end;
+  // Top-K (Scenario::top_check): per node checked, rule and metric, what it reported against the
+  // cluster's exact counts (every check's decision, counted by the recorder).
+  struct TopCheck {
+    size_t node = 0;
+    std::string rule;
+    std::string metric;            // "denied", "tokens"
+    size_t members_reporting = 0;  // of `live` at the end
+    size_t live = 0;
+    uint64_t total = 0, exact_total = 0;
+    uint64_t error_bound = 0;
+    size_t outside = 0;  // reported keys whose exact count is outside their [lower, upper]
+    size_t found = 0;    // of the exact top K, how many were reported in the top K
+    size_t missed = 0;   // exact top-K keys not reported though they beat the (K+1)th by more than the bound
+    size_t k = 0;
+  };
+  std::vector<TopCheck> top_checks;
 };
 
 }  // namespace tollgate::sim

@@ -452,8 +452,8 @@ class ScenarioParser {
     for (const NodeSettingField& f : node_setting_fields()) setting_keys.push_back(f.key());
     std::vector<std::string_view> fields = {"name", "nodes"};
     fields.insert(fields.end(), setting_keys.begin(), setting_keys.end());
-    fields.insert(fields.end(), {"transport", "front_end", "duration", "seed", "state_interval", "network", "rules",
-                                 "load", "timeline"});
+    fields.insert(fields.end(), {"transport", "front_end", "duration", "seed", "state_interval", "top_check", "network",
+                                 "rules", "load", "timeline"});
     for_each_field(root, fields, [&](const std::string& field, const YAML::Node& v) {
       for (const NodeSettingField& f : node_setting_fields()) {
         if (field != f.key()) continue;
@@ -479,6 +479,8 @@ class ScenarioParser {
         s.state_interval_ns = positive_duration(v, field);
         if (s.state_interval_ns < kNanosPerSecond || s.state_interval_ns > 3600 * kNanosPerSecond)
           fail(v, "`state_interval` must be from 1s to 1h, as tollgated's --state-interval");
+      } else if (field == "top_check") {
+        s.top_check = whole<size_t>(v, field, 1, 100);
       } else if (field == "network") {
         parse_network(v, s.network);
       } else if (field == "rules") {
@@ -600,8 +602,8 @@ class ScenarioParser {
   }
 
   void parse_load(const YAML::Node& map, LoadSpec& l) const {
-    static constexpr std::string_view kFields[] = {"rate", "keys", "distribution", "spread",
-                                                   "cost", "kind", "hold",         "never_release"};
+    static constexpr std::string_view kFields[] = {"rate", "keys", "distribution",  "spread", "cost",
+                                                   "kind", "hold", "never_release", "until"};
     for_each_nested_field(map, "load", kFields, [&](const std::string& field, const YAML::Node& v) {
       if (field == "rate") {
         std::string why;
@@ -635,6 +637,8 @@ class ScenarioParser {
         });
       } else if (field == "never_release") {
         l.never_release = percent(v, "load.never_release");
+      } else if (field == "until") {
+        l.until_ns = positive_duration(v, "load.until");
       } else {
         l.cost = whole<int64_t>(v, "load.cost", 1, kMaxTokens);
       }

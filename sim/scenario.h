@@ -72,6 +72,9 @@ struct LoadSpec {
   enum class Hold : uint8_t { kExponential, kFixed } hold = Hold::kExponential;
   int64_t hold_mean_ns = kNanosPerSecond;
   double never_release = 0;
+  // Arrivals stop at this time (0: they go on to the end of the run), so that the rest of the
+  // run shows what the cluster settles on (top-K's last summaries).
+  int64_t until_ns = 0;
 };
 
 struct NetworkSpec {
@@ -121,6 +124,10 @@ struct Scenario {
   // long and when it stops (not when it crashes), and read back when it restarts. 0: none, so a
   // node that restarts learns balances only from its peers.
   int64_t state_interval_ns = 0;
+  // Top-K (issue 41): at the end, this many of the heaviest keys that nodes 0, N/2 and N-1
+  // report (Node::top) are checked against the cluster's exact counts (SimResult::top_checks);
+  // 0: not checked (nor counted).
+  size_t top_check = 0;
 
   // The phases the timeline cuts [0, duration) into, in order, covering it without gaps.
   std::vector<Phase> phases() const;

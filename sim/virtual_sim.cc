@@ -6,6 +6,8 @@
 #include <deque>
 #include <limits>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <unordered_map>
 
@@ -116,7 +118,64 @@ class Simulation {
       if (!n.node || !n.up) continue;
       ++result.modes_at_end[{dissemination_mode_name(n.node->mode()), n.node->relay_groups()}];
     }
+    if (s_.top_check > 0) check_tops(result);
     return result;
+  }
+
+  // Top-K (Scenario::top_check): what nodes 0, N/2 and N-1 report of each rule against the
+  // recorder's exact counts of every check.
+  void check_tops(SimResult& result) {
+    const size_t k = s_.top_check;
+    std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> exact;  // key, (denied, tokens)
+    for (const auto& [key, e] : recorder_.exact()) exact.push_back({key, {e.denied, e.tokens}});
+    for (const size_t i : std::set<size_t>{0, nodes_.size() / 2, nodes_.size() - 1}) {
+      const SimNode& n = nodes_[i];
+      if (!n.node || !n.up) continue;
+      for (const RuleTop& top : n.node->top("", k, now_)) {
+        for (const bool denied : {true, false}) {
+          const MergedTop& m = denied ? top.denied : top.tokens;
+          // The rule's keys' exact counts, heaviest first (ties by key, as a summary breaks them).
+          std::vector<std::pair<uint64_t, std::string>> truth;
+          uint64_t exact_total = 0;
+          for (const auto& [key, e] : exact) {
+            if (rules_->match(key) == RuleSet::kUnlimited || rules_->label(rules_->match(key)) != top.rule) continue;
+            const uint64_t c = denied ? e.first : e.second;
+            exact_total += c;
+            if (c > 0) truth.emplace_back(c, key);
+          }
+          std::sort(truth.begin(), truth.end(), [](const auto& a, const auto& b) {
+            return a.first != b.first ? a.first > b.first : a.second < b.second;
+          });
+          std::unordered_map<std::string, uint64_t> count;
+          for (const auto& [c, key] : truth) count[key] = c;
+          SimResult::TopCheck t;
+          t.node = i;
+          t.rule = top.rule;
+          t.metric = denied ? "denied" : "tokens";
+          t.members_reporting = top.members_reporting;
+          t.live = live_;
+          t.total = m.total;
+          t.exact_total = exact_total;
+          t.error_bound = m.error_bound;
+          t.k = k;
+          std::set<std::string> reported;
+          for (const MergedKey& key : m.keys) {
+            reported.insert(key.key);
+            const uint64_t c = count.count(key.key) ? count[key.key] : 0;
+            if (c < key.lower || c > key.upper) ++t.outside;
+          }
+          const uint64_t next = truth.size() > k ? truth[k].first : 0;  // the (K+1)th
+          for (size_t r = 0; r < std::min(k, truth.size()); ++r) {
+            if (reported.count(truth[r].second)) {
+              ++t.found;
+            } else if (truth[r].first > next + m.error_bound) {
+              ++t.missed;
+            }
+          }
+          result.top_checks.push_back(std::move(t));
+        }
+      }
+    }
   }
 
  private:
@@ -398,6 +457,10 @@ class Simulation {
     for (const BatchPtr& b : m->batches) {
       if (b->origin != src.id || std::pair(b->incarnation, b->seq) <= src.last_tracked) continue;
       src.last_tracked = {b->incarnation, b->seq};
+      // Not top-K units: soft state, which the next publication supersedes (a relay contact's
+      // mates cannot tell one lost on the second hop, docs/design.md 7.8); their accuracy is
+      // Scenario::top_check's.
+      if (b->top) continue;
       fx.first_sent.emplace_back(src.running, std::pair(b, uint32_t(from)));
     }
     // Addresses are "sim:N": read N rather than hashing the string (millions of sends per run).

@@ -2,6 +2,8 @@
 // errors point, the phases a timeline cuts a run into, and the scenarios shipped in sim/scenarios/.
 #include "scenario.h"
 
+#include "arrivals.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -284,6 +286,30 @@ TEST(ScenarioFile, RulesAreReserializedInTheRulesFileFormat) {
   EXPECT_EQ(rules->rules()[1].match, "a: b #c");
 }
 
+// Issue 41: a load that stops before the run does, and the top-K check at the end.
+TEST(ScenarioFile, ALoadUntilAndATopCheckAreRead) {
+  const Scenario s = parse_scenario(scenario_with("top_check: 10\nload: {rate: 10/s, until: 2s}\n"), "s.yaml");
+  EXPECT_EQ(s.top_check, 10u);
+  EXPECT_EQ(s.load.until_ns, 2 * kNanosPerSecond);
+  const Scenario plain = parse_scenario(scenario_with(""), "s.yaml");
+  EXPECT_EQ(plain.top_check, 0u);
+  EXPECT_EQ(plain.load.until_ns, 0);
+  EXPECT_NE(scenario_error(scenario_with("top_check: 0\n")).find("top_check"), std::string::npos);
+  EXPECT_NE(scenario_error(scenario_with("load: {until: 0s}\n")).find("load.until"), std::string::npos);
+  // The stream ends at `until`: no arrival at or after it.
+  LoadSpec load;
+  load.rate_per_sec = 1000;
+  load.until_ns = kNanosPerSecond / 2;
+  ArrivalStream arrivals(load, 1);
+  size_t n = 0;
+  while (arrivals.peek_time() < 10 * kNanosPerSecond) {
+    EXPECT_LT(arrivals.next({true}).t_ns, load.until_ns);
+    ++n;
+  }
+  EXPECT_GT(n, 400u);
+  EXPECT_LT(n, 600u);
+}
+
 // Issue 40: a load of leases, its holds and its share of holders that never release.
 TEST(ScenarioFile, ALoadOfLeasesIsRead) {
   const Scenario s = parse_scenario(
@@ -357,7 +383,7 @@ TEST(ScenarioFile, UnknownAndRepeatedFieldsAreErrorsAtTheirLine) {
   // The node settings (config/node_settings.h) are keys too, between nodes and transport.
   std::string expected = "name, nodes";
   for (const NodeSettingField& f : node_setting_fields()) expected += ", " + f.key();
-  expected += ", transport, front_end, duration, seed, state_interval, network, rules, load, timeline";
+  expected += ", transport, front_end, duration, seed, state_interval, top_check, network, rules, load, timeline";
   EXPECT_EQ(scenario_error(scenario_with("nodez: 4\n")),
             "s.yaml:5:1: unknown field \"nodez\" (expected one of: " + expected + ")");
   EXPECT_NE(
