@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 #include <string_view>
 
 namespace tollgate::http {
@@ -52,7 +53,8 @@ std::pair<std::string, std::string> split_thread(const std::string& name) {
 std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, const std::vector<MemberInfo>& members,
                            const std::vector<std::pair<std::string, RuleCounters>>& rules,
                            std::vector<prometheus::MetricFamily> extra,
-                           const std::vector<std::pair<std::string, RuleLeases>>& leases) {
+                           const std::vector<std::pair<std::string, RuleLeases>>& leases,
+                           const std::vector<RuleTop>& tops) {
   std::vector<prom::MetricFamily> families;
   prom::MetricFamily checks{"tollgate_checks_total",
                             "Checks decided by this node, by decision (every front end)",
@@ -133,6 +135,35 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
     }
     families.push_back(std::move(in_flight));
     families.push_back(std::move(held));
+  }
+  if (!tops.empty()) {
+    prom::MetricFamily denied{"tollgate_top_denied",
+                              "Top-K: checks the rank-th most denied key of the rule had denied cluster-wide over the "
+                              "last one to two --top-window (its upper bound; the keys are in GET /v1/top)",
+                              prom::MetricType::Gauge,
+                              {}};
+    prom::MetricFamily tokens{"tollgate_top_tokens",
+                              "Top-K: tokens admitted cluster-wide to the rule's rank-th key over the last one to two "
+                              "--top-window (its upper bound; the keys are in GET /v1/top)",
+                              prom::MetricType::Gauge,
+                              {}};
+    prom::MetricFamily bound{"tollgate_top_error_bound",
+                             "Top-K: how far a reported count may be above the true one, per rule and metric",
+                             prom::MetricType::Gauge,
+                             {}};
+    for (size_t r = 0; r < std::min(tops.size(), kTopMetricRules); ++r) {
+      const RuleTop& t = tops[r];
+      for (const auto& [family, merged, metric] :
+           {std::tuple{&denied, &t.denied, "denied"}, std::tuple{&tokens, &t.tokens, "tokens"}}) {
+        for (size_t k = 0; k < std::min(merged->keys.size(), kTopMetricRanks); ++k) {
+          family->metric.push_back(gauge(double(merged->keys[k].upper), {{"rule", t.rule}, {"rank", std::to_string(k + 1)}}));
+        }
+        bound.metric.push_back(gauge(double(merged->error_bound), {{"rule", t.rule}, {"metric", metric}}));
+      }
+    }
+    for (prom::MetricFamily* f : {&denied, &tokens, &bound}) {
+      if (!f->metric.empty()) families.push_back(std::move(*f));
+    }
   }
   for (prom::MetricFamily& f : extra) families.push_back(std::move(f));
   return prom::TextSerializer().Serialize(families);

@@ -25,10 +25,17 @@ namespace tollgate::http {
 // `extra`: families collected elsewhere (the daemon's latency histograms), appended as they are.
 // `leases`: per concurrency rule, tollgate_rule_leases_in_flight{rule} and
 // tollgate_rule_leases_held{rule} (gauges), a series per rule in force.
+// `tops`: top-K (issue 41), the first kTopMetricRules rules as given (busiest first):
+// tollgate_top_denied{rule,rank} and tollgate_top_tokens{rule,rank} (the rank-th key's count, its
+// upper bound, for ranks 1..kTopMetricRanks; no key label: keys are in /v1/top), and
+// tollgate_top_error_bound{rule,metric}. At most 32 x (2 x 5 + 2) series, whatever the keys.
+inline constexpr size_t kTopMetricRules = 32;
+inline constexpr size_t kTopMetricRanks = 5;
 std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, const std::vector<MemberInfo>& members,
                            const std::vector<std::pair<std::string, RuleCounters>>& rules,
                            std::vector<prometheus::MetricFamily> extra = {},
-                           const std::vector<std::pair<std::string, RuleLeases>>& leases = {});
+                           const std::vector<std::pair<std::string, RuleLeases>>& leases = {},
+                           const std::vector<RuleTop>& tops = {});
 
 }  // namespace tollgate::http
 

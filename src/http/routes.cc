@@ -591,13 +591,15 @@ void Routes::metrics(Reply reply) {
         auto members = std::make_shared<std::vector<MemberInfo>>(handler.members());
         auto rules = std::make_shared<std::vector<std::pair<std::string, RuleCounters>>>(handler.rule_counters());
         auto leases = std::make_shared<std::vector<std::pair<std::string, RuleLeases>>>(handler.rule_leases());
-        return [this, reply, stats, members, rules, leases] {
+        auto tops = std::make_shared<std::vector<TopParts>>(handler.top_parts(""));
+        return [this, reply, stats, members, rules, leases, tops] {
           HttpResponse r;
           r.content_type = "text/plain; version=0.0.4; charset=utf-8";
           static const StatCatalog kNone;
           r.body = render_metrics(
               *stats, options_.stat_catalog ? *options_.stat_catalog : kNone, *members, *rules,
-              options_.extra_metrics ? options_.extra_metrics() : std::vector<prometheus::MetricFamily>{}, *leases);
+              options_.extra_metrics ? options_.extra_metrics() : std::vector<prometheus::MetricFamily>{}, *leases,
+              merge_top_parts(*tops, kTopMetricRanks));
           reply(std::move(r));
         };
       },

@@ -233,8 +233,13 @@ class TwoNodes(unittest.TestCase):
 
     def test_metrics_pass_promtool(self):
         self.a.request("GET", "/v1/check?key=k9")
+        # Issue 41: the check's tokens reach top-K at the node's next round; promtool lints its
+        # gauges too.
+        wait_until("a's top-K gauges", lambda: 'tollgate_top_tokens{rule="k*",rank="1"}' in self.a.request(
+            "GET", "/metrics")[2])
         status, headers, body = self.a.request("GET", "/metrics")
         self.assertEqual(status, 200)
+        self.assertIn('tollgate_top_error_bound{rule="k*",metric="tokens"}', body)
         self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
         self.assertIn('tollgate_members{state="alive"}', body)
         self.assertIn('tollgate_checks_total{decision="allowed"}', body)

@@ -561,6 +561,13 @@ TEST_F(RoutesTest, TopMergesTheMembersSummariesIntoBoundsPerKey) {
   }
   EXPECT_EQ(handler_.calls, calls) << "refused before the node";
   EXPECT_EQ(request("POST", "/v1/top").status, 405u);
+  // Prometheus: the counts by rank, never a key as a label.
+  const std::string metrics = request("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("tollgate_top_denied{rule=\"user:*\",rank=\"1\"} 80\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tollgate_top_denied{rule=\"user:*\",rank=\"2\"} 7\n"), std::string::npos);
+  EXPECT_NE(metrics.find("tollgate_top_tokens{rule=\"ip:*\",rank=\"1\"} 7\n"), std::string::npos);
+  EXPECT_NE(metrics.find("tollgate_top_error_bound{rule=\"user:*\",metric=\"denied\"} 2\n"), std::string::npos);
+  EXPECT_EQ(metrics.find("user:hot"), std::string::npos) << "no key in the metrics";
 }
 
 // Issue 40: POST /v1/leases acquires, PUT renews, DELETE releases; 429 at the limit, 404 for a
