@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <array>
-#include <tuple>
+#include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 
 namespace tollgate::http {
 namespace {
@@ -34,6 +36,10 @@ prom::ClientMetric gauge(double v, std::vector<prom::ClientMetric::Label> labels
   m.label = std::move(labels);
   m.gauge.value = v;
   return m;
+}
+
+prom::MetricFamily gauge_family(std::string name, std::string help) {
+  return {std::move(name), std::move(help), prom::MetricType::Gauge, {}};
 }
 
 // "api.thread.3.checks" (one client API thread's share, with --threads) is "api.thread.checks"
@@ -120,15 +126,12 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
     if (!f.metric.empty()) families.push_back(std::move(f));
   }
   if (!leases.empty()) {
-    prom::MetricFamily in_flight{"tollgate_rule_leases_in_flight",
-                                 "Concurrency slots held cluster-wide under the rule, as this node counts them (its "
-                                 "leases and the live members' it has heard of)",
-                                 prom::MetricType::Gauge,
-                                 {}};
-    prom::MetricFamily held{"tollgate_rule_leases_held",
-                            "Concurrency slots this node's leases hold under the rule",
-                            prom::MetricType::Gauge,
-                            {}};
+    prom::MetricFamily in_flight =
+        gauge_family("tollgate_rule_leases_in_flight",
+                     "Concurrency slots held cluster-wide under the rule, as this node counts them (its "
+                     "leases and the live members' it has heard of)");
+    prom::MetricFamily held =
+        gauge_family("tollgate_rule_leases_held", "Concurrency slots this node's leases hold under the rule");
     for (const auto& [label, l] : leases) {
       in_flight.metric.push_back(gauge(double(l.in_flight), {{"rule", label}}));
       held.metric.push_back(gauge(double(l.held), {{"rule", label}}));
@@ -137,26 +140,23 @@ std::string render_metrics(const StatsList& stats, const StatCatalog& catalog, c
     families.push_back(std::move(held));
   }
   if (!tops.empty()) {
-    prom::MetricFamily denied{"tollgate_top_denied",
-                              "Top-K: checks the rank-th most denied key of the rule had denied cluster-wide over the "
-                              "last one to two --top-window (its upper bound; the keys are in GET /v1/top)",
-                              prom::MetricType::Gauge,
-                              {}};
-    prom::MetricFamily tokens{"tollgate_top_tokens",
-                              "Top-K: tokens admitted cluster-wide to the rule's rank-th key over the last one to two "
-                              "--top-window (its upper bound; the keys are in GET /v1/top)",
-                              prom::MetricType::Gauge,
-                              {}};
-    prom::MetricFamily bound{"tollgate_top_error_bound",
-                             "Top-K: how far a reported count may be above the true one, per rule and metric",
-                             prom::MetricType::Gauge,
-                             {}};
+    prom::MetricFamily denied =
+        gauge_family("tollgate_top_denied",
+                     "Top-K: checks the rank-th most denied key of the rule had denied cluster-wide over the "
+                     "last one to two --top-window (its upper bound; the keys are in GET /v1/top)");
+    prom::MetricFamily tokens =
+        gauge_family("tollgate_top_tokens",
+                     "Top-K: tokens admitted cluster-wide to the rule's rank-th key over the last one to two "
+                     "--top-window (its upper bound; the keys are in GET /v1/top)");
+    prom::MetricFamily bound = gauge_family(
+        "tollgate_top_error_bound", "Top-K: how far a reported count may be above the true one, per rule and metric");
     for (size_t r = 0; r < std::min(tops.size(), kTopMetricRules); ++r) {
       const RuleTop& t = tops[r];
       for (const auto& [family, merged, metric] :
            {std::tuple{&denied, &t.denied, "denied"}, std::tuple{&tokens, &t.tokens, "tokens"}}) {
         for (size_t k = 0; k < std::min(merged->keys.size(), kTopMetricRanks); ++k) {
-          family->metric.push_back(gauge(double(merged->keys[k].upper), {{"rule", t.rule}, {"rank", std::to_string(k + 1)}}));
+          family->metric.push_back(
+              gauge(double(merged->keys[k].upper), {{"rule", t.rule}, {"rank", std::to_string(k + 1)}}));
         }
         bound.metric.push_back(gauge(double(merged->error_bound), {{"rule", t.rule}, {"metric", metric}}));
       }
