@@ -359,7 +359,10 @@ void Node::publish_tops(MonoNanos now) {
         u.threshold = std::max(u.threshold, u.entries.back().count);
         u.entries.pop_back();
       }
-      if (top_unit_bytes(u) > kTopUnitBytes) u.entries.clear(), u.threshold = std::max(u.threshold, p->total);
+      if (top_unit_bytes(u) > kTopUnitBytes) {  // one key too long for a datagram: none, all bounded by the total
+        u.entries.clear();
+        u.threshold = std::max(u.threshold, p->total);
+      }
       bytes += top_unit_bytes(u);
       units.push_back(std::move(u));
     }
@@ -414,7 +417,6 @@ void Node::top_unit(const Batch& batch, MonoNanos now) {
     return;  // older than the one held (a repair, or another path, brought it late)
   }
   it->second = HeldTop{batch.incarnation, batch.seq, batch.top, now + MonoNanos(u.ttl_ms) * 1'000'000};
-  expire_tops(now);
 }
 
 void Node::expire_tops(MonoNanos now) {

@@ -179,8 +179,6 @@ std::vector<RuleTop> merge_top_parts(const std::vector<TopParts>& parts, size_t 
   return out;
 }
 
-const char* top_metric_name(TopMetric m) { return m == TopMetric::kDenied ? "denied" : "tokens"; }
-
 RuleTops::RuleTops(RuleTopsOptions options) : options_(options) {
   if (options_.window_ns <= 0) throw std::invalid_argument("RuleTops needs a window longer than 0");
 }

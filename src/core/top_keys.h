@@ -120,7 +120,6 @@ enum class TopMetric : uint8_t {
   kTokens = 1,  // tokens admitted here, net of nothing: refunds are not subtracted
 };
 inline constexpr size_t kTopMetrics = 2;
-const char* top_metric_name(TopMetric m);  // "denied", "tokens"
 
 // What top-K says of one rule cluster-wide (Node::top): the merge of the members' summaries.
 struct RuleTop {
