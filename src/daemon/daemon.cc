@@ -124,8 +124,8 @@ Daemon::Daemon(DaemonOptions options)
   host.on_round = [h = histograms_.get()](int64_t round_ns) { h->round.Observe(seconds(round_ns)); };
   std::string rules_etag;
   if (!options_.rules_url.empty()) {
-    InitialRules initial =
-        RulesFeed::load_initial({options_.rules_url, options_.rules_cache, options_.rules_ca, options_.rules_poll_ns});
+    InitialRules initial = RulesFeed::load_initial(
+        {options_.rules_url, options_.rules_cache, options_.rules_ca, options_.rules_poll_ns, {}});
     host.rules_text = std::move(initial.text);
     host.rules_origin = std::move(initial.origin);
     rules_etag = std::move(initial.etag);

@@ -302,7 +302,8 @@ class Http final : public FrontEnd {
 class RulesService final : public FrontEnd {
  public:
   RulesService(const DaemonOptions& o, boost::asio::io_context& io, NodeHost& host, std::string etag)
-      : feed_(io, host, RulesFeedOptions{o.rules_url, o.rules_cache, o.rules_ca, o.rules_poll_ns}, std::move(etag)) {
+      : feed_(io, host, RulesFeedOptions{o.rules_url, o.rules_cache, o.rules_ca, o.rules_poll_ns, {}},
+              std::move(etag)) {
     spdlog::info("rules version {} in force; polling {}", host.rules_version(), o.rules_url);
   }
   void start() override { feed_.start(); }

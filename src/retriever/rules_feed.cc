@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <filesystem>
 
 #include "config/content_version.h"
@@ -74,7 +76,7 @@ InitialRules RulesFeed::load_initial(const RulesFeedOptions& options) {
 }
 
 RulesFeed::RulesFeed(boost::asio::io_context& io, NodeHost& host, RulesFeedOptions options, std::string etag)
-    : host_(host), options_(std::move(options)), etag_(std::move(etag)) {
+    : io_(io), host_(host), options_(std::move(options)), etag_(std::move(etag)) {
   const Source source = source_for(options_);
   RulesRetriever::Options retriever;
   retriever.url = source.url;
@@ -84,7 +86,9 @@ RulesFeed::RulesFeed(boost::asio::io_context& io, NodeHost& host, RulesFeedOptio
   retriever_ = std::make_unique<RulesRetriever>(io, retriever, [this](const std::string& body) { apply(body); });
 }
 
-RulesFeed::~RulesFeed() = default;
+RulesFeed::~RulesFeed() {
+  if (writer_) writer_->join();
+}
 
 void RulesFeed::start() { retriever_->start(host_.rules_text(), etag_); }
 void RulesFeed::poll_now() { retriever_->poll_now(); }
@@ -101,24 +105,47 @@ void RulesFeed::apply(const std::string& body) {
 }
 
 void RulesFeed::retry_cache_write() {
-  if (cache_stale_) write_cache(host_.rules_text());
+  if (cache_stale_ && !writing_ && !next_write_) write_cache(host_.rules_text());
 }
 
-void RulesFeed::write_cache(const std::string& body) {
-  const std::string failed = write_file_atomically(options_.cache, body);
+void RulesFeed::write_cache(std::string body) {
+  if (writing_) {
+    next_write_ = std::move(body);
+    return;
+  }
+  if (!writer_) writer_ = std::make_unique<boost::asio::thread_pool>(1);
+  writing_ = true;
+  boost::asio::post(*writer_, [this, body = std::move(body), alive = std::weak_ptr<char>(alive_)] {
+    if (options_.before_cache_write) options_.before_cache_write();
+    std::string failed = write_file_atomically(options_.cache, body);
+    // Back on the node's thread; the feed's destructor (there too) waits for this thread
+    // first, so `alive` expires only after the post, and the check below runs on that thread.
+    boost::asio::post(io_, [this, alive, failed = std::move(failed)] {
+      if (!alive.expired()) cache_written(failed);
+    });
+  });
+}
+
+void RulesFeed::cache_written(const std::string& failed) {
+  writing_ = false;
   if (failed.empty()) {
     if (cache_stale_) spdlog::info("the rules in force are cached again in {}", options_.cache);
     cache_stale_ = false;
-    return;
+  } else {
+    ++cache_write_failures_;
+    if (!cache_stale_) {  // logged once; retried every second
+      spdlog::error(
+          "the rules in force are not cached (a restart while the rules service is down would start with "
+          "older rules), retrying every second: {}",
+          failed);
+    }
+    cache_stale_ = true;
   }
-  ++cache_write_failures_;
-  if (!cache_stale_) {  // logged once; retried every second
-    spdlog::error(
-        "the rules in force are not cached (a restart while the rules service is down would start with "
-        "older rules), retrying every second: {}",
-        failed);
+  if (next_write_) {
+    std::string body = std::move(*next_write_);
+    next_write_.reset();
+    write_cache(std::move(body));
   }
-  cache_stale_ = true;
 }
 
 namespace {

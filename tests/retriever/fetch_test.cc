@@ -4,17 +4,17 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read_until.hpp>
-#include <boost/asio/write.hpp>
 #include <memory>
 #include <string>
 
 #include "retriever/rules_retriever.h"
+#include "support/scripted_http_server.h"
 
 namespace tollgate {
 namespace {
 
 using boost::asio::ip::tcp;
+using testing::ScriptedServer;
 
 TEST(ParseHttpUrl, SplitsHostPortAndTarget) {
   std::string why;
@@ -62,37 +62,6 @@ TEST(ParseHttpUrl, RefusesWhatItCannotFetchSafely) {
     EXPECT_NE(why.find(expected), std::string::npos) << url << ": " << why;
   }
 }
-
-// Accepts one connection, reads the request head, then writes `answer` (unless empty: then it
-// holds the connection open without a word) and closes.
-class ScriptedServer {
- public:
-  ScriptedServer(boost::asio::io_context& io, std::string answer)
-      : acceptor_(io, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)),
-        socket_(io),
-        answer_(std::move(answer)) {
-    acceptor_.async_accept(socket_, [this](const boost::system::error_code& ec) {
-      if (ec) return;
-      boost::asio::async_read_until(socket_, boost::asio::dynamic_buffer(request_), "\r\n\r\n",
-                                    [this](const boost::system::error_code& read, size_t) {
-        if (read || answer_.empty()) return;
-        boost::asio::async_write(socket_, boost::asio::buffer(answer_),
-                                 [this](const boost::system::error_code&, size_t) { socket_.close(); });
-      });
-    });
-  }
-  HttpUrl url() const {
-    const std::string port = std::to_string(acceptor_.local_endpoint().port());
-    return HttpUrl{false, "127.0.0.1", port, "/rules.yaml", "127.0.0.1:" + port};
-  }
-  const std::string& request() const { return request_; }
-
- private:
-  tcp::acceptor acceptor_;
-  tcp::socket socket_;
-  std::string answer_;
-  std::string request_;
-};
 
 FetchResult fetch(ScriptedServer& server, boost::asio::io_context& io, const std::string& etag,
                   FetchLimits limits = {}) {

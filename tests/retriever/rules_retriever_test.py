@@ -98,6 +98,11 @@ class NginxAndDaemon:
             poll_until("tollgated serving HTTP", up)
         return p
 
+    def stats(self):
+        status, body = http_get(self.http_port, "/v1/stats")
+        self.assertEqual(status, 200, body)
+        return json.loads(body)["stats"]
+
     @classmethod
     def peers_file(cls, name, bind):
         path = os.path.join(cls.dir, "peers-" + name)
@@ -132,11 +137,6 @@ class RulesService(NginxAndDaemon, unittest.TestCase):
             if p:
                 p.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
-
-    def stats(self):
-        status, body = http_get(self.http_port, "/v1/stats")
-        self.assertEqual(status, 200, body)
-        return json.loads(body)["stats"]
 
     def burst_of(self, key):
         status, body = http_get(self.http_port, "/v1/check?key=%s&cost=0" % key)
@@ -293,13 +293,11 @@ class RulesServiceOverTls(NginxAndDaemon, unittest.TestCase):
     def test_a_trusted_certificate_that_names_the_host_serves_the_rules(self):
         d = self.start("a", "https://localhost:%d/rules.yaml" % self.nginx_port, self.ca)
         try:
-            def stats():
-                return json.loads(http_get(self.http_port, "/v1/stats")[1])["stats"]
-            self.assertEqual(stats()["rules_version"], version(RULES_V1))
-            poll_until("a 304 over TLS", lambda: stats()["rules_polls_not_modified"] >= 2)
+            self.assertEqual(self.stats()["rules_version"], version(RULES_V1))
+            poll_until("a 304 over TLS", lambda: self.stats()["rules_polls_not_modified"] >= 2)
             publish(self.served, RULES_V2)
-            poll_until("version 2 over TLS", lambda: stats()["rules_version"] == version(RULES_V2))
-            self.assertEqual(stats()["rules_poll_failures"], 0)
+            poll_until("version 2 over TLS", lambda: self.stats()["rules_version"] == version(RULES_V2))
+            self.assertEqual(self.stats()["rules_poll_failures"], 0)
             self.assertNotIn("plain http", d.output())
         finally:
             self.assertEqual(d.stop(), 0)
