@@ -14,6 +14,7 @@
 #include "fault_injection.h"
 #include "host/node_host.h"
 #include "http/routes.h"
+#include "request/table_reads.h"
 #include "retriever/rules_feed.h"
 #include "tcp_transport.h"
 #include "util/printable.h"
@@ -299,6 +300,14 @@ std::vector<std::pair<std::string, RuleCounters>> Daemon::rule_counters() { retu
 std::vector<std::pair<std::string, RuleLeases>> Daemon::rule_leases() { return host_->node().rule_leases(); }
 std::vector<TopParts> Daemon::top_parts(std::string_view rule) {
   return host_->node().top_parts(rule, host_->now_ns());
+}
+
+std::optional<KeyBalance> Daemon::balance(std::string_view key) {
+  return read_balance(host_->node().table(), key, host_->now_ns());
+}
+
+RulesInForce Daemon::rules_in_force(size_t max) {
+  return read_rules_in_force(host_->node().table(), host_->rules_version(), max);
 }
 
 StatsList Daemon::stats() {

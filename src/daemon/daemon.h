@@ -44,6 +44,8 @@ class Daemon final : public RequestHandler {
   std::vector<std::pair<std::string, RuleCounters>> rule_counters() override;
   std::vector<std::pair<std::string, RuleLeases>> rule_leases() override;
   std::vector<TopParts> top_parts(std::string_view rule) override;
+  std::optional<KeyBalance> balance(std::string_view key) override;
+  RulesInForce rules_in_force(size_t max) override;
   std::string set_faults(const FaultSettings& faults) override;
   ResetReply reset(std::string_view key) override;
   LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns) override;

@@ -49,6 +49,14 @@ void append_check_result_json(std::string& out, const CheckItem& item, const Dec
   out += '}';
 }
 
+void fill_limit(const Limit& limit, v1::Limit& out) {
+  out.set_rate(format_rate(limit.rate));
+  out.set_rate_tokens(limit.rate.tokens);
+  out.set_rate_period_ns(limit.rate.period_ns);
+  out.set_burst(limit.burst);
+  out.set_max_debt(limit.max_debt);
+}
+
 void fill_check_result(const CheckItem& item, const Decision& d, v1::CheckResult& r) {
   r.set_key(std::string(item.key));
   r.set_cost(item.cost);
@@ -57,14 +65,7 @@ void fill_check_result(const CheckItem& item, const Decision& d, v1::CheckResult
   if (d.retry_after_ns != kRetryNever) r.set_retry_after_ns(d.retry_after_ns);
   r.set_reason(deny_reason_name(d.reason));
   r.set_limited(d.limited);
-  if (d.has_limit()) {
-    v1::Limit* l = r.mutable_limit();
-    l->set_rate(format_rate(d.limit.rate));
-    l->set_rate_tokens(d.limit.rate.tokens);
-    l->set_rate_period_ns(d.limit.rate.period_ns);
-    l->set_burst(d.limit.burst);
-    l->set_max_debt(d.limit.max_debt);
-  }
+  if (d.has_limit()) fill_limit(d.limit, *r.mutable_limit());
 }
 
 }  // namespace tollgate::http

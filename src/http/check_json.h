@@ -16,10 +16,14 @@ namespace tollgate::http {
 
 namespace v1 {
 class CheckResult;
-}
+class Limit;
+}  // namespace v1
 
 // One decision's object: {"key": ..., "cost": "N", "allowed": ..., ...}, no newline.
 void append_check_result_json(std::string& out, const CheckItem& item, const Decision& d);
+
+// `limit` as the message CheckResult and BalanceResult carry.
+void fill_limit(const Limit& limit, v1::Limit& out);
 
 // The same decision as the message (the reference the writer is tested against).
 void fill_check_result(const CheckItem& item, const Decision& d, v1::CheckResult& r);

@@ -4,6 +4,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/time_util.h>
 #include <openssl/crypto.h>  // CRYPTO_memcmp
+#include <openssl/evp.h>     // EVP_DecodeBlock (Basic credentials)
 #include <uriparser/Uri.h>
 
 #include <algorithm>
@@ -12,9 +13,11 @@
 #include <optional>
 
 #include "core/clock.h"
+#include "core/token_bucket.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "http/check_json.h"
 #include "http/metrics.h"
+#include "http/page_assets.h"
 #include "json/json.h"
 #include "rls/decide.h"
 #include "rls/messages.h"
@@ -181,6 +184,66 @@ StatsList Routes::stats() const {
   return s;
 }
 
+namespace {
+
+// The operator's page (src/http/page/, compiled in): it reads only this origin's JSON, and the
+// policy forbids anything else (an injected script, a frame, a form posted elsewhere), as a
+// second defence behind writing every key with textContent.
+HttpResponse page(std::string_view path) {
+  for (const PageAsset& a : page_assets()) {
+    if (a.path != path) continue;
+    HttpResponse r;
+    r.content_type = std::string(a.content_type);
+    r.body = std::string(a.bytes);
+    r.headers = {{"Content-Security-Policy",
+                  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' "
+                  "data:; base-uri 'none'; frame-ancestors 'none'; form-action 'none'"},
+                 {"X-Content-Type-Options", "nosniff"},
+                 {"Referrer-Policy", "no-referrer"},
+                 {"Cache-Control", "no-cache"}};
+    return r;
+  }
+  return error_response(404, "no such part of the page: " + std::string(path));
+}
+
+// The paths a browser reads the operator's page through: GETs with no effect. Only these take
+// Basic credentials (a browser attaches them to every request to this origin, another site's
+// included, so they must never authorise a check, a reset or a lease).
+bool read_only_for_browsers(std::string_view path) {
+  return path == "/" || path.starts_with("/ui/") || path == "/v1/top" || path == "/v1/members" || path == "/v1/stats" ||
+         path == "/v1/balance" || path == "/v1/rules";
+}
+
+// The case-insensitive scheme (RFC 9110 11.1) and what follows it, or nullopt.
+std::optional<std::string_view> credentials(std::string_view authorization, std::string_view scheme) {
+  if (authorization.size() <= scheme.size() + 1 || authorization[scheme.size()] != ' ') return std::nullopt;
+  for (size_t i = 0; i < scheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return std::nullopt;
+  }
+  return authorization.substr(scheme.size() + 1);
+}
+
+bool same_secret(std::string_view given, const std::string& token) {
+  return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
+}
+
+// Basic's password (RFC 7617: base64 of "user:password"; any user), decoded by OpenSSL.
+std::optional<std::string> basic_password(std::string_view encoded) {
+  if (encoded.empty() || encoded.size() % 4 != 0 || encoded.size() > 4096) return std::nullopt;
+  std::string decoded(encoded.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
+                                reinterpret_cast<const unsigned char*>(encoded.data()), int(encoded.size()));
+  if (n < 0) return std::nullopt;
+  size_t len = size_t(n);  // EVP_DecodeBlock counts the padding's bytes too
+  for (size_t i = encoded.size(); i > 0 && encoded[i - 1] == '=' && len > 0; --i) --len;
+  decoded.resize(len);
+  const size_t colon = decoded.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return decoded.substr(colon + 1);
+}
+
+}  // namespace
+
 void Routes::handle(const HttpRequest& request, Reply reply) {
   ++requests_;
   // Every answer is counted by its status class on its way out.
@@ -201,14 +264,22 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
   }
   // Health answers are for load balancers and probes, which carry no credential; they say
   // nothing about keys.
-  if (!health && !authorized(request.authorization)) {
+  if (!health && !authorized(request, path)) {
     ++unauthorized_;
-    HttpResponse r =
-        error_response(401, "this endpoint needs Authorization: Bearer TOKEN (tollgated's --http-token-file)");
-    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tollgate\"");
+    // A browser asks for the page's credentials (any user name, the token as password) when
+    // Basic is offered; an API client sends Bearer.
+    const bool page = get && read_only_for_browsers(path);
+    HttpResponse r = error_response(401, page ? "this page needs the token of tollgated's --http-token-file (as the "
+                                                "password, any user name; or Authorization: Bearer TOKEN)"
+                                              : "this endpoint needs Authorization: Bearer TOKEN (tollgated's "
+                                                "--http-token-file)");
+    r.headers.emplace_back("WWW-Authenticate",
+                           page ? "Basic realm=\"tollgate\", charset=\"UTF-8\"" : "Bearer realm=\"tollgate\"");
     return counted(std::move(r));
   }
-  if (path == "/v1/check") {
+  if (path == "/" || path.starts_with("/ui/")) {
+    if (get) return counted(page(path));
+  } else if (path == "/v1/check") {
     if (get) return check_get(query, std::move(counted));
     if (request.method == "POST") return check_post(request.body, std::move(counted));
   } else if (path == "/v1/reset") {
@@ -228,6 +299,10 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
     if (get) return rls_config_dump(std::move(counted));
   } else if (path == "/v1/top") {
     if (get) return top(query, std::move(counted));
+  } else if (path == "/v1/balance") {
+    if (get) return balance(query, std::move(counted));
+  } else if (path == "/v1/rules") {
+    if (get) return rules(std::move(counted));
   } else if (path == "/metrics" || health || path == "/v1/members" || path == "/v1/stats") {
     if (get) {
       if (path == "/metrics") return metrics(std::move(counted));
@@ -240,9 +315,11 @@ void Routes::handle(const HttpRequest& request, Reply reply) {
       return counted(std::move(ok));
     }
   } else {
-    return counted(error_response(404, "no such endpoint: " + path +
-                                           " (endpoints: /v1/check, /v1/reset, /v1/leases, /v1/top, /json, /rlconfig, "
-                                           "/metrics, /healthz, /readyz, /healthcheck, /v1/members, /v1/stats)"));
+    return counted(error_response(
+        404, "no such endpoint: " + path +
+                 " (endpoints: /v1/check, /v1/reset, /v1/leases, /v1/top, /v1/balance, /v1/rules, /json, "
+                 "/rlconfig, "
+                 "/metrics, /healthz, /readyz, /healthcheck, /v1/members, /v1/stats)"));
   }
   HttpResponse r = error_response(405, "method " + request.method + " is not allowed on " + path);
   r.headers.emplace_back("Allow", path == "/v1/check"                                              ? "GET, POST"
@@ -258,20 +335,20 @@ void Routes::set_token(std::string token) {
   token_ = std::move(t);
 }
 
-bool Routes::authorized(const std::string& authorization) const {
+bool Routes::authorized(const HttpRequest& request, std::string_view path) const {
   std::shared_ptr<const std::string> token;
   {
     std::lock_guard lock(config_mu_);
     token = token_;
   }
   if (!token) return true;
-  // "Bearer" is case-insensitive (RFC 9110 11.1); the token is compared in constant time.
-  constexpr std::string_view kScheme = "bearer ";
-  if (authorization.size() != kScheme.size() + token->size()) return false;
-  for (size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return false;
-  }
-  return CRYPTO_memcmp(authorization.data() + kScheme.size(), token->data(), token->size()) == 0;
+  // The token is compared in constant time.
+  if (auto bearer = credentials(request.authorization, "bearer")) return same_secret(*bearer, *token);
+  if (request.method != "GET" || !read_only_for_browsers(path)) return false;
+  const auto basic = credentials(request.authorization, "basic");
+  if (!basic) return false;
+  const std::optional<std::string> password = basic_password(*basic);
+  return password && same_secret(*password, *token);
 }
 
 void Routes::on_node(NodeJob job, const Reply& reply) {
@@ -739,6 +816,72 @@ void Routes::top(const std::string& query, Reply reply) {
             r.body += "}";
           }
           r.body += "]}\n";
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+// GET /v1/balance?key=K: K's bucket as this node holds it, read without a check (nothing is
+// charged, and the read does not keep the key from eviction). A key this node holds no bucket
+// for is full at its first check, unless a remembered debt brings it back lower (design.md 4).
+void Routes::balance(const std::string& query, Reply reply) {
+  std::string why;
+  const auto params = parse_query(query, &why);
+  if (!params) return reply(error_response(400, why));
+  if (params->size() != 1 || (*params)[0].first != "key" || (*params)[0].second.empty()) {
+    return reply(error_response(400, "/v1/balance takes one parameter: key=K"));
+  }
+  std::string key = (*params)[0].second;
+  if (key.size() > options_.max_key_bytes) {
+    return reply(error_response(
+        400, "the key is longer than any key a bucket holds (" + std::to_string(options_.max_key_bytes) + " bytes)"));
+  }
+  on_node(
+      [key = std::move(key), reply](RequestHandler& handler) -> std::function<void()> {
+        auto b = std::make_shared<std::optional<KeyBalance>>(handler.balance(key));
+        return [key, b, reply] {
+          if (!*b) return reply(error_response(501, "balances cannot be read through this front end"));
+          const KeyBalance& k = **b;
+          hv1::BalanceResult m;
+          m.set_key(key);
+          m.set_limited(k.limited);
+          if (k.limited) {
+            const double tokens = double(k.balance_microtokens) / double(kMicrotokensPerToken);
+            m.set_rule(k.rule);
+            m.set_held(k.held);
+            m.set_balance(tokens);
+            m.set_debt(tokens < 0 ? -tokens : 0.0);
+            fill_limit(k.limit, *m.mutable_limit());
+          }
+          HttpResponse r;
+          r.body = to_json(m, true);
+          reply(std::move(r));
+        };
+      },
+      reply);
+}
+
+// GET /v1/rules: the rules in force (at most 1,000; `omitted` counts the rest) with this node's
+// counts under each, and their version.
+void Routes::rules(Reply reply) {
+  on_node(
+      [reply](RequestHandler& handler) -> std::function<void()> {
+        auto rules = std::make_shared<RulesInForce>(handler.rules_in_force(1000));
+        return [rules, reply] {
+          hv1::RulesResult m;
+          m.set_version(rules->version);
+          m.set_omitted(rules->omitted);
+          for (const RuleInForce& r : rules->rules) {
+            hv1::RuleInForce* out = m.add_rules();
+            out->set_rule(r.label);
+            fill_limit(r.limit, *out->mutable_limit());
+            out->set_checks(r.counts.checks);
+            out->set_allowed(r.counts.allowed);
+            out->set_denied(r.counts.denied);
+          }
+          HttpResponse r;
+          r.body = to_json(m, true);
           reply(std::move(r));
         };
       },

@@ -12,6 +12,9 @@
 //   GET  /readyz     200 once the node has heard from a member or has been alone for fail_after
 //                    (rules are loaded before the server starts); 503 before that and while draining
 //   GET  /v1/members, GET /v1/stats   the CLI's --json shapes
+//   GET  /v1/top?rule=R&k=K   the keys denied most, and charged most, cluster-wide (top-K)
+//   GET  /v1/balance?key=K    K's bucket on this node, read without a check
+//   GET  /v1/rules            the rules in force, their version and this node's counts
 //
 // With a token (set_token: tollgated's --http-token-file), every endpoint but /healthz and
 // /readyz answers 401 unless the request carries `Authorization: Bearer TOKEN`. A metrics-only
@@ -31,6 +34,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -119,6 +123,8 @@ class Routes {
   void members(Reply reply);
   void stats_json(Reply reply);
   void top(const std::string& query, Reply reply);
+  void balance(const std::string& query, Reply reply);
+  void rules(Reply reply);
   // Runs `job` on the node, or answers 503.
   void on_node(NodeJob job, const Reply& reply);
   // A job that calls only check, check_all and refund on the handler.
@@ -131,7 +137,7 @@ class Routes {
   mutable std::mutex config_mu_;
   std::shared_ptr<const RlsConfig> rls_config_;
   std::shared_ptr<const std::string> token_;  // under config_mu_; null: none required
-  bool authorized(const std::string& authorization) const;
+  bool authorized(const HttpRequest& request, std::string_view path) const;
   std::atomic<int64_t> requests_{0}, responses_2xx_{0}, responses_4xx_{0}, responses_5xx_{0}, checks_{0},
       unauthorized_{0};
 };

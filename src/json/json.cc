@@ -100,7 +100,8 @@ std::string format_members_json(const std::vector<MemberInfo>& members) {
     out += "{\"id\": " + json_string(m.id) + ", \"address\": " + json_string(m.address) +
            ", \"state\": " + json_string(member_state_name(m.state)) +
            ", \"incarnation\": " + std::to_string(m.incarnation) +
-           ", \"last_heard_ms\": " + std::to_string(m.last_heard_ns / 1'000'000) + "}";
+           ", \"last_heard_ms\": " + std::to_string(m.last_heard_ns / 1'000'000) +
+           ", \"self\": " + (m.self ? "true" : "false") + "}";
   }
   return out + "]}\n";
 }

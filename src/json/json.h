@@ -21,7 +21,8 @@ void append_json_string(std::string& out, std::string_view text);
 // The same, as a new string.
 std::string json_string(std::string_view text);
 
-// {"members": [{"id": ..., "address": ..., "state": ..., "incarnation": N, "last_heard_ms": N}, ...]}
+// {"members": [{"id": ..., "address": ..., "state": ..., "incarnation": N, "last_heard_ms": N,
+// "self": B}, ...]}
 // and a newline: `tollgate members --json` and GET /v1/members.
 std::string format_members_json(const std::vector<MemberInfo>& members);
 

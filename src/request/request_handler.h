@@ -39,6 +39,27 @@ inline std::string reset_key_problem(std::string_view key, size_t max_key_bytes)
   return "";
 }
 
+// A key's bucket as this node holds it, read without a check (GET /v1/balance).
+struct KeyBalance {
+  bool limited = false;  // a rule governs the key (else nothing below is set)
+  bool held = false;     // this node holds a bucket for it; else it starts full at its first check
+  std::string rule;      // RuleSet::label of the governing rule
+  Limit limit;
+  int64_t balance_microtokens = 0;  // held: refilled to now; negative is debt
+};
+
+// The rules in force (GET /v1/rules): each limit by its label, with this node's counters.
+struct RuleInForce {
+  std::string label;  // RuleSet::label: as /metrics and /v1/top name it
+  Limit limit;
+  RuleCounters counts;  // this node's checks under it since start
+};
+struct RulesInForce {
+  int64_t version = 0;  // content_version of the rules text (0: none)
+  std::vector<RuleInForce> rules;
+  size_t omitted = 0;  // rules beyond the `max` asked for (RLS configs may hold thousands)
+};
+
 class RequestHandler {
  public:
   virtual ~RequestHandler() = default;
@@ -61,6 +82,17 @@ class RequestHandler {
   virtual std::vector<TopParts> top_parts(std::string_view rule) {
     (void)rule;
     return {};
+  }
+  // The first `max` rules in force, in precedence order. None by default.
+  virtual RulesInForce rules_in_force(size_t max) {
+    (void)max;
+    return {};
+  }
+  // `key`'s bucket on this node, read without charging or touching it for eviction; nullopt
+  // where the front end cannot read one.
+  virtual std::optional<KeyBalance> balance(std::string_view key) {
+    (void)key;
+    return std::nullopt;
   }
   // Per concurrency rule, its leases (Node::rule_leases), for /metrics. None by default.
   virtual std::vector<std::pair<std::string, RuleLeases>> rule_leases() { return {}; }

@@ -68,8 +68,9 @@ TEST_F(CliTest, MembersAndStats) {
   EXPECT_EQ(members.exit_code, 0) << members.out;
   EXPECT_EQ(members.out,
             "{\"members\": [{\"id\": \"node-a\", \"address\": \"127.0.0.1:7001\", \"state\": \"alive\", "
-            "\"incarnation\": 3, \"last_heard_ms\": 0}, {\"id\": \"node-b\", \"address\": \"127.0.0.1:7002\", "
-            "\"state\": \"suspect\", \"incarnation\": 1, \"last_heard_ms\": 1500}]}\n");
+            "\"incarnation\": 3, \"last_heard_ms\": 0, \"self\": true}, {\"id\": \"node-b\", \"address\": "
+            "\"127.0.0.1:7002\", "
+            "\"state\": \"suspect\", \"incarnation\": 1, \"last_heard_ms\": 1500, \"self\": false}]}\n");
   CliRun table = run(endpoint_ + " members");
   EXPECT_EQ(table.exit_code, 0) << table.out;
   EXPECT_NE(table.out.find("node-a (self)"), std::string::npos) << table.out;

@@ -129,8 +129,9 @@ TEST(CliOutput, MembersJsonHasExactlyTheDocumentedFields) {
                                      {"no\"de", "127.0.0.1:7002", MemberState::kDead, 1, 7, 2'500'000'000, false}};
   EXPECT_EQ(format_members_json(members),
             "{\"members\": [{\"id\": \"node-a\", \"address\": \"127.0.0.1:7001\", \"state\": \"alive\", "
-            "\"incarnation\": 3, \"last_heard_ms\": 0}, {\"id\": \"no\\\"de\", \"address\": \"127.0.0.1:7002\", "
-            "\"state\": \"dead\", \"incarnation\": 1, \"last_heard_ms\": 2500}]}\n");
+            "\"incarnation\": 3, \"last_heard_ms\": 0, \"self\": true}, {\"id\": \"no\\\"de\", \"address\": "
+            "\"127.0.0.1:7002\", "
+            "\"state\": \"dead\", \"incarnation\": 1, \"last_heard_ms\": 2500, \"self\": false}]}\n");
   EXPECT_EQ(format_members_json({}), "{\"members\": []}\n");
 }
 

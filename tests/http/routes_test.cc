@@ -379,7 +379,10 @@ TEST_F(RoutesTest, WithATokenEveryEndpointButHealthNeedsIt) {
     for (const std::string& target : guarded) {
       const HttpResponse r = request("GET", target);
       EXPECT_EQ(r.status, 401u) << target << " with \"" << auth << "\"";
-      EXPECT_EQ(header(r, "WWW-Authenticate"), "Bearer realm=\"tollgate\"");
+      // What the operator's page reads asks a browser for its password; the rest, for Bearer.
+      const bool page = target == "/v1/members" || target == "/v1/stats";
+      EXPECT_EQ(header(r, "WWW-Authenticate"),
+                page ? "Basic realm=\"tollgate\", charset=\"UTF-8\"" : "Bearer realm=\"tollgate\"");
     }
     EXPECT_EQ(request("POST", "/json", "{}").status, 401u);
     EXPECT_EQ(request("GET", "/healthz").status, 200u);
@@ -400,6 +403,123 @@ TEST_F(RoutesTest, WithATokenEveryEndpointButHealthNeedsIt) {
   EXPECT_EQ(request("GET", "/v1/stats").status, 200u);
   const StatsList s = routes_->stats();
   EXPECT_NE(std::find(s.begin(), s.end(), std::pair<std::string, int64_t>{"http.unauthorized", 5 * 5 + 1}), s.end());
+}
+
+// The operator's page (issue 41): a browser cannot send Bearer on a navigation, so the read-only
+// paths it reads take Basic too (any user, the token as the password). A browser attaches Basic
+// to every request to this origin, another site's included: it must never authorise an effect.
+TEST_F(RoutesTest, BasicCredentialsOpenTheReadOnlyPathsAndNeverAnEffect) {
+  alone_ = true;
+  routes_->set_token("s3cret-token-0123456789");
+  const std::string good = "Basic b3BlcmF0b3I6czNjcmV0LXRva2VuLTAxMjM0NTY3ODk=";  // operator:s3cret-token-...
+  const std::vector<std::string> reads = {"/",         "/ui/app.js", "/ui/app.css",        "/v1/members",
+                                          "/v1/stats", "/v1/rules",  "/v1/balance?key=k1", "/v1/top"};
+  authorization_ = good;
+  for (const std::string& target : reads) EXPECT_EQ(request("GET", target).status, 200u) << target;
+  authorization_ = "basic b3BlcmF0b3I6czNjcmV0LXRva2VuLTAxMjM0NTY3ODk=";  // the scheme in any case
+  EXPECT_EQ(request("GET", "/v1/stats").status, 200u);
+  // Never a check, a reset, a lease, Envoy's JSON or a metrics scrape (Bearer only).
+  authorization_ = good;
+  const std::vector<std::pair<std::string, std::string>> effects = {
+      {"GET", "/v1/check?key=k1"}, {"POST", "/v1/check"}, {"POST", "/v1/reset?key=k1"}, {"POST", "/v1/leases"},
+      {"DELETE", "/v1/leases/00"}, {"POST", "/json"},     {"GET", "/metrics"},          {"POST", "/v1/stats"}};
+  for (const auto& [method, target] : effects) {
+    const HttpResponse r = request(method, target, R"({"key": "k1"})");
+    EXPECT_EQ(r.status, 401u) << method << " " << target;
+    EXPECT_EQ(header(r, "WWW-Authenticate"), "Bearer realm=\"tollgate\"") << method << " " << target;
+  }
+  EXPECT_EQ(handler_.checks_seen(), 0u);
+  // A wrong password, no user part, not base64, or the token without Basic's encoding: 401, and
+  // the page asks again.
+  for (const std::string& auth :
+       {std::string("Basic b3BlcmF0b3I6d3JvbmctdG9rZW4tMDEyMzQ1Njc4OTA="),
+        std::string("Basic czNjcmV0LXRva2VuLTAxMjM0NTY3ODk="), std::string("Basic s3cret-token-0123456789"),
+        std::string("Basic "), std::string("Basic b3BlcmF0b3I6czNjcmV0LXRva2VuLTAxMjM0NTY3ODk"),
+        std::string("Basic ====")}) {
+    authorization_ = auth;
+    const HttpResponse r = request("GET", "/");
+    EXPECT_EQ(r.status, 401u) << auth;
+    EXPECT_EQ(header(r, "WWW-Authenticate"), "Basic realm=\"tollgate\", charset=\"UTF-8\"") << auth;
+  }
+}
+
+TEST_F(RoutesTest, ThePageComesFromTheBinaryUnderAPolicyThatAllowsOnlyThisOrigin) {
+  const HttpResponse page = request("GET", "/");
+  ASSERT_EQ(page.status, 200u);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("<script src=\"/ui/app.js\""), std::string::npos);
+  const std::string csp = header(page, "Content-Security-Policy");
+  for (const char* directive : {"default-src 'none'", "script-src 'self'", "connect-src 'self'",
+                                "frame-ancestors 'none'", "form-action 'none'"}) {
+    EXPECT_NE(csp.find(directive), std::string::npos) << directive << " in " << csp;
+  }
+  EXPECT_EQ(header(page, "X-Content-Type-Options"), "nosniff");
+  const HttpResponse js = request("GET", "/ui/app.js");
+  EXPECT_EQ(js.status, 200u);
+  EXPECT_EQ(js.content_type, "text/javascript; charset=utf-8");
+  EXPECT_NE(js.body.find("textContent"), std::string::npos);
+  EXPECT_EQ(js.body.find("innerHTML"), std::string::npos);  // keys are hostile text, never markup
+  EXPECT_EQ(request("GET", "/ui/app.css").content_type, "text/css; charset=utf-8");
+  EXPECT_EQ(request("GET", "/ui/nothing.js").status, 404u);
+  EXPECT_EQ(request("POST", "/").status, 405u);
+  RoutesOptions o;
+  o.metrics_only = true;  // --metrics-listen: no page
+  make_routes(o);
+  EXPECT_EQ(request("GET", "/").status, 404u);
+  EXPECT_EQ(request("GET", "/v1/balance?key=k1").status, 404u);
+}
+
+TEST_F(RoutesTest, BalanceReadsABucketWithoutChargingIt) {
+  ASSERT_EQ(request("GET", "/v1/check?key=k1&cost=2").status, 200u);
+  const size_t checks = handler_.checks_seen();
+  const auto balance = [&](const std::string& key) {
+    const HttpResponse r = request("GET", "/v1/balance?key=" + key);
+    EXPECT_EQ(r.status, 200u) << r.body;
+    hv1::BalanceResult b;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.body, &b).ok()) << r.body;
+    return b;
+  };
+  for (int i = 0; i < 3; ++i) {  // read again and again: nothing is spent
+    const hv1::BalanceResult b = balance("k1");
+    EXPECT_TRUE(b.limited());
+    EXPECT_TRUE(b.held());
+    EXPECT_EQ(b.rule(), "k*");
+    EXPECT_DOUBLE_EQ(b.balance(), 3.0);
+    EXPECT_DOUBLE_EQ(b.debt(), 0.0);
+    EXPECT_EQ(b.limit().burst(), 5);
+    EXPECT_EQ(b.limit().rate(), "5/s");
+  }
+  EXPECT_EQ(handler_.checks_seen(), checks);
+  const hv1::BalanceResult fresh = balance("k9");  // no bucket here: full at its first check
+  EXPECT_TRUE(fresh.limited());
+  EXPECT_FALSE(fresh.held());
+  EXPECT_DOUBLE_EQ(fresh.balance(), 5.0);
+  EXPECT_FALSE(balance("nobody").limited());
+  for (const char* bad : {"/v1/balance", "/v1/balance?key=", "/v1/balance?key=a&key=b", "/v1/balance?k=a"}) {
+    EXPECT_EQ(request("GET", bad).status, 400u) << bad;
+  }
+  EXPECT_EQ(request("GET", "/v1/balance?key=" + std::string(300, 'k')).status, 400u);
+}
+
+TEST_F(RoutesTest, RulesListsEveryRuleInForceWithThisNodesCounts) {
+  handler_.rules_version = 42;
+  for (int i = 0; i < 7; ++i) (void)request("GET", "/v1/check?key=k1");  // burst 5: two denied
+  const HttpResponse r = request("GET", "/v1/rules");
+  ASSERT_EQ(r.status, 200u);
+  hv1::RulesResult m;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.body, &m).ok()) << r.body;
+  EXPECT_EQ(m.version(), 42);
+  EXPECT_EQ(m.omitted(), 0u);
+  std::vector<std::string> labels;
+  for (const auto& rule : m.rules()) labels.push_back(rule.rule());
+  ASSERT_EQ(labels.size(), 3u) << r.body;  // k*, big, and the RLS config's one limit
+  EXPECT_EQ(labels[0], "k*");
+  EXPECT_EQ(labels[1], "big");
+  EXPECT_EQ(labels[2].rfind("rls:", 0), 0u) << labels[2];
+  EXPECT_EQ(m.rules(0).checks(), 7u);
+  EXPECT_EQ(m.rules(0).denied(), 2u);
+  EXPECT_EQ(m.rules(0).limit().burst(), 5);
+  EXPECT_EQ(m.rules(1).checks(), 0u);
 }
 
 // The token file: one line of RFC 6750 characters, or an error naming the file and column.

@@ -16,6 +16,7 @@
 #include "core/lease_table.h"
 #include "core/random.h"
 #include "request/request_handler.h"
+#include "request/table_reads.h"
 #include "tollgate/rules.h"
 
 namespace tollgate::testing {
@@ -71,6 +72,14 @@ class TableHandler : public RequestHandler {
     return {{"checks", int64_t(items)}, {"keys", int64_t(keys())}};
   }
   std::string set_faults(const FaultSettings&) override { return faults_answer; }
+  std::optional<KeyBalance> balance(std::string_view key) override {
+    ++calls;
+    return read_balance(table_, key, now);
+  }
+  RulesInForce rules_in_force(size_t max) override {
+    ++calls;
+    return read_rules_in_force(table_, rules_version, max);
+  }
   // Leases against a real LeaseTable (the rules' concurrency limits), at `now`.
   LeaseGrant acquire(std::string_view key, int64_t count, int64_t ttl_ns) override {
     ++calls;
@@ -123,6 +132,7 @@ class TableHandler : public RequestHandler {
   size_t items = 0;    // the checks they carried
   std::vector<MemberInfo> members_list;
   std::string faults_answer;         // set_faults' answer: "" done, else why not
+  int64_t rules_version = 0;         // what rules_in_force() says
   std::vector<TopParts> top_answer;  // what top_parts() holds (filtered by the rule asked)
   std::string top_rule_asked;
   // Under the rules' concurrency limits; ids from a fixed seed (clear() starts it again).
