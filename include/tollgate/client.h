@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "tollgate/lease.h"
+#include "tollgate/top.h"
 #include "tollgate/types.h"
 
 namespace tollgate {
@@ -181,6 +182,10 @@ class Client {
   // (or a non-empty error text) and, if `error` is given, say why.
   std::optional<std::vector<MemberInfo>> members(std::string* error = nullptr);
   std::optional<StatsList> stats(std::string* error = nullptr);
+  // Who is being limited (`tollgate top`): `rule`'s top keys ("" : every rule counted, busiest
+  // first), `k` per metric (0: kDefaultTopKeys; at most kMaxTopKeys), merged over the live
+  // members' summaries of the last one to two --top-window.
+  std::optional<std::vector<RuleTop>> top(std::string_view rule = {}, size_t k = 0, std::string* error = nullptr);
   // Replaces the daemon's fault settings. Returns "" on success, else the client's or the
   // daemon's error.
   std::string set_faults(const FaultSettings& faults);

@@ -204,12 +204,53 @@ void Dispatch::check_all(const pb::Request& request, pb::Response& response) {
   counters_.checks += n;
 }
 
+namespace {
+
+void fill_merged(const MergedTop& m, pb::MergedTop& out) {
+  out.set_total(m.total);
+  out.set_error_bound(m.error_bound);
+  out.set_unreported_bound(m.unreported_bound);
+  for (const MergedKey& k : m.keys) {
+    pb::TopKey& key = *out.add_keys();
+    key.set_key(k.key);
+    key.set_lower(k.lower);
+    key.set_upper(k.upper);
+  }
+}
+
+}  // namespace
+
+bool Dispatch::top_slice(SlicedBatch& s) {
+  if (size_t(s.next_) < s.top_parts_.size()) {
+    s.tops_.push_back(merge_top_rule(s.top_parts_[size_t(s.next_)], s.top_k_));
+    s.top_parts_[size_t(s.next_)] = TopParts();  // its units go as soon as they are merged
+    ++s.next_;
+    if (size_t(s.next_) < s.top_parts_.size()) return false;
+  }
+  sort_busiest_first(s.tops_);
+  auto& rules = *s.response_->mutable_top()->mutable_rules();
+  for (const RuleTop& t : s.tops_) {
+    pb::RuleTop& r = *rules.Add();
+    r.set_rule(t.rule);
+    r.set_members_reporting(t.members_reporting);
+    fill_merged(t.denied, *r.mutable_denied());
+    fill_merged(t.tokens, *r.mutable_tokens());
+  }
+  return true;
+}
+
 bool Dispatch::answer_slice(SlicedBatch& s, std::string& out) {
-  const int size = s.request_->check().checks_size();
-  const int end = std::min(size, s.next_ + kChecksPerSlice);
   try {
+    if (s.request_->has_top()) {
+      if (!top_slice(s)) return false;
+      write_frame(*s.response_, out);
+      return true;
+    }
+    const int size = s.request_->check().checks_size();
+    const int end = std::min(size, s.next_ + kChecksPerSlice);
     check_range(*s.request_, s.next_, end, *s.response_);
     s.next_ = end;
+    if (s.next_ < size) return false;
   } catch (const std::exception& e) {
     ++counters_.errors_internal;
     write_frame(error_response(s.request_->id(), pb::Error::INTERNAL, std::string("daemon error: ") + e.what()), out);
@@ -219,7 +260,6 @@ bool Dispatch::answer_slice(SlicedBatch& s, std::string& out) {
     write_frame(error_response(s.request_->id(), pb::Error::INTERNAL, "daemon error"), out);
     return true;
   }
-  if (s.next_ < size) return false;
   write_frame(*s.response_, out);
   return true;
 }
@@ -334,6 +374,29 @@ Dispatch::Outcome Dispatch::answer(std::string_view payload, std::string& out, s
       case pb::Request::kLease:
         lease(request.lease(), *response.mutable_lease());
         break;
+      case pb::Request::kTop: {
+        // The node's thread only copies what it holds (shared pointers to the members' summaries);
+        // the merges run a rule a slice, between other clients' requests.
+        const uint32_t k = request.top().k() == 0 ? uint32_t(kDefaultTopKeys) : request.top().k();
+        if (k > kMaxTopKeys) {
+          response.mutable_top()->set_error("k must be from 1 to " + std::to_string(kMaxTopKeys) + " (0 means " +
+                                            std::to_string(kDefaultTopKeys) + ")");
+          break;
+        }
+        auto s = std::unique_ptr<SlicedBatch>(new SlicedBatch());
+        s->top_parts_ = handler_.top_parts(request.top().rule());
+        s->top_k_ = k;
+        s->request_ = &request;
+        s->response_ = &response;
+        if (sliced && s->top_parts_.size() > 1) {
+          s->arena_ = std::move(arena);
+          *sliced = std::move(s);
+          return Outcome::kSliced;
+        }
+        while (!top_slice(*s)) {
+        }
+        break;
+      }
       case pb::Request::BODY_NOT_SET:
         ++counters_.errors_empty_request;
         write_frame(error_response(id, pb::Error::EMPTY_REQUEST, "request has no body"), out);

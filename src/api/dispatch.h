@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "request/request_handler.h"
 #include "util/relaxed_counter.h"
@@ -44,7 +45,8 @@ struct DispatchCounters {
   RelaxedCounter errors_internal = 0;  // the handler threw; answered with an INTERNAL error
 };
 
-// A check batch being answered a slice at a time; owns its request and response.
+// A request being answered a slice at a time: a large check batch (kChecksPerSlice checks a
+// slice), or a top of several rules (one rule's merge a slice). Owns its request and response.
 class SlicedBatch {
  public:
   ~SlicedBatch();
@@ -55,7 +57,10 @@ class SlicedBatch {
   std::unique_ptr<google::protobuf::Arena> arena_;
   ::tollgate::v1::api::Request* request_ = nullptr;
   ::tollgate::v1::api::Response* response_ = nullptr;
-  int next_ = 0;  // the first check not answered yet
+  int next_ = 0;                     // the first check (or rule) not answered yet
+  std::vector<TopParts> top_parts_;  // a top request: what to merge, one rule a slice
+  std::vector<RuleTop> tops_;        // the rules merged so far
+  size_t top_k_ = 0;
 };
 
 class Dispatch {
@@ -70,7 +75,8 @@ class Dispatch {
   enum class Outcome : uint8_t {
     kAnswered,  // the response is appended to `out`
     kClose,     // the frame is not a Request: an error is appended; close after writing it
-    kSliced,    // a large check batch, handed over in *sliced: finish it with answer_slice()
+    kSliced,    // a large check batch or a top of several rules, handed over in *sliced: finish
+                // it with answer_slice()
   };
   // Answers one request frame's payload. Large batches are sliced only when `sliced` is given.
   Outcome answer(std::string_view payload, std::string& out, std::unique_ptr<SlicedBatch>* sliced = nullptr);
@@ -85,6 +91,8 @@ class Dispatch {
  private:
   void check_all(const ::tollgate::v1::api::Request& request, ::tollgate::v1::api::Response& response);
   void lease(const ::tollgate::v1::api::LeaseRequest& request, ::tollgate::v1::api::LeaseResult& result);
+  // One slice of a top request: merges the next rule; when all are, fills the response.
+  bool top_slice(SlicedBatch& s);
   void check_range(const ::tollgate::v1::api::Request& request, int begin, int end,
                    ::tollgate::v1::api::Response& response);
   void write_frame(const ::tollgate::v1::api::Response& response, std::string& out);

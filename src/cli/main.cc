@@ -3,6 +3,7 @@
 //   tollgate [--endpoint unix:PATH|tcp:HOST:PORT] [--timeout 1s] check KEY [--cost N] [--json]
 //   tollgate members [--json]
 //   tollgate stats [--json]
+//   tollgate top [--rule R] [-k N] [--watch [--interval 2s] [--times N]] [--json]
 //   tollgate rules check FILE [--rls]      (offline: no daemon is asked)
 //   tollgate rules show [--json]           (the daemon's rules version, reloads and polls)
 //   tollgate admin faults [--drop-to ID,...] [--drop-from ID,...] [--loss P] [--delay 100ms]
@@ -10,14 +11,17 @@
 //
 // Unlike a service, the CLI fails closed: a daemon that cannot be reached is an error (exit 2),
 // never a made-up decision.
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -84,6 +88,29 @@ int main(int argc, char** argv) {
 
   CLI::App* members = app.add_subcommand("members", "List every member the daemon knows, itself included");
   members->add_flag("--json", json, "Print {\"members\": [{id, address, state, incarnation, last_heard_ms}]}");
+
+  CLI::App* top = app.add_subcommand(
+      "top",
+      "Who is being limited, cluster-wide: per rule (busiest first), the keys with the most denied checks and the "
+      "most tokens admitted over the last one to two --top-window, merged from every live member's summary. A count "
+      "shown as LOW..HIGH is bounded, not estimated: the key's true count lies between (docs/design.md 7.8)");
+  std::string top_rule;
+  size_t top_k = tollgate::kDefaultTopKeys;
+  bool top_watch = false;
+  std::string top_interval_text = "2s";
+  size_t top_times = 0;
+  top->add_option("--rule", top_rule,
+                  "One rule, by its match as /metrics labels it (e.g. user:*); default: every rule");
+  top->add_option("-k", top_k, "Keys per list")
+      ->check(CLI::Range(size_t{1}, tollgate::kMaxTopKeys))
+      ->capture_default_str();
+  top->add_flag("--watch", top_watch, "Ask again every --interval and redraw, until interrupted (Ctrl-C)");
+  top->add_option("--interval", top_interval_text, "With --watch: how often to ask, a duration (500ms, 2s)")
+      ->capture_default_str();
+  top->add_option("--times", top_times, "With --watch: stop after this many answers (0: never)")->capture_default_str();
+  top->add_flag("--json", json,
+                "Print {\"rules\": [{rule, members_reporting, denied, tokens}]} as GET /v1/top does, one line per "
+                "answer");
 
   CLI::App* stats = app.add_subcommand("stats", "Print the daemon's counters");
   stats->add_flag("--json", json, "Print {\"stats\": {name: value, ...}}");
@@ -262,6 +289,23 @@ int main(int argc, char** argv) {
       std::cout << "rules service polls: " << value("rules_polls") << ", " << value("rules_polls_not_modified")
                 << " unchanged, " << value("rules_poll_failures")
                 << " failed; cache writes failed: " << value("rules_cache_write_failures") << "\n";
+    }
+    return 0;
+  }
+  if (top->parsed()) {
+    const std::optional<int64_t> interval_ns = tollgate::parse_duration_ns(top_interval_text, &error);
+    if (!interval_ns || *interval_ns <= 0) return fail("--interval: " + (error.empty() ? "must be above 0" : error));
+    const bool redraw = top_watch && !json && isatty(STDOUT_FILENO) == 1;
+    for (size_t answers = 1;; ++answers) {
+      auto tops = client->top(top_rule, top_k, &error);
+      if (!tops) return fail(error);
+      if (redraw) std::cout << "\x1b[H\x1b[2J";  // home, clear: one screen per answer
+      std::cout << (json ? tollgate::json::format_top_json(*tops) : tollgate::cli::format_top_text(*tops));
+      if (!top_watch || answers == top_times) break;
+      if (!json) std::cout << "\n";
+      std::cout.flush();
+      std::this_thread::sleep_for(
+          std::chrono::nanoseconds(*interval_ns));  // the refresh interval, not a wait for state
     }
     return 0;
   }

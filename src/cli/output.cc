@@ -58,6 +58,43 @@ std::string pad(std::string text, size_t width) {
   return text;
 }
 
+// Rows as aligned columns, two spaces apart, each line after `indent`.
+std::string format_table(const std::vector<std::vector<std::string>>& rows, std::string_view indent = "") {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line(indent);
+    for (size_t i = 0; i < row.size(); ++i) line += i + 1 < row.size() ? pad(row[i], widths[i] + 2) : row[i];
+    out += line + "\n";
+  }
+  return out;
+}
+
+// "650" when exact, else "650..662".
+std::string bounds(uint64_t lower, uint64_t upper) {
+  return lower == upper ? std::to_string(upper) : std::to_string(lower) + ".." + std::to_string(upper);
+}
+
+void append_metric_text(std::string& out, std::string_view title, std::string_view what, std::string_view column,
+                        const MergedTop& m) {
+  out += "  " + std::string(title) + ": " + std::to_string(m.total) + " " + std::string(what) + " in all";
+  if (m.keys.empty()) {
+    out += ", no key\n";
+    return;
+  }
+  out += m.error_bound == 0 ? ", every count exact" : ", each count within " + std::to_string(m.error_bound);
+  out += "; a key not listed: at most " + std::to_string(m.unreported_bound) + "\n";
+  std::vector<std::vector<std::string>> rows{{"RANK", "KEY", std::string(column)}};
+  for (size_t i = 0; i < m.keys.size(); ++i) {
+    rows.push_back({std::to_string(i + 1), shown(m.keys[i].key), bounds(m.keys[i].lower, m.keys[i].upper)});
+  }
+  out += format_table(rows, "    ");
+}
+
 }  // namespace
 
 std::string format_duration_human(int64_t ns) {
@@ -135,17 +172,7 @@ std::string format_members_text(const std::vector<MemberInfo>& members) {
                 : format_duration_human(std::clamp<int64_t>(m.last_heard_ns / 1'000'000, 0, kMaxMillis) * 1'000'000) +
                       " ago"});
   }
-  std::vector<size_t> widths(rows.front().size(), 0);
-  for (const auto& row : rows) {
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) line += i + 1 < row.size() ? pad(row[i], widths[i] + 2) : row[i];
-    out += line + "\n";
-  }
-  return out;
+  return format_table(rows);
 }
 
 std::string format_stats_text(const StatsList& stats) {
@@ -153,6 +180,20 @@ std::string format_stats_text(const StatsList& stats) {
   for (const auto& [name, value] : stats) width = std::max(width, name.size());
   std::string out;
   for (const auto& [name, value] : stats) out += pad(name, width + 2) + std::to_string(value) + "\n";
+  return out;
+}
+
+std::string format_top_text(const std::vector<RuleTop>& tops) {
+  if (tops.empty()) return "no rule has counted a check in the last --top-window or two\n";
+  std::string out;
+  for (size_t i = 0; i < tops.size(); ++i) {
+    if (i > 0) out += "\n";
+    const RuleTop& t = tops[i];
+    out += "rule " + shown(t.rule) + ": " + std::to_string(t.members_reporting) + " member" +
+           (t.members_reporting == 1 ? "" : "s") + " reporting\n";
+    append_metric_text(out, "most denied", "checks denied", "DENIED", t.denied);
+    append_metric_text(out, "most tokens", "tokens admitted", "TOKENS", t.tokens);
+  }
   return out;
 }
 

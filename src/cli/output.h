@@ -37,6 +37,11 @@ std::string format_check_json(std::string_view key, int64_t cost, const CheckRep
 // A table with a header: ID ADDRESS STATE INCARNATION LAST-HEARD; the node itself is marked.
 std::string format_members_text(const std::vector<MemberInfo>& members);
 
+// Per rule, busiest first: "rule "user:*": 3 members reporting", then its most denied and most
+// tokens as RANK KEY COUNT tables, a count "650" when exact or "650..662" (its bounds), with each
+// metric's total, error bound and the most a key not listed can weigh.
+std::string format_top_text(const std::vector<RuleTop>& tops);
+
 // "name  value" lines, names aligned.
 std::string format_stats_text(const StatsList& stats);
 

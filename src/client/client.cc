@@ -331,6 +331,42 @@ std::optional<StatsList> Client::stats(std::string* error) {
   return std::move(result.first);
 }
 
+namespace {
+
+MergedTop merged_from_pb(const pb::MergedTop& m) {
+  MergedTop out;
+  out.total = m.total();
+  out.error_bound = m.error_bound();
+  out.unreported_bound = m.unreported_bound();
+  out.keys.reserve(size_t(m.keys_size()));
+  for (const pb::TopKey& k : m.keys()) out.keys.push_back(MergedKey{k.key(), k.lower(), k.upper()});
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<RuleTop>> Client::top(std::string_view rule, size_t k, std::string* error) {
+  pb::Request request;
+  pb::TopRequest& t = *request.mutable_top();
+  t.set_rule(std::string(rule));
+  t.set_k(uint32_t(std::min<size_t>(k, UINT32_MAX)));
+  using Result = std::pair<std::optional<std::vector<RuleTop>>, std::string>;
+  Result result = impl_->call<Result>(
+      request, impl_->options_.admin_timeout, [](const pb::Response* response, const std::string& why) -> Result {
+        if (response == nullptr) return {std::nullopt, why};
+        if (!response->has_top()) return {std::nullopt, client::unexpected_body(*response, "top")};
+        if (!response->top().error().empty()) return {std::nullopt, "tollgated: " + response->top().error()};
+        std::vector<RuleTop> tops;
+        for (const pb::RuleTop& r : response->top().rules()) {
+          tops.push_back(
+              RuleTop{r.rule(), merged_from_pb(r.denied()), merged_from_pb(r.tokens()), size_t(r.members_reporting())});
+        }
+        return {std::move(tops), std::string()};
+      });
+  if (!result.first && error) *error = std::move(result.second);
+  return std::move(result.first);
+}
+
 std::string Client::set_faults(const FaultSettings& faults) {
   pb::Request request;
   pb::FaultsRequest& f = *request.mutable_faults();

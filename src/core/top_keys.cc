@@ -163,19 +163,25 @@ PublishedTop as_published(const MergedTop& m) {
   return p;
 }
 
+RuleTop merge_top_rule(const TopParts& p, size_t k) {
+  std::vector<PublishedTop> metric[kTopMetrics] = {p.own[0], p.own[1]};
+  for (const auto& u : p.units) {
+    metric[std::min<size_t>(u->metric, kTopMetrics - 1)].push_back(PublishedTop{u->entries, u->threshold, u->total});
+  }
+  return RuleTop{p.rule, merge_top_keys(metric[0], k), merge_top_keys(metric[1], k), p.members};
+}
+
+void sort_busiest_first(std::vector<RuleTop>& tops) {
+  std::sort(tops.begin(), tops.end(), [](const RuleTop& a, const RuleTop& b) {
+    return std::tie(b.denied.total, b.tokens.total, a.rule) < std::tie(a.denied.total, a.tokens.total, b.rule);
+  });
+}
+
 std::vector<RuleTop> merge_top_parts(const std::vector<TopParts>& parts, size_t k) {
   std::vector<RuleTop> out;
   out.reserve(parts.size());
-  for (const TopParts& p : parts) {
-    std::vector<PublishedTop> metric[kTopMetrics] = {p.own[0], p.own[1]};
-    for (const auto& u : p.units) {
-      metric[std::min<size_t>(u->metric, kTopMetrics - 1)].push_back(PublishedTop{u->entries, u->threshold, u->total});
-    }
-    out.push_back(RuleTop{p.rule, merge_top_keys(metric[0], k), merge_top_keys(metric[1], k), p.members});
-  }
-  std::sort(out.begin(), out.end(), [](const RuleTop& a, const RuleTop& b) {
-    return std::tie(b.denied.total, b.tokens.total, a.rule) < std::tie(a.denied.total, a.tokens.total, b.rule);
-  });
+  for (const TopParts& p : parts) out.push_back(merge_top_rule(p, k));
+  sort_busiest_first(out);
   return out;
 }
 

@@ -30,6 +30,7 @@
 
 #include "core/clock.h"
 #include "core/consumption.h"
+#include "tollgate/top.h"
 
 namespace tollgate {
 
@@ -92,21 +93,6 @@ struct PublishedTop {
 // What a summary publishes: its `k` largest, and the bound for every other key.
 PublishedTop publish(const SpaceSaving& s, size_t k);
 
-// A key of the merged answer: its true total over all the parts lies in [lower, upper].
-struct MergedKey {
-  std::string key;
-  uint64_t lower = 0;
-  uint64_t upper = 0;
-};
-struct MergedTop {
-  std::vector<MergedKey> keys;  // by upper bound, largest first (ties: lower, then key)
-  uint64_t total = 0;           // the parts' total weight
-  // Every reported interval is at most this wide: the sum of the parts' thresholds.
-  uint64_t error_bound = 0;
-  // A key not reported weighs at most this: error_bound, or the upper bound of the first key
-  // left out beyond `k` if that is larger.
-  uint64_t unreported_bound = 0;
-};
 // Merges summaries of disjoint streams: a key a part holds adds [count - error, count], one it
 // does not hold [0, threshold]. Keeps the `k` with the largest upper bounds.
 MergedTop merge_top_keys(std::span<const PublishedTop> parts, size_t k);
@@ -121,13 +107,6 @@ enum class TopMetric : uint8_t {
 };
 inline constexpr size_t kTopMetrics = 2;
 
-// What top-K says of one rule cluster-wide (Node::top): the merge of the members' summaries.
-struct RuleTop {
-  std::string rule;
-  MergedTop denied, tokens;      // TopMetric::kDenied, kTokens
-  size_t members_reporting = 0;  // whose summaries are merged (this node included, if it counted)
-};
-
 // What a node holds of one rule for its answer (Node::top_parts), to merge on any thread
 // (merge_top_parts): its own summaries and the live members' latest units, shared, not copied.
 struct TopParts {
@@ -136,8 +115,11 @@ struct TopParts {
   std::vector<std::shared_ptr<const TopUnit>> units;
   size_t members = 0;  // whose summaries these are (this node included, if it counted)
 };
-// Each rule's merge (merge_top_keys of each metric), `k` keys each, busiest rule first (by
-// denials, then tokens).
+// One rule's merge (merge_top_keys of each metric), `k` keys each.
+RuleTop merge_top_rule(const TopParts& part, size_t k);
+// Busiest rule first: by denials, then tokens, then by name.
+void sort_busiest_first(std::vector<RuleTop>& tops);
+// Each rule's merge_top_rule, busiest first.
 std::vector<RuleTop> merge_top_parts(const std::vector<TopParts>& parts, size_t k);
 
 struct RuleTopsOptions {

@@ -754,24 +754,6 @@ void Routes::members(Reply reply) {
       reply);
 }
 
-namespace {
-
-// One metric of a rule's top-K as JSON: {"total", "error_bound", "unreported_bound", "keys":
-// [{"key", "lower", "upper"}, ...]}.
-void append_merged_json(std::string& out, const MergedTop& m) {
-  out += "{\"total\": " + std::to_string(m.total) + ", \"error_bound\": " + std::to_string(m.error_bound) +
-         ", \"unreported_bound\": " + std::to_string(m.unreported_bound) + ", \"keys\": [";
-  for (size_t i = 0; i < m.keys.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += "{\"key\": ";
-    tollgate::json::append_json_string(out, m.keys[i].key);
-    out += ", \"lower\": " + std::to_string(m.keys[i].lower) + ", \"upper\": " + std::to_string(m.keys[i].upper) + "}";
-  }
-  out += "]}";
-}
-
-}  // namespace
-
 // GET /v1/top?rule=R&k=K (issue 41; docs/design.md 7.8): per rule (every rule this node or a
 // live member counted, busiest first, without `rule`), the K keys (10; at most 100) with the
 // most denied checks and the most tokens admitted cluster-wide over the last one to two
@@ -789,8 +771,8 @@ void Routes::top(const std::string& query, Reply reply) {
     } else if (name == "k" && !k) {
       size_t n = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 100) {
-        return reply(error_response(400, "k must be a whole number from 1 to 100"));
+      if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > kMaxTopKeys) {
+        return reply(error_response(400, "k must be a whole number from 1 to " + std::to_string(kMaxTopKeys)));
       }
       k = n;
     } else {
@@ -799,23 +781,12 @@ void Routes::top(const std::string& query, Reply reply) {
   }
   if (rule && rule->empty()) return reply(error_response(400, "rule= names a rule (its match, as /metrics labels it)"));
   on_node(
-      [rule = rule.value_or(""), reply, k = k.value_or(10)](RequestHandler& handler) -> std::function<void()> {
+      [rule = rule.value_or(""), reply,
+       k = k.value_or(kDefaultTopKeys)](RequestHandler& handler) -> std::function<void()> {
         auto parts = std::make_shared<std::vector<TopParts>>(handler.top_parts(rule));
         return [parts, reply, k] {
-          const std::vector<RuleTop> tops = merge_top_parts(*parts, k);
           HttpResponse r;
-          r.body = "{\"rules\": [";
-          for (size_t i = 0; i < tops.size(); ++i) {
-            if (i > 0) r.body += ", ";
-            r.body += "{\"rule\": ";
-            tollgate::json::append_json_string(r.body, tops[i].rule);
-            r.body += ", \"members_reporting\": " + std::to_string(tops[i].members_reporting) + ", \"denied\": ";
-            append_merged_json(r.body, tops[i].denied);
-            r.body += ", \"tokens\": ";
-            append_merged_json(r.body, tops[i].tokens);
-            r.body += "}";
-          }
-          r.body += "]}\n";
+          r.body = tollgate::json::format_top_json(merge_top_parts(*parts, k));
           reply(std::move(r));
         };
       },

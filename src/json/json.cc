@@ -115,4 +115,36 @@ std::string format_stats_json(const StatsList& stats) {
   return out + "}}\n";
 }
 
+namespace {
+
+void append_merged_json(std::string& out, const MergedTop& m) {
+  out += "{\"total\": " + std::to_string(m.total) + ", \"error_bound\": " + std::to_string(m.error_bound) +
+         ", \"unreported_bound\": " + std::to_string(m.unreported_bound) + ", \"keys\": [";
+  for (size_t i = 0; i < m.keys.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += "{\"key\": ";
+    append_json_string(out, m.keys[i].key);
+    out += ", \"lower\": " + std::to_string(m.keys[i].lower) + ", \"upper\": " + std::to_string(m.keys[i].upper) + "}";
+  }
+  out += "]}";
+}
+
+}  // namespace
+
+std::string format_top_json(const std::vector<RuleTop>& tops) {
+  std::string out = "{\"rules\": [";
+  for (size_t i = 0; i < tops.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += "{\"rule\": ";
+    append_json_string(out, tops[i].rule);
+    out += ", \"members_reporting\": " + std::to_string(tops[i].members_reporting) + ", \"denied\": ";
+    append_merged_json(out, tops[i].denied);
+    out += ", \"tokens\": ";
+    append_merged_json(out, tops[i].tokens);
+    out += "}";
+  }
+  out += "]}\n";
+  return out;
+}
+
 }  // namespace tollgate::json

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tollgate/top.h"
 #include "tollgate/types.h"
 
 namespace tollgate::json {
@@ -29,6 +30,11 @@ std::string format_members_json(const std::vector<MemberInfo>& members);
 // {"stats": {"name": value, ...}} and a newline, in the list's order: `tollgate stats --json` and
 // GET /v1/stats.
 std::string format_stats_json(const StatsList& stats);
+
+// {"rules": [{"rule": R, "members_reporting": N, "denied": M, "tokens": M}, ...]} and a newline,
+// each M {"total", "error_bound", "unreported_bound", "keys": [{"key", "lower", "upper"}, ...]}:
+// `tollgate top --json` and GET /v1/top.
+std::string format_top_json(const std::vector<RuleTop>& tops);
 
 }  // namespace tollgate::json
 

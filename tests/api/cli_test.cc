@@ -80,6 +80,40 @@ TEST_F(CliTest, MembersAndStats) {
   EXPECT_EQ(stats.out, "{\"stats\": {\"checks\": 0, \"keys\": 2}}\n");
 }
 
+// Issue 41: `tollgate top` prints each rule's keys with their bounds, busiest rule first;
+// --json is GET /v1/top's document; --watch --times N asks N times.
+TEST_F(CliTest, TopPrintsEachRulesKeysWithTheirBounds) {
+  CliRun text = run(endpoint_ + " top -k 2");
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_EQ(text.out,
+            "rule user:*: 2 members reporting\n"
+            "  most denied: 95 checks denied in all, each count within 2; a key not listed: at most 2\n"
+            "    RANK  KEY           DENIED\n"
+            "    1     user:hot      79..80\n"
+            "    2     \"user:\\\"q\\\"\"  5..7\n"
+            "  most tokens: 0 tokens admitted in all, no key\n"
+            "\n"
+            "rule ip:*: 1 member reporting\n"
+            "  most denied: 0 checks denied in all, no key\n"
+            "  most tokens: 7 tokens admitted in all, every count exact; a key not listed: at most 0\n"
+            "    RANK  KEY   TOKENS\n"
+            "    1     ip:1  7\n");
+  CliRun json = run(endpoint_ + " top --rule ip:* --json");
+  EXPECT_EQ(json.exit_code, 0) << json.out;
+  EXPECT_EQ(
+      json.out,
+      "{\"rules\": [{\"rule\": \"ip:*\", \"members_reporting\": 1, \"denied\": {\"total\": 0, "
+      "\"error_bound\": 0, \"unreported_bound\": 0, \"keys\": []}, \"tokens\": {\"total\": 7, \"error_bound\": 0, "
+      "\"unreported_bound\": 0, \"keys\": [{\"key\": \"ip:1\", \"lower\": 7, \"upper\": 7}]}}]}\n");
+  CliRun watch = run(endpoint_ + " top --rule ip:* --json --watch --interval 1ms --times 3");
+  EXPECT_EQ(watch.exit_code, 0) << watch.out;
+  EXPECT_EQ(watch.out, json.out + json.out + json.out);
+  CliRun none = run(endpoint_ + " top --rule nothing:*");
+  EXPECT_EQ(none.out, "no rule has counted a check in the last --top-window or two\n");
+  EXPECT_EQ(run(endpoint_ + " top -k 101").exit_code, 2);
+  EXPECT_EQ(run(endpoint_ + " top --watch --interval 0s").exit_code, 2);
+}
+
 TEST_F(CliTest, ResetSaysWhatTheDaemonDidAndExitsTwoOnARefusal) {
   CliRun done = run(endpoint_ + " reset governed");
   EXPECT_EQ(done.exit_code, 0) << done.out;

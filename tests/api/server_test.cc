@@ -696,6 +696,61 @@ TEST_F(ApiServerTest, MembersStatsAndFaults) {
   EXPECT_EQ(r.faults().error(), "loss above 0.9 would stop the cluster");
 }
 
+// Issue 41: a top of several rules is merged a rule a slice (Dispatch::top_slice) and answered
+// busiest first, in its place among the connection's pipelined requests; k above 100 is an
+// error in the answer, the connection open.
+TEST_F(ApiServerTest, TopIsMergedARuleASliceAndAnsweredInItsPlace) {
+  auto c = connect();
+  std::string frames;
+  pb::Request top;
+  top.set_version(kApiVersion);
+  top.set_id(1);
+  top.mutable_top()->set_k(1);
+  ASSERT_TRUE(append_frame(top, kMaxResponseFrameBytes, frames));
+  ASSERT_TRUE(append_frame(check_request(2, {{"after", 1}}), kMaxResponseFrameBytes, frames));
+  top.set_id(3);
+  top.mutable_top()->set_rule("ip:*");
+  top.mutable_top()->set_k(0);
+  ASSERT_TRUE(append_frame(top, kMaxResponseFrameBytes, frames));
+  top.set_id(4);
+  top.mutable_top()->set_k(101);
+  ASSERT_TRUE(append_frame(top, kMaxResponseFrameBytes, frames));
+  ASSERT_TRUE(c->send_bytes(frames));
+
+  pb::Response r;
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 1u);
+  ASSERT_TRUE(r.has_top()) << r.DebugString();
+  ASSERT_EQ(r.top().rules_size(), 2);
+  const pb::RuleTop& user = r.top().rules(0);  // the busiest, though the node held ip:* first
+  EXPECT_EQ(user.rule(), "user:*");
+  EXPECT_EQ(user.members_reporting(), 2u);
+  EXPECT_EQ(user.denied().total(), 95u);
+  EXPECT_EQ(user.denied().error_bound(), 2u);
+  EXPECT_EQ(user.denied().unreported_bound(), 7u);
+  ASSERT_EQ(user.denied().keys_size(), 1);
+  EXPECT_EQ(user.denied().keys(0).key(), "user:hot");
+  EXPECT_EQ(user.denied().keys(0).lower(), 79u);
+  EXPECT_EQ(user.denied().keys(0).upper(), 80u);
+  EXPECT_EQ(r.top().rules(1).rule(), "ip:*");
+  EXPECT_EQ(r.top().rules(1).tokens().keys(0).upper(), 7u);
+
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 2u);
+  EXPECT_EQ(r.check().results_size(), 1);
+
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);  // one rule: answered without slicing
+  EXPECT_EQ(r.id(), 3u);
+  ASSERT_EQ(r.top().rules_size(), 1);
+  EXPECT_EQ(r.top().rules(0).rule(), "ip:*");
+
+  ASSERT_EQ(c->read_response(&r), Status::kFrame);
+  EXPECT_EQ(r.id(), 4u);
+  EXPECT_EQ(r.top().rules_size(), 0);
+  EXPECT_EQ(r.top().error(), "k must be from 1 to 100 (0 means 10)");
+  expect_served(*c, 5);
+}
+
 TEST_F(ApiServerTest, CountersAreExposedAsNamedStats) {
   auto c = connect();
   expect_served(*c, 1);

@@ -33,6 +33,7 @@
 #include "api/framing.h"
 #include "request/request_handler.h"
 #include "support/net_test_util.h"
+#include "support/top_fixture.h"
 #include "tollgate/v1/api.pb.h"
 
 namespace tollgate::api::testing {
@@ -117,6 +118,15 @@ class FakeHandler : public RequestHandler {
   StatsList stats() override {
     std::lock_guard lock(mutex_);
     return {{"checks", static_cast<int64_t>(seen_.size())}, {"keys", 2}};
+  }
+
+  // support/top_fixture.h's two rules, filtered by the rule asked.
+  std::vector<TopParts> top_parts(std::string_view rule) override {
+    std::vector<TopParts> out;
+    for (TopParts& p : tollgate::testing::two_rules_top()) {
+      if (rule.empty() || p.rule == rule) out.push_back(std::move(p));
+    }
+    return out;
   }
 
   std::string set_faults(const FaultSettings& faults) override {

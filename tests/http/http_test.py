@@ -27,6 +27,8 @@ from tollgate_testing import Process, free_port, rss_kib, stop_and_remove, wait_
 
 TOLLGATED = sys.argv[1]
 del sys.argv[1]
+# The `tollgate` CLI (ctest sets it): `tollgate top` must answer what GET /v1/top does.
+TOLLGATE_CLI = os.environ.get("TOLLGATE_CLI", os.path.join(os.path.dirname(TOLLGATED), "..", "cli", "tollgate"))
 WAIT_S = 20
 
 RULES = """rules:
@@ -53,6 +55,7 @@ class Daemon:
     def __init__(self, workdir, name, gossip_port, peers, extra=()):
         self.name = name
         self.http_port = free_port()
+        self.api_socket = os.path.join(workdir, name + ".sock")
         rules = os.path.join(workdir, "rules.yaml")
         rls = os.path.join(workdir, "rls.yaml")
         peers_file = os.path.join(workdir, name + ".peers")
@@ -60,7 +63,7 @@ class Daemon:
             for peer_name, port in peers:
                 f.write("%s 127.0.0.1:%d\n" % (peer_name, port))
         args = [TOLLGATED, "--node-id", name, "--bind", "127.0.0.1:%d" % gossip_port,
-                "--listen", "unix:" + os.path.join(workdir, name + ".sock"), "--rules", rules,
+                "--listen", "unix:" + self.api_socket, "--rules", rules,
                 "--rls-config", rls, "--membership", "static", "--peers-file", peers_file, "--mode", "mesh",
                 "--insecure-gossip", "--http-listen", "127.0.0.1:%d" % self.http_port] + list(extra)
         self.process = Process(args, os.path.join(workdir, name + ".log"))
@@ -215,6 +218,17 @@ class TwoNodes(unittest.TestCase):
             return keys.get("shared-top")
         for d in (self.a, self.b):
             wait_until(d.name + " to count all %d denials" % denied, lambda d=d: bounds(d) == (denied, denied))
+        # The native door: `tollgate top` on a's API socket says the same.
+        cli = subprocess.run([TOLLGATE_CLI, "--endpoint", "unix:" + self.a.api_socket, "top", "--rule", "shared*",
+                              "-k", "100", "--json"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(cli.returncode, 0, cli.stderr)
+        rule = json.loads(cli.stdout)["rules"][0]
+        self.assertEqual(rule["members_reporting"], 2)
+        self.assertIn({"key": "shared-top", "lower": denied, "upper": denied}, rule["denied"]["keys"])
+        text = subprocess.run([TOLLGATE_CLI, "--endpoint", "unix:" + self.a.api_socket, "top", "--rule", "shared*"],
+                              capture_output=True, text=True, timeout=30)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn("shared-top", text.stdout)
         self.assertGreater(self.a.stats()["top_units_sealed"], 0)
         status, _, body = self.a.request("GET", "/v1/top?k=1000")
         self.assertEqual(status, 400, body)

@@ -22,6 +22,7 @@
 #include "http/check_json.h"
 #include "http/token_file.h"
 #include "support/table_handler.h"
+#include "support/top_fixture.h"
 #include "tollgate/config_error.h"
 #include "tollgate/http/v1/http.pb.h"
 #include "tollgate/rls_config_file.h"
@@ -648,16 +649,7 @@ TEST_F(RoutesTest, MembersAndStatsHaveTheCliJsonShape) {
 // Issue 41: GET /v1/top merges what the node holds (its own summary and its members' units) into
 // bounds per key, busiest rule first; bad parameters are 400 before the node.
 TEST_F(RoutesTest, TopMergesTheMembersSummariesIntoBoundsPerKey) {
-  TopParts user;
-  user.rule = "user:*";
-  user.members = 2;
-  user.own[0].push_back(PublishedTop{{{"user:hot", 50, 0}, {"user:\"q\"", 5, 0}}, 0, 55});
-  user.units.push_back(std::make_shared<const TopUnit>(TopUnit{"user:*", 0, 40, 2, 3000, {{"user:hot", 30, 1}}}));
-  TopParts ip;
-  ip.rule = "ip:*";
-  ip.members = 1;
-  ip.own[1].push_back(PublishedTop{{{"ip:1", 7, 0}}, 0, 7});
-  handler_.top_answer = {ip, user};
+  handler_.top_answer = tollgate::testing::two_rules_top();
   const HttpResponse all = request("GET", "/v1/top?k=1");
   EXPECT_EQ(all.status, 200u);
   EXPECT_EQ(
