@@ -262,6 +262,11 @@ class RlsConfig {
   // joined with '.': "web.path_/a.user"; an override limit's is "(override 10 per minute)" ("" for
   // an override slot not used yet).
   const std::string& label(uint32_t index) const;
+  // A bucket (or concurrency) key as the request descriptor it stands for, for people (top-K,
+  // the operator's page): "web: path=/x, user=alice", an override's "web (override 10 per
+  // minute): path=/x"; a shared wildcard level shows its pattern ("user=a*"), a values part
+  // replaced by a digest "…" for each value. "" when `key` is not one of this config's.
+  std::string describe_key(std::string_view key) const;
 
  private:
   struct Node;

@@ -21,6 +21,9 @@ struct MergedKey {
   std::string key;
   uint64_t lower = 0;
   uint64_t upper = 0;
+  // For an Envoy bucket's key (first byte 0x1E): its descriptor, "web: path=/x, user=alice"
+  // (RlsConfig::describe_key); "" for any other key.
+  std::string descriptor;
 };
 
 // One metric of a rule's top (denied checks, or tokens admitted).

@@ -215,6 +215,7 @@ void fill_merged(const MergedTop& m, pb::MergedTop& out) {
     key.set_key(k.key);
     key.set_lower(k.lower);
     key.set_upper(k.upper);
+    key.set_envoy_descriptor(k.descriptor);
   }
 }
 

@@ -90,7 +90,9 @@ void append_metric_text(std::string& out, std::string_view title, std::string_vi
   out += "; a key not listed: at most " + std::to_string(m.unreported_bound) + "\n";
   std::vector<std::vector<std::string>> rows{{"RANK", "KEY", std::string(column)}};
   for (size_t i = 0; i < m.keys.size(); ++i) {
-    rows.push_back({std::to_string(i + 1), shown(m.keys[i].key), bounds(m.keys[i].lower, m.keys[i].upper)});
+    const MergedKey& key = m.keys[i];
+    rows.push_back({std::to_string(i + 1), shown(key.descriptor.empty() ? key.key : key.descriptor),
+                    bounds(key.lower, key.upper)});
   }
   out += format_table(rows, "    ");
 }

@@ -339,7 +339,8 @@ MergedTop merged_from_pb(const pb::MergedTop& m) {
   out.error_bound = m.error_bound();
   out.unreported_bound = m.unreported_bound();
   out.keys.reserve(size_t(m.keys_size()));
-  for (const pb::TopKey& k : m.keys()) out.keys.push_back(MergedKey{k.key(), k.lower(), k.upper()});
+  for (const pb::TopKey& k : m.keys())
+    out.keys.push_back(MergedKey{k.key(), k.lower(), k.upper(), k.envoy_descriptor()});
   return out;
 }
 

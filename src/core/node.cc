@@ -464,6 +464,7 @@ std::vector<TopParts> Node::top_parts(std::string_view rule, MonoNanos now) cons
   out.reserve(by_rule.size());
   for (auto& [r, p] : by_rule) {
     p.rule = r;
+    p.rls = table_.rules().rls();
     out.push_back(std::move(p));
   }
   return out;

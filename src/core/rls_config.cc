@@ -169,6 +169,7 @@ struct RlsConfig::Tree {
   StringMap<Node*> roots;                   // by domain
   StringMap<uint32_t> by_path;              // Node::path of each limited node -> index into limits_
   StringMap<uint32_t> concurrency_by_path;  // Node::path of each node with a concurrency -> concurrency_
+  StringMap<const Node*> by_node_path;      // every descriptor's node by Node::path (describe_key)
   OverrideLimits overrides;
 };
 
@@ -221,6 +222,7 @@ RlsConfig::RlsConfig(std::vector<RlsDomain> domains, RlsModes modes)
         Node& node = tree_->nodes.emplace_back();
         node.descriptor = &desc;
         node.path = parent.path + kRlsKeyPathSep + component;
+        tree_->by_node_path.emplace(node.path, &node);
         node.label = parent.label + "." + desc.key + (desc.value ? "_" + *desc.value : "");
         node.value_in_key = !desc.value || (wildcard && !desc.share_threshold);
         if (node.path.size() + 1 > kRlsMaxKeyPathBytes) {
@@ -451,7 +453,75 @@ bool take_number(std::string_view& text, char stop, uint64_t max, uint64_t* out)
   return true;
 }
 
+// The values part of a bucket key, "LEN:BYTES" each, into `out`; false if it is not that (a
+// digest took its place).
+bool split_counted(std::string_view text, std::vector<std::string_view>& out) {
+  while (!text.empty()) {
+    const size_t colon = text.find(':');
+    if (colon == 0 || colon == std::string_view::npos || colon > 4) return false;
+    size_t n = 0;
+    for (size_t i = 0; i < colon; ++i) {
+      if (text[i] < '0' || text[i] > '9') return false;
+      n = n * 10 + size_t(text[i] - '0');
+    }
+    if (n > text.size() - colon - 1) return false;
+    out.push_back(text.substr(colon + 1, n));
+    text.remove_prefix(colon + 1 + n);
+  }
+  return true;
+}
+
 }  // namespace
+
+std::string RlsConfig::describe_key(std::string_view key) const {
+  if (!tree_ || key.size() < 2 || key[0] != kRlsKeyPrefix) return {};
+  const size_t values_at = key.find(kRlsKeyValuesSep);
+  if (values_at == std::string_view::npos) return {};
+  const std::string_view path = key.substr(0, values_at);
+  std::vector<std::string_view> values;
+  const bool counted = split_counted(key.substr(values_at + 1), values);
+  std::string out;
+  if (key[1] == kRlsOverrideMark) {  // 0x1E 0x1C rpu ':' unit ':' multiplier 0x1F domain
+    std::string_view rest = path.substr(2);
+    uint64_t rpu = 0, unit = 0, multiplier = 0;
+    if (!take_number(rest, ':', UINT32_MAX, &rpu) || !take_number(rest, ':', 7, &unit) ||
+        !take_number(rest, kRlsKeyPathSep, UINT32_MAX, &multiplier) || !tree_->roots.contains(rest)) {
+      return {};
+    }
+    out.append(rest).append(" (override ").append(std::to_string(rpu)).append(" per ");
+    if (multiplier > 1) out.append(std::to_string(multiplier)).append(1, ' ');
+    out.append(rls_unit_name(RlsUnit(unit))).append(multiplier > 1 ? "s)" : ")");
+    if (!counted || values.size() % 2 != 0) return out + ": …";
+    for (size_t i = 0; i < values.size(); i += 2) {
+      out.append(i == 0 ? ": " : ", ").append(values[i]).append(1, '=').append(values[i + 1]);
+    }
+    return out;
+  }
+  size_t at = path.find(kRlsKeyPathSep);
+  if (at == std::string_view::npos || !tree_->roots.contains(path.substr(1, at - 1))) return {};
+  out.append(path.substr(1, at - 1));
+  size_t next_value = 0, entries = 0;
+  while (at != std::string_view::npos) {
+    const size_t end = path.find(kRlsKeyPathSep, at + 1);
+    if (at + 1 < path.size() && path[at + 1] == kMoreLimitMark) {  // another limit of the same node
+      at = end;
+      continue;
+    }
+    const auto it = tree_->by_node_path.find(path.substr(0, end));
+    if (it == tree_->by_node_path.end()) return {};
+    const Node& node = *it->second;
+    out.append(entries++ == 0 ? ": " : ", ").append(node.descriptor->key).append(1, '=');
+    if (!node.value_in_key) {
+      out.append(node.descriptor->value.value_or(""));
+    } else if (counted && next_value < values.size()) {
+      out.append(values[next_value++]);
+    } else {
+      out.append("…");
+    }
+    at = end;
+  }
+  return out;
+}
 
 RlsMatch RlsConfig::match_override(std::string_view domain, std::span<const RlsEntry> entries,
                                    const RlsLimitOverride& limit) const {

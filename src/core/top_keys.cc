@@ -168,7 +168,15 @@ RuleTop merge_top_rule(const TopParts& p, size_t k) {
   for (const auto& u : p.units) {
     metric[std::min<size_t>(u->metric, kTopMetrics - 1)].push_back(PublishedTop{u->entries, u->threshold, u->total});
   }
-  return RuleTop{p.rule, merge_top_keys(metric[0], k), merge_top_keys(metric[1], k), p.members};
+  RuleTop top{p.rule, merge_top_keys(metric[0], k), merge_top_keys(metric[1], k), p.members};
+  if (p.rls) {
+    for (MergedTop* m : {&top.denied, &top.tokens}) {
+      for (MergedKey& key : m->keys) {
+        if (!key.key.empty() && key.key[0] == kRlsKeyPrefix) key.descriptor = p.rls->describe_key(key.key);
+      }
+    }
+  }
+  return top;
 }
 
 void sort_busiest_first(std::vector<RuleTop>& tops) {

@@ -30,6 +30,7 @@
 
 #include "core/clock.h"
 #include "core/consumption.h"
+#include "tollgate/rls_config.h"
 #include "tollgate/top.h"
 
 namespace tollgate {
@@ -114,6 +115,8 @@ struct TopParts {
   std::vector<PublishedTop> own[kTopMetrics];
   std::vector<std::shared_ptr<const TopUnit>> units;
   size_t members = 0;  // whose summaries these are (this node included, if it counted)
+  // The RLS config in force, to describe Envoy buckets' keys by their descriptors; may be null.
+  std::shared_ptr<const RlsConfig> rls;
 };
 // One rule's merge (merge_top_keys of each metric), `k` keys each.
 RuleTop merge_top_rule(const TopParts& part, size_t k);

@@ -124,6 +124,10 @@ void append_merged_json(std::string& out, const MergedTop& m) {
     if (i > 0) out += ", ";
     out += "{\"key\": ";
     append_json_string(out, m.keys[i].key);
+    if (!m.keys[i].descriptor.empty()) {
+      out += ", \"descriptor\": ";
+      append_json_string(out, m.keys[i].descriptor);
+    }
     out += ", \"lower\": " + std::to_string(m.keys[i].lower) + ", \"upper\": " + std::to_string(m.keys[i].upper) + "}";
   }
   out += "]}";

@@ -32,7 +32,8 @@ std::string format_members_json(const std::vector<MemberInfo>& members);
 std::string format_stats_json(const StatsList& stats);
 
 // {"rules": [{"rule": R, "members_reporting": N, "denied": M, "tokens": M}, ...]} and a newline,
-// each M {"total", "error_bound", "unreported_bound", "keys": [{"key", "lower", "upper"}, ...]}:
+// each M {"total", "error_bound", "unreported_bound", "keys": [{"key", "lower", "upper"}, ...]},
+// an Envoy bucket's key with its "descriptor" ("web: path=/x") after "key":
 // `tollgate top --json` and GET /v1/top.
 std::string format_top_json(const std::vector<RuleTop>& tops);
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/top_keys.h"
 #include "support/test_rules.h"
 #include "tollgate/config_error.h"
 #include "tollgate/rls_config.h"
@@ -1538,6 +1539,78 @@ TEST(RlsConfigFile, CyclicAndExponentialAliasesAreErrors) {
   }
   const std::string exponential = error_of(nested);
   EXPECT_NE(exponential.find("more than 100000 descriptors in one file"), std::string::npos) << exponential;
+}
+
+}  // namespace
+}  // namespace tollgate
+
+// Issue 41: a bucket key reads as its descriptor where people see it (top-K, the page): the
+// request's values where the key holds them, a configured value or a shared wildcard's pattern
+// where it does not, an override's limit, "…" for values a digest replaced; "" for any key this
+// config did not make.
+namespace tollgate {
+namespace {
+
+TEST(RlsConfigDescribe, ABucketKeyReadsAsTheDescriptorItStandsFor) {
+  auto c = parse(R"(domain: web
+descriptors:
+  - key: path
+    value: /login
+    descriptors:
+      - key: user
+        rate_limits:
+          - {unit: second, requests_per_unit: 10}
+          - {unit: day, requests_per_unit: 1000}
+  - key: ip
+    value: "10.*"
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: tenant
+    value: "t*"
+    rate_limit: {unit: hour, requests_per_unit: 10}
+)");
+  const RlsMatch user = match(*c, "web", {{"path", "/login"}, {"user", "alice"}});
+  ASSERT_FALSE(user.key.empty());
+  EXPECT_EQ(c->describe_key(user.key), "web: path=/login, user=alice");
+  ASSERT_EQ(user.more.size(), 1u);
+  EXPECT_EQ(c->describe_key(user.more[0].key), "web: path=/login, user=alice")
+      << "another limit of the same descriptor";
+  EXPECT_EQ(c->describe_key(match(*c, "web", {{"ip", "10.1.2.3"}}).key), "web: ip=10.*") << "shared: one bucket";
+  EXPECT_EQ(c->describe_key(match(*c, "web", {{"tenant", "t42"}}).key), "web: tenant=t42");
+  EXPECT_EQ(c->describe_key(user.key.substr(0, user.path_bytes) + "#digest"), "web: path=/login, user=…");
+
+  const RlsMatch over = c->match_override("web", std::vector<RlsEntry>{{"path", "/x"}, {"user", "bob"}},
+                                          RlsLimitOverride{5, RlsUnit::kMinute, 2});
+  ASSERT_FALSE(over.key.empty());
+  EXPECT_EQ(c->describe_key(over.key), "web (override 5 per 2 minutes): path=/x, user=bob");
+
+  for (const std::string& other : {std::string("user:42"), std::string(""), std::string("\x1e"),
+                                   std::string("\x1eweb\x1fnope\x1d"), std::string("\x1eother\x1fpath\x1d"),
+                                   std::string("\x1e\x1c"
+                                               "5:2:1\x1fweb"),
+                                   user.key.substr(0, 8)}) {
+    EXPECT_EQ(c->describe_key(other), "") << other;
+  }
+}
+
+// The merged top names an Envoy bucket by its descriptor beside its key, other keys by the key.
+TEST(RlsConfigDescribe, TopKeysOfEnvoyBucketsCarryTheirDescriptor) {
+  auto c = parse(R"(domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 10}
+)");
+  const std::string key = match(*c, "web", {{"user", "alice"}}).key;
+  TopParts part;
+  part.rule = "rls:web.user";
+  part.members = 1;
+  part.own[0].push_back(PublishedTop{{{key, 9, 0}, {"plain", 3, 0}}, 0, 12});
+  part.rls = c;
+  const RuleTop top = merge_top_rule(part, 10);
+  ASSERT_EQ(top.denied.keys.size(), 2u);
+  EXPECT_EQ(top.denied.keys[0].key, key);
+  EXPECT_EQ(top.denied.keys[0].descriptor, "web: user=alice");
+  EXPECT_EQ(top.denied.keys[1].descriptor, "");
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // (a wildcard's prefix for its value, "v" for a valueless entry); when that request matches a
 // limited limit, its key is a bucket key whose limit_index gives that very limit, with its values
 // part or a digest in its place, and a RuleSet over the config governs the key by the limit's
-// bucket. Walking stops after 2000 descriptors per input.
+// bucket, and describe_key reads it as a descriptor of its domain. Walking stops after 2000
+// descriptors per input.
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -77,6 +78,11 @@ struct Walker {
     const uint32_t rule = rules.match(m.key);
     FUZZ_CHECK(rule != tollgate::RuleSet::kUnlimited && rules.limit(rule) == m.limit->bucket,
                "the RuleSet governs a bucket key by another limit");
+    // Top-K shows the key as its descriptor: its domain first, digested values or not.
+    FUZZ_CHECK(config.describe_key(m.key).starts_with(domain + ": "),
+               "a bucket key that does not read as its descriptor");
+    FUZZ_CHECK(config.describe_key(m.key.substr(0, m.path_bytes) + "#digest").starts_with(domain + ": "),
+               "a digested bucket key that does not read as its descriptor");
   }
 };
 
@@ -86,6 +92,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto config = parse(tollgate::fuzz::as_text(data, size));
   if (!config) return 0;
   const tollgate::RuleSet rules({}, std::nullopt, config);
+  // Any bytes as a key (a summary from the network names any): a description or "", no crash.
+  const std::string_view text = tollgate::fuzz::as_text(data, size);
+  (void)config->describe_key(text.substr(text.size() / 2));
   for (const tollgate::RlsDomain& d : config->domains()) {
     FUZZ_CHECK(!d.domain.empty() && config->has_domain(d.domain), "an accepted domain that is empty or unknown");
     Walker w{*config, rules, d.domain};

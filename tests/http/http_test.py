@@ -244,6 +244,13 @@ class TwoNodes(unittest.TestCase):
         codes = [self.a.request("POST", "/json", request)[0] for _ in range(4)]
         self.assertEqual(codes, [200, 200, 200, 429])
         self.assertEqual(json.loads(self.a.request("POST", "/json", request)[2])["overallCode"], "OVER_LIMIT")
+        # Issue 41: top-K names Envoy's bucket by its descriptor (the key itself is internal bytes).
+
+        def described():
+            rules = json.loads(self.a.request("GET", "/v1/top?rule=rls:web.path")[2])["rules"]
+            keys = rules[0]["denied"]["keys"] if rules else []
+            return [(k.get("descriptor"), k["lower"]) for k in keys]
+        wait_until("a's top to name the descriptor denied", lambda: described() == [("web: path=/x", 2)])
 
     def test_metrics_pass_promtool(self):
         self.a.request("GET", "/v1/check?key=k9")

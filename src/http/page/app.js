@@ -123,7 +123,7 @@ function bounds(k) {
 function keyTable(title, keys, metric) {
   const body = el("tbody", {});
   keys.forEach((k, i) => {
-    const key = el("td", {class: "key", title: "look up its balance"}, k.key);
+    const key = el("td", {class: "key", title: k.descriptor ? "Envoy descriptor; click to look up its balance" : "look up its balance"}, k.descriptor || k.key);
     key.addEventListener("click", () => lookUp(k.key));
     body.append(el("tr", {class: "top-key"}, el("td", {class: "num"}, i + 1), key, el("td", {class: "num"}, bounds(k))));
   });
