@@ -58,6 +58,11 @@ const GOSSIP = [
   ["messages received/s", (s) => s.gossip_messages_received],
   ["dropped/s", (s) => Object.entries(s).filter(([k]) => k.startsWith("transport_dropped_") ||
       k === "transport_send_dropped" || k === "gossip_queue_overflow").reduce((a, [, v]) => a + num(v), 0)],
+  // Convergence, as far as one node can see it without synchronised clocks: how much of what
+  // peers sealed arrived only by repair, and how much was lost for good (never charged).
+  ["batches applied/s", (s) => s.batches_applied],
+  ["batches repaired for peers/s", (s) => s.repairs_sent],
+  ["batches lost for good/s", (s) => s.seqs_abandoned],
   ["members turned suspect or unreachable/s", (s) => s.members_failed],
   ["members back to alive/s", (s) => s.members_recovered],
 ];
@@ -71,6 +76,7 @@ function showGossip(stats, dt) {
   }
   items.push(el("dt", {}, "members failed, in all"), el("dd", {}, fmt(stats.members_failed)));
   items.push(el("dt", {}, "members recovered, in all"), el("dd", {}, fmt(stats.members_recovered)));
+  items.push(el("dt", {}, "batches lost for good, in all"), el("dd", {}, fmt(stats.seqs_abandoned)));
   dl.replaceChildren(...items);
 }
 
