@@ -110,6 +110,12 @@ const NodeSettingField kFields[] =
     TOLLGATE_WHOLE_FIELD("top-rules", top_rules, 1, 4096,
                          "Top-K: rules tracked at most (a rule's counting starts at its first check; rules beyond "
                          "are counted in top_rules_refused)"),
+    TOLLGATE_WHOLE_FIELD("max-leases", max_leases, 1, 10000000,
+                         "Concurrency leases this node holds at once, at most (acquires beyond answer 'too many "
+                         "leases', counted in leases_refused); part of the memory bound printed at start"),
+    TOLLGATE_WHOLE_FIELD("max-lease-rows", max_lease_rows, 1, 100000000,
+                         "Other members' lease counts kept, one per (member, key), at most (beyond: counted in "
+                         "lease_rows_dropped, and those leases are not counted here); part of the memory bound"),
     };
 
 #undef TOLLGATE_DURATION_FIELD
@@ -168,6 +174,8 @@ void NodeSettings::apply_to(NodeOptions& o) const {
   o.top.window_ns = top_window_ns;
   o.top.max_rules = top_rules;
   o.top_gossip_bytes = top_gossip_bytes;
+  o.leases.max_leases = max_leases;
+  o.max_lease_rows = max_lease_rows;
 }
 
 }  // namespace tollgate

@@ -37,6 +37,8 @@ struct NodeSettings {
   int64_t top_window_ns = 60 * kNanosPerSecond;         // top-K: an answer covers one to two windows
   size_t top_gossip_bytes = 32768;                      // top-K: bytes/s units may cost gossip (0: none)
   size_t top_rules = 64;                                // top-K: rules tracked at most
+  size_t max_leases = 20'000;                           // leases held by this node at most
+  size_t max_lease_rows = 100'000;                      // other members' (member, key) lease counts at most
 
   // Sets these settings' part of `o` (a member dead after twice fail_after, ...).
   void apply_to(NodeOptions& o) const;

@@ -4,6 +4,7 @@
 
 #include "core/lease_table.h"
 #include "core/membership.h"
+#include "util/heap_bytes.h"
 
 namespace tollgate {
 
@@ -95,6 +96,16 @@ void InflightView::expire(MonoNanos now) {
     rows_ -= std::erase_if(o.rows,
                            [&](const auto& kv) { return kv.second.count == 0 && now - kv.second.at > keep_zero_ns_; });
   }
+}
+
+size_t InflightView::bound_bytes(size_t max_rows, size_t key_bytes, size_t max_origins) {
+  auto entry = [](size_t value) { return heap_block_bytes(sizeof(void*) + value) + 2 * sizeof(void*); };
+  const size_t key = heap_string_bytes(key_bytes) - sizeof(std::string);
+  // A row: its map entry and key; an origin (at most one per row, and no more than the ledger
+  // knows): an entry, a node id of up to 256 bytes, its map's first bucket array.
+  const size_t row = entry(sizeof(std::pair<const std::string, Row>)) + key;
+  const size_t origin = entry(sizeof(std::pair<const NodeId, Origin>)) + heap_string_bytes(256) + 16 * sizeof(void*);
+  return max_rows * row + std::min(max_rows, max_origins) * origin;
 }
 
 InflightViewStats InflightView::stats() const {

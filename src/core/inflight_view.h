@@ -49,6 +49,8 @@ class InflightView {
   void expire(MonoNanos now_ns);
 
   InflightViewStats stats() const;
+  // The most `max_rows` rows of keys of up to `key_bytes` can hold (the daemon's memory bound).
+  static size_t bound_bytes(size_t max_rows, size_t key_bytes, size_t max_origins);
 
  private:
   struct Row {

@@ -22,6 +22,7 @@
 #include "core/key_table/shard_mutex.h"
 #include "tollgate/rules.h"
 #include "util/flat_table.h"
+#include "util/heap_bytes.h"
 #include "util/keyed_hash.h"
 
 namespace tollgate {
@@ -100,8 +101,8 @@ class Shard {
   static size_t bound_bytes(const KeyTableOptions& o) {
     const size_t keys = std::max<size_t>(o.max_keys, 1);
     const size_t key_bytes = std::min<size_t>(o.max_key_bytes, UINT16_MAX);
-    // A heap block of n bytes: n plus malloc's 8-byte header, rounded up to 16, at least 32.
-    auto block = [](size_t n) { return std::max<size_t>(32, (n + 8 + 15) / 16 * 16); };
+    // A heap block of n bytes (util/heap_bytes.h).
+    auto block = heap_block_bytes;
     // Open addressing at most half full, grown early (from a quarter full) when a run gets long:
     // at most 8 slots per entry, and 12 while the old array is copied into the new.
     constexpr size_t kSlotsPerEntry = 12;

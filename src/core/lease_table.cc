@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "tollgate/rules.h"
+#include "util/heap_bytes.h"
 #include "util/keyed_hash.h"
 
 namespace tollgate {
@@ -168,6 +169,24 @@ struct LeaseTable::Shard {
   // (expiry, id), a min-heap; renewals push anew and leave the old entry stale (skipped).
   std::vector<std::pair<MonoNanos, LeaseId>> expiry;
 };
+
+size_t LeaseTable::bound_bytes(const LeaseTableOptions& o, size_t remote_keys) {
+  const size_t leases = o.max_leases;
+  const size_t key = heap_string_bytes(o.max_key_bytes) - sizeof(std::string);  // the key's block, if any
+  // An unordered_map entry: its node (next pointer, value) in a block, and a bucket pointer
+  // (buckets at most one per entry at the default load factor, twice that while rehashing).
+  auto entry = [](size_t value) { return heap_block_bytes(sizeof(void*) + value) + 2 * sizeof(void*); };
+  using KeyEntry = std::pair<const std::string, Shard::KeyState>;
+  using LeaseEntry = std::pair<const LeaseId, Shard::Lease>;
+  using QueueEntry = std::pair<const std::string, Shard::Queue>;
+  size_t b = 0;
+  b += leases * (entry(sizeof(LeaseEntry)) + key);                // the leases, each with its key
+  b += leases * 2 * 2 * sizeof(std::pair<MonoNanos, LeaseId>);    // expiry: compacted at 2x, vector growth 2x
+  b += (leases + remote_keys) * (entry(sizeof(KeyEntry)) + key);  // a key state per key
+  b += leases * 2 * (sizeof(std::string) + key);                  // changed: each own key once, growth 2x
+  b += leases * (entry(sizeof(QueueEntry)) + key + 2 * 2 * sizeof(LeaseId));  // queues by key, and owed ones
+  return b + kShards * sizeof(Shard);
+}
 
 LeaseTable::LeaseTable(LeaseTableOptions options, IdSource ids)
     : options_(std::move(options)),

@@ -86,7 +86,7 @@ struct AnonymousRelease {
 inline constexpr int64_t kOwedReleaseNs = 10'000'000'000;
 
 struct LeaseTableOptions {
-  size_t max_leases = 100'000;                  // held at once by this node
+  size_t max_leases = 20'000;                   // held at once by this node (--max-leases)
   int64_t max_ttl_ns = 3600 * kNanosPerSecond;  // a lease never lives longer unrenewed
   size_t max_key_bytes = 256;
   // The secret keys are hashed with (KeyTableOptions::hash_key); unset: a fixed one (tests).
@@ -160,6 +160,10 @@ class LeaseTable {
   bool active() const;
 
   LeaseStats stats() const;
+  // The most the table can hold at `options` (the daemon's printed memory bound): max_leases
+  // leases over as many keys, owed releases for as many keys again, and `remote_keys` keys
+  // whose count comes from other members only (InflightView's rows), each key at its longest.
+  static size_t bound_bytes(const LeaseTableOptions& options, size_t remote_keys);
   // Per concurrency rule in force (by its `match`), every one listed: a walk of the keys with a
   // count, each matched once per rules version (for /metrics, not per request).
   std::vector<std::pair<std::string, RuleLeases>> rule_leases() const;

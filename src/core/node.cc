@@ -394,6 +394,11 @@ size_t Node::top_memory_bound(const NodeOptions& o) {
   return RuleTops::bound_bytes(o.top, o.keys.max_key_bytes) + kMaxHeldTopUnits * unit;
 }
 
+size_t Node::lease_memory_bound(const NodeOptions& o) {
+  return LeaseTable::bound_bytes(o.leases, o.max_lease_rows) +
+         InflightView::bound_bytes(o.max_lease_rows, o.leases.max_key_bytes, o.ledger.max_origins);
+}
+
 void Node::top_unit(const Batch& batch, MonoNanos now) {
   if (batch.origin == options_.id || !tops_.enabled()) return;
   const TopUnit& u = *batch.top;

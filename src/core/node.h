@@ -153,7 +153,7 @@ struct NodeOptions {
   LeaseTableOptions leases;
   LeaseTable::IdSource lease_ids;
   int64_t lease_refresh_ns = 30 * kNanosPerSecond;
-  size_t max_lease_rows = 1'000'000;  // other members' (member, key) counts held at most
+  size_t max_lease_rows = 100'000;  // other members' (member, key) counts held at most (--max-lease-rows)
   // Top-K (issue 41; docs/topk-plan.md): per rule, this node's keys with the most denials and
   // the most tokens admitted over the last one to two windows, counted where consumption is
   // sealed. capacity 0: none kept.
@@ -364,6 +364,8 @@ class Node : private ResetFilter {
   static constexpr size_t kMaxHeldTopUnits = 8192;
   static constexpr size_t kMaxHeldTopUnitBytes = 1200;
   static size_t top_memory_bound(const NodeOptions& options);
+  // What leases can hold: this node's (LeaseTable) and the other members' counts (InflightView).
+  static size_t lease_memory_bound(const NodeOptions& options);
   const Ledger& ledger() const { return ledger_; }
   const Membership& membership() const { return membership_; }
 

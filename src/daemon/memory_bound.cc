@@ -46,6 +46,12 @@ std::vector<MemoryPart> memory_bound(const DaemonOptions& o) {
                          std::to_string(node.top.max_rules) + " rules, " + std::to_string(Node::kMaxHeldTopUnits) +
                          " members' summaries"});
   }
+  {
+    const NodeOptions node = NodeHost::node_options(host, 1);
+    parts.push_back({"leases", Node::lease_memory_bound(node),
+                     "--max-leases " + std::to_string(node.leases.max_leases) + " held here, --max-lease-rows " +
+                         std::to_string(node.max_lease_rows) + " other members' counts"});
+  }
   // The ledger keeps at most its retained bytes of batches, and the origins' positions.
   const LedgerOptions ledger;
   parts.push_back({"gossip", 2 * ledger.max_retained_bytes + ledger.max_origins * 256 + 8 * kMiB,

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "core/key_table.h"
+#include "core/lease_table.h"
+#include "core/random.h"
 #include "support/test_rules.h"
 #include "tollgate/rules.h"
 
@@ -132,6 +134,43 @@ TEST(KeyTableMemoryBound, KeysThatKeepComingBackDoNotGrowTheRememberedOrder) {
     }
   }
   EXPECT_LE(peak, bound);
+}
+
+// LeaseTable::bound_bytes (the leases' part of the daemon's printed bound) holds a flood of the
+// longest keys: every lease held, each on its own key and in its key's queue (Envoy's by-key
+// acquires), as many owed releases on other keys, and as many keys counted from other members.
+TEST(LeaseTableMemoryBound, AFloodOfLeasesOnTheLongestKeysStaysWithinTheBound) {
+  const LeaseTableOptions o{.max_leases = 5'000, .max_key_bytes = 256};
+  const size_t remote_keys = 5'000;
+  const int64_t bound = int64_t(LeaseTable::bound_bytes(o, remote_keys));
+  const int64_t before = g_live_bytes.load();
+  int64_t peak = 0;
+  {
+    SplitMix64 random(1);
+    LeaseTable t(o, [&random](uint8_t* out, size_t n) {
+      for (size_t i = 0; i < n; ++i) out[i] = uint8_t(random.next_u64());
+    });
+    t.set_rules(std::make_shared<RuleSet>(std::vector<Rule>{}, std::nullopt, nullptr,
+                                          std::vector<ConcurrencyRule>{{"*", 1'000'000, 3600 * kNanosPerSecond, 0}}));
+    std::string key(256, 'k');
+    auto named = [&key](char kind, size_t i) {
+      const std::string n = kind + std::to_string(i);
+      key.replace(0, n.size(), n);
+      return std::string_view(key);
+    };
+    size_t granted = 0;
+    for (size_t i = 0; i < o.max_leases + 100; ++i) {
+      granted += t.acquire_anonymous(named('a', i), 1, 0, 1).outcome == LeaseOutcome::kGranted;
+      t.owe_release(named('o', i), 1, 1);
+      t.add_remote(named('r', i % remote_keys), 1);
+      peak = std::max(peak, g_live_bytes.load() - before);
+    }
+    EXPECT_EQ(granted, o.max_leases);
+  }
+  EXPECT_LE(peak, bound);
+  EXPECT_GE(peak, bound / 3) << "a bound so loose it says nothing";
+  std::printf("max_leases 5,000 of 256 bytes, 5,000 remote keys: heap peak %.1f MB, bound %.1f MB\n", peak / 1e6,
+              bound / 1e6);
 }
 
 }  // namespace

@@ -173,6 +173,8 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"top-window", "30s"},
       {"top-gossip-bytes", "0"},
       {"top-rules", "8"},
+      {"max-leases", "500"},
+      {"max-lease-rows", "7000"},
       {"cluster-key-file", key},
       {"insecure-gossip", "false"},
       {"max-datagram", "9000"},
@@ -470,6 +472,8 @@ TEST_F(DaemonOptionsTest, EveryNodeSettingIsAFlagThatReadsBackWhatItPrints) {
   changed.top_window_ns = 30 * kNanosPerSecond;
   changed.top_gossip_bytes = 0;
   changed.top_rules = 8;
+  changed.max_leases = 500;
+  changed.max_lease_rows = 7000;
   std::vector<std::string> args = {"--rules", "r.yaml", "--seeds", "127.0.0.1:7000", "--insecure-gossip"};
   std::string config = "rules: r.yaml\nseeds: 127.0.0.1:7000\ninsecure-gossip: true\n";
   for (const NodeSettingField& f : node_setting_fields()) {
