@@ -19,6 +19,7 @@
 
 #include "core/key_table.h"
 #include "core/ledger.h"
+#include "core/top_keys.h"
 #include "tollgate/member.h"
 #include "tollgate/rules.h"
 
@@ -387,6 +388,27 @@ void BM_LedgerMergeBatch(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 64);
 }
 BENCHMARK(BM_LedgerMergeBatch)->Unit(benchmark::kMicrosecond);
+
+// One rule's top-K merge (merge_top_rule) at N members, each publishing 32 keys per metric
+// from a pool of 200 hot keys (so the merge sees overlap, as a Zipf load gives): what one
+// slice of `tollgate top` costs the node's thread, and GET /v1/top the HTTP thread.
+void BM_TopMergeOneRule(benchmark::State& state) {
+  const size_t members = size_t(state.range(0));
+  TopParts part;
+  part.rule = "user:*";
+  part.members = members;
+  for (size_t m = 0; m < members; ++m) {
+    for (uint32_t metric = 0; metric < 2; ++metric) {
+      TopUnit u{"user:*", metric, 10'000, 40, 3000, {}};
+      for (uint64_t k = 0; k < 32; ++k) {
+        u.entries.push_back({"user:" + std::to_string((m * 13 + 5 * k) % 200), 400 - 10 * k, k});  // each once
+      }
+      part.units.push_back(std::make_shared<const TopUnit>(std::move(u)));
+    }
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(merge_top_rule(part, 10));
+}
+BENCHMARK(BM_TopMergeOneRule)->Arg(8)->Arg(128)->Arg(1'000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace tollgate
