@@ -99,7 +99,7 @@ void InflightView::expire(MonoNanos now) {
 }
 
 size_t InflightView::bound_bytes(size_t max_rows, size_t key_bytes, size_t max_origins) {
-  auto entry = [](size_t value) { return heap_block_bytes(sizeof(void*) + value) + 2 * sizeof(void*); };
+  auto entry = [](size_t value) { return heap_block_bytes(sizeof(void*) + value) + 3 * sizeof(void*); };
   const size_t key = heap_string_bytes(key_bytes) - sizeof(std::string);
   // A row: its map entry and key; an origin (at most one per row, and no more than the ledger
   // knows): an entry, a node id of up to 256 bytes, its map's first bucket array.

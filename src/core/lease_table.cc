@@ -174,8 +174,9 @@ size_t LeaseTable::bound_bytes(const LeaseTableOptions& o, size_t remote_keys) {
   const size_t leases = o.max_leases;
   const size_t key = heap_string_bytes(o.max_key_bytes) - sizeof(std::string);  // the key's block, if any
   // An unordered_map entry: its node (next pointer, value) in a block, and a bucket pointer
-  // (buckets at most one per entry at the default load factor, twice that while rehashing).
-  auto entry = [](size_t value) { return heap_block_bytes(sizeof(void*) + value) + 2 * sizeof(void*); };
+  // array (at most one per entry at the default load factor; growing, the old array and one of
+  // twice its size are both held: three per entry).
+  auto entry = [](size_t value) { return heap_block_bytes(sizeof(void*) + value) + 3 * sizeof(void*); };
   using KeyEntry = std::pair<const std::string, Shard::KeyState>;
   using LeaseEntry = std::pair<const LeaseId, Shard::Lease>;
   using QueueEntry = std::pair<const std::string, Shard::Queue>;

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "core/inflight_view.h"
 #include "core/key_table.h"
 #include "core/lease_table.h"
+#include "core/membership.h"
 #include "core/random.h"
 #include "support/test_rules.h"
 #include "tollgate/rules.h"
@@ -170,6 +172,53 @@ TEST(LeaseTableMemoryBound, AFloodOfLeasesOnTheLongestKeysStaysWithinTheBound) {
   EXPECT_LE(peak, bound);
   EXPECT_GE(peak, bound / 3) << "a bound so loose it says nothing";
   std::printf("max_leases 5,000 of 256 bytes, 5,000 remote keys: heap peak %.1f MB, bound %.1f MB\n", peak / 1e6,
+              bound / 1e6);
+}
+
+// InflightView::bound_bytes, with the lease table's keys counted from other members only: two
+// members each send counts of the longest keys until the view holds its max_rows and drops the
+// rest. What apply() keeps is measured (the batches themselves are the sender's).
+TEST(LeaseTableMemoryBound, OtherMembersCountsOfTheLongestKeysStayWithinTheBound) {
+  constexpr size_t kRows = 4'000;
+  const LeaseTableOptions o{.max_leases = 1, .max_key_bytes = 256};
+  const int64_t bound = int64_t(InflightView::bound_bytes(kRows, 256, 2) + LeaseTable::bound_bytes(o, kRows));
+  int64_t kept = 0, peak = 0;
+  {
+    SplitMix64 random(2);
+    LeaseTable table(o, [&random](uint8_t* out, size_t n) {
+      for (size_t i = 0; i < n; ++i) out[i] = uint8_t(random.next_u64());
+    });
+    table.set_rules(std::make_shared<RuleSet>(std::vector<Rule>{}, std::nullopt, nullptr,
+                                              std::vector<ConcurrencyRule>{{"*", 1'000'000, kNanosPerSecond, 0}}));
+    Membership members("me", "10.0.0.9:1", 1, MembershipOptions{});
+    members.set_peers({{"a", "10.0.0.1:1"}, {"b", "10.0.0.2:1"}}, 0);
+    members.merge({{"a", "10.0.0.1:1", 5, 1, false}, {"b", "10.0.0.2:1", 5, 1, false}}, 0);
+    InflightView view("me", kRows, kNanosPerSecond);
+    std::string key(256, 'k');
+    uint64_t seq = 0;
+    for (size_t batch = 0; batch < 3 * kRows / 100; ++batch) {
+      Batch b;
+      b.origin = batch % 2 ? "a" : "b";
+      b.incarnation = 5;
+      b.seq = ++seq;
+      std::vector<InflightEntry> entries;
+      for (size_t j = 0; j < 100; ++j) {
+        const std::string n = std::to_string(batch * 100 + j);
+        key.replace(0, n.size(), n);
+        entries.push_back({key, 1});
+      }
+      b.counts = std::make_shared<const LeaseCounts>(LeaseCounts{std::move(entries), false, {}, {}});
+      const int64_t before = g_live_bytes.load();
+      view.apply(b, members, table, 1);
+      kept += g_live_bytes.load() - before;
+      peak = std::max(peak, kept);
+    }
+    EXPECT_EQ(view.stats().rows, kRows);
+    EXPECT_GT(view.stats().rows_dropped, 0u);
+  }
+  EXPECT_LE(peak, bound);
+  EXPECT_GE(peak, bound / 3) << "a bound so loose it says nothing";
+  std::printf("4,000 rows of 256-byte keys from 2 members: heap kept %.1f MB, bound %.1f MB\n", peak / 1e6,
               bound / 1e6);
 }
 
