@@ -39,7 +39,7 @@ class MemoryRelease {
   static uint64_t resident_bytes();
 
  private:
-  void run();
+  void run(uint64_t baseline);
 
   const uint64_t step_bytes_;
   const std::chrono::milliseconds every_;
