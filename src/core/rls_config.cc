@@ -457,16 +457,10 @@ bool take_number(std::string_view& text, char stop, uint64_t max, uint64_t* out)
 // digest took its place).
 bool split_counted(std::string_view text, std::vector<std::string_view>& out) {
   while (!text.empty()) {
-    const size_t colon = text.find(':');
-    if (colon == 0 || colon == std::string_view::npos || colon > 4) return false;
-    size_t n = 0;
-    for (size_t i = 0; i < colon; ++i) {
-      if (text[i] < '0' || text[i] > '9') return false;
-      n = n * 10 + size_t(text[i] - '0');
-    }
-    if (n > text.size() - colon - 1) return false;
-    out.push_back(text.substr(colon + 1, n));
-    text.remove_prefix(colon + 1 + n);
+    uint64_t n = 0;
+    if (!take_number(text, ':', UINT32_MAX, &n) || n > text.size()) return false;
+    out.push_back(text.substr(0, n));
+    text.remove_prefix(n);
   }
   return true;
 }

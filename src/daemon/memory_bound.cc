@@ -45,9 +45,6 @@ std::vector<MemoryPart> memory_bound(const DaemonOptions& o) {
                      "--top-k " + std::to_string(node.top.capacity) + " for up to --top-rules " +
                          std::to_string(node.top.max_rules) + " rules, " + std::to_string(Node::kMaxHeldTopUnits) +
                          " members' summaries"});
-  }
-  {
-    const NodeOptions node = NodeHost::node_options(host, 1);
     parts.push_back({"leases", Node::lease_memory_bound(node),
                      "--max-leases " + std::to_string(node.leases.max_leases) + " held here, --max-lease-rows " +
                          std::to_string(node.max_lease_rows) + " other members' counts"});
