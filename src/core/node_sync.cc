@@ -142,24 +142,21 @@ bool Node::start_transfer(MonoNanos now, int64_t retry_ns) {
   if (s.session != 0 && now - s.session_progress < retry_ns) return true;
   // Whom to ask: a live member (relay: of our group, whose positions name the same relay
   // origins as ours), else any member or seed we know of.
+  // One pass over the live members (each `starting` lookup hashes an id, and every node of a
+  // cluster starting at once does this each retry): those not starting, and of them our group's.
   const std::vector<const MemberInfo*>& live = membership_.live();
-  if (!live.empty() &&
-      std::all_of(live.begin(), live.end(), [&](const MemberInfo* v) { return s.starting.contains(v->id); })) {
+  std::vector<const std::string*> to, anyone;
+  for (const MemberInfo* v : live) {
+    if (s.starting.contains(v->id)) continue;
+    anyone.push_back(&v->address);
+    if (mode_ != DisseminationMode::kRelay || in_our_group(v->id)) to.push_back(&v->address);
+  }
+  if (!live.empty() && anyone.empty()) {
     ++stats_.sync_all_starting;  // the whole cluster is starting: nobody has more than we do
     stop_syncing();
     return false;
   }
-  // Pointers, not copies: every node of a cluster starting at once does this each retry.
-  std::vector<const std::string*> to;
-  for (const MemberInfo* v : live) {
-    if (s.starting.contains(v->id)) continue;
-    if (mode_ != DisseminationMode::kRelay || in_our_group(v->id)) to.push_back(&v->address);
-  }
-  if (to.empty()) {
-    for (const MemberInfo* v : live) {
-      if (!s.starting.contains(v->id)) to.push_back(&v->address);
-    }
-  }
+  if (to.empty()) to = std::move(anyone);
   if (to.empty()) {
     membership_.for_each_member([&](const MemberInfo& v) {
       if (v.state != MemberState::kLeft && !s.starting.contains(v.id)) to.push_back(&v.address);
