@@ -5,6 +5,7 @@
 // (scripts/rls-latency measures both in one run).
 //
 //   tollgate-rls-noop --listen 127.0.0.1:PORT|unix:PATH   # serves until SIGTERM or SIGINT
+//   tollgate-rls-noop --engine nghttp2 --listen 127.0.0.1:PORT   # the same on libnghttp2, if built
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -14,6 +15,9 @@
 #include <string>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#ifdef TOLLGATE_NOOP_NGHTTP2
+#include "rls_noop_h2.h"
+#endif
 
 namespace {
 
@@ -37,8 +41,21 @@ class Noop final : public pb::RateLimitService::CallbackService {
 int main(int argc, char** argv) {
   CLI::App app{"A gRPC rate limit service that answers OK and does nothing else: the floor for tollgated's"};
   std::string listen;
+  std::string engine = "grpc";
   app.add_option("--listen", listen, "HOST:PORT or unix:PATH")->required();
+  app.add_option("--engine", engine,
+                 "grpc: gRPC C++'s callback server; nghttp2: libnghttp2 on one thread (docs/rls-h2-plan.md's "
+                 "phase 0; TCP only)")
+      ->check(CLI::IsMember({"grpc", "nghttp2"}));
   CLI11_PARSE(app, argc, argv);
+  if (engine == "nghttp2") {
+#ifdef TOLLGATE_NOOP_NGHTTP2
+    return tollgate::bench::serve_nghttp2(listen);
+#else
+    std::fprintf(stderr, "tollgate-rls-noop: built without libnghttp2 (libnghttp2-dev)\n");
+    return 2;
+#endif
+  }
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
