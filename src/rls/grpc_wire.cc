@@ -85,8 +85,8 @@ bool RequestHeaders::add(std::string_view name, std::string_view value) {
   } else if (name == "content-type") {
     // application/grpc, or application/grpc+proto and the like (Envoy's own test: not grpc-web).
     constexpr std::string_view kGrpc = "application/grpc";
-    grpc_content_type_ = value.starts_with(kGrpc) && (value.size() == kGrpc.size() || value[kGrpc.size()] == '+' ||
-                                                      value[kGrpc.size()] == ';');
+    grpc_content_type_ = value.starts_with(kGrpc) &&
+                         (value.size() == kGrpc.size() || value[kGrpc.size()] == '+' || value[kGrpc.size()] == ';');
   } else if (name == "grpc-encoding") {
     compressed_encoding_ = value != "identity";
   } else if (name == "grpc-timeout") {

@@ -22,6 +22,7 @@
 #include "codec/codec.h"
 #include "daemon/daemon_options.h"
 #include "gossip_contract.h"
+#include "support/h2_client.h"
 #include "tollgate/v1/api.pb.h"
 
 namespace {
@@ -446,6 +447,61 @@ void daemon_config_dict(const fs::path& root) {
   if (!out) die("cannot write tests/fuzz/dicts/daemon_config.dict");
 }
 
+// --- The rate limit service's own HTTP/2 ------------------------------------------------------
+
+// What an nghttp2 client session writes after its preface (the target sends the preface itself),
+// behind a StreamInput header of `flags` and `chunks`.
+std::string h2_seed(tollgate::testing::H2Client& client, uint8_t flags = 0, std::vector<uint8_t> chunks = {}) {
+  const std::string bytes = client.output();
+  constexpr size_t kPreface = 24;
+  if (bytes.size() < kPreface) die("rls_h2_frames: the client wrote no preface");
+  std::string seed(1, char(flags | chunks.size()));
+  for (const uint8_t c : chunks) seed += char(c);
+  return seed + bytes.substr(kPreface);
+}
+
+void h2_corpus() {
+  using tollgate::testing::H2Client;
+  constexpr std::string_view kShould = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+  const std::string message = std::string(5, '\0').replace(4, 1, 1, '\x07') +
+                              "\x0a\x05"
+                              "bench";
+  start_target("rls_h2_frames");
+  {
+    H2Client c;
+    c.call(kShould, message, false, {{"grpc-timeout", "20m"}});
+    write_seed("rls_h2_frames", "call", h2_seed(c));
+  }
+  {
+    H2Client c;
+    c.call(kShould, message);
+    c.call(kShould, message);
+    write_seed("rls_h2_frames", "two-calls-held", h2_seed(c, 0x8));
+  }
+  {
+    H2Client c;
+    c.call(kShould, message);
+    write_seed("rls_h2_frames", "call-failed-split", h2_seed(c, 0x10, {1, 9, 30}));
+  }
+  {
+    H2Client c;  // HEADERS out, then each stream reset: the budget's premature closes
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 6; ++i) ids.push_back(c.call(kShould, "", /*hold=*/true));
+    std::string bytes = c.output();
+    for (const int32_t id : ids) c.reset(id);
+    bytes += c.output();
+    write_seed("rls_h2_frames", "rapid-reset", std::string(1, '\0') + bytes.substr(24));
+  }
+  {
+    H2Client c;
+    c.call("/grpc.health.v1.Health/Check", message);
+    c.call("/envoy.service.ratelimit.v3.RateLimitService/Other", message);
+    c.call(kShould, message + message);
+    c.call(kShould, "");
+    write_seed("rls_h2_frames", "refusals", h2_seed(c));
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) die("usage: tollgate-fuzz-corpus REPO_ROOT");
   const fs::path root = argv[1];
@@ -455,6 +511,7 @@ int main(int argc, char** argv) {
   api_corpus();
   file_corpora(root);
   node_state_corpus();
+  h2_corpus();
   fs::create_directories(root / "tests/fuzz/dicts");
   daemon_config_dict(root);
   std::printf("seed corpus written to %s\n", g_corpus.c_str());
