@@ -12,8 +12,7 @@ namespace {
 
 nghttp2_nv field(std::string_view name, std::string_view value) {
   return {reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
-          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
-          NGHTTP2_NV_FLAG_NONE};
+          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(), NGHTTP2_NV_FLAG_NONE};
 }
 
 }  // namespace
@@ -82,11 +81,21 @@ struct H2Session::Impl {
     nghttp2_submit_response(session, id, nv, 2, &provider);
   }
 
-  // The call's answer given: its work has ended (R4), and a closed stream is forgotten.
-  void end_call(int32_t id, Stream& s) {
-    s.in_call = false;
+  // A call taken is answered by `send` (unless its stream has closed meanwhile): its work has
+  // ended (R4), and a closed stream is forgotten.
+  template <typename Send>
+  void end_call(int32_t id, int64_t now_ns, Send&& send) {
+    now = now_ns;
+    Stream* s = stream_of(id);
+    if (!s || !s->in_call) return;
+    if (s->closed) {
+      ++stats.answered_late;
+    } else {
+      send(*s);
+    }
+    s->in_call = false;
     budget.done();
-    if (s.closed) streams.erase(id);
+    if (s->closed) streams.erase(id);
   }
 
   static ssize_t read_response(nghttp2_session* session, int32_t id, uint8_t* buf, size_t length, uint32_t* flags,
@@ -153,7 +162,8 @@ struct H2Session::Impl {
     }
     s->in_call = true;
     ++self->stats.calls;
-    self->calls.push_back({id, s->headers.method(), std::string(s->body->message()), s->headers.timeout(), s->opened_ns});
+    self->calls.push_back(
+        {id, s->headers.method(), std::string(s->body->message()), s->headers.timeout(), s->opened_ns});
     return 0;
   }
 
@@ -167,7 +177,8 @@ struct H2Session::Impl {
                             NGHTTP2_ENHANCE_YOUR_CALM, nullptr, 0);
     }
     if (s->in_call) {
-      auto waiting = std::find_if(self->calls.begin(), self->calls.end(), [&](const H2Call& c) { return c.stream == id; });
+      auto waiting =
+          std::find_if(self->calls.begin(), self->calls.end(), [&](const H2Call& c) { return c.stream == id; });
       if (waiting == self->calls.end()) {
         s->closed = true;  // taken: its work goes on, counted until answered (R4)
         return 0;
@@ -205,27 +216,11 @@ bool H2Session::receive(std::string_view bytes, int64_t now_ns) {
 std::vector<H2Call> H2Session::take_calls() { return std::exchange(impl_->calls, {}); }
 
 void H2Session::answer(int32_t stream, std::string_view response, int64_t now_ns) {
-  impl_->now = now_ns;
-  Impl::Stream* s = impl_->stream_of(stream);
-  if (!s || !s->in_call) return;
-  if (s->closed) {
-    ++impl_->stats.answered_late;
-  } else {
-    impl_->respond(stream, *s, response);
-  }
-  impl_->end_call(stream, *s);
+  impl_->end_call(stream, now_ns, [&](Impl::Stream& s) { impl_->respond(stream, s, response); });
 }
 
 void H2Session::fail(int32_t stream, wire::Code code, std::string_view message, int64_t now_ns) {
-  impl_->now = now_ns;
-  Impl::Stream* s = impl_->stream_of(stream);
-  if (!s || !s->in_call) return;
-  if (s->closed) {
-    ++impl_->stats.answered_late;
-  } else {
-    impl_->refuse(stream, *s, {code, message, 200}, /*before_call=*/false);
-  }
-  impl_->end_call(stream, *s);
+  impl_->end_call(stream, now_ns, [&](Impl::Stream& s) { impl_->refuse(stream, s, {code, message, 200}, false); });
 }
 
 void H2Session::take_output(std::string& out) {

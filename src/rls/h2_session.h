@@ -37,15 +37,15 @@ struct H2SessionOptions {
 struct H2Call {
   int32_t stream = 0;
   wire::Method method = wire::Method::kUnknown;
-  std::string request;                          // the message, without its prefix
+  std::string request;                              // the message, without its prefix
   std::optional<std::chrono::nanoseconds> timeout;  // from grpc-timeout, from when it opened
   int64_t opened_ns = 0;
 };
 
 struct H2SessionStats {
-  uint64_t calls = 0;         // handed out by take_calls()
-  uint64_t refused = 0;       // streams answered with a refusal (grpc_wire's) before any call
-  uint64_t answered_late = 0; // answers to streams already closed (the peer gave up): dropped
+  uint64_t calls = 0;          // handed out by take_calls()
+  uint64_t refused = 0;        // streams answered with a refusal (grpc_wire's) before any call
+  uint64_t answered_late = 0;  // answers to streams already closed (the peer gave up): dropped
   uint64_t malformed_timeouts = 0;
 };
 

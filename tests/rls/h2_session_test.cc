@@ -38,7 +38,9 @@ bool pump(H2Client& c, H2Session& s, int64_t now) {
 TEST(H2Session, EnvoysCallComesOutWholeAndItsAnswerGoesBackWithTrailers) {
   H2Session server;
   H2Client client;
-  const std::string request = "\x0a\x05" "bench";  // any bytes: the session does not parse them
+  const std::string request =
+      "\x0a\x05"
+      "bench";  // any bytes: the session does not parse them
   const int32_t id = client.call(kShould, wire::frame_message(request), false, {{"grpc-timeout", "20m"}});
   ASSERT_TRUE(pump(client, server, 5 * kMs));
   std::vector<H2Call> calls = server.take_calls();

@@ -49,9 +49,9 @@ class H2Client {
   // A request; `body` is sent whole with END_STREAM, or never (`hold`: HEADERS only, for resets).
   int32_t call(std::string_view path, std::string body, bool hold = false,
                std::vector<std::pair<std::string, std::string>> extra = {}) {
-    std::vector<nghttp2_nv> fields = {nv(":method", "POST"), nv(":scheme", "http"), nv(":path", path),
-                                      nv(":authority", "ratelimit"), nv("te", "trailers"),
-                                      nv("content-type", "application/grpc")};
+    std::vector<nghttp2_nv> fields = {nv(":method", "POST"), nv(":scheme", "http"),
+                                      nv(":path", path),     nv(":authority", "ratelimit"),
+                                      nv("te", "trailers"),  nv("content-type", "application/grpc")};
     for (const auto& [k, v] : extra) fields.push_back(nv(k, v));
     bodies_.push_back({std::move(body), 0, hold});
     nghttp2_data_provider provider{};
