@@ -88,6 +88,22 @@ TEST(H2Session, WhatCannotBeServedIsAnsweredTrailersOnlyAndNeverBecomesACall) {
   EXPECT_EQ(server.budget().in_flight(), 0u);
 }
 
+TEST(H2Session, HeadersOverTheListCapAreRefusedResourceExhaustedAndTheConnectionLives) {
+  H2Session server;  // 16 KiB, as HTTP/2 counts a header list
+  H2Client client;
+  const int32_t big =
+      client.call(kShould, wire::frame_message("q"), false, {{"x-padding", std::string(20 * 1024, 'p')}});
+  ASSERT_TRUE(pump(client, server, 0));
+  EXPECT_TRUE(server.take_calls().empty());
+  EXPECT_EQ(client.responses[big].headers.at("grpc-status"), "8");
+  EXPECT_TRUE(client.responses[big].closed);
+  const int32_t next = client.call(kShould, wire::frame_message("q"));
+  ASSERT_TRUE(pump(client, server, 0));
+  const std::vector<H2Call> calls = server.take_calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].stream, next);
+}
+
 TEST(H2Session, RapidResetEndsTheConnectionWithEnhanceYourCalmAndNoWorkIsDone) {
   H2Session server;
   H2Client client;
