@@ -5,7 +5,7 @@
 // (scripts/rls-latency measures both in one run).
 //
 //   tollgate-rls-noop --listen 127.0.0.1:PORT|unix:PATH   # serves until SIGTERM or SIGINT
-//   tollgate-rls-noop --engine nghttp2 --listen 127.0.0.1:PORT   # the same on libnghttp2, if built
+//   tollgate-rls-noop --engine nghttp2 --listen 127.0.0.1:PORT   # the same on our own HTTP/2
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -15,9 +15,7 @@
 #include <string>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
-#ifdef TOLLGATE_NOOP_NGHTTP2
 #include "rls_noop_h2.h"
-#endif
 
 namespace {
 
@@ -44,18 +42,12 @@ int main(int argc, char** argv) {
   std::string engine = "grpc";
   app.add_option("--listen", listen, "HOST:PORT or unix:PATH")->required();
   app.add_option("--engine", engine,
-                 "grpc: gRPC C++'s callback server; nghttp2: libnghttp2 on one thread (docs/rls-h2-plan.md's "
+                 "grpc: gRPC C++'s callback server; nghttp2: the daemon's own HTTP/2 session on one thread "
+                 "(docs/rls-h2-plan.md's "
                  "phase 0; TCP only)")
       ->check(CLI::IsMember({"grpc", "nghttp2"}));
   CLI11_PARSE(app, argc, argv);
-  if (engine == "nghttp2") {
-#ifdef TOLLGATE_NOOP_NGHTTP2
-    return tollgate::bench::serve_nghttp2(listen);
-#else
-    std::fprintf(stderr, "tollgate-rls-noop: built without libnghttp2 (libnghttp2-dev)\n");
-    return 2;
-#endif
-  }
+  if (engine == "nghttp2") return tollgate::bench::serve_nghttp2(listen);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);

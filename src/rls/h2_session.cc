@@ -28,7 +28,6 @@ struct H2Session::Impl {
     bool closed = false;
     std::string response;  // the framed message being sent
     size_t sent = 0;
-    std::string status, message;  // the status fields' values
   };
 
   explicit Impl(H2SessionOptions o) : options(o), budget(o.budget) {
@@ -64,11 +63,10 @@ struct H2Session::Impl {
     if (s.answered) return;
     s.answered = true;
     if (before_call) ++stats.refused;
-    s.status = std::to_string(int(r.code));
-    s.message = wire::percent_encode(r.message);
-    const std::string http = std::to_string(r.http_status);
+    const std::string http = std::to_string(r.http_status), status = std::to_string(int(r.code)),
+                      message = wire::percent_encode(r.message);
     const nghttp2_nv nv[] = {field(":status", http), field("content-type", "application/grpc"),
-                             field("grpc-status", s.status), field("grpc-message", s.message)};
+                             field("grpc-status", status), field("grpc-message", message)};
     nghttp2_submit_response(session, id, nv, 4, nullptr);  // copies the fields
   }
 
