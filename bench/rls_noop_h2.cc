@@ -2,21 +2,17 @@
 // of our own by the daemon's HTTP/2 session (src/rls/h2_session.h, on libnghttp2) instead of by
 // gRPC C++ (docs/rls-h2-plan.md, phase 0). It answers ShouldRateLimit with one OK status per
 // descriptor, as the grpc++ engine does, so that scripts/rls-latency can put the two side by
-// side, and scripts/rls-rapid-reset can attack it. A spike, not a server: TCP only, no TLS, no
-// deadlines, no health service.
+// side, and scripts/rls-rapid-reset can attack it. TCP only, no TLS, no deadlines, no health.
 #include "rls_noop_h2.h"
 
-#include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/write.hpp>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
-#include "rls/h2_session.h"
+#include "rls/h2_connection.h"
 
 namespace tollgate::bench {
 namespace {
@@ -25,69 +21,35 @@ namespace asio = boost::asio;
 namespace pb = envoy::service::ratelimit::v3;
 using tcp = asio::ip::tcp;
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// One connection: the daemon's own HTTP/2 session (rls/h2_session.h, with its reset budget)
-// between the socket and an answer of OK per descriptor.
-class Connection : public std::enable_shared_from_this<Connection> {
+// An answer of OK per descriptor, on the daemon's own HTTP/2 connection (rls/h2_connection.h,
+// with its reset budget and bounds).
+class NoopCalls final : public rls::CallServer {
  public:
-  explicit Connection(tcp::socket socket) : socket_(std::move(socket)) {}
-
-  void start() {
-    socket_.set_option(tcp::no_delay(true));
-    flush();
-    read();
-  }
-
- private:
-  void read() {
-    socket_.async_read_some(asio::buffer(in_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-      if (ec) return;
-      const int64_t now = now_ns();
-      const bool open = self->session_.receive({self->in_.data(), n}, now);
-      for (const rls::H2Call& call : self->session_.take_calls()) self->answer(call, now);
-      self->flush();
-      if (open && !self->session_.finished()) self->read();
-    });
-  }
-
-  void answer(const rls::H2Call& call, int64_t now) {
+  void serve(const rls::H2Call& call, rls::H2Session& session, int64_t now) override {
     pb::RateLimitRequest request;
     if (call.method != rls::wire::Method::kShouldRateLimit || !request.ParseFromString(call.request)) {
-      return session_.fail(call.stream, rls::wire::Code::kUnimplemented, "the noop answers ShouldRateLimit only", now);
+      return session.fail(call.stream, rls::wire::Code::kUnimplemented, "the noop answers ShouldRateLimit only", now);
     }
     pb::RateLimitResponse response;
     response.set_overall_code(pb::RateLimitResponse::OK);
     for (int i = 0; i < request.descriptors_size(); ++i) response.add_statuses()->set_code(pb::RateLimitResponse::OK);
-    session_.answer(call.stream, response.SerializeAsString(), now);
+    session.answer(call.stream, response.SerializeAsString(), now);
   }
-
-  // Everything the session has to send, in one write at a time.
-  void flush() {
-    if (writing_) return;
-    out_.clear();
-    session_.take_output(out_);
-    if (out_.empty()) return;
-    writing_ = true;
-    asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
-      self->writing_ = false;
-      if (!ec) self->flush();
-    });
-  }
-
-  tcp::socket socket_;
-  rls::H2Session session_;
-  std::array<char, 16384> in_{};
-  std::string out_;
-  bool writing_ = false;
 };
+
+NoopCalls noop_calls;
+const rls::H2ConnectionOptions connection_options;
 
 void accept(tcp::acceptor& acceptor) {
   acceptor.async_accept([&acceptor](boost::system::error_code ec, tcp::socket socket) {
-    if (!ec) std::make_shared<Connection>(std::move(socket))->start();
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);
+      const auto protocol = socket.local_endpoint().protocol();
+      rls::H2Connection::Socket generic(acceptor.get_executor(),
+                                        asio::generic::stream_protocol(protocol.family(), protocol.protocol()),
+                                        socket.release());
+      std::make_shared<rls::H2Connection>(std::move(generic), noop_calls, connection_options, nullptr)->start();
+    }
     if (acceptor.is_open()) accept(acceptor);
   });
 }

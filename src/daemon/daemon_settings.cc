@@ -259,6 +259,17 @@ std::vector<DaemonSetting> make_rows() {
   add(text("rls-listen", &DaemonOptions::rls_listen, "HOST:PORT|unix:PATH",
            "Serve Envoy's rate limit service (gRPC envoy.service.ratelimit.v3 and grpc.health.v1) on HOST:PORT or "
            "unix:PATH (loopback advised: the service has no authentication). Needs --rls-config"));
+  add({"rls-server", SettingShape::kValue, "{grpc,native}",
+       "What serves --rls-listen: grpc, gRPC C++ (the default), or native, tollgate's own HTTP/2 on libnghttp2, which "
+       "sees every frame before any work (it holds against HTTP/2 rapid reset) and decides on a thread of its own. "
+       "native has no TLS and no health Watch yet (Check is served)",
+       [](std::string_view t, DaemonOptions& o) {
+    size_t i = 0;
+    std::string why = parse_choice_setting(t, {"grpc", "native"}, i);
+    if (why.empty()) o.rls_native = i == 1;
+    return why;
+       },
+       [](const DaemonOptions& o) { return std::string(o.rls_native ? "native" : "grpc"); }});
   add(text("rls-config", &DaemonOptions::rls_config, "PATH",
            "envoyproxy/ratelimit config: a YAML file, or a directory of *.yaml files with one domain each; reloaded "
            "on SIGHUP and when a file changes (a broken one leaves the last good config in force)"));

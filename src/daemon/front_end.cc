@@ -160,6 +160,7 @@ class RateLimitService final : public FrontEnd {
                                "--rls-insecure to serve it without)");
     }
     rls::RlsServerOptions r;
+    r.engine = o.rls_native ? rls::RlsServerOptions::Engine::kNative : rls::RlsServerOptions::Engine::kGrpc;
     r.listen = o.rls_listen;
     r.response_headers = o.rls_response_headers;
     r.response_metadata = o.rls_response_metadata;
@@ -184,7 +185,7 @@ class RateLimitService final : public FrontEnd {
       spdlog::warn("rate limit service listens on {}, which is not loopback, without mutual TLS (--rls-insecure)",
                    server_->address());
     }
-    spdlog::info("rate limit service (gRPC{}) on {}, {} domains from {}",
+    spdlog::info("rate limit service ({}{}) on {}, {} domains from {}", o.rls_native ? "native HTTP/2" : "gRPC",
                  server_->is_mutual_tls() ? ", mutual TLS"
                  : server_->is_tls()      ? ", TLS"
                                           : "",

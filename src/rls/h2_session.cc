@@ -196,7 +196,8 @@ struct H2Session::Impl {
   std::unordered_map<int32_t, Stream> streams;  // node-based: references stay valid
   std::vector<H2Call> calls;
   int64_t now = 0;
-  bool goaway = false;
+  bool goaway = false;  // ENHANCE_YOUR_CALM (R2)
+  bool graceful_goaway = false;
   bool fatal = false;
 };
 
@@ -219,6 +220,13 @@ void H2Session::answer(int32_t stream, std::string_view response, int64_t now_ns
 
 void H2Session::fail(int32_t stream, wire::Code code, std::string_view message, int64_t now_ns) {
   impl_->end_call(stream, now_ns, [&](Impl::Stream& s) { impl_->refuse(stream, s, {code, message, 200}, false); });
+}
+
+void H2Session::goaway() {
+  if (impl_->fatal || impl_->goaway || impl_->graceful_goaway) return;
+  impl_->graceful_goaway = true;
+  nghttp2_submit_goaway(impl_->session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(impl_->session),
+                        NGHTTP2_NO_ERROR, nullptr, 0);
 }
 
 void H2Session::take_output(std::string& out) {

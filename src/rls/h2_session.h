@@ -65,6 +65,9 @@ class H2Session {
   // A call whose stream has closed meanwhile is let go (counted); every call taken gets one.
   void answer(int32_t stream, std::string_view response, int64_t now_ns);
   void fail(int32_t stream, wire::Code code, std::string_view message, int64_t now_ns);
+  // Asks the peer to open no more streams (GOAWAY NO_ERROR): those open are still served, then
+  // finished() turns true. For a drain, an idle connection or one past its age.
+  void goaway();
   // Everything to send now (appended to `out`).
   void take_output(std::string& out);
   // True when neither side wants more (a GOAWAY done, or a fatal error).

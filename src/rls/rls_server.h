@@ -31,6 +31,11 @@
 namespace tollgate::rls {
 
 struct RlsServerOptions {
+  // What serves the calls: gRPC C++ 1.51 (the default), or our own HTTP/2 on libnghttp2, every
+  // frame seen before any work (docs/rls-h2-plan.md; no TLS and no health Watch yet), its calls
+  // decided on a thread of its own (decide_on_grpc_threads must be set).
+  enum class Engine { kGrpc, kNative };
+  Engine engine = Engine::kGrpc;
   std::string listen;                    // "HOST:PORT", "tcp:HOST:PORT" or "unix:PATH"
   size_t max_pending = 4096;             // calls queued for the node at most; beyond: RESOURCE_EXHAUSTED
   size_t max_pending_bytes = 16u << 20;  // and their requests' bytes (as serialized) at most, likewise

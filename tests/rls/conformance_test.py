@@ -77,8 +77,12 @@ def port_open(port):
         return False
 
 
+# Which engine serves the calls (--rls-server): ctest runs the cases against both.
+ENGINE = os.environ.get("TOLLGATE_RLS_SERVER", "grpc")
+
+
 def daemon_args(name, workdir, config, rls_port, extra=()):
-    """A lone tollgated (static membership of itself) serving the RLS on rls_port."""
+    """A lone tollgated (static membership of itself) serving the RLS on rls_port with ENGINE."""
     gossip_port = free_port()
     peers = os.path.join(workdir, name + ".peers")
     with open(peers, "w") as f:
@@ -86,7 +90,7 @@ def daemon_args(name, workdir, config, rls_port, extra=()):
     return [TOLLGATED, "--node-id", name, "--bind", "127.0.0.1:%d" % gossip_port,
             "--listen", "unix:" + os.path.join(workdir, name + ".sock"), "--membership", "static",
             "--peers-file", peers, "--insecure-gossip", "--mode", "mesh",
-            "--rls-config", config, "--rls-listen", "127.0.0.1:%d" % rls_port] + list(extra)
+            "--rls-config", config, "--rls-listen", "127.0.0.1:%d" % rls_port, "--rls-server", ENGINE] + list(extra)
 
 
 class Daemon:

@@ -77,7 +77,9 @@ class RlsServerTest : public ::testing::Test {
   void start(size_t max_pending, bool on_grpc_threads = false, size_t max_pending_bytes = 16u << 20,
              size_t max_connections_per_client = 256) {
     RlsServerOptions options;
+    options.engine = engine_;
     options.listen = "127.0.0.1:0";
+    options.handshake_timeout = handshake_timeout_;
     options.max_pending = max_pending;
     options.max_pending_bytes = max_pending_bytes;
     options.decide_on_grpc_threads = on_grpc_threads;
@@ -110,6 +112,9 @@ class RlsServerTest : public ::testing::Test {
   }
 
   int64_t stat(const std::string& name) { return rls::stat(server_->stats(), name); }
+
+  RlsServerOptions::Engine engine_ = RlsServerOptions::Engine::kGrpc;
+  std::chrono::milliseconds handshake_timeout_{std::chrono::seconds(10)};
 
   // Run by the test (decide_queued is posted once the call is queued); the guard keeps a poll
   // with nothing to do from stopping it.
@@ -203,9 +208,24 @@ TEST_F(RlsServerTest, ShutdownAnswersWhatTheNodeNeverReached) {
   EXPECT_EQ(stat("rls_unavailable"), 1);
 }
 
+std::string engine_name(const ::testing::TestParamInfo<RlsServerOptions::Engine>& p) {
+  return p.param == RlsServerOptions::Engine::kGrpc ? "grpc" : "native";
+}
+
+// What follows holds for both engines: gRPC C++ deciding on its threads, and our own HTTP/2
+// deciding on its thread (--rls-server native), driven by the same gRPC C++ client.
+class RlsEngineTest : public RlsServerTest, public ::testing::WithParamInterface<RlsServerOptions::Engine> {
+ protected:
+  RlsEngineTest() { engine_ = GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Engines, RlsEngineTest,
+                         ::testing::Values(RlsServerOptions::Engine::kGrpc, RlsServerOptions::Engine::kNative),
+                         engine_name);
+
 // tollgated --threads 2 and up: the handler is safe from any thread, and a call is decided on
-// the gRPC thread that read it. The node's io_context is never run here.
-TEST_F(RlsServerTest, OnGrpcThreadsACallIsDecidedAndAnsweredWithoutTheNodesThread) {
+// the thread that read it. The node's io_context is never run here.
+TEST_P(RlsEngineTest, DecidedWhereReadACallIsAnsweredWithoutTheNodesThread) {
   start(16, true);
   EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
   EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
@@ -216,7 +236,7 @@ TEST_F(RlsServerTest, OnGrpcThreadsACallIsDecidedAndAnsweredWithoutTheNodesThrea
   EXPECT_EQ(node_io_.poll(), 0u);  // nothing was posted to the node
 }
 
-TEST_F(RlsServerTest, OnGrpcThreadsCallsAfterStopAreUnavailableUncharged) {
+TEST_P(RlsEngineTest, DecidedWhereReadCallsAfterStopAreUnavailableUncharged) {
   start(16, true);
   EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
   server_->stop();  // the node is leaving: it seals what was charged, so nothing may be charged after
@@ -227,7 +247,7 @@ TEST_F(RlsServerTest, OnGrpcThreadsCallsAfterStopAreUnavailableUncharged) {
 
 // A decision that throws on a gRPC thread answers that call INTERNAL and leaves the server
 // serving (issue 37, item 2).
-TEST_F(RlsServerTest, OnGrpcThreadsADecisionThatThrowsAnswersInternalAndTheNextIsServed) {
+TEST_P(RlsEngineTest, DecidedWhereReadADecisionThatThrowsAnswersInternalAndTheNextIsServed) {
   start(16, true);
   handler_.throw_next = true;
   const grpc::Status failed = call_async(std::chrono::seconds(20)).get();
@@ -240,7 +260,7 @@ TEST_F(RlsServerTest, OnGrpcThreadsADecisionThatThrowsAnswersInternalAndTheNextI
 // stop() while calls are being decided on gRPC's threads: every call is either decided (OK, and
 // charged before stop() returned) or answered UNAVAILABLE uncharged, never charged after stop()
 // returned, when the node seals what it will send (issue 37, item 2, under TSan too).
-TEST_F(RlsServerTest, OnGrpcThreadsStopRacingCallsInFlightChargesNothingAfterIt) {
+TEST_P(RlsEngineTest, DecidedWhereReadStopRacingCallsInFlightChargesNothingAfterIt) {
   start(16, true);
   std::atomic<bool> go{true};
   std::atomic<int64_t> ok{0}, unavailable{0}, other{0};
@@ -295,7 +315,7 @@ bool closed_by_server(int fd, std::chrono::milliseconds limit) {
 // itself and hands each connection to gRPC through a gate. A client at its cap (here every
 // local process, 127.0.0.1, capped at 4) cannot lock out the connection carrying calls:
 // each newcomer takes the place of the oldest connection that carried nothing.
-TEST_F(RlsServerTest, AtAClientsCapANewcomerTakesThePlaceOfAHalfOpenConnectionNotOneCarryingCalls) {
+TEST_P(RlsEngineTest, AtAClientsCapANewcomerTakesThePlaceOfAHalfOpenConnectionNotOneCarryingCalls) {
   start(16, /*on_grpc_threads=*/true, 16u << 20, /*max_connections_per_client=*/4);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(call_async(std::chrono::seconds(20)).get().ok());  // > 1 KiB received
   std::vector<int> silent;
@@ -321,7 +341,26 @@ TEST_F(RlsServerTest, AtAClientsCapANewcomerTakesThePlaceOfAHalfOpenConnectionNo
 // connect, and let every request through); a second server refuses a socket another process
 // serves instead of replacing it, and a TCP port already bound (gRPC sets SO_REUSEPORT by
 // default, so a second process could answer part of Envoy's calls).
-TEST(RlsListener, AUnixSocketHasMode0660WhateverTheUmaskAndALiveOneIsNotTakenOver) {
+// --rls-server native: a connection that never sends HTTP/2's preface is closed once the
+// handshake timeout passes, and counted; the client's channel is not.
+TEST_F(RlsServerTest, NativeClosesAConnectionThatNeverSendsThePrefaceAtTheHandshakeTimeout) {
+  engine_ = RlsServerOptions::Engine::kNative;
+  handshake_timeout_ = std::chrono::milliseconds(300);
+  start(16, true);
+  const int fd = connect_silently(server_->address());
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(closed_by_server(fd, std::chrono::seconds(20)));
+  ::close(fd);
+  EXPECT_TRUE(wait_until([&] { return stat("rls_connections_cut") == 1; }));
+  EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
+}
+
+class RlsListener : public ::testing::TestWithParam<RlsServerOptions::Engine> {};
+INSTANTIATE_TEST_SUITE_P(Engines, RlsListener,
+                         ::testing::Values(RlsServerOptions::Engine::kGrpc, RlsServerOptions::Engine::kNative),
+                         engine_name);
+
+TEST_P(RlsListener, AUnixSocketHasMode0660WhateverTheUmaskAndALiveOneIsNotTakenOver) {
   boost::asio::io_context io;
   CountingHandler handler;
   const std::string dir = ::testing::TempDir() + "tollgate-rls-sock-" + std::to_string(::getpid());
@@ -330,6 +369,8 @@ TEST(RlsListener, AUnixSocketHasMode0660WhateverTheUmaskAndALiveOneIsNotTakenOve
   const auto config = parse_rls_config(
       {{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
   RlsServerOptions options;
+  options.engine = GetParam();
+  options.decide_on_grpc_threads = true;
   options.listen = "unix:" + path;
   const mode_t before = ::umask(0027);
   RlsServer first(io, handler, options);
@@ -349,18 +390,25 @@ TEST(RlsListener, AUnixSocketHasMode0660WhateverTheUmaskAndALiveOneIsNotTakenOve
   ::rmdir(dir.c_str());
 }
 
-TEST(RlsListener, ATcpPortAnotherServerHoldsIsRefused) {
+TEST_P(RlsListener, ATcpPortAnotherServerHoldsIsRefused) {
   boost::asio::io_context io;
   CountingHandler handler;
   const auto config = parse_rls_config(
       {{"rls.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"}});
   RlsServerOptions options;
+  options.engine = GetParam();
+  options.decide_on_grpc_threads = true;
   options.listen = "127.0.0.1:0";
   RlsServer first(io, handler, options);
   ASSERT_EQ(first.start(config), "");
   options.listen = first.address();
   RlsServer second(io, handler, options);
-  EXPECT_NE(second.start(config).find("cannot serve gRPC on " + first.address()), std::string::npos);
+  const std::string refused = second.start(config);
+  EXPECT_NE(refused.find((GetParam() == RlsServerOptions::Engine::kGrpc ? "cannot serve gRPC on "
+                                                                        : "cannot serve the rate limit service on ") +
+                         first.address()),
+            std::string::npos)
+      << refused;
   second.shutdown();
   first.shutdown();
 }

@@ -1,0 +1,227 @@
+// The rate limit service on our own HTTP/2 (--rls-server native; docs/rls-h2-plan.md): one
+// thread of its own accepts, reads every connection (h2_connection.h) and decides each whole
+// call right there through the call path, the node's checks being safe from any thread. No
+// queue and no hop: a call costs its frames, its proto and the decision. TCP connections pass
+// the same gate as the gRPC engine's (connection_gate.h). Not yet: TLS, and health Watch
+// (answered UNIMPLEMENTED; Check is served).
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "api/endpoint.h"
+#include "grpc/health/v1/health.pb.h"
+#include "request/listener.h"
+#include "rls/connection_gate.h"
+#include "rls/engine.h"
+#include "rls/h2_connection.h"
+
+namespace tollgate::rls {
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+namespace health = grpc::health::v1;
+
+H2ConnectionOptions connection_options(const RlsServerOptions& o) {
+  H2ConnectionOptions c;
+  c.session.max_header_list_bytes = o.max_metadata_bytes;
+  c.session.max_message_bytes = o.max_request_bytes;
+  c.session.max_concurrent_streams = o.max_streams_per_connection;
+  c.session.budget.max_in_flight = o.max_streams_per_connection;
+  c.handshake_timeout = o.handshake_timeout;
+  c.idle_timeout = o.max_connection_idle;
+  c.max_age = o.max_connection_age;
+  c.age_grace = o.max_connection_age_grace;
+  return c;
+}
+
+class NativeEngine final : public RlsEngine, public CallServer {
+ public:
+  NativeEngine(const RlsServerOptions& options, CallPath& path)
+      : options_(options), path_(path), connection_options_(connection_options(options)) {}
+  ~NativeEngine() override { shutdown(); }
+
+  std::string start() override {
+    if (!options_.tls_cert.empty() || !options_.tls_client_ca.empty()) {
+      return "TLS is not served by --rls-server native yet: use --rls-server grpc for TLS";
+    }
+    if (!options_.decide_on_grpc_threads) {
+      return "--rls-server native decides on its own thread: the node's checks must be safe from any thread";
+    }
+    std::string why;
+    std::string text = options_.listen;
+    if (!text.starts_with("unix:") && !text.starts_with("tcp:")) text = "tcp:" + text;
+    const auto endpoint = api::parse_endpoint(text, &why);
+    if (!endpoint) return why;
+    loopback_ = endpoint->is_loopback();
+    listener_ = std::make_shared<request::Listener>(io_, *endpoint);
+    if (std::string error = listener_->listen(options_.unix_socket_mode); !error.empty()) {
+      listener_.reset();
+      if (endpoint->kind == api::Endpoint::Kind::kUnix) return endpoint->path + ": " + error;
+      return "cannot serve the rate limit service on " + options_.listen + ": " + error;
+    }
+    tcp_ = listener_->tcp();
+    const api::Endpoint& bound = listener_->bound();
+    if (tcp_) {
+      const bool v6 = bound.host.find(':') != std::string::npos;
+      address_ = (v6 ? "[" + bound.host + "]" : bound.host) + ":" + std::to_string(bound.port);
+    } else {
+      address_ = "unix:" + bound.path;
+    }
+    listener_->accept([this](const boost::system::error_code& ec, request::Listener::Socket socket) {
+      if (!ec) admit(std::move(socket));
+    });
+    sweep_soon();
+    thread_ = std::thread([this] { io_.run(); });
+    return {};
+  }
+
+  const std::string& address() const override { return address_; }
+  bool is_loopback() const override { return loopback_; }
+  bool is_tls() const override { return false; }
+  bool is_mutual_tls() const override { return false; }
+  void drain() override { serving_.store(false); }
+  void stop() override { path_.stop(); }
+
+  // Closes the listener, sends every connection GOAWAY and gives them a second to read their
+  // answers, then closes what is left.
+  void shutdown() override {
+    if (shut_down_.exchange(true) || !thread_.joinable()) return;
+    boost::asio::post(io_, [this] {
+      listener_->close();
+      sweep_timer_.cancel();
+      const auto live = connections_;  // a connection that ends erases itself
+      for (const auto& [raw, weak] : live) {
+        if (auto c = weak.lock()) c->goaway();
+      }
+      if (connections_.empty()) return;
+      shutdown_timer_.expires_after(std::chrono::seconds(1));
+      shutdown_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (ec) return;
+        const auto left = connections_;  // close() erases from connections_
+        for (const auto& [raw, weak] : left) {
+          if (auto c = weak.lock()) c->close();
+        }
+      });
+    });
+    thread_.join();
+    gate_.reset();
+  }
+
+  // The io thread: one whole call, answered now.
+  void serve(const H2Call& call, H2Session& session, int64_t now_ns) override {
+    switch (call.method) {
+      case wire::Method::kShouldRateLimit:
+        return rate_limit(call, session, now_ns);
+      case wire::Method::kHealthCheck:
+        return health_check(call, session, now_ns);
+      default:
+        return session.fail(call.stream, wire::Code::kUnimplemented,
+                            "health Watch is not served by --rls-server native yet: use Check", now_ns);
+    }
+  }
+
+ private:
+  void rate_limit(const H2Call& call, H2Session& session, int64_t now_ns) {
+    ++path_.calls;
+    if (call.timeout && now_ns - call.opened_ns >= call.timeout->count()) {
+      ++path_.deadline_expired;
+      return session.fail(call.stream, wire::Code::kDeadlineExceeded, "the deadline passed before the check ran",
+                          now_ns);
+    }
+    if (!request_.ParseFromString(call.request)) {
+      return session.fail(call.stream, wire::Code::kInternal, "the request is not a RateLimitRequest", now_ns);
+    }
+    Plan plan;
+    if (std::string why = path_.plan(request_, plan); !why.empty()) {
+      return session.fail(call.stream, wire::Code::kInvalidArgument, why, now_ns);
+    }
+    Decided decided;
+    path_.decide_here(plan, decided);
+    if (decided.status != wire::Code::kOk) return session.fail(call.stream, decided.status, decided.message, now_ns);
+    response_.Clear();
+    path_.respond(request_, plan, decided, response_);
+    response_.SerializeToString(&bytes_);
+    session.answer(call.stream, bytes_, now_ns);
+  }
+
+  // grpc.health.v1 Check: "" is the server as a whole, SERVING until drain(); nothing else is known.
+  void health_check(const H2Call& call, H2Session& session, int64_t now_ns) {
+    ++path_.health_checks;
+    health::HealthCheckRequest request;
+    if (!request.ParseFromString(call.request)) {
+      return session.fail(call.stream, wire::Code::kInternal, "the request is not a HealthCheckRequest", now_ns);
+    }
+    if (!request.service().empty()) return session.fail(call.stream, wire::Code::kNotFound, "unknown service", now_ns);
+    health::HealthCheckResponse response;
+    response.set_status(serving_.load() ? health::HealthCheckResponse::SERVING
+                                        : health::HealthCheckResponse::NOT_SERVING);
+    session.answer(call.stream, response.SerializeAsString(), now_ns);
+  }
+
+  // The io thread: a new connection, through the gate (TCP), then served.
+  void admit(request::Listener::Socket socket) {
+    if (shut_down_.load()) return;
+    if (tcp_) {
+      ConnectionGate::Held held;
+      if (!describe_for_gate(socket.native_handle(), held).empty()) return;  // gone already, say
+      gate_->admit(held);
+      path_.connections_evicted.store(gate_->evicted());
+      path_.connections_open.store(int64_t(gate_->open()));
+    }
+    ++path_.connections_accepted;
+    auto c = std::make_shared<H2Connection>(std::move(socket), *this, connection_options_,
+                                            [this](H2Connection& ended, H2End how, const H2SessionStats& stats) {
+                                              path_.streams_refused += int64_t(stats.refused);
+                                              if (how == H2End::kCut) ++path_.connections_cut;
+                                              connections_.erase(&ended);
+                                              if (shut_down_.load() && connections_.empty()) shutdown_timer_.cancel();
+                                            });
+    connections_.emplace(c.get(), c);
+    c->start();
+  }
+
+  // The io thread: forget the connections closed since, every second.
+  void sweep_soon() {
+    sweep_timer_.expires_after(std::chrono::seconds(1));
+    sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      gate_->sweep();
+      path_.connections_open.store(int64_t(gate_->open()));
+      sweep_soon();
+    });
+  }
+
+  const RlsServerOptions& options_;
+  CallPath& path_;
+  const H2ConnectionOptions connection_options_;
+  boost::asio::io_context io_{1};
+  std::shared_ptr<request::Listener> listener_;
+  boost::asio::steady_timer sweep_timer_{io_}, shutdown_timer_{io_};
+  std::unique_ptr<ConnectionGate> gate_ = std::make_unique<ConnectionGate>(
+      ConnectionGate::Options{options_.max_connections, options_.max_connections_per_client}, kernel_sockets());
+  std::unordered_map<H2Connection*, std::weak_ptr<H2Connection>> connections_;
+  std::thread thread_;
+  std::string address_;
+  bool loopback_ = true, tcp_ = true;
+  std::atomic<bool> serving_{true}, shut_down_{false};
+  // Reused from call to call (the io thread's alone).
+  pb::RateLimitRequest request_;
+  pb::RateLimitResponse response_;
+  std::string bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<RlsEngine> make_native_engine(const RlsServerOptions& options, CallPath& path) {
+  return std::make_unique<NativeEngine>(options, path);
+}
+
+}  // namespace tollgate::rls
