@@ -103,7 +103,7 @@ std::span<const CallPath::Stat> CallPath::stat_table() {
         "--rls-server native: connections ended for breaking HTTP/2, for resetting half their streams "
         "(rapid reset), or for a write or handshake that timed out"},
        &CallPath::connections_cut},
-      {{"rls_health_checks", StatKind::kCounter, "--rls-server native: grpc.health.v1 Check calls answered"},
+      {{"rls_health_checks", StatKind::kCounter, "--rls-server native: grpc.health.v1 Check and Watch calls"},
        &CallPath::health_checks},
   };
   return kStats;

@@ -37,10 +37,8 @@ void H2Connection::start() {
 void H2Connection::read() {
   if (reading_ || writing_ || closing_ || ended_) return;
   reading_ = true;
-  socket_.async_read_some(boost::asio::buffer(in_), [self = shared_from_this()](
-                                                        const boost::system::error_code& ec, size_t n) {
-    self->on_read(ec, n);
-  });
+  socket_.async_read_some(boost::asio::buffer(in_), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                                size_t n) { self->on_read(ec, n); });
 }
 
 void H2Connection::on_read(const boost::system::error_code& ec, size_t n) {
@@ -73,12 +71,12 @@ void H2Connection::flush() {
   write_started_ = Clock::now();
   boost::asio::async_write(socket_, boost::asio::buffer(out_),
                            [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                             self->writing_ = false;
-                             if (self->ended_) return;
-                             if (ec) return self->end(H2End::kPeerClosed);
-                             self->flush();
-                             self->read();
-                           });
+    self->writing_ = false;
+    if (self->ended_) return;
+    if (ec) return self->end(H2End::kPeerClosed);
+    self->flush();
+    self->read();
+  });
 }
 
 // At the earliest deadline that applies, and at least every second (a write started since is
@@ -108,6 +106,8 @@ void H2Connection::on_timer() {
     return end(H2End::kCut);
   }
   if (goaway_sent_ && now - goaway_at_ >= options_.age_grace) return end(H2End::kGoaway);
+  // Idle: no call for idle_timeout and none open (a health Watch holds its stream, and is not idle).
+  if (session_.open_streams() > 0) last_call_ = now;
   if (!goaway_sent_ && (now - last_call_ >= options_.idle_timeout || now - opened_ >= options_.max_age)) goaway();
   arm_timer();
 }

@@ -4,8 +4,8 @@
 //   - input: one read of at most read_bytes per turn of the io_context (R5), and none while a
 //     write is under way, so a client that does not read its answers stops being read;
 //   - output: one write at a time, which must finish within write_timeout (else: closed);
-//   - time: the HTTP/2 preface within handshake_timeout; a connection without calls for
-//     idle_timeout, or older than max_age, is sent GOAWAY (graceful: what is open is answered)
+//   - time: the HTTP/2 preface within handshake_timeout; a connection without calls (none
+//     open, none begun) for idle_timeout, or older than max_age, is sent GOAWAY (graceful: what is open is answered)
 //     and closed after age_grace if the peer still holds it.
 // All on one io_context thread; the clock is the steady clock (the session takes it as given).
 #ifndef TOLLGATE_SRC_RLS_H2_CONNECTION_H_
@@ -58,6 +58,15 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void goaway();
   // Closes now.
   void close();
+  // Something to send outside a call (a health Watch's next message): `change` acts on the
+  // session, then what it queued is sent.
+  template <typename Change>
+  void update(Change&& change) {
+    if (ended_) return;
+    change(session_);
+    flush();
+  }
+  const H2Session& session() const { return session_; }
 
  private:
   void read();

@@ -26,8 +26,12 @@ struct H2Session::Impl {
     bool answered = false;  // our response headers submitted
     bool in_call = false;   // handed out, its answer not yet given
     bool closed = false;
-    std::string response;  // the framed message being sent
+    std::string response;  // the framed message(s) being sent
     size_t sent = 0;
+    // open_stream(): messages until end(), then trailers with end_code.
+    bool streaming = false, ending = false, deferred = false;
+    wire::Code end_code = wire::Code::kOk;
+    std::string end_message;
   };
 
   explicit Impl(H2SessionOptions o) : options(o), budget(o.budget) {
@@ -103,12 +107,28 @@ struct H2Session::Impl {
     const size_t n = std::min(length, s->response.size() - s->sent);
     std::memcpy(buf, s->response.data() + s->sent, n);
     s->sent += n;
-    if (s->sent == s->response.size()) {
+    if (s->sent < s->response.size()) return ssize_t(n);
+    if (!s->streaming) {
       *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
       const nghttp2_nv trailers[] = {field("grpc-status", "0")};  // an answer is OK; failures are trailers-only
       nghttp2_submit_trailer(session, id, trailers, 1);
+    } else if (s->ending) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      const std::string status = std::to_string(int(s->end_code)), message = wire::percent_encode(s->end_message);
+      const nghttp2_nv trailers[] = {field("grpc-status", status), field("grpc-message", message)};
+      nghttp2_submit_trailer(session, id, trailers, s->end_message.empty() ? 1 : 2);  // copies the fields
+    } else if (n == 0) {
+      s->deferred = true;  // until push() or end()
+      return NGHTTP2_ERR_DEFERRED;
     }
     return ssize_t(n);
+  }
+
+  // push() and end(): the data provider is woken if it was waiting.
+  void wake(int32_t id, Stream& s) {
+    if (!s.deferred) return;
+    s.deferred = false;
+    nghttp2_session_resume_data(session, id);
   }
 
   static int on_begin_headers(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
@@ -174,6 +194,11 @@ struct H2Session::Impl {
       nghttp2_submit_goaway(session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session),
                             NGHTTP2_ENHANCE_YOUR_CALM, nullptr, 0);
     }
+    if (s->in_call && s->streaming) {  // a server-streaming answer ends with its stream
+      self->budget.done();
+      self->streams.erase(id);
+      return 0;
+    }
     if (s->in_call) {
       auto waiting =
           std::find_if(self->calls.begin(), self->calls.end(), [&](const H2Call& c) { return c.stream == id; });
@@ -221,6 +246,44 @@ void H2Session::answer(int32_t stream, std::string_view response, int64_t now_ns
 void H2Session::fail(int32_t stream, wire::Code code, std::string_view message, int64_t now_ns) {
   impl_->end_call(stream, now_ns, [&](Impl::Stream& s) { impl_->refuse(stream, s, {code, message, 200}, false); });
 }
+
+bool H2Session::open_stream(int32_t stream, std::string_view first, int64_t now_ns) {
+  impl_->now = now_ns;
+  Impl::Stream* s = impl_->stream_of(stream);
+  if (!s || !s->in_call) return false;
+  if (s->closed) {
+    impl_->end_call(stream, now_ns, [](Impl::Stream&) {});  // counts it answered late, lets it go
+    return false;
+  }
+  s->streaming = true;
+  impl_->respond(stream, *s, first);
+  return true;
+}
+
+void H2Session::push(int32_t stream, std::string_view message) {
+  Impl::Stream* s = impl_->stream_of(stream);
+  if (!s || !s->streaming || s->ending || s->closed) return;
+  s->response.erase(0, s->sent);
+  s->sent = 0;
+  s->response += wire::frame_message(message);
+  impl_->wake(stream, *s);
+}
+
+void H2Session::end(int32_t stream, wire::Code code, std::string_view message) {
+  Impl::Stream* s = impl_->stream_of(stream);
+  if (!s || !s->streaming || s->ending || s->closed) return;
+  s->ending = true;
+  s->end_code = code;
+  s->end_message = std::string(message);
+  impl_->wake(stream, *s);
+}
+
+bool H2Session::streaming(int32_t stream) const {
+  const auto it = impl_->streams.find(stream);
+  return it != impl_->streams.end() && it->second.streaming && !it->second.ending && !it->second.closed;
+}
+
+size_t H2Session::open_streams() const { return impl_->streams.size(); }
 
 void H2Session::goaway() {
   if (impl_->fatal || impl_->goaway || impl_->graceful_goaway) return;

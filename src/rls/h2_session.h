@@ -65,6 +65,17 @@ class H2Session {
   // A call whose stream has closed meanwhile is let go (counted); every call taken gets one.
   void answer(int32_t stream, std::string_view response, int64_t now_ns);
   void fail(int32_t stream, wire::Code code, std::string_view message, int64_t now_ns);
+  // A server-streaming answer (health Watch): the response headers and `first` message now, the
+  // stream left open; push() sends another message, end() the trailers with `code`. The call is
+  // in flight (R4) until it ends or the peer closes it. False when the stream has closed
+  // meanwhile (the call is let go, as answer() does).
+  bool open_stream(int32_t stream, std::string_view first, int64_t now_ns);
+  void push(int32_t stream, std::string_view message);
+  void end(int32_t stream, wire::Code code, std::string_view message);
+  // Whether an open_stream() answer is still open and not ending.
+  bool streaming(int32_t stream) const;
+  // Streams open (a call being read, one in flight, a streaming answer).
+  size_t open_streams() const;
   // Asks the peer to open no more streams (GOAWAY NO_ERROR): those open are still served, then
   // finished() turns true. For a drain, an idle connection or one past its age.
   void goaway();

@@ -2,8 +2,8 @@
 // thread of its own accepts, reads every connection (h2_connection.h) and decides each whole
 // call right there through the call path, the node's checks being safe from any thread. No
 // queue and no hop: a call costs its frames, its proto and the decision. TCP connections pass
-// the same gate as the gRPC engine's (connection_gate.h). Not yet: TLS, and health Watch
-// (answered UNIMPLEMENTED; Check is served).
+// the same gate as the gRPC engine's (connection_gate.h). grpc.health.v1 Check and Watch are
+// served ("" only, as gRPC's default service). Not yet: TLS.
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "api/endpoint.h"
 #include "grpc/health/v1/health.pb.h"
@@ -87,7 +88,13 @@ class NativeEngine final : public RlsEngine, public CallServer {
   bool is_loopback() const override { return loopback_; }
   bool is_tls() const override { return false; }
   bool is_mutual_tls() const override { return false; }
-  void drain() override { serving_.store(false); }
+  // NOT_SERVING from now on, told to every Watch.
+  void drain() override {
+    serving_.store(false);
+    if (!thread_.joinable()) return;
+    boost::asio::post(io_,
+                      [this] { for_each_watch([this](H2Session& s, int32_t id) { s.push(id, status_message()); }); });
+  }
   void stop() override { path_.stop(); }
 
   // Closes the listener, sends every connection GOAWAY and gives them a second to read their
@@ -97,6 +104,8 @@ class NativeEngine final : public RlsEngine, public CallServer {
     boost::asio::post(io_, [this] {
       listener_->close();
       sweep_timer_.cancel();
+      for_each_watch(
+          [](H2Session& s, int32_t id) { s.end(id, wire::Code::kUnavailable, "tollgated is shutting down"); });
       const auto live = connections_;  // a connection that ends erases itself
       for (const auto& [raw, weak] : live) {
         if (auto c = weak.lock()) c->goaway();
@@ -122,11 +131,16 @@ class NativeEngine final : public RlsEngine, public CallServer {
         return rate_limit(call, session, now_ns);
       case wire::Method::kHealthCheck:
         return health_check(call, session, now_ns);
-      default:
-        return session.fail(call.stream, wire::Code::kUnimplemented,
-                            "health Watch is not served by --rls-server native yet: use Check", now_ns);
+      case wire::Method::kHealthWatch:
+        return health_watch(call, session, now_ns);
+      default:  // H2Session refuses the others before they are calls
+        return session.fail(call.stream, wire::Code::kUnimplemented, "unknown method", now_ns);
     }
   }
+
+  // A Watch holds a stream for ever: at most this many per connection, and in all.
+  static constexpr size_t kWatchesPerConnection = 16;
+  static constexpr size_t kWatches = 1024;
 
  private:
   void rate_limit(const H2Call& call, H2Session& session, int64_t now_ns) {
@@ -160,10 +174,51 @@ class NativeEngine final : public RlsEngine, public CallServer {
       return session.fail(call.stream, wire::Code::kInternal, "the request is not a HealthCheckRequest", now_ns);
     }
     if (!request.service().empty()) return session.fail(call.stream, wire::Code::kNotFound, "unknown service", now_ns);
+    session.answer(call.stream, status_message(), now_ns);
+  }
+
+  std::string status_message(bool known = true) const {
     health::HealthCheckResponse response;
-    response.set_status(serving_.load() ? health::HealthCheckResponse::SERVING
-                                        : health::HealthCheckResponse::NOT_SERVING);
-    session.answer(call.stream, response.SerializeAsString(), now_ns);
+    response.set_status(!known            ? health::HealthCheckResponse::SERVICE_UNKNOWN
+                        : serving_.load() ? health::HealthCheckResponse::SERVING
+                                          : health::HealthCheckResponse::NOT_SERVING);
+    return response.SerializeAsString();
+  }
+
+  // grpc.health.v1 Watch: the status now, then at each change (drain), on a stream left open.
+  // An unknown service is told SERVICE_UNKNOWN and the stream stays open, as the protocol says.
+  void health_watch(const H2Call& call, H2Session& session, int64_t now_ns) {
+    ++path_.health_checks;
+    health::HealthCheckRequest request;
+    if (!request.ParseFromString(call.request)) {
+      return session.fail(call.stream, wire::Code::kInternal, "the request is not a HealthCheckRequest", now_ns);
+    }
+    std::vector<int32_t>& mine = watches_[&session];
+    std::erase_if(mine, [&](int32_t id) { return !session.streaming(id); });
+    size_t all = 0;
+    for (const auto& [s, ids] : watches_) all += ids.size();
+    if (mine.size() >= kWatchesPerConnection || all >= kWatches) {
+      return session.fail(call.stream, wire::Code::kResourceExhausted, "too many health watches", now_ns);
+    }
+    if (session.open_stream(call.stream, status_message(request.service().empty()), now_ns)) {
+      mine.push_back(call.stream);
+    }
+  }
+
+  // The io thread: `fn(session, stream)` for every Watch still open, each connection's output sent.
+  template <typename Fn>
+  void for_each_watch(Fn fn) {
+    for (const auto& [raw, weak] : connections_) {
+      auto c = weak.lock();
+      if (!c) continue;
+      auto it = watches_.find(&c->session());
+      if (it == watches_.end()) continue;
+      c->update([&](H2Session& s) {
+        for (int32_t id : it->second) {
+          if (s.streaming(id)) fn(s, id);
+        }
+      });
+    }
   }
 
   // The io thread: a new connection, through the gate (TCP), then served.
@@ -179,11 +234,12 @@ class NativeEngine final : public RlsEngine, public CallServer {
     ++path_.connections_accepted;
     auto c = std::make_shared<H2Connection>(std::move(socket), *this, connection_options_,
                                             [this](H2Connection& ended, H2End how, const H2SessionStats& stats) {
-                                              path_.streams_refused += int64_t(stats.refused);
-                                              if (how == H2End::kCut) ++path_.connections_cut;
-                                              connections_.erase(&ended);
-                                              if (shut_down_.load() && connections_.empty()) shutdown_timer_.cancel();
-                                            });
+      path_.streams_refused += int64_t(stats.refused);
+      watches_.erase(&ended.session());
+      if (how == H2End::kCut) ++path_.connections_cut;
+      connections_.erase(&ended);
+      if (shut_down_.load() && connections_.empty()) shutdown_timer_.cancel();
+    });
     connections_.emplace(c.get(), c);
     c->start();
   }
@@ -208,6 +264,7 @@ class NativeEngine final : public RlsEngine, public CallServer {
   std::unique_ptr<ConnectionGate> gate_ = std::make_unique<ConnectionGate>(
       ConnectionGate::Options{options_.max_connections, options_.max_connections_per_client}, kernel_sockets());
   std::unordered_map<H2Connection*, std::weak_ptr<H2Connection>> connections_;
+  std::unordered_map<const H2Session*, std::vector<int32_t>> watches_;  // each connection's open Watch streams
   std::thread thread_;
   std::string address_;
   bool loopback_ = true, tcp_ = true;

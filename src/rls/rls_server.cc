@@ -11,7 +11,7 @@ class RlsServer::Impl {
   Impl(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options)
       : options_(std::move(options)), path_(handler, options_) {
     engine_ = options_.engine == RlsServerOptions::Engine::kNative ? make_native_engine(options_, path_)
-                                                                    : make_grpc_engine(node_io, options_, path_);
+                                                                   : make_grpc_engine(node_io, options_, path_);
   }
   ~Impl() { engine_->shutdown(); }
 

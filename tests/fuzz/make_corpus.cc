@@ -500,6 +500,17 @@ void h2_corpus() {
     c.call(kShould, "");
     write_seed("rls_h2_frames", "refusals", h2_seed(c));
   }
+  {
+    H2Client c;  // two health Watches, answered streaming, one cancelled in a later chunk
+    c.call("/grpc.health.v1.Health/Watch", std::string(5, '\0'));
+    const int32_t cancelled = c.call("/grpc.health.v1.Health/Watch", std::string(5, '\0'));
+    std::string bytes = c.output();
+    const size_t split = bytes.size() - 24;
+    c.reset(cancelled);
+    bytes += c.output();
+    write_seed("rls_h2_frames", "watches",
+               std::string(1, char(1)) + char(std::min<size_t>(split, 255)) + bytes.substr(24));
+  }
 }
 
 int main(int argc, char** argv) {

@@ -1,7 +1,8 @@
 // The rate limit service's own HTTP/2 session (src/rls/h2_session.h) as a connection reads it:
 // the client preface, then the input's bytes as the client's stream, in fuzz_util.h's
 // StreamInput chunks, at a millisecond a chunk. Every call handed out is answered at once (flag
-// bit 3 clear) or left in flight until the end (set); bit 4 answers with a failure instead.
+// bit 3 clear) or left in flight until the end (set); bit 4 answers with a failure instead. A
+// health Watch is answered streaming: its first message, one more each chunk, trailers at the end.
 // Small budgets (8 streams in flight, 4 premature closes of 16) so that inputs of a few hundred
 // bytes reach the refusals and the GOAWAY.
 //
@@ -37,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool hold = in.flags & 0x8;
   const bool fail = in.flags & 0x10;
   std::set<int32_t> handed;
-  std::vector<int32_t> held;
+  std::vector<int32_t> held, watches;
   std::string out;
   int64_t now = 0;
   bool open = session.receive(kPreface, now);
@@ -50,7 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(handed.insert(call.stream).second, "a call handed out twice");
       FUZZ_CHECK(call.method != rls::wire::Method::kUnknown, "a call to an unknown method");
       FUZZ_CHECK(call.request.size() <= o.max_message_bytes, "a call's message over the cap");
-      if (hold) {
+      if (call.method == rls::wire::Method::kHealthWatch && !fail) {
+        if (session.open_stream(call.stream, "\x08\x01", now)) watches.push_back(call.stream);
+      } else if (hold) {
         held.push_back(call.stream);
       } else if (fail) {
         session.fail(call.stream, rls::wire::Code::kUnavailable, "fuzz", now);
@@ -58,12 +61,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         session.answer(call.stream, call.request, now);
       }
     }
+    for (int32_t id : watches) session.push(id, "\x08\x02");
     FUZZ_CHECK(session.budget().in_flight() <= o.budget.max_in_flight, "work in flight over its cap");
     session.take_output(out);
     FUZZ_CHECK(out.size() <= 4096 + 64 * in.stream.size(), "output out of proportion to the input");
     out.clear();
   }
   for (int32_t id : held) session.answer(id, "", now);
+  for (int32_t id : watches) session.end(id, rls::wire::Code::kUnavailable, "fuzz");
   FUZZ_CHECK(session.budget().in_flight() <= o.budget.max_in_flight, "work in flight over its cap");
   session.take_output(out);
   return 0;

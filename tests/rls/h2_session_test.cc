@@ -65,6 +65,46 @@ TEST(H2Session, EnvoysCallComesOutWholeAndItsAnswerGoesBackWithTrailers) {
   EXPECT_EQ(server.stats().calls, 1u);
 }
 
+// Health Watch: a server-streaming answer, its messages as they come, its trailers at the end;
+// in flight until then, and let go when the peer cancels it.
+TEST(H2Session, AStreamingAnswerSendsEachMessageThenItsTrailersAndACancelFreesIt) {
+  constexpr std::string_view kWatch = "/grpc.health.v1.Health/Watch";
+  H2Session server;
+  H2Client client;
+  const int32_t ended = client.call(kWatch, wire::frame_message(""));
+  const int32_t cancelled = client.call(kWatch, wire::frame_message(""));
+  ASSERT_TRUE(pump(client, server, 0));
+  const std::vector<H2Call> calls = server.take_calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].method, wire::Method::kHealthWatch);
+  ASSERT_TRUE(server.open_stream(ended, "\x08\x01", 0));
+  ASSERT_TRUE(server.open_stream(cancelled, "\x08\x01", 0));
+  ASSERT_TRUE(pump(client, server, 0));
+  EXPECT_EQ(client.responses[ended].data, wire::frame_message("\x08\x01"));
+  EXPECT_FALSE(client.responses[ended].closed);
+  EXPECT_TRUE(server.streaming(ended));
+  EXPECT_EQ(server.budget().in_flight(), 2u);
+
+  client.reset(cancelled);
+  ASSERT_TRUE(pump(client, server, kMs));
+  EXPECT_FALSE(server.streaming(cancelled));
+  EXPECT_EQ(server.budget().in_flight(), 1u);
+  server.push(cancelled, "\x08\x02");  // gone: nothing sent, nothing kept
+
+  server.push(ended, "\x08\x02");
+  ASSERT_TRUE(pump(client, server, kMs));
+  EXPECT_EQ(client.responses[ended].data, wire::frame_message("\x08\x01") + wire::frame_message("\x08\x02"));
+  server.end(ended, wire::Code::kUnavailable, "shutting down");
+  ASSERT_TRUE(pump(client, server, kMs));
+  const H2Client::Response& r = client.responses[ended];
+  EXPECT_EQ(r.trailers.at("grpc-status"), "14");
+  EXPECT_EQ(r.trailers.at("grpc-message"), "shutting down");
+  EXPECT_TRUE(r.closed);
+  EXPECT_FALSE(server.streaming(ended));
+  EXPECT_EQ(server.budget().in_flight(), 0u);
+  EXPECT_EQ(server.budget().stats().premature, 0u) << "a Watch cancelled after its first message is no rapid reset";
+}
+
 TEST(H2Session, WhatCannotBeServedIsAnsweredTrailersOnlyAndNeverBecomesACall) {
   H2Session server;
   H2Client client;

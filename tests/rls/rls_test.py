@@ -438,6 +438,30 @@ class SingleDaemonNative(SingleDaemon):
     answers to the same calls as gRPC C++ gives."""
     EXTRA = ("--rls-server", "native")
 
+    def test_health_watch_of_an_unknown_service_is_told_so_and_watches_are_capped(self):
+        stream = self.d.health.Watch(health_pb2.HealthCheckRequest(service="nope"), timeout=WAIT_S)
+        self.assertEqual(next(stream).status, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+        # 16 watches a connection (this one holds the first): the 17th is refused, the others stay.
+        held = [self.d.health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S) for _ in range(15)]
+        for h in held:
+            self.assertEqual(next(h).status, health_pb2.HealthCheckResponse.SERVING)
+        with self.assertRaises(grpc.RpcError) as refused:
+            next(self.d.health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S))
+        self.assertEqual(refused.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        for h in held + [stream]:
+            h.cancel()
+        # Cancelled watches free their places (pruned at the next Watch).
+        wait_until("a watch served again", lambda: self.watch_serves())
+
+    def watch_serves(self):
+        w = self.d.health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S)
+        try:
+            return next(w).status == health_pb2.HealthCheckResponse.SERVING
+        except grpc.RpcError:
+            return False
+        finally:
+            w.cancel()
+
 
 class ResponseHeaders(unittest.TestCase):
     def test_ietf_draft_fields_and_retry_after(self):
@@ -643,12 +667,14 @@ descriptors:
 
 
 class Reload(unittest.TestCase):
+    EXTRA = ()
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tollgate-rls-reload-")
         self.config_dir = os.path.join(self.dir, "config")
         os.mkdir(self.config_dir)
         self.write("basic.yaml", BASIC)
-        self.d = Daemon(self.dir, "reload", self.config_dir)
+        self.d = Daemon(self.dir, "reload", self.config_dir, extra=self.EXTRA)
 
     def tearDown(self):
         self.assertEqual(self.d.stop(), 0)
@@ -711,6 +737,11 @@ descriptors:
         self.assertEqual(seen[0], health_pb2.HealthCheckResponse.SERVING)
         self.assertIn(health_pb2.HealthCheckResponse.NOT_SERVING, seen)
         self.assertEqual(self.d.proc.wait(timeout=WAIT_S), 0)
+
+
+class ReloadNative(Reload):
+    """The same reloads and the same drain (health Watch told NOT_SERVING) on --rls-server native."""
+    EXTRA = ("--rls-server", "native")
 
 
 def two_daemons(work, config_text):
