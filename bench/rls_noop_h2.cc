@@ -48,7 +48,7 @@ void accept(tcp::acceptor& acceptor) {
       rls::H2Connection::Socket generic(acceptor.get_executor(),
                                         asio::generic::stream_protocol(protocol.family(), protocol.protocol()),
                                         socket.release());
-      std::make_shared<rls::H2Connection>(std::move(generic), noop_calls, connection_options, nullptr)->start();
+      rls::make_h2_connection(std::move(generic), noop_calls, connection_options, nullptr)->start();
     }
     if (acceptor.is_open()) accept(acceptor);
   });

@@ -250,9 +250,6 @@ std::optional<int> parse_daemon_options(int argc, char** argv, DaemonOptions* o)
   if (o->rls_listen.empty() && (rls_tls || o->rls_insecure)) {
     return usage_error(std::string(o->rls_insecure ? "--rls-insecure" : "--rls-tls-*") + " is for --rls-listen");
   }
-  if (o->rls_native && rls_tls) {
-    return usage_error("--rls-server native does not serve TLS yet: drop --rls-tls-*, or use --rls-server grpc");
-  }
   if (o->rls_tls_cert.empty() != o->rls_tls_key.empty()) {
     return usage_error("--rls-tls-cert and --rls-tls-key go together: a certificate and its private key");
   }

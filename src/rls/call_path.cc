@@ -105,6 +105,12 @@ std::span<const CallPath::Stat> CallPath::stat_table() {
        &CallPath::connections_cut},
       {{"rls_health_checks", StatKind::kCounter, "--rls-server native: grpc.health.v1 Check and Watch calls"},
        &CallPath::health_checks},
+      {{"rls_tls_reloads", StatKind::kCounter,
+        "--rls-server native: --rls-tls-* files read again after a change and put in force"},
+       &CallPath::tls_reloads},
+      {{"rls_tls_reload_failures", StatKind::kCounter,
+        "--rls-server native: changed --rls-tls-* files that could not be used (the last good ones stay)"},
+       &CallPath::tls_reload_failures},
   };
   return kStats;
 }

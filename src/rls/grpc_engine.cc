@@ -5,9 +5,6 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,7 +25,6 @@
 #include <vector>
 
 #include "api/endpoint.h"
-#include "config/read_file.h"
 #include "core/clock.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "request/decision_gate.h"
@@ -37,61 +33,13 @@
 #include "rls/connection_gate.h"
 #include "rls/decide.h"
 #include "rls/engine.h"
+#include "rls/tls_context.h"
 
 namespace tollgate::rls {
 namespace {
 
 namespace pb = envoy::service::ratelimit::v3;
 using SteadyTime = std::chrono::steady_clock::time_point;
-
-// The PEM blocks of `path` as OpenSSL reads them, through `read` (PEM_read_bio_X509, ...):
-// how many there are, or an error naming the file.
-template <typename Read, typename Free>
-std::string read_pem(const std::string& path, const char* what, Read read, Free free_one, int* count,
-                     std::vector<void*>* keep = nullptr) {
-  std::string text;
-  try {
-    text = read_config_file(path, what);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  BIO* bio = BIO_new_mem_buf(text.data(), int(text.size()));
-  if (bio == nullptr) return path + ": out of memory";
-  *count = 0;
-  // Never a passphrase prompt (OpenSSL's default callback reads the terminal): an encrypted key
-  // is refused like a missing one.
-  pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
-  while (auto* item = read(bio, nullptr, no_passphrase, nullptr)) {
-    ++*count;
-    if (keep) {
-      keep->push_back(item);
-    } else {
-      free_one(item);
-    }
-  }
-  ERR_clear_error();  // the read that ended the loop
-  BIO_free(bio);
-  return *count > 0 ? "" : path + ": no PEM " + what + " in it";
-}
-
-// The TLS files checked as the server will load them: a certificate chain, its private key
-// (matching its first certificate), and the client CAs if any.
-std::string check_pem_files(const std::string& cert, const std::string& key, const std::string& client_ca) {
-  int n = 0;
-  std::vector<void*> certs;
-  if (std::string e = read_pem(cert, "certificate", PEM_read_bio_X509, X509_free, &n, &certs); !e.empty()) return e;
-  std::vector<void*> keys;
-  std::string error = read_pem(key, "private key", PEM_read_bio_PrivateKey, EVP_PKEY_free, &n, &keys);
-  if (error.empty() &&
-      X509_check_private_key(static_cast<X509*>(certs.front()), static_cast<EVP_PKEY*>(keys.front())) != 1) {
-    ERR_clear_error();
-    error = key + ": this private key is not the key of " + cert + "'s certificate";
-  }
-  for (void* c : certs) X509_free(static_cast<X509*>(c));
-  for (void* k : keys) EVP_PKEY_free(static_cast<EVP_PKEY*>(k));
-  if (!error.empty() || client_ca.empty()) return error;
-  return read_pem(client_ca, "CA certificate", PEM_read_bio_X509, X509_free, &n);
-}
 
 // One call, from the gRPC thread that read it to the finisher that answers it.
 struct Job {

@@ -4,23 +4,24 @@
 //   - input: one read of at most read_bytes per turn of the io_context (R5), and none while a
 //     write is under way, so a client that does not read its answers stops being read;
 //   - output: one write at a time, which must finish within write_timeout (else: closed);
-//   - time: the HTTP/2 preface within handshake_timeout; a connection without calls (none
-//     open, none begun) for idle_timeout, or older than max_age, is sent GOAWAY (graceful: what is open is answered)
-//     and closed after age_grace if the peer still holds it.
+//   - time: the TLS handshake and HTTP/2's preface within handshake_timeout; a connection
+//     without calls (none open, none begun) for idle_timeout, or older than max_age, is sent
+//     GOAWAY (graceful: what is open is answered) and closed after age_grace if still held.
 // All on one io_context thread; the clock is the steady clock (the session takes it as given).
 #ifndef TOLLGATE_SRC_RLS_H2_CONNECTION_H_
 #define TOLLGATE_SRC_RLS_H2_CONNECTION_H_
 
 #include <boost/asio/generic/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "rls/h2_session.h"
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace tollgate::rls {
 
@@ -45,51 +46,32 @@ class CallServer {
 // How a connection ended, for the counters.
 enum class H2End { kPeerClosed, kGoaway, kCut };
 
-class H2Connection : public std::enable_shared_from_this<H2Connection> {
+class H2Connection {
  public:
   using Socket = boost::asio::generic::stream_protocol::socket;
   using OnEnd = std::function<void(H2Connection&, H2End, const H2SessionStats&)>;
 
-  H2Connection(Socket socket, CallServer& server, const H2ConnectionOptions& options, OnEnd on_end);
-
-  // Sends the server's SETTINGS and starts reading. Keeps itself alive until it ends.
-  void start();
+  virtual ~H2Connection() = default;
+  // TLS: the handshake (within handshake_timeout). Then sends the server's SETTINGS and starts
+  // reading. Keeps itself alive until it ends.
+  virtual void start() = 0;
   // Graceful end: GOAWAY, what is open answered, then closed (a drain or shutdown).
-  void goaway();
+  virtual void goaway() = 0;
   // Closes now.
-  void close();
+  virtual void close() = 0;
   // Something to send outside a call (a health Watch's next message): `change` acts on the
   // session, then what it queued is sent.
-  template <typename Change>
-  void update(Change&& change) {
-    if (ended_) return;
-    change(session_);
-    flush();
-  }
-  const H2Session& session() const { return session_; }
-
- private:
-  void read();
-  void on_read(const boost::system::error_code& ec, size_t n);
-  void flush();
-  void arm_timer();
-  void on_timer();
-  void end(H2End how);
-
-  Socket socket_;
-  CallServer& server_;
-  const H2ConnectionOptions& options_;
-  OnEnd on_end_;
-  H2Session session_;
-  boost::asio::steady_timer timer_;
-  std::vector<char> in_;
-  std::string out_;
-  bool reading_ = false, writing_ = false, closing_ = false, ended_ = false;
-  bool handshaken_ = false;
-  size_t received_ = 0;
-  std::chrono::steady_clock::time_point opened_, last_call_, write_started_, goaway_at_{};
-  bool goaway_sent_ = false;
+  virtual void update(const std::function<void(H2Session&)>& change) = 0;
+  virtual const H2Session& session() const = 0;
 };
+
+// Plaintext HTTP/2 ("prior knowledge", as gRPC's plaintext clients and Envoy speak it).
+std::shared_ptr<H2Connection> make_h2_connection(H2Connection::Socket socket, CallServer& server,
+                                                 const H2ConnectionOptions& options, H2Connection::OnEnd on_end);
+// Over TLS with `tls` (tls_context.h: ALPN h2; with a client CA, a client certificate required).
+std::shared_ptr<H2Connection> make_h2_connection(H2Connection::Socket socket,
+                                                 std::shared_ptr<boost::asio::ssl::context> tls, CallServer& server,
+                                                 const H2ConnectionOptions& options, H2Connection::OnEnd on_end);
 
 }  // namespace tollgate::rls
 

@@ -3,9 +3,11 @@
 // call right there through the call path, the node's checks being safe from any thread. No
 // queue and no hop: a call costs its frames, its proto and the decision. TCP connections pass
 // the same gate as the gRPC engine's (connection_gate.h). grpc.health.v1 Check and Watch are
-// served ("" only, as gRPC's default service). Not yet: TLS.
+// served ("" only, as gRPC's default service). TLS and mutual TLS from tls_context.h, the
+// files read again every tls_reload_seconds when they changed.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -23,6 +25,7 @@
 #include "rls/connection_gate.h"
 #include "rls/engine.h"
 #include "rls/h2_connection.h"
+#include "rls/tls_context.h"
 
 namespace tollgate::rls {
 namespace {
@@ -50,8 +53,14 @@ class NativeEngine final : public RlsEngine, public CallServer {
   ~NativeEngine() override { shutdown(); }
 
   std::string start() override {
-    if (!options_.tls_cert.empty() || !options_.tls_client_ca.empty()) {
-      return "TLS is not served by --rls-server native yet: use --rls-server grpc for TLS";
+    const RlsServerOptions& o = options_;
+    if (o.tls_cert.empty() != o.tls_key.empty()) return "TLS needs both a certificate and its private key";
+    if (o.tls_cert.empty() && !o.tls_client_ca.empty()) {
+      return "a client CA (mutual TLS) needs a certificate and key of the server's own";
+    }
+    if (!o.tls_cert.empty()) {
+      tls_ = std::make_unique<TlsFiles>(o.tls_cert, o.tls_key, o.tls_client_ca);
+      if (std::string error = tls_->load(); !error.empty()) return error;
     }
     if (!options_.decide_on_grpc_threads) {
       return "--rls-server native decides on its own thread: the node's checks must be safe from any thread";
@@ -80,14 +89,15 @@ class NativeEngine final : public RlsEngine, public CallServer {
       if (!ec) admit(std::move(socket));
     });
     sweep_soon();
+    if (tls_) reload_soon();
     thread_ = std::thread([this] { io_.run(); });
     return {};
   }
 
   const std::string& address() const override { return address_; }
   bool is_loopback() const override { return loopback_; }
-  bool is_tls() const override { return false; }
-  bool is_mutual_tls() const override { return false; }
+  bool is_tls() const override { return tls_ != nullptr; }
+  bool is_mutual_tls() const override { return tls_ && tls_->mutual(); }
   // NOT_SERVING from now on, told to every Watch.
   void drain() override {
     serving_.store(false);
@@ -104,6 +114,7 @@ class NativeEngine final : public RlsEngine, public CallServer {
     boost::asio::post(io_, [this] {
       listener_->close();
       sweep_timer_.cancel();
+      reload_timer_.cancel();
       for_each_watch(
           [](H2Session& s, int32_t id) { s.end(id, wire::Code::kUnavailable, "tollgated is shutting down"); });
       const auto live = connections_;  // a connection that ends erases itself
@@ -232,16 +243,29 @@ class NativeEngine final : public RlsEngine, public CallServer {
       path_.connections_open.store(int64_t(gate_->open()));
     }
     ++path_.connections_accepted;
-    auto c = std::make_shared<H2Connection>(std::move(socket), *this, connection_options_,
-                                            [this](H2Connection& ended, H2End how, const H2SessionStats& stats) {
+    auto on_end = [this](H2Connection& ended, H2End how, const H2SessionStats& stats) {
       path_.streams_refused += int64_t(stats.refused);
       watches_.erase(&ended.session());
       if (how == H2End::kCut) ++path_.connections_cut;
       connections_.erase(&ended);
       if (shut_down_.load() && connections_.empty()) shutdown_timer_.cancel();
-    });
+    };
+    auto c = tls_ ? make_h2_connection(std::move(socket), tls_->current(), *this, connection_options_, on_end)
+                  : make_h2_connection(std::move(socket), *this, connection_options_, on_end);
     connections_.emplace(c.get(), c);
     c->start();
+  }
+
+  // The io thread: the TLS files read again when they changed; new connections take them.
+  void reload_soon() {
+    reload_timer_.expires_after(std::chrono::seconds(std::max(1u, options_.tls_reload_seconds)));
+    reload_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      const int before = tls_->reloads();
+      if (!tls_->reload_if_changed().empty()) ++path_.tls_reload_failures;
+      if (tls_->reloads() > before) ++path_.tls_reloads;
+      reload_soon();
+    });
   }
 
   // The io thread: forget the connections closed since, every second.
@@ -260,7 +284,8 @@ class NativeEngine final : public RlsEngine, public CallServer {
   const H2ConnectionOptions connection_options_;
   boost::asio::io_context io_{1};
   std::shared_ptr<request::Listener> listener_;
-  boost::asio::steady_timer sweep_timer_{io_}, shutdown_timer_{io_};
+  boost::asio::steady_timer sweep_timer_{io_}, shutdown_timer_{io_}, reload_timer_{io_};
+  std::unique_ptr<TlsFiles> tls_;
   std::unique_ptr<ConnectionGate> gate_ = std::make_unique<ConnectionGate>(
       ConnectionGate::Options{options_.max_connections, options_.max_connections_per_client}, kernel_sockets());
   std::unordered_map<H2Connection*, std::weak_ptr<H2Connection>> connections_;

@@ -32,7 +32,7 @@ namespace tollgate::rls {
 
 struct RlsServerOptions {
   // What serves the calls: gRPC C++ 1.51 (the default), or our own HTTP/2 on libnghttp2, every
-  // frame seen before any work (docs/rls-h2-plan.md; no TLS and no health Watch yet), its calls
+  // frame seen before any work (docs/rls-h2-plan.md; no keepalive PINGs yet), its calls
   // decided on a thread of its own (decide_on_grpc_threads must be set).
   enum class Engine { kGrpc, kNative };
   Engine engine = Engine::kGrpc;

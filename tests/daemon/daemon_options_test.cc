@@ -215,8 +215,7 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"rls-xds-tls-server-name", ""},
       {"rls-xds-insecure", ""},
       {"rls-response-metadata", "true"},
-      {"rls-server",
-       ""},  // native refuses the TLS settings below: RlsTlsFlagsNeedTheListenerAndEachOther reads it back
+      {"rls-server", "native"},
       {"rls-max-pending", "100"},
       {"rls-max-connections", "100"},
       {"rls-max-connections-per-client", "10"},
@@ -355,10 +354,6 @@ TEST_F(DaemonOptionsTest, RlsTlsFlagsNeedTheListenerAndEachOther) {
                 .find("--rls-tls-* is for --rls-listen"),
             std::string::npos);
   EXPECT_NE(error({"--rls-listen", "127.0.0.1:1", "--rls-tls-cert", "c.pem"}).find("go together"), std::string::npos);
-  EXPECT_NE(error({"--rls-listen", "127.0.0.1:1", "--rls-server", "native", "--rls-tls-cert", "c.pem", "--rls-tls-key",
-                   "k.pem"})
-                .find("--rls-server native does not serve TLS yet"),
-            std::string::npos);
   EXPECT_NE(error({"--rls-listen", "127.0.0.1:1", "--rls-server", "quic"}).find("rls-server"), std::string::npos);
   std::vector<std::string> native = base;
   native.insert(native.end(), {"--rls-listen", "127.0.0.1:1", "--rls-server", "native"});

@@ -1164,6 +1164,7 @@ class Http2RapidResetNative(OwnDaemon):
 class MutualTls(unittest.TestCase):
     """--rls-tls-cert/-key/-client-ca (issue 34, finding 5): Envoy's rate limit service over mutual
     TLS, a renewed certificate served without a restart, and the refusals at start."""
+    EXTRA = ()
 
     @classmethod
     def setUpClass(cls):
@@ -1184,7 +1185,7 @@ class MutualTls(unittest.TestCase):
         cls.port = free_port()
         cls.args = [TOLLGATED, "--node-id", "tls", "--bind", "127.0.0.1:%d" % free_port(),
                     "--listen", "unix:" + os.path.join(d, "tls.sock"), "--membership", "heartbeat",
-                    "--insecure-gossip", "--rls-config", cls.config]
+                    "--insecure-gossip", "--rls-config", cls.config] + list(cls.EXTRA)
         cls.process = Process(
             cls.args + ["--seeds", "127.0.0.1:1", "--rls-listen", "127.0.0.1:%d" % cls.port,
                         "--rls-tls-cert", os.path.join(d, "live.pem"), "--rls-tls-key", os.path.join(d, "live.key"),
@@ -1243,7 +1244,7 @@ class MutualTls(unittest.TestCase):
     def start_fails(self, extra):
         args = [TOLLGATED, "--node-id", "other", "--bind", "127.0.0.1:%d" % free_port(),
                 "--listen", "unix:" + os.path.join(self.dir, "other.sock"), "--membership", "heartbeat",
-                "--seeds", "127.0.0.1:1", "--insecure-gossip", "--rls-config", self.config]
+                "--seeds", "127.0.0.1:1", "--insecure-gossip", "--rls-config", self.config] + list(self.EXTRA)
         r = subprocess.run(args + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
         self.assertNotEqual(r.returncode, 0)
         return r.stdout.decode()
@@ -1259,6 +1260,11 @@ class MutualTls(unittest.TestCase):
         out = self.start_fails(["--rls-listen", "127.0.0.1:%d" % free_port(), "--rls-tls-cert",
                                 os.path.join(d, "rls.yaml"), "--rls-tls-key", os.path.join(d, "server.key")])
         self.assertIn("rls.yaml: no PEM certificate", out)
+
+
+class MutualTlsNative(MutualTls):
+    """The same on --rls-server native (src/rls/tls_context.h: OpenSSL through Boost.Asio, ALPN h2)."""
+    EXTRA = ("--rls-server", "native")
 
 
 if __name__ == "__main__":
