@@ -261,8 +261,8 @@ std::vector<DaemonSetting> make_rows() {
            "unix:PATH (loopback advised: the service has no authentication). Needs --rls-config"));
   add({"rls-server", SettingShape::kValue, "{grpc,native}",
        "What serves --rls-listen: grpc, gRPC C++ (the default), or native, tollgate's own HTTP/2 on libnghttp2, which "
-       "sees every frame before any work (it holds against HTTP/2 rapid reset) and decides on a thread of its own. "
-       "native serves health Check and Watch and --rls-tls-* alike; it runs on one thread of its own",
+       "sees every frame before any work (it holds against HTTP/2 rapid reset) and decides where it reads. "
+       "native serves health Check and Watch and --rls-tls-* alike, on --threads threads of its own",
        [](std::string_view t, DaemonOptions& o) {
     size_t i = 0;
     std::string why = parse_choice_setting(t, {"grpc", "native"}, i);

@@ -161,6 +161,7 @@ class RateLimitService final : public FrontEnd {
     }
     rls::RlsServerOptions r;
     r.engine = o.rls_native ? rls::RlsServerOptions::Engine::kNative : rls::RlsServerOptions::Engine::kGrpc;
+    r.native_threads = unsigned(std::max<size_t>(1, o.threads));  // --threads: the client API's and native's
     r.listen = o.rls_listen;
     r.response_headers = o.rls_response_headers;
     r.response_metadata = o.rls_response_metadata;

@@ -36,6 +36,7 @@ struct RlsServerOptions {
   // decided on a thread of its own (decide_on_grpc_threads must be set).
   enum class Engine { kGrpc, kNative };
   Engine engine = Engine::kGrpc;
+  unsigned native_threads = 1;           // kNative: threads serving connections (each its own; the first accepts)
   std::string listen;                    // "HOST:PORT", "tcp:HOST:PORT" or "unix:PATH"
   size_t max_pending = 4096;             // calls queued for the node at most; beyond: RESOURCE_EXHAUSTED
   size_t max_pending_bytes = 16u << 20;  // and their requests' bytes (as serialized) at most, likewise

@@ -63,7 +63,6 @@ std::string check_pem_files(const std::string& cert, const std::string& key, con
   return read_pem(client_ca, "CA certificate", PEM_read_bio_X509, X509_free, &n);
 }
 
-
 namespace {
 
 // ALPN: HTTP/2 or nothing (gRPC's clients and Envoy offer "h2").
@@ -90,7 +89,8 @@ std::vector<TlsFiles::Stamp> TlsFiles::stamps() const {
     Stamp s;
     struct stat st {};
     if (!path->empty() && ::stat(path->c_str(), &st) == 0) {
-      s = {static_cast<long long>(st.st_size), static_cast<long long>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+      s = {static_cast<long long>(st.st_size),
+           static_cast<long long>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
            static_cast<long long>(st.st_ino)};
     }
     out.push_back(s);

@@ -78,6 +78,7 @@ class RlsServerTest : public ::testing::Test {
              size_t max_connections_per_client = 256) {
     RlsServerOptions options;
     options.engine = engine_;
+    options.native_threads = native_threads_;
     options.listen = "127.0.0.1:0";
     options.handshake_timeout = handshake_timeout_;
     options.max_pending = max_pending;
@@ -114,6 +115,7 @@ class RlsServerTest : public ::testing::Test {
   int64_t stat(const std::string& name) { return rls::stat(server_->stats(), name); }
 
   RlsServerOptions::Engine engine_ = RlsServerOptions::Engine::kGrpc;
+  unsigned native_threads_ = 1;
   std::chrono::milliseconds handshake_timeout_{std::chrono::seconds(10)};
 
   // Run by the test (decide_queued is posted once the call is queued); the guard keeps a poll
@@ -212,16 +214,31 @@ std::string engine_name(const ::testing::TestParamInfo<RlsServerOptions::Engine>
   return p.param == RlsServerOptions::Engine::kGrpc ? "grpc" : "native";
 }
 
+// An engine, and for native its threads.
+struct EngineAndThreads {
+  RlsServerOptions::Engine engine;
+  unsigned threads;
+};
+std::string engine_threads_name(const ::testing::TestParamInfo<EngineAndThreads>& p) {
+  return p.param.engine == RlsServerOptions::Engine::kGrpc ? "grpc" : "native" + std::to_string(p.param.threads);
+}
+
 // What follows holds for both engines: gRPC C++ deciding on its threads, and our own HTTP/2
 // deciding on its thread (--rls-server native), driven by the same gRPC C++ client.
-class RlsEngineTest : public RlsServerTest, public ::testing::WithParamInterface<RlsServerOptions::Engine> {
+// Native with two threads too: connections handed from the accepting thread to the other.
+class RlsEngineTest : public RlsServerTest, public ::testing::WithParamInterface<EngineAndThreads> {
  protected:
-  RlsEngineTest() { engine_ = GetParam(); }
+  RlsEngineTest() {
+    engine_ = GetParam().engine;
+    native_threads_ = GetParam().threads;
+  }
 };
 
 INSTANTIATE_TEST_SUITE_P(Engines, RlsEngineTest,
-                         ::testing::Values(RlsServerOptions::Engine::kGrpc, RlsServerOptions::Engine::kNative),
-                         engine_name);
+                         ::testing::Values(EngineAndThreads{RlsServerOptions::Engine::kGrpc, 1},
+                                           EngineAndThreads{RlsServerOptions::Engine::kNative, 1},
+                                           EngineAndThreads{RlsServerOptions::Engine::kNative, 2}),
+                         engine_threads_name);
 
 // tollgated --threads 2 and up: the handler is safe from any thread, and a call is decided on
 // the thread that read it. The node's io_context is never run here.
@@ -336,11 +353,6 @@ TEST_P(RlsEngineTest, AtAClientsCapANewcomerTakesThePlaceOfAHalfOpenConnectionNo
   EXPECT_TRUE(wait_until([&] { return stat("rls_connections_open") == 1; }));
 }
 
-// The listener cannot be shared or stolen (issue 34, finding 9). A unix: socket gets mode 0660
-// whatever the umask (0027 under the unit gave 0750: Envoy in the daemon's group could not
-// connect, and let every request through); a second server refuses a socket another process
-// serves instead of replacing it, and a TCP port already bound (gRPC sets SO_REUSEPORT by
-// default, so a second process could answer part of Envoy's calls).
 // --rls-server native: a connection that never sends HTTP/2's preface is closed once the
 // handshake timeout passes, and counted; the client's channel is not.
 TEST_F(RlsServerTest, NativeClosesAConnectionThatNeverSendsThePrefaceAtTheHandshakeTimeout) {
@@ -355,6 +367,11 @@ TEST_F(RlsServerTest, NativeClosesAConnectionThatNeverSendsThePrefaceAtTheHandsh
   EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
 }
 
+// The listener cannot be shared or stolen (issue 34, finding 9). A unix: socket gets mode 0660
+// whatever the umask (0027 under the unit gave 0750: Envoy in the daemon's group could not
+// connect, and let every request through); a second server refuses a socket another process
+// serves instead of replacing it, and a TCP port already bound (gRPC sets SO_REUSEPORT by
+// default, so a second process could answer part of Envoy's calls).
 class RlsListener : public ::testing::TestWithParam<RlsServerOptions::Engine> {};
 INSTANTIATE_TEST_SUITE_P(Engines, RlsListener,
                          ::testing::Values(RlsServerOptions::Engine::kGrpc, RlsServerOptions::Engine::kNative),

@@ -1110,7 +1110,8 @@ class Http2RapidResetNative(OwnDaemon):
     memory stays flat, and a normal client is served all along. How fast it is served during the
     attack is measured by scripts/rls-rapid-reset (docs/results.md), not asserted here."""
     NAME = "resetnative"
-    EXTRA = ("--rls-server", "native")
+    # Two threads: the attacker's connections alternate between them, the client's on the first.
+    EXTRA = ("--rls-server", "native", "--threads", "2")
 
     def test_the_attacker_is_cut_off_and_a_normal_client_is_served_throughout(self):
         import threading
