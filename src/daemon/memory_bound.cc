@@ -95,7 +95,17 @@ std::vector<MemoryPart> memory_bound(const DaemonOptions& o) {
   };
   if (!o.http_listen.empty()) http_part("HTTP", o.http_max_connections);
   if (!o.metrics_listen.empty()) http_part("metrics HTTP", o.http_max_connections);
-  if (!o.rls_listen.empty()) {
+  if (!o.rls_listen.empty() && o.rls_native) {
+    const rls::RlsServerOptions defaults;
+    // --rls-server native: per connection a read (16 KiB), nghttp2's session (its HPACK tables,
+    // 100 streams of a few hundred bytes, the answers one read asked for: 64 KiB kept) and
+    // OpenSSL's (records both ways, 64 KiB kept); across connections the request bytes held
+    // until their message is whole (H2SessionOptions).
+    const uint64_t per_connection = 16 * 1024 + 64 * 1024 + 64 * 1024;
+    parts.push_back({"Envoy RLS", o.rls_max_connections * per_connection + defaults.max_pending_bytes,
+                     "native: --rls-max-connections " + std::to_string(o.rls_max_connections) + ", " +
+                         mebibytes(defaults.max_pending_bytes) + " of request bytes held"});
+  } else if (!o.rls_listen.empty()) {
     const rls::RlsServerOptions defaults;
     // gRPC's buffers are capped by its resource quota; the calls queued for the node hold their
     // requests (parsed: about twice their serialized bytes, which the queue caps) and a job each.

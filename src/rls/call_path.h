@@ -62,7 +62,7 @@ class CallPath {
   std::atomic<int64_t> calls{0}, over_limit{0}, invalid{0}, busy{0}, deadline_expired{0}, cancelled{0}, unavailable{0},
       shadow_over{0}, overrides_ignored{0}, domain_not_found{0}, value_metrics_dropped{0}, connections_accepted{0},
       connections_evicted{0}, connections_open{0}, streams_refused{0}, connections_cut{0}, health_checks{0},
-      tls_reloads{0}, tls_reload_failures{0};
+      tls_reloads{0}, tls_reload_failures{0}, queued{0};
 
  private:
   using Stat = StatField<CallPath, std::atomic<int64_t>>;

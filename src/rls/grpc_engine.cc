@@ -283,9 +283,11 @@ class GrpcEngine final : public RlsEngine, public pb::RateLimitService::Callback
   // bytes, a call whose deadline passed answered uncharged, UNAVAILABLE once stopped).
   void submit(Job* job) {
     const auto deadline = job->deadline.value_or(request::NodeQueue::Clock::time_point::max());
+    ++path_.queued;  // before: the node's thread may take it at once
     const bool queued = queue_.submit([this, job](request::NodeQueue::Outcome outcome) { decide_queued(job, outcome); },
                                       deadline, job->request_bytes);
     if (queued) return;
+    --path_.queued;
     if (shut_down_.load()) {
       ++path_.unavailable;
       return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));
@@ -306,6 +308,7 @@ class GrpcEngine final : public RlsEngine, public pb::RateLimitService::Callback
   // then hand it to the finisher.
   void decide_queued(Job* job, request::NodeQueue::Outcome outcome) {
     using Outcome = request::NodeQueue::Outcome;
+    --path_.queued;
     if (outcome == Outcome::kShutDown) {
       ++path_.unavailable;
       return finish(job, grpc::Status(grpc::StatusCode::UNAVAILABLE, "tollgated is shutting down"));

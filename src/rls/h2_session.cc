@@ -22,6 +22,7 @@ struct H2Session::Impl {
     explicit Stream(const H2SessionOptions& o, int64_t now) : headers(o.max_header_list_bytes), opened_ns(now) {}
     wire::RequestHeaders headers;
     std::optional<wire::MessageReader> body;  // once the headers are whole and acceptable
+    size_t buffered = 0;                      // its bytes counted against the caps
     int64_t opened_ns;
     bool answered = false;  // our response headers submitted
     bool in_call = false;   // handed out, its answer not yet given
@@ -55,7 +56,35 @@ struct H2Session::Impl {
     };
     nghttp2_submit_settings(session, NGHTTP2_FLAG_NONE, settings, 2);
   }
-  ~Impl() { nghttp2_session_del(session); }
+  ~Impl() {
+    nghttp2_session_del(session);
+    if (options.shared_buffered) *options.shared_buffered -= int64_t(buffered);
+  }
+
+  // A stream's request bytes no longer held.
+  void release(Stream& s) {
+    buffered -= s.buffered;
+    if (options.shared_buffered) *options.shared_buffered -= int64_t(s.buffered);
+    s.buffered = 0;
+    s.body.reset();
+  }
+  void erase(int32_t id) {
+    if (Stream* s = stream_of(id)) release(*s);
+    streams.erase(id);
+  }
+  // Counts `len` more bytes for `s`; false (nothing counted) when a cap would be passed.
+  bool hold(Stream& s, size_t len) {
+    if (buffered + len > options.max_buffered_bytes) return false;
+    if (options.shared_buffered) {
+      if (options.shared_buffered->fetch_add(int64_t(len)) + int64_t(len) > options.max_shared_buffered) {
+        *options.shared_buffered -= int64_t(len);
+        return false;
+      }
+    }
+    buffered += len;
+    s.buffered += len;
+    return true;
+  }
 
   Stream* stream_of(int32_t id) {
     auto it = streams.find(id);
@@ -97,7 +126,7 @@ struct H2Session::Impl {
     }
     s->in_call = false;
     budget.done();
-    if (s->closed) streams.erase(id);
+    if (s->closed) erase(id);
   }
 
   static ssize_t read_response(nghttp2_session* session, int32_t id, uint8_t* buf, size_t length, uint32_t* flags,
@@ -154,7 +183,16 @@ struct H2Session::Impl {
     auto* self = static_cast<Impl*>(user);
     Stream* s = self->stream_of(id);
     if (!s || !s->body || s->answered) return 0;
-    if (auto r = s->body->feed({reinterpret_cast<const char*>(data), len})) self->refuse(id, *s, *r);
+    if (!self->hold(*s, len)) {
+      ++self->stats.over_buffer;
+      self->refuse(id, *s, {wire::Code::kResourceExhausted, "too many request bytes held at once", 200});
+      self->release(*s);
+      return 0;
+    }
+    if (auto r = s->body->feed({reinterpret_cast<const char*>(data), len})) {
+      self->refuse(id, *s, *r);
+      self->release(*s);
+    }
     return 0;
   }
 
@@ -176,12 +214,14 @@ struct H2Session::Impl {
     if (!ends || s->answered || !s->body) return 0;
     if (auto r = s->body->finish()) {
       self->refuse(id, *s, *r);
+      self->release(*s);
       return 0;
     }
     s->in_call = true;
     ++self->stats.calls;
     self->calls.push_back(
         {id, s->headers.method(), std::string(s->body->message()), s->headers.timeout(), s->opened_ns});
+    self->release(*s);  // the call has its message now
     return 0;
   }
 
@@ -196,7 +236,7 @@ struct H2Session::Impl {
     }
     if (s->in_call && s->streaming) {  // a server-streaming answer ends with its stream
       self->budget.done();
-      self->streams.erase(id);
+      self->erase(id);
       return 0;
     }
     if (s->in_call) {
@@ -210,11 +250,12 @@ struct H2Session::Impl {
       --self->stats.calls;
     }
     self->budget.done();
-    self->streams.erase(id);
+    self->erase(id);
     return 0;
   }
 
   H2SessionOptions options;
+  size_t buffered = 0;  // request bytes held, all streams
   ResetBudget budget;
   H2SessionStats stats;
   nghttp2_session* session = nullptr;
@@ -284,6 +325,7 @@ bool H2Session::streaming(int32_t stream) const {
 }
 
 size_t H2Session::open_streams() const { return impl_->streams.size(); }
+size_t H2Session::buffered_bytes() const { return impl_->buffered; }
 
 void H2Session::goaway() {
   if (impl_->fatal || impl_->goaway || impl_->graceful_goaway) return;

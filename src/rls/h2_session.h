@@ -9,6 +9,7 @@
 // clocks: the connection that owns it passes the time, and tests drive it with an nghttp2 client
 // session as the peer.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +28,13 @@ struct H2SessionOptions {
   size_t max_header_list_bytes = 16 * 1024;
   size_t max_message_bytes = 64 * 1024;
   uint32_t max_concurrent_streams = 100;  // advertised, and enforced by the budget's in-flight cap
+  // Request bytes held until their message is whole, on this connection and (when `shared` is
+  // given) on every connection that shares it: a stream whose bytes would pass either is
+  // refused RESOURCE_EXHAUSTED, its bytes dropped. Flow control cannot bound them: the bytes
+  // are taken from nghttp2 as they come, so its windows reopen at once.
+  size_t max_buffered_bytes = 256 * 1024;
+  std::atomic<int64_t>* shared_buffered = nullptr;
+  int64_t max_shared_buffered = 16 << 20;
   ResetBudgetOptions budget;
   // nghttp2's own RST_STREAM token bucket behind ours (R3): GOAWAY once it is empty.
   uint64_t reset_burst = 1000;
@@ -47,6 +55,7 @@ struct H2SessionStats {
   uint64_t refused = 0;        // streams answered with a refusal (grpc_wire's) before any call
   uint64_t answered_late = 0;  // answers to streams already closed (the peer gave up): dropped
   uint64_t malformed_timeouts = 0;
+  uint64_t over_buffer = 0;  // streams refused for the buffered-bytes caps (also in `refused`)
 };
 
 class H2Session {
@@ -76,6 +85,8 @@ class H2Session {
   bool streaming(int32_t stream) const;
   // Streams open (a call being read, one in flight, a streaming answer).
   size_t open_streams() const;
+  // Request bytes held now (the caps' count for this connection).
+  size_t buffered_bytes() const;
   // Asks the peer to open no more streams (GOAWAY NO_ERROR): those open are still served, then
   // finished() turns true. For a drain, an idle connection or one past its age.
   void goaway();

@@ -35,8 +35,11 @@ namespace {
 namespace pb = envoy::service::ratelimit::v3;
 namespace health = grpc::health::v1;
 
-H2ConnectionOptions connection_options(const RlsServerOptions& o) {
+// `buffered`: the request bytes every connection holds, capped at max_pending_bytes.
+H2ConnectionOptions connection_options(const RlsServerOptions& o, std::atomic<int64_t>* buffered) {
   H2ConnectionOptions c;
+  c.session.shared_buffered = buffered;
+  c.session.max_shared_buffered = int64_t(o.max_pending_bytes);
   c.session.max_header_list_bytes = o.max_metadata_bytes;
   c.session.max_message_bytes = o.max_request_bytes;
   c.session.max_concurrent_streams = o.max_streams_per_connection;
@@ -71,7 +74,10 @@ struct Worker final : public CallServer {
 class NativeEngine final : public RlsEngine {
  public:
   NativeEngine(const RlsServerOptions& options, CallPath& path)
-      : options_(options), path_(path), connection_options_(connection_options(options)), workers_(make_workers()) {}
+      : options_(options),
+        path_(path),
+        connection_options_(connection_options(options, &buffered_)),
+        workers_(make_workers()) {}
   ~NativeEngine() override { shutdown(); }
 
   std::string start() override {
@@ -358,6 +364,7 @@ class NativeEngine final : public RlsEngine {
 
   const RlsServerOptions& options_;
   CallPath& path_;
+  std::atomic<int64_t> buffered_{0};  // request bytes held by every connection (H2SessionOptions)
   const H2ConnectionOptions connection_options_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guards_;

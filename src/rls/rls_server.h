@@ -40,6 +40,7 @@ struct RlsServerOptions {
   std::string listen;                    // "HOST:PORT", "tcp:HOST:PORT" or "unix:PATH"
   size_t max_pending = 4096;             // calls queued for the node at most; beyond: RESOURCE_EXHAUSTED
   size_t max_pending_bytes = 16u << 20;  // and their requests' bytes (as serialized) at most, likewise
+                                         // (native: request bytes held until whole, all connections)
   size_t max_key_bytes = 256;            // the key table's; longer bucket keys are digested
   size_t max_request_bytes = 64 * 1024;  // a larger request is refused by gRPC (RESOURCE_EXHAUSTED)
   bool response_headers = false;         // add RateLimit-Policy, RateLimit and Retry-After

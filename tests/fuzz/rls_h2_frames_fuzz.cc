@@ -8,7 +8,9 @@
 //
 // Contract: no call is handed out twice, each carries an odd stream id, a known method and a
 // message within the cap; work in flight never exceeds its cap; once receive() says the
-// connection ends, nothing more is fed; the output stays bounded by what the input asked for.
+// connection ends, nothing more is fed; the output stays bounded by what the input asked for;
+// the request bytes held stay within their caps, and all are given back when the session goes.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -34,42 +36,51 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.budget.max_in_flight = 8;
   o.budget.window = 16;
   o.budget.max_premature = 4;
-  rls::H2Session session(o);
-  const bool hold = in.flags & 0x8;
-  const bool fail = in.flags & 0x10;
-  std::set<int32_t> handed;
-  std::vector<int32_t> held, watches;
-  std::string out;
-  int64_t now = 0;
-  bool open = session.receive(kPreface, now);
-  for (std::string_view chunk : in.chunks) {
-    if (!open) break;
-    now += 1'000'000;
-    open = session.receive(chunk, now);
-    for (rls::H2Call& call : session.take_calls()) {
-      FUZZ_CHECK(call.stream > 0 && call.stream % 2 == 1, "a call on a stream the client could not open");
-      FUZZ_CHECK(handed.insert(call.stream).second, "a call handed out twice");
-      FUZZ_CHECK(call.method != rls::wire::Method::kUnknown, "a call to an unknown method");
-      FUZZ_CHECK(call.request.size() <= o.max_message_bytes, "a call's message over the cap");
-      if (call.method == rls::wire::Method::kHealthWatch && !fail) {
-        if (session.open_stream(call.stream, "\x08\x01", now)) watches.push_back(call.stream);
-      } else if (hold) {
-        held.push_back(call.stream);
-      } else if (fail) {
-        session.fail(call.stream, rls::wire::Code::kUnavailable, "fuzz", now);
-      } else {
-        session.answer(call.stream, call.request, now);
+  o.max_buffered_bytes = 1024;
+  std::atomic<int64_t> shared{0};
+  o.shared_buffered = &shared;
+  o.max_shared_buffered = 768;
+  {
+    rls::H2Session session(o);
+    const bool hold = in.flags & 0x8;
+    const bool fail = in.flags & 0x10;
+    std::set<int32_t> handed;
+    std::vector<int32_t> held, watches;
+    std::string out;
+    int64_t now = 0;
+    bool open = session.receive(kPreface, now);
+    for (std::string_view chunk : in.chunks) {
+      if (!open) break;
+      now += 1'000'000;
+      open = session.receive(chunk, now);
+      for (rls::H2Call& call : session.take_calls()) {
+        FUZZ_CHECK(call.stream > 0 && call.stream % 2 == 1, "a call on a stream the client could not open");
+        FUZZ_CHECK(handed.insert(call.stream).second, "a call handed out twice");
+        FUZZ_CHECK(call.method != rls::wire::Method::kUnknown, "a call to an unknown method");
+        FUZZ_CHECK(call.request.size() <= o.max_message_bytes, "a call's message over the cap");
+        if (call.method == rls::wire::Method::kHealthWatch && !fail) {
+          if (session.open_stream(call.stream, "\x08\x01", now)) watches.push_back(call.stream);
+        } else if (hold) {
+          held.push_back(call.stream);
+        } else if (fail) {
+          session.fail(call.stream, rls::wire::Code::kUnavailable, "fuzz", now);
+        } else {
+          session.answer(call.stream, call.request, now);
+        }
       }
+      for (int32_t id : watches) session.push(id, "\x08\x02");
+      FUZZ_CHECK(session.budget().in_flight() <= o.budget.max_in_flight, "work in flight over its cap");
+      FUZZ_CHECK(session.buffered_bytes() <= o.max_buffered_bytes, "request bytes held over the cap");
+      FUZZ_CHECK(shared.load() == int64_t(session.buffered_bytes()), "the shared count is not what is held");
+      session.take_output(out);
+      FUZZ_CHECK(out.size() <= 4096 + 64 * in.stream.size(), "output out of proportion to the input");
+      out.clear();
     }
-    for (int32_t id : watches) session.push(id, "\x08\x02");
+    for (int32_t id : held) session.answer(id, "", now);
+    for (int32_t id : watches) session.end(id, rls::wire::Code::kUnavailable, "fuzz");
     FUZZ_CHECK(session.budget().in_flight() <= o.budget.max_in_flight, "work in flight over its cap");
     session.take_output(out);
-    FUZZ_CHECK(out.size() <= 4096 + 64 * in.stream.size(), "output out of proportion to the input");
-    out.clear();
   }
-  for (int32_t id : held) session.answer(id, "", now);
-  for (int32_t id : watches) session.end(id, rls::wire::Code::kUnavailable, "fuzz");
-  FUZZ_CHECK(session.budget().in_flight() <= o.budget.max_in_flight, "work in flight over its cap");
-  session.take_output(out);
+  FUZZ_CHECK(shared.load() == 0, "a session gone left request bytes counted");
   return 0;
 }

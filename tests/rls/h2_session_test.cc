@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nghttp2/nghttp2.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,41 @@ TEST(H2Session, AStreamingAnswerSendsEachMessageThenItsTrailersAndACancelFreesIt
   EXPECT_FALSE(server.streaming(ended));
   EXPECT_EQ(server.budget().in_flight(), 0u);
   EXPECT_EQ(server.budget().stats().premature, 0u) << "a Watch cancelled after its first message is no rapid reset";
+}
+
+// Request bytes held until their message is whole are capped per connection and across
+// connections: the stream that would pass a cap is refused, and what it held is given back.
+TEST(H2Session, RequestBytesHeldAreCappedPerConnectionAndInAll) {
+  std::atomic<int64_t> shared{0};
+  H2SessionOptions o;
+  o.max_buffered_bytes = 1000;
+  o.shared_buffered = &shared;
+  o.max_shared_buffered = 1500;
+  const std::string part = wire::frame_message(std::string(600, 'x')).substr(0, 400);  // a message begun
+  {
+    H2Session server(o), other(o);
+    H2Client client, other_client;
+    const int32_t first = client.call_unfinished(kShould, part);
+    const int32_t second = client.call_unfinished(kShould, part);
+    const int32_t third = client.call_unfinished(kShould, part);  // 1,200 on one connection: over
+    ASSERT_TRUE(pump(client, server, 0));
+    EXPECT_EQ(server.buffered_bytes(), 800u);
+    EXPECT_EQ(client.responses[third].headers.at("grpc-status"), "8");
+    EXPECT_FALSE(client.responses[first].closed);
+    EXPECT_FALSE(client.responses[second].closed);
+    const int32_t elsewhere = other_client.call_unfinished(kShould, part);
+    const int32_t over_all = other_client.call_unfinished(kShould, part);  // 1,600 in all: over
+    ASSERT_TRUE(pump(other_client, other, 0));
+    EXPECT_FALSE(other_client.responses[elsewhere].closed);
+    EXPECT_EQ(other_client.responses[over_all].headers.at("grpc-status"), "8");
+    EXPECT_EQ(shared.load(), 1200);
+    EXPECT_EQ(server.stats().over_buffer + other.stats().over_buffer, 2u);
+    client.reset(first);  // a reset stream gives its bytes back
+    ASSERT_TRUE(pump(client, server, 0));
+    EXPECT_EQ(server.buffered_bytes(), 400u);
+    EXPECT_EQ(shared.load(), 800);
+  }
+  EXPECT_EQ(shared.load(), 0) << "a connection gone gives back what it held";
 }
 
 TEST(H2Session, WhatCannotBeServedIsAnsweredTrailersOnlyAndNeverBecomesACall) {

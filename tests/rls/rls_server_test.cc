@@ -141,7 +141,7 @@ TEST_F(RlsServerTest, ACallWhoseDeadlinePassedWhileQueuedIsNotCharged) {
   const auto timeout = std::chrono::milliseconds(500);
   const auto sent = std::chrono::steady_clock::now();
   auto status = call_async(timeout);
-  ASSERT_TRUE(wait_until([&] { return stat("rls_calls") == 1; }));  // read and queued; the node is not running
+  ASSERT_TRUE(wait_until([&] { return stat("rls_queued") == 1; }));  // read and queued; the node is not running
   EXPECT_EQ(status.get().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);  // the caller gave up
   // The server's deadline is the caller's, taken from the call's arrival: let it pass too (this
   // waits for the property under test, a deadline, not for another thread).
@@ -156,7 +156,9 @@ TEST_F(RlsServerTest, ACallWhoseDeadlinePassedWhileQueuedIsNotCharged) {
 TEST_F(RlsServerTest, BeyondMaxPendingACallFailsAtOnceWithResourceExhausted) {
   start(1);
   auto first = call_async(std::chrono::seconds(20));
-  ASSERT_TRUE(wait_until([&] { return stat("rls_calls") == 1; }));
+  // Queued, not only read: a second read before the first is queued would take its place
+  // (seen under load: the first refused, the second waiting for a node the test does not run).
+  ASSERT_TRUE(wait_until([&] { return stat("rls_queued") == 1; }));
   auto second = call_async(std::chrono::seconds(20));
   EXPECT_EQ(second.get().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);  // while the first waits
   EXPECT_EQ(stat("rls_busy"), 1);
@@ -170,7 +172,9 @@ TEST_F(RlsServerTest, BeyondMaxPendingACallFailsAtOnceWithResourceExhausted) {
 TEST_F(RlsServerTest, BeyondMaxPendingBytesACallFailsAtOnceWithResourceExhausted) {
   start(16, false, 20);  // room for one of these requests (15 bytes), not two
   auto first = call_async(std::chrono::seconds(20));
-  ASSERT_TRUE(wait_until([&] { return stat("rls_calls") == 1; }));
+  // Queued, not only read: a second read before the first is queued would take its place
+  // (seen under load: the first refused, the second waiting for a node the test does not run).
+  ASSERT_TRUE(wait_until([&] { return stat("rls_queued") == 1; }));
   auto second = call_async(std::chrono::seconds(20));
   EXPECT_EQ(second.get().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);  // while the first waits
   EXPECT_EQ(stat("rls_busy"), 1);
@@ -193,7 +197,7 @@ TEST_F(RlsServerTest, EveryStatIsDeclared) {
 TEST_F(RlsServerTest, StoppingAnswersQueuedCallsUnavailableUncharged) {
   start(16);
   auto queued = call_async(std::chrono::seconds(20));
-  ASSERT_TRUE(wait_until([&] { return stat("rls_calls") == 1; }));
+  ASSERT_TRUE(wait_until([&] { return stat("rls_queued") == 1; }));
   server_->stop();  // the node is leaving
   ASSERT_TRUE(wait_until([&] { return node_io_.poll() > 0; }));
   EXPECT_EQ(queued.get().error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -203,7 +207,7 @@ TEST_F(RlsServerTest, StoppingAnswersQueuedCallsUnavailableUncharged) {
 TEST_F(RlsServerTest, ShutdownAnswersWhatTheNodeNeverReached) {
   start(16);
   auto queued = call_async(std::chrono::seconds(20));
-  ASSERT_TRUE(wait_until([&] { return stat("rls_calls") == 1; }));
+  ASSERT_TRUE(wait_until([&] { return stat("rls_queued") == 1; }));
   server_->shutdown();  // the node's thread is gone: nothing will decide it
   EXPECT_EQ(queued.get().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(handler_.charged, 0);

@@ -59,6 +59,12 @@ class H2Client {
     provider.read_callback = &H2Client::read_body;
     return nghttp2_submit_request(session_, nullptr, fields.data(), fields.size(), &provider, nullptr);
   }
+  // A request whose `body` is sent without END_STREAM: a message begun and never finished.
+  int32_t call_unfinished(std::string_view path, std::string body) {
+    const int32_t id = call(path, std::move(body));
+    bodies_.back().unfinished = true;
+    return id;
+  }
   void reset(int32_t stream) { nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream, NGHTTP2_CANCEL); }
 
   std::string output() {
@@ -84,15 +90,16 @@ class H2Client {
     std::string bytes;
     size_t sent;
     bool hold;
+    bool unfinished = false;
   };
   static ssize_t read_body(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* flags,
                            nghttp2_data_source* source, void*) {
     auto* b = static_cast<Body*>(source->ptr);
-    if (b->hold) return NGHTTP2_ERR_DEFERRED;
+    if (b->hold || (b->unfinished && b->sent == b->bytes.size())) return NGHTTP2_ERR_DEFERRED;
     const size_t n = std::min(length, b->bytes.size() - b->sent);
     std::memcpy(buf, b->bytes.data() + b->sent, n);
     b->sent += n;
-    if (b->sent == b->bytes.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (b->sent == b->bytes.size() && !b->unfinished) *flags |= NGHTTP2_DATA_FLAG_EOF;
     return ssize_t(n);
   }
   static int on_header(nghttp2_session*, const nghttp2_frame* f, const uint8_t* name, size_t namelen,
