@@ -59,7 +59,7 @@ struct DaemonOptions {
   size_t threads = 0;
   // The Envoy rate limit service (gRPC): off unless rls_listen is given, which needs rls_config.
   std::string rls_listen;              // "HOST:PORT" or "unix:PATH"
-  bool rls_native = false;             // --rls-server native: our own HTTP/2 instead of gRPC C++
+  bool rls_native = true;              // --rls-server native (the default): our own HTTP/2, not gRPC C++
   std::string rls_config;              // envoyproxy/ratelimit YAML: a file or a directory
   bool rls_merge_domains = false;      // a domain may span several files of rls_config
   bool rls_shadow_mode = false;        // every descriptor in shadow mode: always OK, counted

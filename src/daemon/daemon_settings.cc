@@ -260,9 +260,10 @@ std::vector<DaemonSetting> make_rows() {
            "Serve Envoy's rate limit service (gRPC envoy.service.ratelimit.v3 and grpc.health.v1) on HOST:PORT or "
            "unix:PATH (loopback advised: the service has no authentication). Needs --rls-config"));
   add({"rls-server", SettingShape::kValue, "{grpc,native}",
-       "What serves --rls-listen: grpc, gRPC C++ (the default), or native, tollgate's own HTTP/2 on libnghttp2, which "
-       "sees every frame before any work (it holds against HTTP/2 rapid reset) and decides where it reads. "
-       "native serves health Check and Watch and --rls-tls-* alike, on --threads threads of its own",
+       "What serves --rls-listen: native (the default), tollgate's own HTTP/2 on libnghttp2, which sees every frame "
+       "before any work (it holds against HTTP/2 rapid reset) and decides each call on the --threads thread that read "
+       "it; or grpc, gRPC C++ 1.51 (Debian 12's), which rapid reset stalls. Both serve ShouldRateLimit, health Check "
+       "and Watch, and --rls-tls-* alike",
        [](std::string_view t, DaemonOptions& o) {
     size_t i = 0;
     std::string why = parse_choice_setting(t, {"grpc", "native"}, i);

@@ -215,7 +215,7 @@ TEST_F(DaemonOptionsTest, EverySettingIsAFlagAndAKeyThatReadsBackWhatItPrints) {
       {"rls-xds-tls-server-name", ""},
       {"rls-xds-insecure", ""},
       {"rls-response-metadata", "true"},
-      {"rls-server", "native"},
+      {"rls-server", "grpc"},
       {"rls-max-pending", "100"},
       {"rls-max-connections", "100"},
       {"rls-max-connections-per-client", "10"},
