@@ -67,9 +67,11 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # tollgate_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # The shared libraries the programs link (protobuf, gRPC, yaml-cpp, spdlog, OpenSSL, ...) come
-# from dpkg-shlibdeps; adduser is for postinst.
+# from dpkg-shlibdeps; adduser is for postinst. libnghttp2 serves Envoy's rate limit service to
+# clients: dpkg-shlibdeps would accept deb12u1 (its newest symbol), and deb12u3 fixes an assertion
+# a peer can trigger (CVE-2026-27135; docs/rls-h2-plan.md section 3).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, libnghttp2-14 (>= 1.52.0-1+deb12u3)")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
   ${PROJECT_SOURCE_DIR}/packaging/conffiles
   ${PROJECT_SOURCE_DIR}/packaging/postinst

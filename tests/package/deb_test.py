@@ -123,8 +123,10 @@ def check_deb(deb):
     # Depends computed by dpkg-shlibdeps from what the programs link, plus adduser for postinst.
     depends = [d.strip().split(" ")[0] for d in fields["Depends"].split(",")]
     for prefix in ("adduser", "libc6", "libstdc++6", "libprotobuf", "libgrpc++", "libyaml-cpp",
-                   "libspdlog", "libssl3", "libprometheus-cpp-core", "liburiparser"):
+                   "libspdlog", "libssl3", "libprometheus-cpp-core", "liburiparser", "libnghttp2-14"):
         expect(any(d.startswith(prefix) for d in depends), "Depends lacks %s: %s" % (prefix, fields["Depends"]))
+    expect("libnghttp2-14 (>= 1.52.0-1+deb12u3)" in fields["Depends"],
+           "Depends does not ask for nghttp2's deb12u3 fix: %s" % fields["Depends"])
 
     listing = run("dpkg-deb", "--contents", deb).stdout.splitlines()
     files = sorted(os.path.normpath(line.split()[-1].lstrip(".")) for line in listing if not line.startswith("d"))
