@@ -5,10 +5,15 @@
 #define TOLLGATE_SRC_RLS_ENGINE_H_
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "api/endpoint.h"
+
 #include "rls/call_path.h"
+#include "rls/connection_gate.h"
 #include "rls/rls_server.h"
 
 namespace tollgate::rls {
@@ -25,6 +30,31 @@ class RlsEngine {
   virtual void drain() = 0;
   virtual void stop() = 0;
   virtual void shutdown() = 0;
+};
+
+// --rls-listen's "HOST:PORT", "tcp:HOST:PORT" or "unix:PATH"; nullopt and why not.
+std::optional<api::Endpoint> parse_listen(const std::string& listen, std::string* why);
+// "127.0.0.1:8081" or "[::1]:8081": a bound TCP endpoint as address() reports it.
+std::string tcp_address(const api::Endpoint& bound);
+
+// Both engines' TCP connection gate (connection_gate.h) on the io_context that accepts: each
+// admission and the sweep of closed connections (every second) counted in the call path's
+// rls_connections_* stats. That io_context's thread only.
+class CountedGate {
+ public:
+  CountedGate(const RlsServerOptions& options, CallPath& path, boost::asio::io_context& io);
+  // A TCP connection just accepted (the descriptor stays the caller's): made ready and admitted,
+  // another one ended if a cap says so. False when it is gone already.
+  bool admit(int fd);
+  void start_sweeping();
+  void stop_sweeping() { timer_.cancel(); }
+  // Releases the gate's duplicates (once the connections are closed).
+  void reset() { gate_.reset(); }
+
+ private:
+  CallPath& path_;
+  boost::asio::steady_timer timer_;
+  std::unique_ptr<ConnectionGate> gate_;
 };
 
 // `options` and `path` outlive the engine.

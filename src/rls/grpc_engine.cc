@@ -64,9 +64,7 @@ class GrpcEngine final : public RlsEngine, public pb::RateLimitService::Callback
 
   std::string start() override {
     std::string why;
-    std::string text = options_.listen;
-    if (!text.starts_with("unix:") && !text.starts_with("tcp:")) text = "tcp:" + text;
-    const auto endpoint = api::parse_endpoint(text, &why);
+    const auto endpoint = parse_listen(options_.listen, &why);
     if (!endpoint) return why;
     loopback_ = endpoint->is_loopback();
     std::string grpc_address;
@@ -127,13 +125,11 @@ class GrpcEngine final : public RlsEngine, public pb::RateLimitService::Callback
     if (unix_socket) {
       address_ = grpc_address;
     } else {
-      const api::Endpoint& bound = listener_->bound();
-      const bool v6 = bound.host.find(':') != std::string::npos;
-      address_ = (v6 ? "[" + bound.host + "]" : bound.host) + ":" + std::to_string(bound.port);
+      address_ = tcp_address(listener_->bound());
       listener_->accept([this](const boost::system::error_code& ec, request::Listener::Socket socket) {
         if (!ec) hand_to_grpc(std::move(socket));
       });
-      sweep_soon();
+      gate_.start_sweeping();
       accept_thread_ = std::thread([this] { accept_io_.run(); });
     }
     server_->GetHealthCheckService()->SetServingStatus(true);
@@ -243,38 +239,21 @@ class GrpcEngine final : public RlsEngine, public pb::RateLimitService::Callback
   void hand_to_grpc(request::Listener::Socket socket) {
     boost::system::error_code ignored;
     const int fd = socket.release(ignored);
-    ConnectionGate::Held held;
     if (fd < 0) return;
-    if (std::string why = describe_for_gate(fd, held); !why.empty()) {
-      ::close(fd);  // gone before we could look at it, say
+    if (!gate_.admit(fd)) {
+      ::close(fd);
       return;
     }
-    gate_->admit(held);
-    ++path_.connections_accepted;
-    path_.connections_evicted.store(gate_->evicted());
-    path_.connections_open.store(int64_t(gate_->open()));
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
     params.fd = fd;
     acceptor_->HandleNewConnection(&params);
-  }
-
-  // Accept thread: forget the connections gRPC has closed, every second, so that their
-  // descriptors (the gate's duplicates) do not hold them open for long.
-  void sweep_soon() {
-    sweep_timer_.expires_after(std::chrono::seconds(1));
-    sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec) return;
-      gate_->sweep();
-      path_.connections_open.store(int64_t(gate_->open()));
-      sweep_soon();
-    });
   }
 
   void stop_accepting() {
     if (!accept_thread_.joinable()) return;
     boost::asio::post(accept_io_, [this] {
       listener_->close();
-      sweep_timer_.cancel();
+      gate_.stop_sweeping();
     });
     accept_thread_.join();
   }
@@ -363,9 +342,8 @@ class GrpcEngine final : public RlsEngine, public pb::RateLimitService::Callback
   // TCP: accepted on a thread of its own, through the gate, handed to gRPC by acceptor_.
   boost::asio::io_context accept_io_;
   std::shared_ptr<request::Listener> listener_;
-  boost::asio::steady_timer sweep_timer_{accept_io_};
-  std::unique_ptr<ConnectionGate> gate_ = std::make_unique<ConnectionGate>(
-      ConnectionGate::Options{options_.max_connections, options_.max_connections_per_client}, kernel_sockets());
+  // The duplicates of connections gRPC holds: a connection gone is forgotten within a second.
+  CountedGate gate_{options_, path_, accept_io_};
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
   std::thread accept_thread_;
   std::unique_ptr<grpc::Server> server_;

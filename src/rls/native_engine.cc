@@ -94,9 +94,7 @@ class NativeEngine final : public RlsEngine {
       return "--rls-server native decides on its own threads: the node's checks must be safe from any thread";
     }
     std::string why;
-    std::string text = options_.listen;
-    if (!text.starts_with("unix:") && !text.starts_with("tcp:")) text = "tcp:" + text;
-    const auto endpoint = api::parse_endpoint(text, &why);
+    const auto endpoint = parse_listen(options_.listen, &why);
     if (!endpoint) return why;
     loopback_ = endpoint->is_loopback();
     listener_ = std::make_shared<request::Listener>(accept_io(), *endpoint);
@@ -106,17 +104,11 @@ class NativeEngine final : public RlsEngine {
       return "cannot serve the rate limit service on " + options_.listen + ": " + error;
     }
     tcp_ = listener_->tcp();
-    const api::Endpoint& bound = listener_->bound();
-    if (tcp_) {
-      const bool v6 = bound.host.find(':') != std::string::npos;
-      address_ = (v6 ? "[" + bound.host + "]" : bound.host) + ":" + std::to_string(bound.port);
-    } else {
-      address_ = "unix:" + bound.path;
-    }
+    address_ = tcp_ ? tcp_address(listener_->bound()) : "unix:" + listener_->bound().path;
     listener_->accept([this](const boost::system::error_code& ec, request::Listener::Socket socket) {
       if (!ec) admit(std::move(socket));
     });
-    sweep_soon();
+    gate_.start_sweeping();
     if (tls_) reload_soon();
     // Each worker's io_context runs until its connections are gone and shutdown() let it go.
     for (auto& w : workers_) {
@@ -149,7 +141,7 @@ class NativeEngine final : public RlsEngine {
     if (shut_down_.exchange(true) || !started_) return;
     boost::asio::post(accept_io(), [this] {
       listener_->close();
-      sweep_timer_.cancel();
+      gate_.stop_sweeping();
       reload_timer_.cancel();
     });
     for (auto& w : workers_) {
@@ -300,14 +292,7 @@ class NativeEngine final : public RlsEngine {
   // Worker 0: a new connection, through the gate (TCP), then handed to the next worker in turn.
   void admit(request::Listener::Socket socket) {
     if (shut_down_.load()) return;
-    if (tcp_) {
-      ConnectionGate::Held held;
-      if (!describe_for_gate(socket.native_handle(), held).empty()) return;  // gone already, say
-      gate_->admit(held);
-      path_.connections_evicted.store(gate_->evicted());
-      path_.connections_open.store(int64_t(gate_->open()));
-    }
-    ++path_.connections_accepted;
+    if (tcp_ && !gate_.admit(socket.native_handle())) return;  // closed with the socket
     Worker& w = *workers_[next_worker_++ % workers_.size()];
     std::shared_ptr<boost::asio::ssl::context> tls = tls_ ? tls_->current() : nullptr;
     if (&w.io == &accept_io()) return serve_on(w, std::move(socket), std::move(tls));
@@ -351,17 +336,6 @@ class NativeEngine final : public RlsEngine {
     });
   }
 
-  // Worker 0: forget the connections closed since, every second.
-  void sweep_soon() {
-    sweep_timer_.expires_after(std::chrono::seconds(1));
-    sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec) return;
-      gate_->sweep();
-      path_.connections_open.store(int64_t(gate_->open()));
-      sweep_soon();
-    });
-  }
-
   const RlsServerOptions& options_;
   CallPath& path_;
   std::atomic<int64_t> buffered_{0};  // request bytes held by every connection (H2SessionOptions)
@@ -369,10 +343,9 @@ class NativeEngine final : public RlsEngine {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guards_;
   std::shared_ptr<request::Listener> listener_;
-  boost::asio::steady_timer sweep_timer_{accept_io()}, reload_timer_{accept_io()};
+  boost::asio::steady_timer reload_timer_{accept_io()};
   std::unique_ptr<TlsFiles> tls_;
-  std::unique_ptr<ConnectionGate> gate_ = std::make_unique<ConnectionGate>(
-      ConnectionGate::Options{options_.max_connections, options_.max_connections_per_client}, kernel_sockets());
+  CountedGate gate_{options_, path_, accept_io()};
   size_t next_worker_ = 0;  // worker 0's
   std::string address_;
   bool started_ = false, loopback_ = true, tcp_ = true;

@@ -20,6 +20,42 @@ class RlsServer::Impl {
   std::unique_ptr<RlsEngine> engine_;
 };
 
+std::optional<api::Endpoint> parse_listen(const std::string& listen, std::string* why) {
+  const bool prefixed = listen.starts_with("unix:") || listen.starts_with("tcp:");
+  return api::parse_endpoint(prefixed ? listen : "tcp:" + listen, why);
+}
+
+std::string tcp_address(const api::Endpoint& bound) {
+  const bool v6 = bound.host.find(':') != std::string::npos;
+  return (v6 ? "[" + bound.host + "]" : bound.host) + ":" + std::to_string(bound.port);
+}
+
+CountedGate::CountedGate(const RlsServerOptions& options, CallPath& path, boost::asio::io_context& io)
+    : path_(path),
+      timer_(io),
+      gate_(std::make_unique<ConnectionGate>(
+          ConnectionGate::Options{options.max_connections, options.max_connections_per_client}, kernel_sockets())) {}
+
+bool CountedGate::admit(int fd) {
+  ConnectionGate::Held held;
+  if (!describe_for_gate(fd, held).empty()) return false;  // gone before we could look at it, say
+  gate_->admit(held);
+  ++path_.connections_accepted;
+  path_.connections_evicted.store(gate_->evicted());
+  path_.connections_open.store(int64_t(gate_->open()));
+  return true;
+}
+
+void CountedGate::start_sweeping() {
+  timer_.expires_after(std::chrono::seconds(1));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    gate_->sweep();
+    path_.connections_open.store(int64_t(gate_->open()));
+    start_sweeping();
+  });
+}
+
 RlsServer::RlsServer(boost::asio::io_context& node_io, RequestHandler& handler, RlsServerOptions options)
     : impl_(std::make_unique<Impl>(node_io, handler, std::move(options))) {}
 RlsServer::~RlsServer() = default;

@@ -983,17 +983,22 @@ class Http2Attacks(OwnDaemon):
         import hyperframe.frame as hf
         conn.frames(lambda f: isinstance(f, hf.SettingsFrame) and "ACK" in f.flags)
 
-    def test_a_client_opening_more_than_100_streams_on_one_connection_loses_it(self):
-        import hyperframe.frame as hf
+    def open_150_streams(self):
+        """150 calls opened on one connection and never finished (no body, no END_STREAM), our
+        SETTINGS (100 streams) acknowledged: the frames read until the server closed it."""
         conn = RawHttp2(self.d.rls_port)
         self.settled(conn)
-        # 150 calls opened and never finished (no body, no END_STREAM). gRPC 1.51 takes the 101st
-        # as a protocol error of the whole connection: every stream on it fails (UNAVAILABLE),
-        # and the connection is closed.
         conn.sock.sendall(b"".join(conn.call_headers(2 * i + 1) for i in range(150)))
         got = conn.frames(lambda f: False)
         conn.close()
         self.assertIsNone(got[-1], "the connection was not closed: %s" % got[-3:])
+        return got
+
+    def test_a_client_opening_more_than_100_streams_on_one_connection_loses_it(self):
+        import hyperframe.frame as hf
+        # gRPC 1.51 takes the 101st as a protocol error of the whole connection: every stream on
+        # it fails (UNAVAILABLE), and the connection is closed.
+        got = self.open_150_streams()
         answered = {f.stream_id for f in got if isinstance(f, hf.HeadersFrame)}
         self.assertTrue(answered, "no stream was answered")
         self.assertLessEqual(max(answered), 199, "a stream beyond the first 100 was served")
@@ -1021,14 +1026,8 @@ class Http2AttacksNative(Http2Attacks):
 
     def test_a_client_opening_more_than_100_streams_on_one_connection_loses_it(self):
         import hyperframe.frame as hf
-        conn = RawHttp2(self.d.rls_port)
-        self.settled(conn)
-        # 150 calls opened and never finished, our SETTINGS (100 streams) acknowledged: nghttp2
-        # ends the connection at the 101st (GOAWAY PROTOCOL_ERROR), none of them was work.
-        conn.sock.sendall(b"".join(conn.call_headers(2 * i + 1) for i in range(150)))
-        got = conn.frames(lambda f: False)
-        conn.close()
-        self.assertIsNone(got[-1], "the connection was not closed: %s" % got[-3:])
+        # nghttp2 ends the connection at the 101st (GOAWAY PROTOCOL_ERROR), none of them was work.
+        got = self.open_150_streams()
         goaway = [f for f in got if isinstance(f, hf.GoAwayFrame)]
         self.assertEqual([(f.error_code, f.last_stream_id) for f in goaway], [(1, 199)])
         self.assertEqual(self.d.one("basic", [("key1", "after-streams")]).overall_code, OK)
