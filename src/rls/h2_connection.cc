@@ -39,7 +39,7 @@ class Connection final : public H2Connection, public std::enable_shared_from_thi
         in_(options.read_bytes) {}
 
   void start() override {
-    opened_ = last_call_ = Clock::now();
+    opened_ = last_call_ = last_read_ = Clock::now();
     arm_timer();
     if constexpr (std::is_same_v<Stream, TlsStream>) {
       stream_.async_handshake(boost::asio::ssl::stream_base::server,
@@ -96,6 +96,8 @@ class Connection final : public H2Connection, public std::enable_shared_from_thi
     const Clock::time_point now = Clock::now();
     const int64_t now_ns = ns_of(now);
     received_ += n;
+    last_read_ = now;
+    ping_sent_ = false;  // anything from the peer shows it is there
     const bool open = session_.receive({in_.data(), n}, now_ns);
     if (open && received_ >= kPrefaceBytes) handshaken_ = true;
     std::vector<H2Call> calls = session_.take_calls();
@@ -135,6 +137,7 @@ class Connection final : public H2Connection, public std::enable_shared_from_thi
     Clock::time_point at = now + std::chrono::seconds(1);
     if (!handshaken_) at = std::min(at, opened_ + options_.handshake_timeout);
     if (writing_) at = std::min(at, write_started_ + options_.write_timeout);
+    at = std::min(at, ping_sent_ ? ping_at_ + options_.keepalive_timeout : last_read_ + options_.keepalive_time);
     if (goaway_sent_) {
       at = std::min(at, goaway_at_ + options_.age_grace);
     } else {
@@ -154,6 +157,13 @@ class Connection final : public H2Connection, public std::enable_shared_from_thi
       return end(H2End::kCut);
     }
     if (goaway_sent_ && now - goaway_at_ >= options_.age_grace) return end(H2End::kGoaway);
+    if (ping_sent_ && now - ping_at_ >= options_.keepalive_timeout) return end(H2End::kCut);  // gone
+    if (!ping_sent_ && began_ && now - last_read_ >= options_.keepalive_time) {
+      ping_sent_ = true;
+      ping_at_ = now;
+      session_.ping();
+      flush();
+    }
     // Idle: no call for idle_timeout and none open (a health Watch holds its stream: not idle).
     if (session_.open_streams() > 0) last_call_ = now;
     if (!goaway_sent_ && (now - last_call_ >= options_.idle_timeout || now - opened_ >= options_.max_age)) goaway();
@@ -180,9 +190,9 @@ class Connection final : public H2Connection, public std::enable_shared_from_thi
   std::vector<char> in_;
   std::string out_;
   bool began_ = false, reading_ = false, writing_ = false, closing_ = false, ended_ = false;
-  bool handshaken_ = false, goaway_sent_ = false;
+  bool handshaken_ = false, goaway_sent_ = false, ping_sent_ = false;
   size_t received_ = 0;
-  Clock::time_point opened_, last_call_, write_started_, goaway_at_{};
+  Clock::time_point opened_, last_call_, last_read_, write_started_, goaway_at_{}, ping_at_{};
 };
 
 }  // namespace

@@ -6,7 +6,8 @@
 //   - output: one write at a time, which must finish within write_timeout (else: closed);
 //   - time: the TLS handshake and HTTP/2's preface within handshake_timeout; a connection
 //     without calls (none open, none begun) for idle_timeout, or older than max_age, is sent
-//     GOAWAY (graceful: what is open is answered) and closed after age_grace if still held.
+//     GOAWAY (graceful: what is open is answered) and closed after age_grace if still held;
+//     a peer silent for keepalive_time is sent a PING and closed unless it answers in time.
 // All on one io_context thread; the clock is the steady clock (the session takes it as given).
 #ifndef TOLLGATE_SRC_RLS_H2_CONNECTION_H_
 #define TOLLGATE_SRC_RLS_H2_CONNECTION_H_
@@ -33,6 +34,10 @@ struct H2ConnectionOptions {
   std::chrono::milliseconds max_age{std::chrono::hours(1)};
   std::chrono::milliseconds age_grace{std::chrono::seconds(30)};
   std::chrono::milliseconds write_timeout{std::chrono::seconds(10)};
+  // Nothing from the peer for keepalive_time: a PING, which it must answer (or send anything)
+  // within keepalive_timeout, else the connection is closed (a peer gone without a FIN).
+  std::chrono::milliseconds keepalive_time{std::chrono::minutes(1)};
+  std::chrono::milliseconds keepalive_timeout{std::chrono::seconds(20)};
 };
 
 // Answers whole calls: every call passed gets exactly one session.answer() or session.fail()

@@ -327,6 +327,10 @@ bool H2Session::streaming(int32_t stream) const {
 size_t H2Session::open_streams() const { return impl_->streams.size(); }
 size_t H2Session::buffered_bytes() const { return impl_->buffered; }
 
+void H2Session::ping() {
+  if (!impl_->fatal) nghttp2_submit_ping(impl_->session, NGHTTP2_FLAG_NONE, nullptr);
+}
+
 void H2Session::goaway() {
   if (impl_->fatal || impl_->goaway || impl_->graceful_goaway) return;
   impl_->graceful_goaway = true;

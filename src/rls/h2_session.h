@@ -87,6 +87,8 @@ class H2Session {
   size_t open_streams() const;
   // Request bytes held now (the caps' count for this connection).
   size_t buffered_bytes() const;
+  // A PING for the peer to answer (keepalive: any bytes it sends after prove it is there).
+  void ping();
   // Asks the peer to open no more streams (GOAWAY NO_ERROR): those open are still served, then
   // finished() turns true. For a drain, an idle connection or one past its age.
   void goaway();

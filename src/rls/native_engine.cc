@@ -48,6 +48,8 @@ H2ConnectionOptions connection_options(const RlsServerOptions& o, std::atomic<in
   c.idle_timeout = o.max_connection_idle;
   c.max_age = o.max_connection_age;
   c.age_grace = o.max_connection_age_grace;
+  c.keepalive_time = o.keepalive_time;
+  c.keepalive_timeout = o.keepalive_timeout;
   return c;
 }
 

@@ -81,6 +81,8 @@ class RlsServerTest : public ::testing::Test {
     options.native_threads = native_threads_;
     options.listen = "127.0.0.1:0";
     options.handshake_timeout = handshake_timeout_;
+    options.keepalive_time = keepalive_time_;
+    options.keepalive_timeout = keepalive_timeout_;
     options.max_pending = max_pending;
     options.max_pending_bytes = max_pending_bytes;
     options.decide_on_grpc_threads = on_grpc_threads;
@@ -117,6 +119,8 @@ class RlsServerTest : public ::testing::Test {
   RlsServerOptions::Engine engine_ = RlsServerOptions::Engine::kGrpc;
   unsigned native_threads_ = 1;
   std::chrono::milliseconds handshake_timeout_{std::chrono::seconds(10)};
+  std::chrono::milliseconds keepalive_time_{std::chrono::minutes(1)};
+  std::chrono::milliseconds keepalive_timeout_{std::chrono::seconds(20)};
 
   // Run by the test (decide_queued is posted once the call is queued); the guard keeps a poll
   // with nothing to do from stopping it.
@@ -376,6 +380,27 @@ TEST_F(RlsServerTest, NativeClosesAConnectionThatNeverSendsThePrefaceAtTheHandsh
 // connect, and let every request through); a second server refuses a socket another process
 // serves instead of replacing it, and a TCP port already bound (gRPC sets SO_REUSEPORT by
 // default, so a second process could answer part of Envoy's calls).
+// --rls-server native keepalive: a peer that sent HTTP/2's preface and then nothing, not even
+// the answer to a PING, is closed after keepalive_time and its timeout; the client's channel,
+// which answers PINGs, stays (no reconnection). An idle gRPC C-core channel reads its socket
+// only every 5 s (its backup poller): the timeout must leave it that long, as the default 20 s does.
+TEST_F(RlsServerTest, NativeClosesAPeerThatStopsAnsweringPingsAndKeepsOneThatAnswers) {
+  engine_ = RlsServerOptions::Engine::kNative;
+  keepalive_time_ = std::chrono::milliseconds(200);
+  keepalive_timeout_ = std::chrono::seconds(8);
+  start(16, true);
+  const int fd = connect_silently(server_->address());
+  ASSERT_GE(fd, 0);
+  // The preface and an empty SETTINGS frame: past the handshake, then silent.
+  const std::string hello = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string("\0\0\0\x04\0\0\0\0\0", 9);
+  ASSERT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), ssize_t(hello.size()));
+  EXPECT_TRUE(closed_by_server(fd, std::chrono::seconds(20)));
+  ::close(fd);
+  EXPECT_TRUE(wait_until([&] { return stat("rls_connections_cut") == 1; }));
+  EXPECT_TRUE(call_async(std::chrono::seconds(20)).get().ok());
+  EXPECT_EQ(stat("rls_connections_accepted"), 2) << "the channel was cut too";
+}
+
 class RlsListener : public ::testing::TestWithParam<RlsServerOptions::Engine> {};
 INSTANTIATE_TEST_SUITE_P(Engines, RlsListener,
                          ::testing::Values(RlsServerOptions::Engine::kGrpc, RlsServerOptions::Engine::kNative),
