@@ -125,8 +125,17 @@ class Process:
             return f.read()
 
     def exit_status(self, timeout=WAIT_S):
-        """Waits for the process to exit by itself."""
-        self.proc.wait(timeout=timeout)
+        """Waits for the process to exit by itself; if it does not, fails with what it said so far
+        (and stops it), so that a hang under load says where it was."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.log.flush()
+            said = self.output()
+            terminate(self.proc)
+            self.log.close()
+            raise AssertionError("%s did not exit within %d s; its output so far:\n%s"
+                                 % (self.proc.args[0], timeout, said[-8000:]))
         self.log.close()
         return self.proc.returncode
 
