@@ -223,13 +223,18 @@ class NativeEngine final : public RlsEngine {
 
   // grpc.health.v1 Check: "" is the server as a whole, SERVING until drain(); nothing else is known.
   void health_check(const H2Call& call, H2Session& session, int64_t now_ns) {
-    ++path_.health_checks;
     health::HealthCheckRequest request;
-    if (!request.ParseFromString(call.request)) {
-      return session.fail(call.stream, wire::Code::kInternal, "the request is not a HealthCheckRequest", now_ns);
-    }
+    if (!health_request(call, session, now_ns, request)) return;
     if (!request.service().empty()) return session.fail(call.stream, wire::Code::kNotFound, "unknown service", now_ns);
     session.answer(call.stream, status_message(), now_ns);
+  }
+
+  // A Check's or Watch's request, counted; false when it does not parse (answered INTERNAL).
+  bool health_request(const H2Call& call, H2Session& session, int64_t now_ns, health::HealthCheckRequest& out) {
+    ++path_.health_checks;
+    if (out.ParseFromString(call.request)) return true;
+    session.fail(call.stream, wire::Code::kInternal, "the request is not a HealthCheckRequest", now_ns);
+    return false;
   }
 
   std::string status_message(bool known = true) const {
@@ -243,11 +248,8 @@ class NativeEngine final : public RlsEngine {
   // grpc.health.v1 Watch: the status now, then at each change (drain), on a stream left open.
   // An unknown service is told SERVICE_UNKNOWN and the stream stays open, as the protocol says.
   void health_watch(Worker& w, const H2Call& call, H2Session& session, int64_t now_ns) {
-    ++path_.health_checks;
     health::HealthCheckRequest request;
-    if (!request.ParseFromString(call.request)) {
-      return session.fail(call.stream, wire::Code::kInternal, "the request is not a HealthCheckRequest", now_ns);
-    }
+    if (!health_request(call, session, now_ns, request)) return;
     prune_watches(w);
     std::vector<int32_t>& mine = w.watches[&session];
     size_t all = 0;
